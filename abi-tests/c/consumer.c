@@ -1,0 +1,137 @@
+/*
+ * A C consumer of hostcopy-core: includes the header, calls hostcopy_fn the
+ * way the CUDA driver does (through a CUhostFn-typed pointer), and checks
+ * each line of the contract. Linked into the Rust tests by build.rs and into
+ * a standalone program (main.c) by `cargo xtask abi`.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "hostcopy.h"
+
+#include "consumer.h"
+#include "layout_report.h"
+
+/* cuda.h: typedef void (CUDA_CB *CUhostFn)(void *userData); */
+typedef void(HOSTCOPY_CB *host_fn_t)(void *user_data);
+
+#define GUARD 32
+#define GUARD_BYTE 0xA5
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return __LINE__;                                                                       \
+    } while (0)
+
+static unsigned char pattern_byte(size_t i) { return (unsigned char)(i * 7u + i / 251u); }
+
+static int guards_intact(const unsigned char *buffer, size_t len) {
+    for (size_t i = 0; i < GUARD; i++)
+        if (buffer[i] != GUARD_BYTE || buffer[GUARD + len + i] != GUARD_BYTE)
+            return 0;
+    return 1;
+}
+
+static int bytes_equal_pattern(const unsigned char *p, size_t len, size_t first) {
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != pattern_byte(first + i))
+            return 0;
+    return 1;
+}
+
+void hostcopy_c_layout(uint32_t out[7]) {
+    for (int i = 0; i < 7; i++)
+        out[i] = hostcopy_c_layout_report.values[i];
+}
+
+int hostcopy_c_contract(void) {
+    static unsigned char src[4096 + 64];
+    static unsigned char dst[GUARD + 4096 + 64 + GUARD];
+    host_fn_t host_fn = hostcopy_fn;
+    size_t rejected = hostcopy_rejected();
+
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = pattern_byte(i);
+
+    /* Every length to 300 and a few larger ones, at mixed alignments. */
+    for (size_t len = 0; len <= 4096; len += (len < 300 ? 1 : 509)) {
+        size_t shift = len % 8;
+        struct hostcopy_args args;
+        memset(dst, GUARD_BYTE, sizeof dst);
+        args.dst = (uintptr_t)(dst + GUARD);
+        args.src = (uintptr_t)(src + shift);
+        args.nbytes = len;
+        host_fn(&args);
+        CHECK(bytes_equal_pattern(dst + GUARD, len, shift));
+        CHECK(guards_intact(dst, len));
+    }
+    CHECK(hostcopy_rejected() == rejected);
+
+    /* A record packed at an odd address in a byte buffer, passed as an integer. */
+    {
+        unsigned char packed[sizeof(struct hostcopy_args) + 3];
+        struct hostcopy_args args;
+        uintptr_t address;
+        memset(dst, GUARD_BYTE, sizeof dst);
+        args.dst = (uintptr_t)(dst + GUARD);
+        args.src = (uintptr_t)src;
+        args.nbytes = 100;
+        memcpy(packed + 3, &args, sizeof args);
+        address = (uintptr_t)(packed + 3);
+        host_fn((void *)address);
+        CHECK(bytes_equal_pattern(dst + GUARD, 100, 0));
+        CHECK(guards_intact(dst, 100));
+    }
+
+    /* Zero bytes: nothing touched, not rejected, even with null ends. */
+    {
+        struct hostcopy_args args = {0, 0, 0};
+        host_fn(&args);
+        CHECK(hostcopy_rejected() == rejected);
+    }
+
+    /* Null user_data, null ends and wrapping ranges: rejected and counted, nothing touched. */
+    {
+        struct hostcopy_args bad[4];
+        memset(dst, GUARD_BYTE, sizeof dst);
+        bad[0].dst = 0;
+        bad[0].src = (uintptr_t)src;
+        bad[0].nbytes = 16;
+        bad[1].dst = (uintptr_t)(dst + GUARD);
+        bad[1].src = 0;
+        bad[1].nbytes = 16;
+        bad[2].dst = UINTPTR_MAX - 4;
+        bad[2].src = (uintptr_t)src;
+        bad[2].nbytes = 16;
+        bad[3].dst = (uintptr_t)(dst + GUARD);
+        bad[3].src = UINTPTR_MAX - 4;
+        bad[3].nbytes = 16;
+        host_fn(NULL);
+        for (int i = 0; i < 4; i++)
+            host_fn(&bad[i]);
+        CHECK(hostcopy_rejected() - rejected == 5);
+        for (size_t i = 0; i < sizeof dst; i++)
+            CHECK(dst[i] == GUARD_BYTE);
+    }
+
+    /* Overlap in both directions: memmove. */
+    {
+        static unsigned char buffer[1000];
+        struct hostcopy_args args;
+        for (size_t i = 0; i < sizeof buffer; i++)
+            buffer[i] = pattern_byte(i);
+        args.dst = (uintptr_t)(buffer + 3);
+        args.src = (uintptr_t)buffer;
+        args.nbytes = 900;
+        host_fn(&args);
+        CHECK(bytes_equal_pattern(buffer + 3, 900, 0));
+
+        for (size_t i = 0; i < sizeof buffer; i++)
+            buffer[i] = pattern_byte(i);
+        args.dst = (uintptr_t)buffer;
+        args.src = (uintptr_t)(buffer + 3);
+        host_fn(&args);
+        CHECK(bytes_equal_pattern(buffer, 900, 3));
+    }
+    return 0;
+}
