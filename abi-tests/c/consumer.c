@@ -39,9 +39,10 @@ static int bytes_equal_pattern(const unsigned char *p, size_t len, size_t first)
     return 1;
 }
 
-void hostcopy_c_layout(uint32_t out[7]) {
-    for (int i = 0; i < 7; i++)
+size_t hostcopy_c_layout(uint32_t *out, size_t capacity) {
+    for (size_t i = 0; i < HOSTCOPY_LAYOUT_FIELDS && i < capacity; i++)
         out[i] = hostcopy_c_layout_report.values[i];
+    return HOSTCOPY_LAYOUT_FIELDS;
 }
 
 int hostcopy_c_contract(void) {

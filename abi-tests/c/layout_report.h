@@ -5,9 +5,12 @@
 
 /* 15 characters and the terminating NUL: 16 bytes, as in layout.rs. */
 #define HOSTCOPY_LAYOUT_MAGIC "HOSTCOPY-LAYOUT"
-#define HOSTCOPY_LAYOUT_FIELDS 7
+#define HOSTCOPY_LAYOUT_FIELDS 10
 
-/* size, align, offsetof dst, src, nbytes, ABI version, pointer size. */
+/*
+ * size, align, offsetof dst, src, nbytes, sizeof dst, src, nbytes, ABI
+ * version, pointer size: the order of Layout in layout.rs.
+ */
 struct hostcopy_layout_report {
     char magic[16];
     uint32_t values[HOSTCOPY_LAYOUT_FIELDS];

@@ -17,26 +17,27 @@ pub use hostcopy_core;
 
 mod c {
     unsafe extern "C" {
-        pub(crate) fn hostcopy_c_layout(out: *mut u32);
+        pub(crate) fn hostcopy_c_layout(out: *mut u32, capacity: usize) -> usize;
         pub(crate) fn hostcopy_c_contract() -> i32;
     }
 }
 
 /// The record's layout as the C compiler sees it through the header.
+///
+/// # Panics
+///
+/// If the C report holds another number of values than [`Layout::FIELDS`]
+/// (`c/layout_report.h` and `src/layout.rs` out of step).
 pub fn c_layout() -> Layout {
-    let mut out = [0u32; 7];
-    // SAFETY: `hostcopy_c_layout` writes exactly seven values.
-    unsafe { c::hostcopy_c_layout(out.as_mut_ptr()) };
-    let [size, align, dst, src, nbytes, abi_version, pointer_size] = out;
-    Layout {
-        size,
-        align,
-        dst,
-        src,
-        nbytes,
-        abi_version,
-        pointer_size,
-    }
+    let mut out = [0u32; Layout::FIELDS];
+    // SAFETY: `hostcopy_c_layout` writes at most `capacity` values to `out`.
+    let fields = unsafe { c::hostcopy_c_layout(out.as_mut_ptr(), out.len()) };
+    assert_eq!(
+        fields,
+        Layout::FIELDS,
+        "HOSTCOPY_LAYOUT_FIELDS in c/layout_report.h differs from Layout::FIELDS"
+    );
+    Layout::from_values(out)
 }
 
 /// Runs the C consumer's contract checks: `Err(line)` names the failed check in `c/consumer.c`.

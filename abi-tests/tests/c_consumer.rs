@@ -1,7 +1,7 @@
 //! The header, compiled by the C compiler, agrees with the Rust record; the
 //! host function keeps its contract when C calls it.
 
-use abi_tests::layout::RUST_LAYOUT;
+use abi_tests::layout::{Layout, RUST_LAYOUT};
 
 #[test]
 fn c_and_rust_agree_on_the_record_layout() {
@@ -17,6 +17,26 @@ fn rust_layout_is_three_words() {
         (RUST_LAYOUT.dst, RUST_LAYOUT.src, RUST_LAYOUT.nbytes),
         (0, word, 2 * word)
     );
+    assert_eq!(
+        (
+            RUST_LAYOUT.dst_size,
+            RUST_LAYOUT.src_size,
+            RUST_LAYOUT.nbytes_size
+        ),
+        (word, word, word)
+    );
+    assert_eq!(RUST_LAYOUT.pointer_size, word);
+}
+
+#[test]
+fn report_values_follow_the_field_order() {
+    let values: [u32; Layout::FIELDS] = [24, 8, 0, 8, 16, 8, 8, 4, 1, 8];
+    let layout = Layout::from_values(values);
+    assert_eq!(
+        (layout.dst_size, layout.src_size, layout.nbytes_size),
+        (8, 8, 4)
+    );
+    assert_eq!((layout.abi_version, layout.pointer_size), (1, 8));
 }
 
 #[test]

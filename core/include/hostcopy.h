@@ -98,5 +98,7 @@ HOSTCOPY_STATIC_ASSERT(offsetof(struct hostcopy_args, src) == sizeof(uintptr_t),
                        "hostcopy: src second");
 HOSTCOPY_STATIC_ASSERT(offsetof(struct hostcopy_args, nbytes) == 2 * sizeof(uintptr_t),
                        "hostcopy: nbytes third");
+HOSTCOPY_STATIC_ASSERT(sizeof(((struct hostcopy_args *)0)->nbytes) == sizeof(uintptr_t),
+                       "hostcopy: nbytes is one word");
 
 #endif /* HOSTCOPY_H */

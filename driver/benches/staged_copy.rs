@@ -1,0 +1,1092 @@
+//! What a staged copy with hostcopy is worth, side by side in one process:
+//! the driver's own device-to-host paths against a ring of pinned slots with
+//! `hostcopy_fn`, a plain memcpy host function, and `hostcopy_parallel_fn`;
+//! the same the other way; the cost of a host function; and, for tuning the
+//! core, its non-temporal copy against memcpy by size.
+//!
+//! Every path is checked byte for byte before it is timed; each figure is
+//! the median of `--runs` runs after one warm-up. The table comes last;
+//! `bench.csv` and `bench.svg` go to `--out`.
+//!
+//! ```text
+//! cargo xtask bench            # builds and runs this on a GPU machine
+//! staged_copy [--total-mib 1024] [--runs 5] [--out DIR] [--quick]
+//! ```
+
+#[path = "../examples/staged_d2h/pipeline.rs"]
+mod pipeline;
+
+// The core's copy paths, compiled here so that both can be timed at any size.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../core/src/copy.rs"]
+mod core_copy;
+
+use std::ffi::c_void;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, HostRegistration, PinnedBuffer, Stream};
+use hostcopy_driver::parallel::{CopyWorkers, hostcopy_parallel_fn};
+use hostcopy_driver::{HostCopyArgs, HostFn, hostcopy_fn};
+use pipeline::{Ring, Timing, device_with_pattern, fill_pattern, gb_per_s};
+
+struct Options {
+    total: usize,
+    runs: usize,
+    out: std::path::PathBuf,
+    quick: bool,
+}
+
+/// One measured path.
+struct Row {
+    group: &'static str,
+    path: String,
+    chunk_mib: usize,
+    slots: usize,
+    workers: usize,
+    gbps: f64,
+    blocked: f64,
+}
+
+const SEED: u32 = 11;
+
+fn main() {
+    let options = match parse() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!(
+                "staged_copy: {message}\nusage: staged_copy [--total-mib N] [--runs N] [--out DIR] [--quick]"
+            );
+            std::process::exit(2);
+        }
+    };
+    let context = match Context::primary(0) {
+        Ok(context) => context,
+        Err(error) => {
+            eprintln!("staged_copy: skipped: no GPU ({error})");
+            std::process::exit(
+                if std::env::var_os("HOSTCOPY_REQUIRE_GPU").is_some_and(|v| v == "1") {
+                    1
+                } else {
+                    0
+                },
+            );
+        }
+    };
+    if let Err(error) = run(&context, &options) {
+        eprintln!("staged_copy: {error}");
+        // No unwinding: a failed context may still be running a host function.
+        std::process::exit(1);
+    }
+}
+
+fn parse() -> Result<Options, String> {
+    let mut options = Options {
+        total: 1 << 30,
+        runs: 5,
+        out: "bench-out".into(),
+        quick: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--quick" => options.quick = true,
+            "--bench" => {} // passed by `cargo bench`
+            "--total-mib" | "--runs" | "--out" => {
+                let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+                match flag.as_str() {
+                    "--out" => options.out = value.into(),
+                    _ => {
+                        let n: usize = value
+                            .parse()
+                            .map_err(|_| format!("{flag}: not a number: {value}"))?;
+                        if n == 0 {
+                            return Err(format!("{flag} must be at least 1"));
+                        }
+                        if flag == "--runs" {
+                            options.runs = n
+                        } else {
+                            options.total = n << 20
+                        }
+                    }
+                }
+            }
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(options)
+}
+
+fn run(context: &Context, options: &Options) -> Result<(), Error> {
+    let name = context.device_name()?;
+    let driver = hostcopy_driver::cuda::driver_version()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "device {name}, driver CUDA {}.{}, {cores} host cores, {} MiB per run, median of {}",
+        driver / 1000,
+        driver % 1000 / 10,
+        options.total >> 20,
+        options.runs
+    );
+    std::fs::create_dir_all(&options.out).map_err(|e| io_error(&e))?;
+
+    let max_workers = if options.quick { 4 } else { 8 };
+    CopyWorkers::start(max_workers).map_err(|e| io_error(&e))?;
+    let chunks_mib: &[usize] = if options.quick {
+        &[4, 16]
+    } else {
+        &[1, 4, 16, 64]
+    };
+    let slot_counts: &[usize] = if options.quick { &[3] } else { &[2, 3, 4] };
+    let worker_counts: &[usize] = if options.quick {
+        &[1, 4]
+    } else {
+        &[1, 2, 4, 8]
+    };
+
+    let total = options.total;
+    let device = device_with_pattern(total, SEED)?;
+    let mut expected = vec![0u8; total];
+    fill_pattern(&mut expected, SEED);
+    let mut dst = vec![0u8; total]; // zeroed: pages faulted in before any timing
+    let mut rows = Vec::new();
+    let bench = Bench {
+        runs: options.runs,
+        total,
+    };
+
+    // The driver's own paths.
+    let stream = Stream::new()?;
+    let pinned = PinnedBuffer::new(total)?;
+    rows.push(bench.measure(
+        "D2H",
+        "pinned D2H (link limit)",
+        0,
+        0,
+        0,
+        || pinned[..] == expected[..],
+        || {
+            let start = Instant::now();
+            // SAFETY: the pinned buffer outlives the synchronize below.
+            unsafe {
+                stream
+                    .handle()
+                    .copy_device_to_host(pinned.raw_ptr(), &device, 0, total)
+            }?;
+            let blocked = start.elapsed();
+            stream.handle().synchronize()?;
+            Ok(Timing {
+                total: start.elapsed(),
+                blocked,
+            })
+        },
+    )?);
+    rows.push(bench.measure_into(
+        &mut dst,
+        &expected,
+        "D2H",
+        "pageable cuMemcpyDtoH",
+        0,
+        0,
+        0,
+        |dst| {
+            let start = Instant::now();
+            device.copy_to_host(0, dst)?;
+            Ok(Timing {
+                total: start.elapsed(),
+                blocked: start.elapsed(),
+            })
+        },
+    )?);
+    rows.push(bench.measure_into(
+        &mut dst,
+        &expected,
+        "D2H",
+        "register + D2H + unregister",
+        0,
+        0,
+        0,
+        |dst| {
+            let start = Instant::now();
+            let mut registered = HostRegistration::new(dst)?;
+            let enqueue = Instant::now();
+            // SAFETY: the registered buffer outlives the synchronize below.
+            unsafe {
+                stream
+                    .handle()
+                    .copy_device_to_host(registered.as_mut_ptr(), &device, 0, total)
+            }?;
+            let mut blocked = enqueue - start + enqueue.elapsed();
+            stream.handle().synchronize()?;
+            let unregister = Instant::now();
+            drop(registered);
+            blocked += unregister.elapsed();
+            Ok(Timing {
+                total: start.elapsed(),
+                blocked,
+            })
+        },
+    )?);
+
+    // Staged through pinned slots.
+    let memcpy_fn: HostFn = memcpy_host_fn;
+    for &chunk_mib in chunks_mib {
+        for &slots in slot_counts {
+            let ring = Ring::new(slots, chunk_mib << 20)?;
+            let mut staged = |path: &str, host_fn: HostFn, workers: usize| {
+                bench.measure_into(
+                    &mut dst,
+                    &expected,
+                    "D2H",
+                    path,
+                    chunk_mib,
+                    slots,
+                    workers,
+                    |dst| ring.device_to_host(&device, dst, host_fn, |_, _| {}),
+                )
+            };
+            rows.push(staged("staged hostcopy_fn", hostcopy_fn, 0)?);
+            if slots == 3 {
+                rows.push(staged("staged memcpy host fn", memcpy_fn, 0)?);
+            }
+            for &workers in worker_counts {
+                CopyWorkers::get().expect("started").set_active(workers);
+                rows.push(staged(
+                    "staged hostcopy_parallel_fn",
+                    hostcopy_parallel_fn,
+                    workers,
+                )?);
+            }
+            println!("  staged D2H, {chunk_mib} MiB chunks, {slots} slots: measured");
+        }
+    }
+
+    // The other way: pageable source to device.
+    let source = expected.clone();
+    let verify_device = |device: &DeviceBuffer| -> Result<bool, Error> {
+        let mut back = vec![0u8; total];
+        device.copy_to_host(0, &mut back)?;
+        Ok(back == source)
+    };
+    let h2d_device = DeviceBuffer::new(total)?;
+    let mut pinned_src = PinnedBuffer::new(total)?;
+    pinned_src.copy_from_slice(&source);
+    rows.push(bench.measure_checked(
+        "H2D",
+        "pinned H2D (link limit)",
+        0,
+        0,
+        0,
+        &h2d_device,
+        &verify_device,
+        || {
+            let start = Instant::now();
+            // SAFETY: the pinned source outlives the synchronize below.
+            unsafe {
+                stream
+                    .handle()
+                    .copy_host_to_device(&h2d_device, 0, pinned_src.raw_ptr(), total)
+            }?;
+            let blocked = start.elapsed();
+            stream.handle().synchronize()?;
+            Ok(Timing {
+                total: start.elapsed(),
+                blocked,
+            })
+        },
+    )?);
+    let mut pageable_device = DeviceBuffer::new(total)?;
+    rows.push(bench.measure_checked_mut(
+        "H2D",
+        "pageable cuMemcpyHtoD",
+        &mut pageable_device,
+        &verify_device,
+        |device| {
+            let start = Instant::now();
+            device.copy_from_host(0, &source)?;
+            Ok(Timing {
+                total: start.elapsed(),
+                blocked: start.elapsed(),
+            })
+        },
+    )?);
+    let h2d_chunk = 16;
+    let ring = Ring::new(3, h2d_chunk << 20)?;
+    rows.push(bench.measure_checked(
+        "H2D",
+        "staged hostcopy_fn",
+        h2d_chunk,
+        3,
+        0,
+        &h2d_device,
+        &verify_device,
+        || ring.host_to_device(&source, &h2d_device, hostcopy_fn),
+    )?);
+    for &workers in worker_counts {
+        CopyWorkers::get().expect("started").set_active(workers);
+        rows.push(bench.measure_checked(
+            "H2D",
+            "staged hostcopy_parallel_fn",
+            h2d_chunk,
+            3,
+            workers,
+            &h2d_device,
+            &verify_device,
+            || ring.host_to_device(&source, &h2d_device, hostcopy_parallel_fn),
+        )?);
+    }
+    drop(ring);
+
+    rows.extend(two_gpus(total, options.runs)?);
+    let costs = host_fn_costs(&stream, options.quick)?;
+    let sizes = copy_paths_by_size(options.quick);
+
+    write_csv(&options.out.join("bench.csv"), &rows).map_err(|e| io_error(&e))?;
+    write_svg(&options.out.join("bench.svg"), &rows, chunks_mib).map_err(|e| io_error(&e))?;
+    let table = report(&rows, &costs, &sizes);
+    std::fs::write(options.out.join("bench.txt"), &table).map_err(|e| io_error(&e))?;
+    println!("\n{table}");
+    Ok(())
+}
+
+fn io_error(error: &std::io::Error) -> Error {
+    eprintln!("staged_copy: {error}");
+    std::process::exit(1)
+}
+
+struct Bench {
+    runs: usize,
+    total: usize,
+}
+
+impl Bench {
+    /// Checks one run with `verify`, then times a warm-up and `runs` runs.
+    #[allow(clippy::too_many_arguments)]
+    fn measure(
+        &self,
+        group: &'static str,
+        path: &str,
+        chunk_mib: usize,
+        slots: usize,
+        workers: usize,
+        verify: impl Fn() -> bool,
+        mut once: impl FnMut() -> Result<Timing, Error>,
+    ) -> Result<Row, Error> {
+        once()?;
+        if !verify() {
+            eprintln!("staged_copy: {group} {path}: wrong bytes; not timed");
+            std::process::exit(1);
+        }
+        once()?; // warm-up
+        let mut timings: Vec<Timing> = (0..self.runs).map(|_| once()).collect::<Result<_, _>>()?;
+        timings.sort_by_key(|t| t.total);
+        let median = timings[timings.len() / 2];
+        Ok(Row {
+            group,
+            path: path.into(),
+            chunk_mib,
+            slots,
+            workers,
+            gbps: gb_per_s(self.total, median.total),
+            blocked: median.blocked.as_secs_f64() / median.total.as_secs_f64(),
+        })
+    }
+
+    /// As `measure`, copying into `dst`, zeroed before the checked run.
+    #[allow(clippy::too_many_arguments)]
+    fn measure_into(
+        &self,
+        dst: &mut [u8],
+        expected: &[u8],
+        group: &'static str,
+        path: &str,
+        chunk_mib: usize,
+        slots: usize,
+        workers: usize,
+        mut once: impl FnMut(&mut [u8]) -> Result<Timing, Error>,
+    ) -> Result<Row, Error> {
+        dst.fill(0);
+        let dst = std::cell::RefCell::new(dst);
+        self.measure(
+            group,
+            path,
+            chunk_mib,
+            slots,
+            workers,
+            || **dst.borrow() == *expected,
+            || once(&mut dst.borrow_mut()),
+        )
+    }
+
+    /// As `measure`, for copies into `device`, checked by reading it back.
+    #[allow(clippy::too_many_arguments)]
+    fn measure_checked(
+        &self,
+        group: &'static str,
+        path: &str,
+        chunk_mib: usize,
+        slots: usize,
+        workers: usize,
+        device: &DeviceBuffer,
+        verify: &dyn Fn(&DeviceBuffer) -> Result<bool, Error>,
+        once: impl FnMut() -> Result<Timing, Error>,
+    ) -> Result<Row, Error> {
+        self.measure(
+            group,
+            path,
+            chunk_mib,
+            slots,
+            workers,
+            || verify(device).unwrap_or(false),
+            once,
+        )
+    }
+
+    fn measure_checked_mut(
+        &self,
+        group: &'static str,
+        path: &str,
+        device: &mut DeviceBuffer,
+        verify: &dyn Fn(&DeviceBuffer) -> Result<bool, Error>,
+        mut once: impl FnMut(&mut DeviceBuffer) -> Result<Timing, Error>,
+    ) -> Result<Row, Error> {
+        let device = std::cell::RefCell::new(device);
+        self.measure(
+            group,
+            path,
+            0,
+            0,
+            0,
+            || verify(&device.borrow()).unwrap_or(false),
+            || once(&mut device.borrow_mut()),
+        )
+    }
+}
+
+/// Two pipelines on two GPUs at once (two contexts, two host-function
+/// threads), 16 MiB chunks and 3 slots each: the aggregate, per run, is both
+/// transfers over the slower one's time. Nothing where there is one GPU.
+fn two_gpus(total: usize, runs: usize) -> Result<Vec<Row>, Error> {
+    if Context::device_count()? < 2 {
+        println!("  one GPU: the two-GPU measurement does not apply");
+        return Ok(Vec::new());
+    }
+    let mut rows = Vec::new();
+    let workers = CopyWorkers::get().expect("started").workers();
+    for (path, host_fn, workers) in [
+        ("2 GPUs staged hostcopy_fn", hostcopy_fn as HostFn, 0),
+        (
+            "2 GPUs staged hostcopy_parallel_fn",
+            hostcopy_parallel_fn as HostFn,
+            workers,
+        ),
+    ] {
+        CopyWorkers::get().expect("started").set_active(workers);
+        let barrier = std::sync::Barrier::new(2);
+        let times = std::thread::scope(|scope| {
+            let pipelines: Vec<_> = (0..2)
+                .map(|device| {
+                    let barrier = &barrier;
+                    scope.spawn(move || -> Result<Vec<Duration>, Error> {
+                        let _context = Context::primary(device)?;
+                        let source = device_with_pattern(total, SEED)?;
+                        let mut dst = vec![0u8; total];
+                        let ring = Ring::new(3, 16 << 20)?;
+                        ring.device_to_host(&source, &mut dst, host_fn, |_, _| {})?;
+                        let mut expected = vec![0u8; total];
+                        fill_pattern(&mut expected, SEED);
+                        if dst != expected {
+                            eprintln!("staged_copy: GPU {device}: wrong bytes; not timed");
+                            std::process::exit(1);
+                        }
+                        let mut times = Vec::new();
+                        for _ in 0..=runs {
+                            barrier.wait();
+                            times.push(
+                                ring.device_to_host(&source, &mut dst, host_fn, |_, _| {})?
+                                    .total,
+                            );
+                        }
+                        Ok(times[1..].to_vec()) // the first was the warm-up
+                    })
+                })
+                .collect();
+            pipelines
+                .into_iter()
+                .map(|p| p.join().expect("pipeline thread"))
+                .collect::<Result<Vec<_>, Error>>()
+        })?;
+        let aggregate: Vec<f64> = (0..runs)
+            .map(|r| gb_per_s(2 * total, times[0][r].max(times[1][r])))
+            .collect();
+        rows.push(Row {
+            group: "D2H",
+            path: path.into(),
+            chunk_mib: 16,
+            slots: 3,
+            workers,
+            gbps: median(aggregate),
+            blocked: f64::NAN,
+        });
+        println!("  {path}: measured");
+    }
+    Ok(rows)
+}
+
+/// The comparison point for `hostcopy_fn`: a host function that is just memcpy.
+unsafe extern "C" fn memcpy_host_fn(user_data: *mut c_void) {
+    // SAFETY: the pipeline launches it with valid, disjoint records only.
+    unsafe {
+        let args = user_data.cast::<HostCopyArgs>().read_unaligned();
+        std::ptr::copy_nonoverlapping(
+            std::ptr::with_exposed_provenance::<u8>(args.src),
+            std::ptr::with_exposed_provenance_mut::<u8>(args.dst),
+            args.nbytes,
+        );
+    }
+}
+
+unsafe extern "C" fn empty_host_fn(_: *mut c_void) {}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+static STAMP: AtomicU64 = AtomicU64::new(0);
+
+/// Records when it ran, in nanoseconds since `epoch()`.
+unsafe extern "C" fn stamp_host_fn(_: *mut c_void) {
+    STAMP.store(epoch().elapsed().as_nanos() as u64, Ordering::Release);
+}
+
+/// Holds the host-function thread for 200 ms.
+unsafe extern "C" fn sleep_host_fn(_: *mut c_void) {
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// What a host function costs, in microseconds.
+struct HostFnCosts {
+    enqueue_us: f64,
+    launch_to_run_us: f64,
+    empty_us: f64,
+    zero_byte_copy_us: f64,
+    other_stream_delay_ms: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn host_fn_costs(stream: &Stream, quick: bool) -> Result<HostFnCosts, Error> {
+    let stream = stream.handle();
+    let batch = if quick { 1000 } else { 5000 };
+    epoch();
+
+    // Enqueue: batches of 100 launches, far below what fills the queue.
+    let mut enqueue = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        for _ in 0..100 {
+            // SAFETY: the host function ignores its argument.
+            unsafe { stream.launch_host_fn(empty_host_fn, std::ptr::null_mut()) }?;
+        }
+        enqueue.push(start.elapsed().as_secs_f64() * 1e6 / 100.0);
+        stream.synchronize()?;
+    }
+
+    // Launch to run: one at a time.
+    let mut latency = Vec::new();
+    for _ in 0..200 {
+        STAMP.store(0, Ordering::Relaxed);
+        let launched = epoch().elapsed().as_nanos() as u64;
+        // SAFETY: the host function ignores its argument.
+        unsafe { stream.launch_host_fn(stamp_host_fn, std::ptr::null_mut()) }?;
+        stream.synchronize()?;
+        latency.push((STAMP.load(Ordering::Acquire).saturating_sub(launched)) as f64 / 1e3);
+    }
+
+    // Throughput of the host-function thread: an empty function against
+    // `hostcopy_fn` with nbytes = 0, interleaved rounds.
+    let zero = HostCopyArgs::new(0, 0, 0);
+    let per_call = |f: HostFn, user_data: *mut c_void| -> Result<f64, Error> {
+        let start = Instant::now();
+        for _ in 0..batch {
+            // SAFETY: both functions accept this `user_data` (an empty record, or ignored).
+            unsafe { stream.launch_host_fn(f, user_data) }?;
+        }
+        stream.synchronize()?;
+        Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(batch))
+    };
+    let (mut empty, mut zero_copy) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        empty.push(per_call(empty_host_fn, std::ptr::null_mut())?);
+        zero_copy.push(per_call(hostcopy_fn, zero.user_data())?);
+    }
+
+    // One host-function thread per context: a 200 ms host function on one
+    // stream delays a host function on another stream of the context.
+    let other = Stream::new()?;
+    STAMP.store(0, Ordering::Relaxed);
+    // SAFETY: neither function uses its argument.
+    unsafe { stream.launch_host_fn(sleep_host_fn, std::ptr::null_mut()) }?;
+    let launched = epoch().elapsed().as_nanos() as u64;
+    // SAFETY: as above.
+    unsafe {
+        other
+            .handle()
+            .launch_host_fn(stamp_host_fn, std::ptr::null_mut())
+    }?;
+    other.handle().synchronize()?;
+    stream.synchronize()?;
+    let delay = STAMP.load(Ordering::Acquire).saturating_sub(launched) as f64 / 1e6;
+
+    Ok(HostFnCosts {
+        enqueue_us: median(enqueue),
+        launch_to_run_us: median(latency),
+        empty_us: median(empty),
+        zero_byte_copy_us: median(zero_copy),
+        other_stream_delay_ms: delay,
+    })
+}
+
+/// memcpy against the core's non-temporal path, one thread, by copy size:
+/// each size copies a 1 GiB arena piece by piece, so that neither side
+/// stays in cache (as in a staged copy).
+struct SizeRow {
+    size: usize,
+    memcpy_gbps: f64,
+    non_temporal_gbps: f64,
+    /// A candidate for the core: two lines per iteration, with a prefetch.
+    candidate_gbps: f64,
+}
+
+/// The candidate non-temporal loop: 128 bytes per iteration and a
+/// non-temporal prefetch 1 KiB ahead. Measured next to the core's loop; it
+/// replaces it only if it wins on the GPU host.
+///
+/// # Safety
+///
+/// Two disjoint ranges of `n` bytes.
+#[cfg(target_arch = "x86_64")]
+unsafe fn candidate_non_temporal(dst: *mut u8, src: *const u8, n: usize) {
+    use std::arch::x86_64::{
+        __m128i, _MM_HINT_NTA, _mm_loadu_si128, _mm_prefetch, _mm_sfence, _mm_stream_si128,
+    };
+    const STEP: usize = 128;
+    let head = ((64 - dst.addr() % 64) % 64).min(n);
+    // SAFETY: inside both ranges, which do not overlap (our caller).
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        let (mut d, mut s) = (dst.add(head), src.add(head));
+        let steps = (n - head) / STEP;
+        for _ in 0..steps {
+            _mm_prefetch::<_MM_HINT_NTA>(s.wrapping_add(1024).cast());
+            let mut v = [std::mem::MaybeUninit::<__m128i>::uninit(); 8];
+            for (i, lane) in v.iter_mut().enumerate() {
+                lane.write(_mm_loadu_si128(s.add(16 * i).cast()));
+            }
+            for (i, lane) in v.iter().enumerate() {
+                _mm_stream_si128(d.add(16 * i).cast(), lane.assume_init());
+            }
+            d = d.add(STEP);
+            s = s.add(STEP);
+        }
+        std::ptr::copy_nonoverlapping(s, d, n - head - steps * STEP);
+        _mm_sfence();
+    }
+}
+
+fn copy_paths_by_size(quick: bool) -> Vec<SizeRow> {
+    const ARENA: usize = 1 << 30;
+    let mut src = vec![0u8; ARENA];
+    fill_pattern(&mut src, 3);
+    let mut dst = vec![0u8; ARENA];
+    let sizes: &[usize] = if quick {
+        &[64 << 10, 1 << 20, 16 << 20]
+    } else {
+        &[
+            32 << 10,
+            64 << 10,
+            128 << 10,
+            256 << 10,
+            512 << 10,
+            1 << 20,
+            4 << 20,
+            16 << 20,
+            64 << 20,
+        ]
+    };
+    #[derive(Clone, Copy)]
+    enum Path {
+        Memcpy,
+        Core,
+        Candidate,
+    }
+    let time = |dst: &mut [u8], size: usize, path: Path| {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let start = Instant::now();
+            for (d, s) in dst.chunks_mut(size).zip(src.chunks(size)) {
+                match path {
+                    Path::Memcpy => d.copy_from_slice(s),
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: two disjoint live slices of equal length.
+                    Path::Core => unsafe {
+                        core_copy::non_temporal::copy(d.as_mut_ptr(), s.as_ptr(), d.len())
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: as above.
+                    Path::Candidate => unsafe {
+                        candidate_non_temporal(d.as_mut_ptr(), s.as_ptr(), d.len())
+                    },
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => d.copy_from_slice(s),
+                }
+            }
+            runs.push(gb_per_s(ARENA, start.elapsed()));
+        }
+        assert!(*dst == src[..], "copy paths by size: wrong bytes");
+        dst.fill(0);
+        median(runs)
+    };
+    sizes
+        .iter()
+        .map(|&size| SizeRow {
+            size,
+            memcpy_gbps: time(&mut dst, size, Path::Memcpy),
+            non_temporal_gbps: time(&mut dst, size, Path::Core),
+            candidate_gbps: time(&mut dst, size, Path::Candidate),
+        })
+        .collect()
+}
+
+fn write_csv(path: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
+    let mut csv =
+        String::from("direction,path,chunk_mib,slots,workers,gb_per_s,caller_blocked_pct\n");
+    for r in rows {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{:.2},{:.2}",
+            r.group,
+            r.path,
+            r.chunk_mib,
+            r.slots,
+            r.workers,
+            r.gbps,
+            100.0 * r.blocked
+        );
+    }
+    std::fs::write(path, csv)
+}
+
+/// GB/s against chunk size for the staged D2H paths at 3 slots (2 when 3 was
+/// not measured), with the driver's paths as horizontal lines.
+fn write_svg(path: &std::path::Path, rows: &[Row], chunks_mib: &[usize]) -> std::io::Result<()> {
+    let (width, height, left, bottom, top, right) = (760.0, 440.0, 60.0, 50.0, 30.0, 230.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let max = rows.iter().map(|r| r.gbps).fold(1.0f64, f64::max) * 1.1;
+    let x = |i: usize| left + plot_w * (i as f64 + 0.5) / chunks_mib.len() as f64;
+    let y = |v: f64| top + plot_h * (1.0 - v / max);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"18\" font-size=\"14\">Staged device-to-host copy, GB/s by chunk size</text>\n"
+    );
+    for tick in 0..=5 {
+        let v = max * f64::from(tick) / 5.0;
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>",
+            left + plot_w,
+            left - 6.0,
+            y(v) + 4.0,
+            y = y(v)
+        );
+    }
+    for (i, chunk) in chunks_mib.iter().enumerate() {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{chunk} MiB</text>",
+            x(i),
+            height - bottom + 18.0
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">chunk size</text>",
+        left + plot_w / 2.0,
+        height - 12.0
+    );
+    let colors = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    ];
+    let mut legend = 0;
+    let mut line = |svg: &mut String, label: String, points: Vec<(f64, f64)>, dashed: bool| {
+        let color = colors[legend % colors.len()];
+        let dash = if dashed {
+            " stroke-dasharray=\"6 4\""
+        } else {
+            ""
+        };
+        let coords: Vec<String> = points
+            .iter()
+            .map(|(px, py)| format!("{px:.1},{py:.1}"))
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>",
+            coords.join(" ")
+        );
+        for (px, py) in &points {
+            let _ = writeln!(
+                svg,
+                "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"/>"
+            );
+        }
+        let ly = top + 16.0 * legend as f64;
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"2\"{dash}/><text x=\"{}\" y=\"{}\">{label}</text>",
+            width - right + 10.0,
+            width - right + 30.0,
+            width - right + 36.0,
+            ly + 4.0
+        );
+        legend += 1;
+    };
+    for reference in ["pinned D2H (link limit)", "pageable cuMemcpyDtoH"] {
+        if let Some(r) = rows
+            .iter()
+            .find(|r| r.group == "D2H" && r.path == reference)
+        {
+            line(
+                &mut svg,
+                reference.to_string(),
+                vec![(left, y(r.gbps)), (left + plot_w, y(r.gbps))],
+                true,
+            );
+        }
+    }
+    let slots = if rows.iter().any(|r| r.slots == 3) {
+        3
+    } else {
+        2
+    };
+    let mut series: Vec<(String, usize)> = vec![
+        ("staged hostcopy_fn".into(), 0),
+        ("staged memcpy host fn".into(), 0),
+    ];
+    let mut workers: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.workers > 0)
+        .map(|r| r.workers)
+        .collect();
+    workers.sort();
+    workers.dedup();
+    series.extend(
+        workers
+            .into_iter()
+            .map(|w| ("staged hostcopy_parallel_fn".into(), w)),
+    );
+    for (path, workers) in series {
+        let points: Vec<(f64, f64)> = chunks_mib
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &chunk)| {
+                rows.iter()
+                    .find(|r| {
+                        r.group == "D2H"
+                            && r.path == path
+                            && r.chunk_mib == chunk
+                            && r.slots == slots
+                            && r.workers == workers
+                    })
+                    .map(|r| (x(i), y(r.gbps)))
+            })
+            .collect();
+        if !points.is_empty() {
+            let label = if workers > 0 {
+                format!("parallel, {workers} workers")
+            } else {
+                path.trim_start_matches("staged ").to_string()
+            };
+            line(&mut svg, format!("{label} ({slots} slots)"), points, false);
+        }
+    }
+    svg.push_str("</svg>\n");
+    std::fs::write(path, svg)
+}
+
+fn report(rows: &[Row], costs: &HostFnCosts, sizes: &[SizeRow]) -> String {
+    let find = |group: &str, path: &str| {
+        rows.iter()
+            .find(|r| r.group == group && r.path == path)
+            .map_or(f64::NAN, |r| r.gbps)
+    };
+    let mut out = String::new();
+    for group in ["D2H", "H2D"] {
+        let pinned = find(group, &format!("pinned {group} (link limit)"));
+        let pageable = find(
+            group,
+            if group == "D2H" {
+                "pageable cuMemcpyDtoH"
+            } else {
+                "pageable cuMemcpyHtoD"
+            },
+        );
+        let _ = writeln!(
+            out,
+            "{group}: GB/s, x pageable, % of pinned, caller blocked"
+        );
+        let _ = writeln!(
+            out,
+            "| path | chunk MiB | slots | workers | GB/s | x pageable | % pinned | blocked |"
+        );
+        let _ = writeln!(
+            out,
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for r in rows.iter().filter(|r| r.group == group) {
+            let dash = |v: usize| {
+                if v == 0 {
+                    "-".to_string()
+                } else {
+                    v.to_string()
+                }
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.1} | {:.2} | {:.0}% | {:.1}% |",
+                r.path,
+                dash(r.chunk_mib),
+                dash(r.slots),
+                dash(r.workers),
+                r.gbps,
+                r.gbps / pageable,
+                100.0 * r.gbps / pinned,
+                100.0 * r.blocked
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "Host functions: enqueue {:.2} us, launch to run {:.1} us (median)",
+        costs.enqueue_us, costs.launch_to_run_us
+    );
+    let _ = writeln!(
+        out,
+        "Per host function on the driver's thread: empty {:.2} us, hostcopy_fn with nbytes = 0 {:.2} us (difference {:+.2} us)",
+        costs.empty_us,
+        costs.zero_byte_copy_us,
+        costs.zero_byte_copy_us - costs.empty_us
+    );
+    let _ = writeln!(
+        out,
+        "A 200 ms host function on one stream delayed one on another stream of the context by {:.1} ms",
+        costs.other_stream_delay_ms
+    );
+    out.push('\n');
+    let _ = writeln!(
+        out,
+        "One thread, by copy size (1 GiB in pieces), GB/s: memcpy, the core's non-temporal loop, a candidate loop (128 B per step, prefetch)"
+    );
+    let _ = writeln!(
+        out,
+        "| size | memcpy | core non-temporal | candidate | core / memcpy |"
+    );
+    let _ = writeln!(out, "| ---: | ---: | ---: | ---: | ---: |");
+    for s in sizes {
+        let _ = writeln!(
+            out,
+            "| {} KiB | {:.1} | {:.1} | {:.1} | {:.2} |",
+            s.size >> 10,
+            s.memcpy_gbps,
+            s.non_temporal_gbps,
+            s.candidate_gbps,
+            s.non_temporal_gbps / s.memcpy_gbps
+        );
+    }
+    out.push('\n');
+
+    // The targets, as ratios measured in this run.
+    let pinned = find("D2H", "pinned D2H (link limit)");
+    let pageable = find("D2H", "pageable cuMemcpyDtoH");
+    let best_parallel = rows
+        .iter()
+        .filter(|r| r.group == "D2H" && r.workers > 0)
+        .max_by(|a, b| a.gbps.total_cmp(&b.gbps));
+    let at = |path: &str, chunk: usize, slots: usize| {
+        rows.iter()
+            .find(|r| {
+                r.group == "D2H"
+                    && r.path == path
+                    && r.chunk_mib == chunk
+                    && r.slots == slots
+                    && r.workers == 0
+            })
+            .map_or(f64::NAN, |r| r.gbps)
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    if let Some(best) = best_parallel {
+        let (x_pageable, of_pinned) = (best.gbps / pageable, best.gbps / pinned);
+        let _ = writeln!(
+            out,
+            "target: parallel staged >= 2.0x pageable: {:.2}x ({} MiB, {} slots, {} workers) -- {}",
+            x_pageable,
+            best.chunk_mib,
+            best.slots,
+            best.workers,
+            verdict(x_pageable >= 2.0)
+        );
+        let _ = writeln!(
+            out,
+            "target: parallel staged >= 55% of pinned (aim 70%): {:.0}% -- {}",
+            100.0 * of_pinned,
+            verdict(of_pinned >= 0.55)
+        );
+        let _ = writeln!(
+            out,
+            "target: caller blocked < 1% at 16 MiB chunks: {:.2}% -- {}",
+            100.0
+                * rows
+                    .iter()
+                    .filter(|r| r.group == "D2H"
+                        && r.chunk_mib == 16
+                        && r.workers == best.workers
+                        && r.slots == best.slots)
+                    .map(|r| r.blocked)
+                    .fold(f64::NAN, f64::min),
+            verdict(
+                rows.iter()
+                    .filter(|r| r.group == "D2H"
+                        && r.chunk_mib == 16
+                        && r.workers == best.workers
+                        && r.slots == best.slots)
+                    .all(|r| r.blocked < 0.01)
+            )
+        );
+    }
+    let (own, plain) = (
+        at("staged hostcopy_fn", 16, 3),
+        at("staged memcpy host fn", 16, 3),
+    );
+    let _ = writeln!(
+        out,
+        "target: staged hostcopy_fn not slower than a memcpy host fn (16 MiB, 3 slots): {:.2}x -- {}",
+        own / plain,
+        verdict(own >= plain * 0.98)
+    );
+    let gap = costs.zero_byte_copy_us - costs.empty_us;
+    let _ = writeln!(
+        out,
+        "target: hostcopy_fn with nbytes = 0 within 0.5 us of an empty host function: {gap:+.2} us -- {}",
+        verdict(gap <= 0.5)
+    );
+    out
+}

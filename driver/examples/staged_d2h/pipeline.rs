@@ -1,0 +1,185 @@
+//! The staged pipeline: device to pageable host memory through a ring of
+//! pinned slots (and the way back), with a host function per chunk.
+//!
+//! Slot `k` belongs to stream `k`, so stream order alone keeps a slot from
+//! being overwritten before its host copy has run, while the copy of chunk
+//! `i` on one stream overlaps the transfer of chunk `i + 1` on the next.
+//! The slot policy lives here, not in the library: the library gives the
+//! host function, the records and the launch.
+
+// Shared by the example and the benchmark, which each use part of it.
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::{Duration, Instant};
+
+use hostcopy_driver::cuda::{DeviceBuffer, Error, PinnedBuffer, Stream};
+use hostcopy_driver::{HostFn, RawRegion, Record};
+
+/// Pinned slots, each with its own stream.
+pub struct Ring {
+    slots: Vec<(PinnedBuffer, Stream)>,
+    chunk: usize,
+}
+
+/// Where the time went.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// From the first enqueue until every stream has finished.
+    pub total: Duration,
+    /// Time the calling thread spent inside enqueue calls.
+    pub blocked: Duration,
+}
+
+impl Ring {
+    /// `slots` pinned slots of `chunk` bytes, each with a new stream.
+    pub fn new(slots: usize, chunk: usize) -> Result<Ring, Error> {
+        let slots = (0..slots)
+            .map(|_| Ok((PinnedBuffer::new(chunk)?, Stream::new()?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(Ring { slots, chunk })
+    }
+
+    /// Copies `device` into `dst` chunk by chunk: a device-to-host copy into
+    /// a pinned slot, then `host_fn` copying the slot into `dst`.
+    /// `progress(done, chunks)` is called after each chunk is queued.
+    pub fn device_to_host(
+        &self,
+        device: &DeviceBuffer,
+        dst: &mut [u8],
+        host_fn: HostFn,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Timing, Error> {
+        assert_eq!(
+            device.len(),
+            dst.len(),
+            "device and destination sizes differ"
+        );
+        let dst = RawRegion::host(dst.as_mut_ptr().expose_provenance(), dst.len());
+        let chunks = dst.len.div_ceil(self.chunk);
+        let mut records = Vec::with_capacity(chunks);
+        let mut blocked = Duration::ZERO;
+        let start = Instant::now();
+        for chunk in 0..chunks {
+            let (slot, stream) = &self.slots[chunk % self.slots.len()];
+            let offset = chunk * self.chunk;
+            let len = self.chunk.min(dst.len - offset);
+            // SAFETY: `dst` outlives this call, which waits for every stream
+            // (or leaks the records on error); the slot is pinned.
+            records
+                .push(unsafe { Record::from_raw_regions(dst, offset, slot.raw_region(), 0, len) }?);
+            let record = records.last().expect("just pushed");
+            let enqueue = Instant::now();
+            // SAFETY: in the stream order of this slot's stream, the copy
+            // into the slot follows the host copy that last read it.
+            unsafe {
+                stream
+                    .handle()
+                    .copy_device_to_host(slot.raw_ptr(), device, offset, len)
+            }?;
+            // SAFETY: the record and both its ranges outlive the stream's work.
+            unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+            blocked += enqueue.elapsed();
+            progress(chunk + 1, chunks);
+        }
+        self.finish(records, start, blocked)
+    }
+
+    /// Copies `src` into `device` chunk by chunk: `host_fn` copying a chunk
+    /// into a pinned slot, then a host-to-device copy out of it.
+    pub fn host_to_device(
+        &self,
+        src: &[u8],
+        device: &DeviceBuffer,
+        host_fn: HostFn,
+    ) -> Result<Timing, Error> {
+        assert_eq!(device.len(), src.len(), "device and source sizes differ");
+        let src = RawRegion::host(src.as_ptr().expose_provenance(), src.len());
+        let chunks = src.len.div_ceil(self.chunk);
+        let mut records = Vec::with_capacity(chunks);
+        let mut blocked = Duration::ZERO;
+        let start = Instant::now();
+        for chunk in 0..chunks {
+            let (slot, stream) = &self.slots[chunk % self.slots.len()];
+            let offset = chunk * self.chunk;
+            let len = self.chunk.min(src.len - offset);
+            // SAFETY: `src` outlives this call, which waits for every stream.
+            records
+                .push(unsafe { Record::from_raw_regions(slot.raw_region(), 0, src, offset, len) }?);
+            let record = records.last().expect("just pushed");
+            let enqueue = Instant::now();
+            // SAFETY: the record and both its ranges outlive the stream's
+            // work; the host copy into the slot follows the previous transfer
+            // out of it in this stream's order.
+            unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+            // SAFETY: the slot is pinned; in stream order this transfer
+            // follows the host copy that filled it.
+            unsafe {
+                stream
+                    .handle()
+                    .copy_host_to_device(device, offset, slot.raw_ptr(), len)
+            }?;
+            blocked += enqueue.elapsed();
+        }
+        self.finish(records, start, blocked)
+    }
+
+    fn finish(
+        &self,
+        records: Vec<Record<'static>>,
+        start: Instant,
+        blocked: Duration,
+    ) -> Result<Timing, Error> {
+        for (_, stream) in &self.slots {
+            if let Err(error) = stream.handle().synchronize() {
+                // After a context error a host function may still be
+                // running: keep the records rather than free them under it.
+                std::mem::forget(records);
+                return Err(error.into());
+            }
+        }
+        Ok(Timing {
+            total: start.elapsed(),
+            blocked,
+        })
+    }
+}
+
+/// A byte pattern with no short period.
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    fill_pattern(&mut bytes, seed);
+    bytes
+}
+
+/// Fills `bytes` with the pattern of [`pattern`].
+pub fn fill_pattern(bytes: &mut [u8], seed: u32) {
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = ((i as u32).wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8;
+    }
+}
+
+/// A device buffer holding `pattern(len, seed)`.
+pub fn device_with_pattern(len: usize, seed: u32) -> Result<DeviceBuffer, Error> {
+    let mut device = DeviceBuffer::new(len)?;
+    let piece = 64 << 20;
+    let mut host = vec![0u8; piece.min(len)];
+    let mut offset = 0;
+    while offset < len {
+        let n = piece.min(len - offset);
+        // The pattern continues across pieces: index `offset + i`.
+        for (i, byte) in host[..n].iter_mut().enumerate() {
+            *byte = (((offset + i) as u32)
+                .wrapping_add(seed)
+                .wrapping_mul(2_654_435_761)
+                >> 13) as u8;
+        }
+        device.copy_from_host(offset, &host[..n])?;
+        offset += n;
+    }
+    Ok(device)
+}
+
+/// GB/s (10^9 bytes per second) for `bytes` moved in `time`.
+pub fn gb_per_s(bytes: usize, time: Duration) -> f64 {
+    bytes as f64 / time.as_secs_f64() / 1e9
+}

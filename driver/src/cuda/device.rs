@@ -1,0 +1,112 @@
+//! Device memory, for tests, examples and pipelines. Not host memory: a
+//! record cannot point into it (packing from [`DeviceBuffer::raw_region`] is
+//! refused, and the type does not implement `HostMemory`).
+
+use core::fmt;
+
+use super::error::{DriverError, Error};
+use super::ffi::{self, CUdeviceptr};
+use crate::RawRegion;
+
+/// Device memory from `cuMemAlloc`, freed on drop.
+///
+/// ```compile_fail
+/// # fn f(device: &hostcopy_driver::cuda::DeviceBuffer, dst: &mut [u8]) {
+/// // Device memory is not host memory: packing from it does not compile.
+/// let record = hostcopy_driver::Record::pack(dst, device);
+/// # }
+/// ```
+pub struct DeviceBuffer {
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: a device pointer may be used from any thread of the process.
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: `&self` methods only read device memory through the driver.
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// `len` bytes of device memory in the current context (uninitialized).
+    pub fn new(len: usize) -> Result<DeviceBuffer, DriverError> {
+        let mut ptr: CUdeviceptr = 0;
+        if len > 0 {
+            // SAFETY: writes one device pointer, freed in `Drop`.
+            unsafe { ffi::cuMemAlloc_v2(&mut ptr, len) }.ok()?;
+        }
+        Ok(DeviceBuffer { ptr, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address.
+    pub fn raw(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// The buffer as a region in device memory: packing refuses it.
+    pub fn raw_region(&self) -> RawRegion {
+        RawRegion::device(self.ptr as usize, self.len)
+    }
+
+    /// The device address of `nbytes` bytes at `offset`, if in bounds.
+    pub(crate) fn range(&self, offset: usize, nbytes: usize) -> Result<CUdeviceptr, Error> {
+        match offset.checked_add(nbytes) {
+            Some(end) if end <= self.len => Ok(self.ptr + offset as u64),
+            _ => Err(Error::DeviceOutOfBounds {
+                offset,
+                nbytes,
+                len: self.len,
+            }),
+        }
+    }
+
+    /// Copies `src` to byte `offset` of the buffer and waits for the copy.
+    pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        let dst = self.range(offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `dst` is in bounds; `src` is a live slice; synchronous.
+        unsafe { ffi::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }.ok()?;
+        Ok(())
+    }
+
+    /// Copies bytes from `offset` of the buffer into `dst` and waits for the copy.
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        let src = self.range(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `src` is in bounds; `dst` is a live slice; synchronous.
+        unsafe { ffi::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }.ok()?;
+        Ok(())
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: frees the allocation made in `new`. After a context
+            // error this fails and the context's teardown frees it.
+            let _ = unsafe { ffi::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}

@@ -1,0 +1,163 @@
+//! Errors of the CUDA layer: the driver's own codes, named by the driver.
+
+use core::ffi::{CStr, c_char};
+use core::fmt;
+
+use super::ffi::{self, CuResult};
+use crate::error::{PackError, PoolError};
+
+/// A `CUresult` other than `CUDA_SUCCESS`, with the driver's name for it.
+///
+/// Any code the installed driver returns is kept as it is, including codes
+/// newer than this crate. `Debug` and `Display` show the driver's name from
+/// `cuGetErrorName`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DriverError {
+    code: u32,
+}
+
+/// `CUDA_ERROR_STUB_LIBRARY`: the linked libcuda is a stub, not a driver.
+pub const CUDA_ERROR_STUB_LIBRARY: u32 = 34;
+/// `CUDA_ERROR_NO_DEVICE`: a driver but no device.
+pub const CUDA_ERROR_NO_DEVICE: u32 = 100;
+
+impl DriverError {
+    /// The numeric `CUresult`.
+    pub const fn code(&self) -> u32 {
+        self.code
+    }
+
+    /// Whether the linked libcuda is a stub (no NVIDIA driver on this machine).
+    pub const fn is_stub_library(&self) -> bool {
+        self.code == CUDA_ERROR_STUB_LIBRARY
+    }
+
+    /// The driver's name for the code (`CUDA_ERROR_LAUNCH_FAILED`, ...).
+    pub fn name(&self) -> &'static str {
+        let mut name: *const c_char = core::ptr::null();
+        // SAFETY: `cuGetErrorName` writes a pointer to a static string or
+        // fails; it needs no context and works before `cuInit`.
+        let found = unsafe { ffi::cuGetErrorName(self.code, &mut name) };
+        if found.0 == ffi::CUDA_SUCCESS && !name.is_null() {
+            // SAFETY: the driver returned a NUL-terminated static string.
+            if let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() {
+                return name;
+            }
+        }
+        // A stub libcuda cannot name anything, not even its own code.
+        match self.code {
+            CUDA_ERROR_STUB_LIBRARY => "CUDA_ERROR_STUB_LIBRARY",
+            _ => "unknown CUresult",
+        }
+    }
+}
+
+impl CuResult {
+    /// `Ok` for `CUDA_SUCCESS`, the error otherwise.
+    pub(crate) fn ok(self) -> Result<(), DriverError> {
+        if self.0 == ffi::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(DriverError { code: self.0 })
+        }
+    }
+}
+
+impl fmt::Debug for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DriverError({} {})", self.code, self.name())
+    }
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CUDA driver error {} ({})", self.code, self.name())
+    }
+}
+
+impl core::error::Error for DriverError {}
+
+/// Why a launch, a graph operation or a buffer allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The driver refused the call.
+    Driver(DriverError),
+    /// The record pool had no free slot.
+    Pool(PoolError),
+    /// A record could not be packed.
+    Pack(PackError),
+    /// The stream is capturing a graph, and a record borrowed for a scope
+    /// cannot become a graph node that outlives the scope.
+    Capturing,
+    /// A range of device memory is outside its buffer.
+    DeviceOutOfBounds {
+        /// Byte offset of the range in the buffer.
+        offset: usize,
+        /// Length of the range in bytes.
+        nbytes: usize,
+        /// Length of the buffer in bytes.
+        len: usize,
+    },
+    /// A launch scope without a heap tracks at most this many launches at once.
+    ScopeFull {
+        /// Launches a scope can track.
+        capacity: usize,
+    },
+}
+
+impl From<DriverError> for Error {
+    fn from(error: DriverError) -> Self {
+        Error::Driver(error)
+    }
+}
+
+impl From<PackError> for Error {
+    fn from(error: PackError) -> Self {
+        Error::Pack(error)
+    }
+}
+
+impl From<PoolError> for Error {
+    fn from(error: PoolError) -> Self {
+        Error::Pool(error)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Driver(error) => error.fmt(f),
+            Error::Pool(error) => error.fmt(f),
+            Error::Pack(error) => error.fmt(f),
+            Error::Capturing => f.write_str(
+                "the stream is capturing a graph: launch an owned record, not a scoped one",
+            ),
+            Error::DeviceOutOfBounds {
+                offset,
+                nbytes,
+                len,
+            } => write!(
+                f,
+                "device range of {nbytes} bytes at offset {offset} is out of bounds of a {len}-byte buffer"
+            ),
+            Error::ScopeFull { capacity } => {
+                write!(
+                    f,
+                    "a launch scope without a heap tracks at most {capacity} launches"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for Error {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Error::Driver(error) => Some(error),
+            Error::Pool(error) => Some(error),
+            Error::Pack(error) => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Events: points in a stream to wait for or to time.
+
+use core::fmt;
+
+use super::error::DriverError;
+use super::ffi::{self, CUevent};
+use super::stream::StreamRef;
+
+/// A CUDA event, destroyed on drop.
+pub struct Event {
+    raw: CUevent,
+}
+
+// SAFETY: event handles may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above; the driver serializes calls on one event.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// An event that can time the work between two records.
+    pub fn timing() -> Result<Event, DriverError> {
+        Self::with_flags(ffi::CU_EVENT_DEFAULT)
+    }
+
+    /// An event for ordering only (cheaper to record).
+    pub fn ordering() -> Result<Event, DriverError> {
+        Self::with_flags(ffi::CU_EVENT_DISABLE_TIMING)
+    }
+
+    fn with_flags(flags: core::ffi::c_uint) -> Result<Event, DriverError> {
+        let mut raw: CUevent = core::ptr::null_mut();
+        // SAFETY: writes one handle, destroyed in `Drop`.
+        unsafe { ffi::cuEventCreate(&mut raw, flags) }.ok()?;
+        Ok(Event { raw })
+    }
+
+    /// Records the event at the current end of `stream`.
+    pub fn record(&self, stream: StreamRef<'_>) -> Result<(), DriverError> {
+        // SAFETY: both handles are alive.
+        unsafe { ffi::cuEventRecord(self.raw, stream.raw()) }.ok()
+    }
+
+    /// Waits until the work before the last record has finished.
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        // SAFETY: the handle is alive.
+        unsafe { ffi::cuEventSynchronize(self.raw) }.ok()
+    }
+
+    /// Milliseconds between `start` and `self`, both recorded and finished.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32, DriverError> {
+        let mut ms = 0f32;
+        // SAFETY: writes one float; both handles are alive.
+        unsafe { ffi::cuEventElapsedTime(&mut ms, start.raw, self.raw) }.ok()?;
+        Ok(ms)
+    }
+
+    pub(crate) fn raw(&self) -> CUevent {
+        self.raw
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: destroys the handle created in `with_flags`; a pending
+        // record finishes on its own.
+        let _ = unsafe { ffi::cuEventDestroy_v2(self.raw) };
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event").field("raw", &self.raw).finish()
+    }
+}

@@ -1,0 +1,145 @@
+//! Every CUDA driver entry point the layer calls, declared in one place.
+//!
+//! cuda-driver-sys supplies the handle types, structs and input enums. Its
+//! functions are not called: they return its `CUresult` enum, which holds
+//! only CUDA 10.2's codes, and a driver returning any other code (34 from a
+//! stub, 222, 911, ...) would put an invalid value in a Rust enum, which is
+//! undefined behaviour. Here every entry point returns [`CuResult`], a plain
+//! integer, and every output the driver writes is an integer or a handle.
+//! Entry points newer than CUDA 10.2 (user objects, capture info with the
+//! graph, instantiate with flags) are declared here by hand, by the names
+//! `cuda.h` binds them to; libcuda 580 exports all of them.
+//!
+//! `build.rs` builds the stub libcuda from the `fn cu…(` names in this file.
+
+#![allow(non_snake_case)]
+
+use core::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+
+pub(crate) use cuda_driver_sys::{
+    CUDA_HOST_NODE_PARAMS, CUcontext, CUdevice, CUdeviceptr, CUevent, CUgraph, CUgraphExec,
+    CUgraphNode, CUhostFn, CUstream, CUstreamCaptureMode,
+};
+
+/// A `CUresult` as the driver returns it: any code, known to this build or not.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CuResult(pub(crate) c_uint);
+
+/// `CUuserObject` (CUDA 11.3), an opaque handle.
+pub(crate) type CUuserObject = *mut c_void;
+
+pub(crate) const CUDA_SUCCESS: c_uint = 0;
+pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
+pub(crate) const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x01;
+pub(crate) const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
+pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
+pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 0x02;
+pub(crate) const CU_STREAM_CAPTURE_STATUS_NONE: c_uint = 0;
+pub(crate) const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_uint = 1;
+/// Required by `cuUserObjectCreate`: its destructor cannot be waited on.
+pub(crate) const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
+/// Moves the caller's reference into the graph instead of adding one.
+pub(crate) const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
+
+#[link(name = "cuda")]
+unsafe extern "C" {
+    pub(crate) fn cuInit(flags: c_uint) -> CuResult;
+    pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> CuResult;
+    pub(crate) fn cuGetErrorName(error: c_uint, name: *mut *const c_char) -> CuResult;
+
+    pub(crate) fn cuDeviceGetCount(count: *mut c_int) -> CuResult;
+    pub(crate) fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CuResult;
+    pub(crate) fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> CuResult;
+    pub(crate) fn cuDevicePrimaryCtxRetain(context: *mut CUcontext, device: CUdevice) -> CuResult;
+    pub(crate) fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CuResult;
+    pub(crate) fn cuCtxSetCurrent(context: CUcontext) -> CuResult;
+    pub(crate) fn cuCtxSynchronize() -> CuResult;
+
+    pub(crate) fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CuResult;
+    pub(crate) fn cuStreamDestroy_v2(stream: CUstream) -> CuResult;
+    pub(crate) fn cuStreamSynchronize(stream: CUstream) -> CuResult;
+    pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CuResult;
+    pub(crate) fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) -> CuResult;
+    pub(crate) fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CuResult;
+    pub(crate) fn cuStreamGetCaptureInfo_v2(
+        stream: CUstream,
+        status: *mut c_uint,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        dependencies: *mut *const CUgraphNode,
+        dependency_count: *mut usize,
+    ) -> CuResult;
+    pub(crate) fn cuLaunchHostFunc(
+        stream: CUstream,
+        f: CUhostFn,
+        user_data: *mut c_void,
+    ) -> CuResult;
+
+    pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CuResult;
+    pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> CuResult;
+    pub(crate) fn cuEventSynchronize(event: CUevent) -> CuResult;
+    pub(crate) fn cuEventElapsedTime(
+        milliseconds: *mut f32,
+        start: CUevent,
+        end: CUevent,
+    ) -> CuResult;
+    pub(crate) fn cuEventDestroy_v2(event: CUevent) -> CuResult;
+
+    pub(crate) fn cuGraphCreate(graph: *mut CUgraph, flags: c_uint) -> CuResult;
+    pub(crate) fn cuGraphDestroy(graph: CUgraph) -> CuResult;
+    pub(crate) fn cuGraphAddHostNode(
+        node: *mut CUgraphNode,
+        graph: CUgraph,
+        dependencies: *const CUgraphNode,
+        dependency_count: usize,
+        params: *const CUDA_HOST_NODE_PARAMS,
+    ) -> CuResult;
+    pub(crate) fn cuGraphInstantiateWithFlags(
+        exec: *mut CUgraphExec,
+        graph: CUgraph,
+        flags: c_ulonglong,
+    ) -> CuResult;
+    pub(crate) fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CuResult;
+    pub(crate) fn cuGraphExecDestroy(exec: CUgraphExec) -> CuResult;
+    pub(crate) fn cuGraphExecHostNodeSetParams(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const CUDA_HOST_NODE_PARAMS,
+    ) -> CuResult;
+    pub(crate) fn cuUserObjectCreate(
+        object: *mut CUuserObject,
+        ptr: *mut c_void,
+        destroy: CUhostFn,
+        initial_refcount: c_uint,
+        flags: c_uint,
+    ) -> CuResult;
+    pub(crate) fn cuUserObjectRelease(object: CUuserObject, count: c_uint) -> CuResult;
+    pub(crate) fn cuGraphRetainUserObject(
+        graph: CUgraph,
+        object: CUuserObject,
+        count: c_uint,
+        flags: c_uint,
+    ) -> CuResult;
+
+    pub(crate) fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> CuResult;
+    pub(crate) fn cuMemFree_v2(ptr: CUdeviceptr) -> CuResult;
+    pub(crate) fn cuMemHostAlloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
+    pub(crate) fn cuMemFreeHost(ptr: *mut c_void) -> CuResult;
+    pub(crate) fn cuMemHostRegister_v2(ptr: *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
+    pub(crate) fn cuMemHostUnregister(ptr: *mut c_void) -> CuResult;
+    pub(crate) fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CuResult;
+    pub(crate) fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult;
+    pub(crate) fn cuMemcpyHtoDAsync_v2(
+        dst: CUdeviceptr,
+        src: *const c_void,
+        bytes: usize,
+        stream: CUstream,
+    ) -> CuResult;
+    pub(crate) fn cuMemcpyDtoHAsync_v2(
+        dst: *mut c_void,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> CuResult;
+}

@@ -1,0 +1,100 @@
+//! Running the external tools the checks use (cargo, rustc, clang, llvm-nm,
+//! gcc, qemu, apt-get), with their output captured: a failure carries the
+//! command line and the end of what the tool printed, so that the report at
+//! the end says what to rerun.
+
+use std::ffi::OsStr;
+use std::io::ErrorKind;
+use std::process::Command;
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub(crate) struct Output {
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+/// Lines of output kept in an error: enough for a compiler error, short enough for a report.
+const TAIL_LINES: usize = 25;
+
+/// Runs `command` to completion; an error unless it exits with status 0.
+pub(crate) fn run(command: &mut Command) -> Result<Output, String> {
+    let line = command_line(command);
+    let output = command.output().map_err(|error| match error.kind() {
+        ErrorKind::NotFound => format!("`{line}`: program not found"),
+        _ => format!("`{line}`: {error}"),
+    })?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    if output.status.success() {
+        Ok(Output { stdout, stderr })
+    } else {
+        let status = match output.status.code() {
+            Some(code) => format!("exit status {code}"),
+            None => "killed by a signal".to_owned(),
+        };
+        Err(format!(
+            "`{line}` failed ({status}):\n{}",
+            tail(&format!("{stdout}{stderr}"))
+        ))
+    }
+}
+
+/// The command as one could type it: environment settings, program, arguments.
+pub(crate) fn command_line(command: &Command) -> String {
+    let mut words: Vec<String> = command
+        .get_envs()
+        .filter_map(|(key, value)| Some(format!("{}={}", key.to_string_lossy(), quote(value?))))
+        .collect();
+    words.push(quote(command.get_program()));
+    words.extend(command.get_args().map(quote));
+    words.join(" ")
+}
+
+fn quote(word: &OsStr) -> String {
+    let word = word.to_string_lossy();
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=+:,@%".contains(c))
+    {
+        word.into_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(TAIL_LINES);
+    lines[start..]
+        .iter()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_quotes_what_a_shell_would_split() {
+        let mut command = Command::new("qemu-arm");
+        command
+            .env("CARGO_TARGET_DIR", "target/abi")
+            .args(["-L", "/usr/arm linux"]);
+        assert_eq!(
+            command_line(&command),
+            "CARGO_TARGET_DIR=target/abi qemu-arm -L '/usr/arm linux'"
+        );
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let kept = tail(&text);
+        assert_eq!(kept.lines().count(), TAIL_LINES);
+        assert!(kept.ends_with("line 99"));
+    }
+}

@@ -1,0 +1,558 @@
+//! `cargo xtask abi --self-test`: proof that the checks can fail.
+//!
+//! A check that cannot fail proves nothing, so this builds deliberately
+//! broken variants and requires each check to report them, on every target:
+//! copies of `hostcopy.h` with the fields swapped, with an extra field, with
+//! another ABI version, with a 32-bit `nbytes` on 64-bit targets (the layout
+//! comparison must report each), and symbol
+//! probes that reference a name the library does not export (the symbol check
+//! must report it), among them the i686 Windows caller declared without
+//! `HOSTCOPY_CB`, which references the undecorated cdecl name. The unmodified
+//! header and probe are checked first on each target, so that a variant
+//! counts as caught only where the real thing passes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::checks::{self, Checks, progress};
+use crate::layout_report::Layout;
+use crate::report::{self, Failure};
+use crate::symbols::DefinedSymbol;
+use crate::targets::{AbiTarget, CLANG, LLVM_NM};
+
+/// A broken copy of the header, and what must happen to it.
+struct HeaderVariant {
+    name: &'static str,
+    edits: &'static [Edit],
+    expect: Expect,
+    applies_to: fn(&AbiTarget) -> bool,
+}
+
+/// A symbol probe compiled with extra definitions, for the targets where they break it.
+struct SymbolVariant {
+    name: &'static str,
+    defines: &'static [&'static str],
+    applies_to: fn(&AbiTarget) -> bool,
+}
+
+#[derive(Clone, Copy)]
+enum Expect {
+    /// The layout comparison reports a difference.
+    LayoutMismatch,
+    /// The layout comparison reports differences in these facts and no
+    /// other: the variant gets past every older check and only these catch it.
+    MismatchOnlyIn(&'static [&'static str]),
+    /// The header's own `_Static_assert`s stop the compiler, with this message.
+    CompileError(&'static str),
+}
+
+#[derive(Clone, Copy)]
+enum Edit {
+    SwapDstAndSrc,
+    AddField,
+    BumpAbiVersion,
+    /// `uint32_t nbytes` instead of `size_t nbytes`.
+    NarrowNbytes,
+    /// Makes the header's static asserts always hold, so that a broken
+    /// layout reaches the comparison instead of stopping the compiler.
+    DisableStaticAsserts,
+}
+
+const HEADER_VARIANTS: &[HeaderVariant] = &[
+    HeaderVariant {
+        name: "header: dst and src swapped",
+        edits: &[Edit::SwapDstAndSrc, Edit::DisableStaticAsserts],
+        expect: Expect::LayoutMismatch,
+        applies_to: every_target,
+    },
+    HeaderVariant {
+        name: "header: extra field (wrong size)",
+        edits: &[Edit::AddField, Edit::DisableStaticAsserts],
+        expect: Expect::LayoutMismatch,
+        applies_to: every_target,
+    },
+    HeaderVariant {
+        name: "header: ABI version bumped",
+        edits: &[Edit::BumpAbiVersion],
+        expect: Expect::LayoutMismatch,
+        applies_to: every_target,
+    },
+    HeaderVariant {
+        name: "header: dst and src swapped, asserts kept",
+        edits: &[Edit::SwapDstAndSrc],
+        expect: Expect::CompileError("hostcopy: dst first"),
+        applies_to: every_target,
+    },
+    HeaderVariant {
+        // On a 64-bit target the struct keeps 24 bytes (4 bytes of padding
+        // after nbytes) and every offset, so (with the header's own asserts
+        // off) the size and offset comparisons pass it; only the field sizes
+        // show it. On 32-bit targets uint32_t is size_t's width: no bug there.
+        name: "header: uint32_t nbytes (64-bit)",
+        edits: &[Edit::NarrowNbytes, Edit::DisableStaticAsserts],
+        expect: Expect::MismatchOnlyIn(&["sizeof nbytes"]),
+        applies_to: is_64_bit,
+    },
+];
+
+fn every_target(_: &AbiTarget) -> bool {
+    true
+}
+
+fn is_64_bit(target: &AbiTarget) -> bool {
+    target.pointer_width == 64
+}
+
+fn is_i686_windows(target: &AbiTarget) -> bool {
+    target.rust.starts_with("i686-") && target.rust.contains("windows")
+}
+
+const SYMBOL_VARIANTS: &[SymbolVariant] = &[
+    SymbolVariant {
+        // An empty CUDA_CB makes HOSTCOPY_CB empty: a cdecl declaration,
+        // which references `_hostcopy_fn` instead of `_hostcopy_fn@4`.
+        name: "caller without HOSTCOPY_CB (cdecl)",
+        defines: &["-DCUDA_CB="],
+        applies_to: is_i686_windows,
+    },
+    SymbolVariant {
+        name: "caller of a renamed hostcopy_fn",
+        defines: &["-Dhostcopy_fn=hostcopy_fn_v2"],
+        applies_to: every_target,
+    },
+];
+
+/// What one variant did on the targets it applies to.
+#[derive(Default)]
+struct Tally {
+    caught: Vec<&'static str>,
+    missed: Vec<(&'static str, String)>,
+    example: Option<String>,
+}
+
+impl Tally {
+    fn record(&mut self, target: &'static str, result: Result<String, String>) {
+        match result {
+            Ok(message) => {
+                self.caught.push(target);
+                self.example.get_or_insert(format!("{target}: {message}"));
+            }
+            Err(why) => self.missed.push((target, why)),
+        }
+    }
+}
+
+pub(crate) fn run(
+    checks: &Checks<'_>,
+    targets: &[&'static AbiTarget],
+    failures: &mut Vec<Failure>,
+) {
+    let mut fail = |check: &'static str, target: &str, detail: String| {
+        failures.push(Failure {
+            target: target.to_owned(),
+            check,
+            detail,
+        })
+    };
+    if let Some(reason) = checks.toolbox.missing_reason(&[CLANG, LLVM_NM]) {
+        fail(
+            "self-test",
+            "set-up",
+            format!("the self-test needs {reason}"),
+        );
+        return;
+    }
+
+    let variants_dir = checks.workspace.out.join("self-test");
+    let mut header_dirs = Vec::new();
+    for variant in HEADER_VARIANTS {
+        match write_header_variant(checks, variant, &variants_dir) {
+            Ok(dir) => header_dirs.push(Some(dir)),
+            Err(error) => {
+                fail("self-test", variant.name, error);
+                header_dirs.push(None);
+            }
+        }
+    }
+    let mut header_tallies: Vec<Tally> = HEADER_VARIANTS.iter().map(|_| Tally::default()).collect();
+    let mut symbol_tallies: Vec<Tally> = SYMBOL_VARIANTS.iter().map(|_| Tally::default()).collect();
+
+    for (i, target) in targets.iter().enumerate() {
+        eprintln!("\n[{}/{}] {}", i + 1, targets.len(), target.rust);
+        let prepared = progress("build, Rust layout, library symbols", || {
+            let core = checks.build_core(target)?;
+            let rust = checks.rust_layout(target, &core)?;
+            let symbols = checks.archive_symbols(&core)?;
+            Ok((rust, symbols))
+        });
+        let (rust, symbols) = match prepared {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                fail("self-test", target.rust, error);
+                continue;
+            }
+        };
+        if let Err(error) = progress("control: the real header and probe pass", || {
+            control(checks, target, &rust, &symbols)
+        }) {
+            fail(
+                "self-test control",
+                target.rust,
+                format!(
+                    "the unmodified checks fail, so no variant can show anything; fix `cargo xtask abi` first:\n{error}"
+                ),
+            );
+            continue;
+        }
+        for ((variant, dir), tally) in HEADER_VARIANTS
+            .iter()
+            .zip(&header_dirs)
+            .zip(&mut header_tallies)
+        {
+            let Some(dir) = dir else { continue };
+            if !(variant.applies_to)(target) {
+                continue;
+            }
+            let object = checks
+                .workspace
+                .scratch(target)
+                .join(format!("self_test_{}.o", slug(variant.name)));
+            let result = progress(variant.name, || {
+                let compiled = checks.c_layout(target, std::slice::from_ref(dir), &[], &object);
+                judge_header(variant.expect, target, &rust, compiled)
+            });
+            tally.record(target.rust, result);
+        }
+        for (variant, tally) in SYMBOL_VARIANTS.iter().zip(&mut symbol_tallies) {
+            if !(variant.applies_to)(target) {
+                continue;
+            }
+            let defines: Vec<String> = variant.defines.iter().map(|d| d.to_string()).collect();
+            let object = format!("self_test_{}.o", slug(variant.name));
+            let result = progress(variant.name, || {
+                let references = checks
+                    .probe_references(target, &defines, &object)
+                    .map_err(|error| format!("the probe did not build: {error}"))?;
+                match checks::check_references(target, &references, &symbols) {
+                    Err(report) => Ok(first_line(&report)),
+                    Ok(()) => Err(format!(
+                        "the symbol check passed a caller that references {}",
+                        references.join(", ")
+                    )),
+                }
+            });
+            tally.record(target.rust, result);
+        }
+    }
+
+    let mut rows = Vec::new();
+    let names = HEADER_VARIANTS
+        .iter()
+        .map(|v| v.name)
+        .chain(SYMBOL_VARIANTS.iter().map(|v| v.name));
+    for (name, tally) in names.zip(header_tallies.iter().chain(&symbol_tallies)) {
+        let applicable = tally.caught.len() + tally.missed.len();
+        let verdict = if applicable == 0 {
+            "no selected target it applies to".to_owned()
+        } else if tally.missed.is_empty() {
+            format!("caught on {}/{applicable}", tally.caught.len())
+        } else {
+            format!("MISSED on {}/{applicable}", tally.missed.len())
+        };
+        rows.push(vec![
+            name.to_owned(),
+            verdict,
+            tally.example.clone().unwrap_or_default(),
+        ]);
+        for (target, why) in &tally.missed {
+            fail("self-test: not caught", target, format!("{name}: {why}"));
+        }
+        if applicable == 0 && !targets.is_empty() {
+            // A variant that ran nowhere proves nothing; only those limited
+            // to i686 Windows or to 64-bit targets can legitimately apply to
+            // none of a `--target` selection.
+            eprintln!("  ({name}: no selected target it applies to)");
+        }
+    }
+    println!("\nself-test: each broken variant must be reported by the checks\n");
+    println!(
+        "{}",
+        report::render_table(&["variant", "result", "first report"], &rows)
+    );
+}
+
+/// The unmodified header and probe must pass on the target.
+fn control(
+    checks: &Checks<'_>,
+    target: &AbiTarget,
+    rust: &Layout,
+    symbols: &[DefinedSymbol],
+) -> Result<(), String> {
+    let object = checks.workspace.scratch(target).join("self_test_control.o");
+    let header = checks.workspace.header_dir();
+    let c = checks.c_layout(target, &[header], &[], &object)?;
+    checks::compare_layouts(target, rust, &c)?;
+    let references = checks.probe_references(target, &[], "self_test_control_probe.o")?;
+    checks::check_references(target, &references, symbols)
+}
+
+/// Ok(what the check reported) when the variant was caught as expected; Err(why not) otherwise.
+fn judge_header(
+    expect: Expect,
+    target: &AbiTarget,
+    rust: &Layout,
+    compiled: Result<Layout, String>,
+) -> Result<String, String> {
+    match (expect, compiled) {
+        (Expect::LayoutMismatch, Ok(c)) => match checks::compare_layouts(target, rust, &c) {
+            Err(report) => Ok(report
+                .split_once("): ")
+                .map_or(report.clone(), |(_, what)| what.to_owned())),
+            Ok(()) => Err(format!(
+                "the layout comparison passed a broken header ({c})"
+            )),
+        },
+        (Expect::MismatchOnlyIn(facts), Ok(c)) => {
+            let differences = c.differences(rust, "C");
+            let unexpected: Vec<&String> = differences
+                .iter()
+                .filter(|d| !facts.iter().any(|fact| d.starts_with(&format!("{fact}:"))))
+                .collect();
+            if differences.is_empty() {
+                Err(format!(
+                    "the layout comparison passed a broken header ({c})"
+                ))
+            } else if !unexpected.is_empty() {
+                // The variant is meant to get past every other fact; if it
+                // does not, it no longer shows that these facts are needed.
+                Err(format!(
+                    "expected differences in {} only, but also: {}",
+                    facts.join(", "),
+                    unexpected
+                        .iter()
+                        .map(|d| d.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ))
+            } else {
+                Ok(differences.join("; "))
+            }
+        }
+        (Expect::LayoutMismatch | Expect::MismatchOnlyIn(_), Err(error)) => Err(format!(
+            "the broken header did not compile, so the comparison never ran: {error}"
+        )),
+        (Expect::CompileError(message), Err(error)) if error.contains(message) => {
+            Ok(format!("clang: static assertion failed: \"{message}\""))
+        }
+        (Expect::CompileError(message), Err(error)) => Err(format!(
+            "clang failed, but not with the header's assert \"{message}\": {error}"
+        )),
+        (Expect::CompileError(message), Ok(c)) => Err(format!(
+            "the header's assert \"{message}\" let a broken layout through ({c})"
+        )),
+    }
+}
+
+fn write_header_variant(
+    checks: &Checks<'_>,
+    variant: &HeaderVariant,
+    variants_dir: &Path,
+) -> Result<PathBuf, String> {
+    let original_path = checks.workspace.header_dir().join("hostcopy.h");
+    let original = fs::read_to_string(&original_path)
+        .map_err(|e| format!("reading {}: {e}", original_path.display()))?;
+    let broken = apply_edits(&original, variant.edits)?;
+    let dir = variants_dir.join(slug(variant.name));
+    checks::create_dir(&dir)?;
+    checks::write(&dir.join("hostcopy.h"), &broken)?;
+    Ok(dir)
+}
+
+/// Applies each edit to the header's text; an edit that finds nothing to
+/// change is an error, so a reworded header cannot make a variant silently
+/// identical to the original.
+fn apply_edits(header: &str, edits: &[Edit]) -> Result<String, String> {
+    let mut lines: Vec<String> = header.lines().map(str::to_owned).collect();
+    let position = |lines: &[String], starts: &str| {
+        lines
+            .iter()
+            .position(|line| line.trim_start().starts_with(starts))
+            .ok_or_else(|| format!("hostcopy.h has no line starting with `{starts}` to edit"))
+    };
+    for edit in edits {
+        match edit {
+            Edit::SwapDstAndSrc => {
+                let dst = position(&lines, "uintptr_t dst;")?;
+                let src = position(&lines, "uintptr_t src;")?;
+                lines.swap(dst, src);
+            }
+            Edit::AddField => {
+                let nbytes = position(&lines, "size_t nbytes;")?;
+                lines.insert(
+                    nbytes + 1,
+                    "    uint32_t flags;   /* self-test: a field Rust does not have */".to_owned(),
+                );
+            }
+            Edit::NarrowNbytes => {
+                let at = position(&lines, "size_t nbytes;")?;
+                lines[at] = lines[at].replacen("size_t nbytes;", "uint32_t nbytes;", 1);
+            }
+            Edit::BumpAbiVersion => {
+                let at = position(&lines, "#define HOSTCOPY_ABI_VERSION ")?;
+                let version: u32 = lines[at]
+                    .split_whitespace()
+                    .nth(2)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| format!("cannot read the version in `{}`", lines[at]))?;
+                lines[at] = format!("#define HOSTCOPY_ABI_VERSION {}", version + 1);
+            }
+            Edit::DisableStaticAsserts => {
+                let at = position(
+                    &lines,
+                    "#define HOSTCOPY_STATIC_ASSERT(cond, msg) _Static_assert",
+                )?;
+                lines[at] =
+                    "#define HOSTCOPY_STATIC_ASSERT(cond, msg) _Static_assert(1, msg)".to_owned();
+            }
+        }
+    }
+    let mut broken = lines.join("\n");
+    broken.push('\n');
+    if broken == header {
+        return Err("the edits left hostcopy.h unchanged".to_owned());
+    }
+    Ok(broken)
+}
+
+fn slug(name: &str) -> String {
+    let mut slug: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while slug.contains("__") {
+        slug = slug.replace("__", "_");
+    }
+    slug.trim_matches('_').to_owned()
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = include_str!("../../core/include/hostcopy.h");
+
+    #[test]
+    fn every_header_variant_still_applies_to_the_real_header() {
+        for variant in HEADER_VARIANTS {
+            let broken = apply_edits(HEADER, variant.edits).unwrap();
+            assert_ne!(broken, HEADER, "{}", variant.name);
+        }
+    }
+
+    #[test]
+    fn swap_exchanges_the_two_address_fields() {
+        let broken = apply_edits(HEADER, &[Edit::SwapDstAndSrc]).unwrap();
+        let dst = broken.find("uintptr_t dst;").unwrap();
+        let src = broken.find("uintptr_t src;").unwrap();
+        assert!(src < dst);
+    }
+
+    #[test]
+    fn abi_version_goes_up_by_one() {
+        let broken = apply_edits(HEADER, &[Edit::BumpAbiVersion]).unwrap();
+        assert!(broken.contains("#define HOSTCOPY_ABI_VERSION 2"));
+    }
+
+    #[test]
+    fn an_edit_that_finds_nothing_is_an_error() {
+        assert!(apply_edits("struct nothing;\n", &[Edit::AddField]).is_err());
+    }
+
+    const LP64: Layout = Layout {
+        size: 24,
+        align: 8,
+        dst: 0,
+        src: 8,
+        nbytes: 16,
+        dst_size: 8,
+        src_size: 8,
+        nbytes_size: 8,
+        abi_version: 1,
+        pointer_size: 8,
+    };
+
+    fn x86_64() -> &'static AbiTarget {
+        crate::targets::TARGETS
+            .iter()
+            .find(|t| t.rust == "x86_64-unknown-linux-gnu")
+            .unwrap()
+    }
+
+    #[test]
+    fn a_variant_the_comparison_passes_counts_as_missed() {
+        let judged = judge_header(Expect::LayoutMismatch, x86_64(), &LP64, Ok(LP64));
+        assert!(judged.unwrap_err().contains("passed a broken header"));
+        let swapped = Layout {
+            dst: 8,
+            src: 0,
+            ..LP64
+        };
+        let judged = judge_header(Expect::LayoutMismatch, x86_64(), &LP64, Ok(swapped));
+        assert_eq!(
+            judged.unwrap(),
+            "offsetof dst: Rust 0, C 8; offsetof src: Rust 8, C 0"
+        );
+    }
+
+    #[test]
+    fn a_variant_that_does_not_compile_proves_only_what_was_expected() {
+        let error = Err("error: static assertion failed: hostcopy: dst first".to_owned());
+        let expect = Expect::CompileError("hostcopy: dst first");
+        assert!(judge_header(expect, x86_64(), &LP64, error.clone()).is_ok());
+        assert!(judge_header(Expect::LayoutMismatch, x86_64(), &LP64, error).is_err());
+        let other = Err("error: unknown type name".to_owned());
+        assert!(judge_header(expect, x86_64(), &LP64, other).is_err());
+        assert!(judge_header(expect, x86_64(), &LP64, Ok(LP64)).is_err());
+    }
+
+    #[test]
+    fn a_narrow_nbytes_is_caught_by_its_field_size_alone() {
+        let broken = apply_edits(HEADER, &[Edit::NarrowNbytes]).unwrap();
+        assert!(broken.contains("uint32_t nbytes;"));
+        assert!(!broken.contains("size_t nbytes;"));
+        let expect = Expect::MismatchOnlyIn(&["sizeof nbytes"]);
+        let narrow = Layout {
+            nbytes_size: 4,
+            ..LP64
+        };
+        assert_eq!(
+            judge_header(expect, x86_64(), &LP64, Ok(narrow)).unwrap(),
+            "sizeof nbytes: Rust 8, C 4"
+        );
+        assert!(judge_header(expect, x86_64(), &LP64, Ok(LP64)).is_err());
+        let also_moved = Layout {
+            nbytes: 20,
+            ..narrow
+        };
+        let error = judge_header(expect, x86_64(), &LP64, Ok(also_moved)).unwrap_err();
+        assert!(error.contains("but also: offsetof nbytes"), "{error}");
+    }
+
+    #[test]
+    fn slugs_are_file_names() {
+        assert_eq!(
+            slug("header: dst and src swapped, asserts kept"),
+            "header_dst_and_src_swapped_asserts_kept"
+        );
+    }
+}
