@@ -23,6 +23,7 @@ mod core_copy;
 
 use std::ffi::c_void;
 use std::fmt::Write as _;
+use std::mem::ManuallyDrop;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -51,6 +52,9 @@ struct Row {
 }
 
 const SEED: u32 = 11;
+/// The group of the two-GPU rows: aggregates, kept out of the one-GPU table,
+/// targets and plot.
+const TWO_GPUS: &str = "2 GPUs D2H";
 
 fn main() {
     let options = match parse() {
@@ -150,7 +154,10 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     let device = device_with_pattern(total, SEED)?;
     let mut expected = vec![0u8; total];
     fill_pattern(&mut expected, SEED);
-    let mut dst = vec![0u8; total]; // zeroed: pages faulted in before any timing
+    // Host functions write `dst` and read `source`: after a context error one
+    // may still be running when the error is reported, so neither is ever
+    // freed (the process exits).
+    let mut dst = ManuallyDrop::new(vec![0u8; total]); // zeroed: pages faulted in before timing
     let mut rows = Vec::new();
     let bench = Bench {
         runs: options.runs,
@@ -264,11 +271,11 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     }
 
     // The other way: pageable source to device.
-    let source = expected.clone();
+    let source = ManuallyDrop::new(expected.clone());
     let verify_device = |device: &DeviceBuffer| -> Result<bool, Error> {
         let mut back = vec![0u8; total];
         device.copy_to_host(0, &mut back)?;
-        Ok(back == source)
+        Ok(back == **source)
     };
     let h2d_device = DeviceBuffer::new(total)?;
     let mut pinned_src = PinnedBuffer::new(total)?;
@@ -420,7 +427,8 @@ impl Bench {
         )
     }
 
-    /// As `measure`, for copies into `device`, checked by reading it back.
+    /// As `measure`, for copies into `device`, zeroed before the checked run
+    /// and read back to check it.
     #[allow(clippy::too_many_arguments)]
     fn measure_checked(
         &self,
@@ -433,6 +441,7 @@ impl Bench {
         verify: &dyn Fn(&DeviceBuffer) -> Result<bool, Error>,
         once: impl FnMut() -> Result<Timing, Error>,
     ) -> Result<Row, Error> {
+        zero(device)?;
         self.measure(
             group,
             path,
@@ -452,6 +461,7 @@ impl Bench {
         verify: &dyn Fn(&DeviceBuffer) -> Result<bool, Error>,
         mut once: impl FnMut(&mut DeviceBuffer) -> Result<Timing, Error>,
     ) -> Result<Row, Error> {
+        zero(device)?;
         let device = std::cell::RefCell::new(device);
         self.measure(
             group,
@@ -489,40 +499,49 @@ fn two_gpus(total: usize, runs: usize) -> Result<Vec<Row>, Error> {
             let pipelines: Vec<_> = (0..2)
                 .map(|device| {
                     let barrier = &barrier;
-                    scope.spawn(move || -> Result<Vec<Duration>, Error> {
-                        let _context = Context::primary(device)?;
-                        let source = device_with_pattern(total, SEED)?;
-                        let mut dst = vec![0u8; total];
-                        let ring = Ring::new(3, 16 << 20)?;
-                        ring.device_to_host(&source, &mut dst, host_fn, |_, _| {})?;
+                    scope.spawn(move || {
+                        // An error here ends the process: the other pipeline
+                        // would wait at the barrier forever, and host
+                        // functions may still be running on `dst`.
+                        let fail = |error: Error| -> ! {
+                            eprintln!("staged_copy: GPU {device}: {error}");
+                            std::process::exit(1)
+                        };
+                        let _context = Context::primary(device).unwrap_or_else(|e| fail(e.into()));
+                        let source = device_with_pattern(total, SEED).unwrap_or_else(|e| fail(e));
+                        let mut dst = ManuallyDrop::new(vec![0u8; total]);
+                        let ring = Ring::new(3, 16 << 20).unwrap_or_else(|e| fail(e));
+                        let copy = |dst: &mut [u8]| {
+                            ring.device_to_host(&source, dst, host_fn, |_, _| {})
+                                .unwrap_or_else(|e| fail(e))
+                                .total
+                        };
+                        copy(&mut dst);
                         let mut expected = vec![0u8; total];
                         fill_pattern(&mut expected, SEED);
-                        if dst != expected {
+                        if **dst != expected {
                             eprintln!("staged_copy: GPU {device}: wrong bytes; not timed");
                             std::process::exit(1);
                         }
                         let mut times = Vec::new();
                         for _ in 0..=runs {
                             barrier.wait();
-                            times.push(
-                                ring.device_to_host(&source, &mut dst, host_fn, |_, _| {})?
-                                    .total,
-                            );
+                            times.push(copy(&mut dst));
                         }
-                        Ok(times[1..].to_vec()) // the first was the warm-up
+                        times[1..].to_vec() // the first was the warm-up
                     })
                 })
                 .collect();
             pipelines
                 .into_iter()
                 .map(|p| p.join().expect("pipeline thread"))
-                .collect::<Result<Vec<_>, Error>>()
-        })?;
+                .collect::<Vec<Vec<Duration>>>()
+        });
         let aggregate: Vec<f64> = (0..runs)
             .map(|r| gb_per_s(2 * total, times[0][r].max(times[1][r])))
             .collect();
         rows.push(Row {
-            group: "D2H",
+            group: TWO_GPUS,
             path: path.into(),
             chunk_mib: 16,
             slots: 3,
@@ -533,6 +552,23 @@ fn two_gpus(total: usize, runs: usize) -> Result<Vec<Row>, Error> {
         println!("  {path}: measured");
     }
     Ok(rows)
+}
+
+/// Zeroes `device`, so that a check after a copy into it proves the copy.
+fn zero(device: &DeviceBuffer) -> Result<(), Error> {
+    let zeros = vec![0u8; (64 << 20).min(device.len())];
+    let stream = Stream::new()?;
+    for offset in (0..device.len()).step_by(zeros.len().max(1)) {
+        let n = zeros.len().min(device.len() - offset);
+        // SAFETY: `zeros` outlives the synchronize below.
+        unsafe {
+            stream
+                .handle()
+                .copy_host_to_device(device, offset, zeros.as_ptr(), n)
+        }?;
+    }
+    stream.handle().synchronize()?;
+    Ok(())
 }
 
 /// The comparison point for `hostcopy_fn`: a host function that is just memcpy.
@@ -562,8 +598,11 @@ unsafe extern "C" fn stamp_host_fn(_: *mut c_void) {
     STAMP.store(epoch().elapsed().as_nanos() as u64, Ordering::Release);
 }
 
+static SLEEP_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Holds the host-function thread for 200 ms.
 unsafe extern "C" fn sleep_host_fn(_: *mut c_void) {
+    SLEEP_STARTED.store(true, Ordering::Release);
     std::thread::sleep(Duration::from_millis(200));
 }
 
@@ -633,6 +672,11 @@ fn host_fn_costs(stream: &Stream, quick: bool) -> Result<HostFnCosts, Error> {
     STAMP.store(0, Ordering::Relaxed);
     // SAFETY: neither function uses its argument.
     unsafe { stream.launch_host_fn(sleep_host_fn, std::ptr::null_mut()) }?;
+    // Launch the other stream's function only once the sleeper holds the
+    // thread, so that the order of the two is not left to chance.
+    while !SLEEP_STARTED.load(Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
     let launched = epoch().elapsed().as_nanos() as u64;
     // SAFETY: as above.
     unsafe {
@@ -789,7 +833,17 @@ fn write_svg(path: &std::path::Path, rows: &[Row], chunks_mib: &[usize]) -> std:
     let (width, height, left, bottom, top, right) = (760.0, 440.0, 60.0, 50.0, 30.0, 230.0);
     let plot_w = width - left - right;
     let plot_h = height - top - bottom;
-    let max = rows.iter().map(|r| r.gbps).fold(1.0f64, f64::max) * 1.1;
+    let d2h = rows.iter().filter(|r| r.group == "D2H");
+    let highest = d2h.map(|r| r.gbps).fold(1.0f64, f64::max);
+    // Round ticks: a step of 1, 2 or 5 times a power of ten, about 5 of them.
+    let magnitude = 10f64.powf((highest / 5.0).log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|s| highest / s <= 6.0)
+        .unwrap_or(10.0 * magnitude);
+    let ticks = (highest / step).ceil() as u32;
+    let max = step * f64::from(ticks);
     let x = |i: usize| left + plot_w * (i as f64 + 0.5) / chunks_mib.len() as f64;
     let y = |v: f64| top + plot_h * (1.0 - v / max);
     let mut svg = format!(
@@ -797,11 +851,11 @@ fn write_svg(path: &std::path::Path, rows: &[Row], chunks_mib: &[usize]) -> std:
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
          <text x=\"{left}\" y=\"18\" font-size=\"14\">Staged device-to-host copy, GB/s by chunk size</text>\n"
     );
-    for tick in 0..=5 {
-        let v = max * f64::from(tick) / 5.0;
+    for tick in 0..=ticks {
+        let v = (step * f64::from(tick) * 1000.0).round() / 1000.0;
         let _ = writeln!(
             svg,
-            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>",
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v}</text>",
             left + plot_w,
             left - 6.0,
             y(v) + 4.0,
@@ -842,7 +896,7 @@ fn write_svg(path: &std::path::Path, rows: &[Row], chunks_mib: &[usize]) -> std:
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>",
             coords.join(" ")
         );
-        for (px, py) in &points {
+        for (px, py) in points.iter().filter(|_| !dashed) {
             let _ = writeln!(
                 svg,
                 "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3\" fill=\"{color}\"/>"
@@ -911,7 +965,10 @@ fn write_svg(path: &std::path::Path, rows: &[Row], chunks_mib: &[usize]) -> std:
             .collect();
         if !points.is_empty() {
             let label = if workers > 0 {
-                format!("parallel, {workers} workers")
+                format!(
+                    "parallel, {workers} worker{}",
+                    if workers == 1 { "" } else { "s" }
+                )
             } else {
                 path.trim_start_matches("staged ").to_string()
             };
@@ -970,6 +1027,33 @@ fn report(rows: &[Row], costs: &HostFnCosts, sizes: &[SizeRow]) -> String {
                 r.gbps / pageable,
                 100.0 * r.gbps / pinned,
                 100.0 * r.blocked
+            );
+        }
+        out.push('\n');
+    }
+    if rows.iter().any(|r| r.group == TWO_GPUS) {
+        let one_gpu = |workers: usize| {
+            rows.iter()
+                .filter(|r| {
+                    r.group == "D2H" && r.chunk_mib == 16 && r.slots == 3 && r.workers == workers
+                })
+                .find(|r| r.path.starts_with("staged hostcopy"))
+                .map_or(f64::NAN, |r| r.gbps)
+        };
+        let _ = writeln!(
+            out,
+            "Two GPUs at once (two contexts, 16 MiB chunks, 3 slots each): aggregate GB/s"
+        );
+        let _ = writeln!(out, "| path | workers | aggregate GB/s | x one GPU |");
+        let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
+        for r in rows.iter().filter(|r| r.group == TWO_GPUS) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.1} | {:.2} |",
+                r.path,
+                r.workers,
+                r.gbps,
+                r.gbps / one_gpu(r.workers)
             );
         }
         out.push('\n');

@@ -69,6 +69,12 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
         // SAFETY: both buffers are leaked: valid for as long as any host function may run.
         unsafe { Record::from_raw_regions(dst_region, i * LEN, src_region, i * LEN, LEN) }
     };
+    // A 1 GiB scoped copy that is running when the trap hits.
+    const BIG: usize = 1 << 30;
+    let big_src = pattern(BIG, 2);
+    let mut big_dst = vec![0u8; BIG];
+    big_dst.fill(0); // fault in every page before timing anything
+    let event = Event::ordering()?;
     let alive_before = owned_alive();
     kernels.spin(queued.handle(), 2_000_000_000)?;
     for i in 0..QUEUED {
@@ -82,12 +88,9 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
     graph.add_host_copy(record(GRAPH_RECORD)?, &[])?;
     let mut exec = graph.instantiate()?;
     exec.launch(queued.handle())?;
+    // An event behind all of it: pending when the trap hits, waited on after.
+    event.record(queued.handle())?;
 
-    // A 1 GiB scoped copy that is running when the trap hits.
-    const BIG: usize = 1 << 30;
-    let big_src = pattern(BIG, 2);
-    let mut big_dst = vec![0u8; BIG];
-    big_dst.fill(0); // fault in every page before timing anything
     let abandoned_before = abandoned_records();
     let started = Instant::now();
     let scope_result = busy.handle().scope(|scope| -> Result<(), Failed> {
@@ -130,11 +133,7 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
         ("queued stream", queued.handle().synchronize()),
         ("faulty stream", faulty.handle().synchronize()),
         ("context", context.synchronize()),
-        (
-            "event",
-            Event::ordering()
-                .and_then(|e| e.record(queued.handle()).and_then(|()| e.synchronize())),
-        ),
+        ("event recorded before the trap", event.synchronize()),
     ];
     for (what, result) in &waits {
         eprintln!("    wait on {what}: {result:?}");

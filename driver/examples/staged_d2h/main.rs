@@ -96,7 +96,10 @@ fn run(options: &Options) -> Result<(), String> {
         }
     );
     let device = device_with_pattern(total, 7).map_err(|e| e.to_string())?;
-    let mut dst = vec![0u8; total]; // zeroed: every page is touched before timing
+    // Host functions write `dst`: after a context error one may still be
+    // running when the error comes back, so `dst` is never freed on that
+    // path (the process exits). Zeroed: every page is touched before timing.
+    let mut dst = std::mem::ManuallyDrop::new(vec![0u8; total]);
     let ring = Ring::new(options.slots, chunk).map_err(|e| e.to_string())?;
     let mut last_tenth = 0;
     let timing = ring
@@ -110,6 +113,8 @@ fn run(options: &Options) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let expected = pattern(total, 7);
     let wrong = dst.iter().zip(&expected).filter(|(a, b)| a != b).count();
+    // Every host function has finished: the destination can go.
+    drop(std::mem::ManuallyDrop::into_inner(dst));
     if wrong != 0 {
         return Err(format!("{wrong} bytes of the destination are wrong"));
     }

@@ -6,19 +6,41 @@
 //! `i` on one stream overlaps the transfer of chunk `i + 1` on the next.
 //! The slot policy lives here, not in the library: the library gives the
 //! host function, the records and the launch.
+//!
+//! After a context error the driver may still be running a host function
+//! on a slot and a destination when it reports the error: records and slots
+//! are then leaked, never freed, and callers keep their buffers too (the
+//! example and the benchmark exit without freeing them).
 
 // Shared by the example and the benchmark, which each use part of it.
 #![allow(dead_code, unreachable_pub)]
 
+use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::{DeviceBuffer, Error, PinnedBuffer, Stream};
 use hostcopy_driver::{HostFn, RawRegion, Record};
 
-/// Pinned slots, each with its own stream.
+/// Pinned slots, each with its own stream. Dropping the ring waits for its
+/// streams; if one has failed, the slots are leaked rather than freed.
 pub struct Ring {
-    slots: Vec<(PinnedBuffer, Stream)>,
+    slots: Vec<(ManuallyDrop<PinnedBuffer>, Stream)>,
     chunk: usize,
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        let finished = self
+            .slots
+            .iter()
+            .all(|(_, stream)| stream.handle().synchronize().is_ok());
+        if finished {
+            for (slot, _) in &mut self.slots {
+                // SAFETY: every host function that read or wrote the slot has finished.
+                unsafe { ManuallyDrop::drop(slot) };
+            }
+        }
+    }
 }
 
 /// Where the time went.
@@ -34,7 +56,7 @@ impl Ring {
     /// `slots` pinned slots of `chunk` bytes, each with a new stream.
     pub fn new(slots: usize, chunk: usize) -> Result<Ring, Error> {
         let slots = (0..slots)
-            .map(|_| Ok((PinnedBuffer::new(chunk)?, Stream::new()?)))
+            .map(|_| Ok((ManuallyDrop::new(PinnedBuffer::new(chunk)?), Stream::new()?)))
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(Ring { slots, chunk })
     }
@@ -59,7 +81,7 @@ impl Ring {
         let mut records = Vec::with_capacity(chunks);
         let mut blocked = Duration::ZERO;
         let start = Instant::now();
-        for chunk in 0..chunks {
+        let queued = (0..chunks).try_for_each(|chunk| {
             let (slot, stream) = &self.slots[chunk % self.slots.len()];
             let offset = chunk * self.chunk;
             let len = self.chunk.min(dst.len - offset);
@@ -80,8 +102,9 @@ impl Ring {
             unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
             blocked += enqueue.elapsed();
             progress(chunk + 1, chunks);
-        }
-        self.finish(records, start, blocked)
+            Ok(())
+        });
+        self.finish(queued, records, start, blocked)
     }
 
     /// Copies `src` into `device` chunk by chunk: `host_fn` copying a chunk
@@ -98,11 +121,12 @@ impl Ring {
         let mut records = Vec::with_capacity(chunks);
         let mut blocked = Duration::ZERO;
         let start = Instant::now();
-        for chunk in 0..chunks {
+        let queued = (0..chunks).try_for_each(|chunk| {
             let (slot, stream) = &self.slots[chunk % self.slots.len()];
             let offset = chunk * self.chunk;
             let len = self.chunk.min(src.len - offset);
-            // SAFETY: `src` outlives this call, which waits for every stream.
+            // SAFETY: `src` outlives this call, which waits for every stream
+            // (or leaks the records on error).
             records
                 .push(unsafe { Record::from_raw_regions(slot.raw_region(), 0, src, offset, len) }?);
             let record = records.last().expect("just pushed");
@@ -119,28 +143,38 @@ impl Ring {
                     .copy_host_to_device(device, offset, slot.raw_ptr(), len)
             }?;
             blocked += enqueue.elapsed();
-        }
-        self.finish(records, start, blocked)
+            Ok(())
+        });
+        self.finish(queued, records, start, blocked)
     }
 
+    /// Waits for every stream. On any error, queued host functions may
+    /// still run: the records are leaked rather than freed under them.
     fn finish(
         &self,
+        queued: Result<(), Error>,
         records: Vec<Record<'static>>,
         start: Instant,
         blocked: Duration,
     ) -> Result<Timing, Error> {
-        for (_, stream) in &self.slots {
-            if let Err(error) = stream.handle().synchronize() {
-                // After a context error a host function may still be
-                // running: keep the records rather than free them under it.
+        let synchronized = self
+            .slots
+            .iter()
+            .try_for_each(|(_, stream)| stream.handle().synchronize());
+        match (queued, synchronized) {
+            (Ok(()), Ok(())) => Ok(Timing {
+                total: start.elapsed(),
+                blocked,
+            }),
+            (Err(error), _) => {
                 std::mem::forget(records);
-                return Err(error.into());
+                Err(error)
+            }
+            (Ok(()), Err(error)) => {
+                std::mem::forget(records);
+                Err(error.into())
             }
         }
-        Ok(Timing {
-            total: start.elapsed(),
-            blocked,
-        })
     }
 }
 

@@ -152,6 +152,7 @@ impl Graph {
             raw,
             replaced: List::new(),
             launches: List::new(),
+            untracked: false,
         })
     }
 }
@@ -223,6 +224,9 @@ pub struct GraphExec {
     replaced: List<NonNull<Slot>, REPLACED_RECORDS>,
     /// The last launch on each stream, once there are records to free.
     launches: List<(CUstream, Event), LAUNCH_STREAMS>,
+    /// A launch that may use `replaced` went untracked (an event failed):
+    /// those records can never be known to be free.
+    untracked: bool,
 }
 
 // SAFETY: handles and owned slots may be used from any thread; every method
@@ -231,11 +235,21 @@ unsafe impl Send for GraphExec {}
 
 impl GraphExec {
     /// Launches the executable on `stream`.
+    ///
+    /// Refused on a capturing stream once a node's record was set here
+    /// ([`Error::Capturing`]): the captured graph would point at records this
+    /// executable frees when dropped.
     pub fn launch(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
+        if !self.replaced.is_empty() && stream.capture_graph()?.is_some() {
+            return Err(Error::Capturing);
+        }
         // SAFETY: both handles are alive.
         unsafe { ffi::cuGraphLaunch(self.raw, stream.raw()) }.ok()?;
-        if !self.replaced.is_empty() {
-            self.remember_launch(stream)?;
+        if !self.replaced.is_empty()
+            && let Err(error) = self.remember_launch(stream)
+        {
+            self.untracked = true;
+            return Err(error);
         }
         Ok(())
     }
