@@ -18,7 +18,9 @@
 use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::cuda::{DeviceBuffer, Error, PinnedBuffer, Stream};
+use hostcopy_driver::cuda::{
+    CaptureMode, DeviceBuffer, Error, Event, Graph, GraphExec, PinnedBuffer, Stream,
+};
 use hostcopy_driver::{HostFn, RawRegion, Record};
 
 /// Pinned slots, each with its own stream. Dropping the ring waits for its
@@ -175,6 +177,125 @@ impl Ring {
                 Err(error.into())
             }
         }
+    }
+}
+
+/// A staged device-to-host transfer captured once into a graph: each
+/// transfer is then a single launch, however many chunks it has, so the
+/// calling thread spends one call per transfer instead of two per chunk.
+pub struct CapturedTransfer<'ring> {
+    exec: GraphExec,
+    _graph: Graph,
+    /// The records the graph's host nodes point at: freed after the graph,
+    /// or leaked if a launch failed.
+    records: ManuallyDrop<Vec<Record<'static>>>,
+    ring: &'ring Ring,
+}
+
+impl Ring {
+    /// Captures a device-to-host transfer of `device` into `dst` through the
+    /// ring: the same chunks, slots and streams as
+    /// [`device_to_host`](Self::device_to_host), forked from the first
+    /// stream and joined back to it. `dst` must outlive the result.
+    pub fn capture_device_to_host(
+        &self,
+        device: &DeviceBuffer,
+        dst: &mut [u8],
+        host_fn: HostFn,
+    ) -> Result<CapturedTransfer<'_>, Error> {
+        assert_eq!(
+            device.len(),
+            dst.len(),
+            "device and destination sizes differ"
+        );
+        let dst = RawRegion::host(dst.as_mut_ptr().expose_provenance(), dst.len());
+        let chunks = dst.len.div_ceil(self.chunk);
+        let main = self.slots[0].1.handle();
+        let mut records = Vec::with_capacity(chunks);
+        main.begin_capture(CaptureMode::ThreadLocal)?;
+        let mut events = Vec::new();
+        let captured = (|| -> Result<(), Error> {
+            let fork = Event::ordering()?;
+            fork.record(main)?;
+            for (_, stream) in &self.slots[1..] {
+                stream.handle().wait_event(&fork)?;
+            }
+            events.push(fork);
+            for chunk in 0..chunks {
+                let (slot, stream) = &self.slots[chunk % self.slots.len()];
+                let offset = chunk * self.chunk;
+                let len = self.chunk.min(dst.len - offset);
+                // SAFETY: `dst` outlives the graph (our caller); the records
+                // live in the returned value, which owns the graph.
+                records.push(unsafe {
+                    Record::from_raw_regions(dst, offset, slot.raw_region(), 0, len)
+                }?);
+                let record = records.last().expect("just pushed");
+                // SAFETY: as in `device_to_host`, in the graph's order.
+                unsafe {
+                    stream
+                        .handle()
+                        .copy_device_to_host(slot.raw_ptr(), device, offset, len)
+                }?;
+                // SAFETY: the record and both its ranges outlive the graph.
+                unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+            }
+            for (_, stream) in &self.slots[1..] {
+                let join = Event::ordering()?;
+                join.record(stream.handle())?;
+                main.wait_event(&join)?;
+                events.push(join);
+            }
+            Ok(())
+        })();
+        let graph = main.end_capture();
+        let (graph, exec) = match captured.and_then(|()| {
+            let graph = graph?;
+            let exec = graph.instantiate()?;
+            Ok((graph, exec))
+        }) {
+            Ok(done) => done,
+            Err(error) => {
+                std::mem::forget(records);
+                return Err(error);
+            }
+        };
+        Ok(CapturedTransfer {
+            exec,
+            _graph: graph,
+            records: ManuallyDrop::new(records),
+            ring: self,
+        })
+    }
+}
+
+impl CapturedTransfer<'_> {
+    /// Runs the captured transfer once and waits for it.
+    pub fn run(&mut self) -> Result<Timing, Error> {
+        let main = self.ring.slots[0].1.handle();
+        let start = Instant::now();
+        let launched = self.exec.launch(main);
+        let blocked = start.elapsed();
+        match launched.and_then(|()| Ok(main.synchronize()?)) {
+            Ok(()) => Ok(Timing {
+                total: start.elapsed(),
+                blocked,
+            }),
+            Err(error) => {
+                // Host nodes may still be running: never free their records.
+                self.records = ManuallyDrop::new(Vec::new());
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Drop for CapturedTransfer<'_> {
+    fn drop(&mut self) {
+        // Each run waited for its launch, so no host node runs any more
+        // (a failed run emptied the list, leaking the records).
+        // SAFETY: dropped once, here.
+        unsafe { ManuallyDrop::drop(&mut self.records) };
     }
 }
 
