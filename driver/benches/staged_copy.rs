@@ -281,6 +281,20 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
             rows.push(staged("staged hostcopy_fn", hostcopy_fn, 0)?);
             if slots == 3 {
                 rows.push(staged("staged memcpy host fn", memcpy_fn, 0)?);
+                // The core's loop variants, in the pipeline itself.
+                #[cfg(target_arch = "x86_64")]
+                {
+                    rows.push(staged(
+                        "staged 64 B streaming loop (core before)",
+                        streaming_host_fn::<64, false>,
+                        0,
+                    )?);
+                    rows.push(staged(
+                        "staged 128 B streaming loop, no prefetch",
+                        streaming_host_fn::<128, false>,
+                        0,
+                    )?);
+                }
             }
             for &workers in worker_counts {
                 CopyWorkers::get().expect("started").set_active(workers);
@@ -768,35 +782,72 @@ struct SizeRow {
     non_temporal_gbps: f64,
     /// The core's loop before 2026-11-30: one line per step, no prefetch.
     previous_gbps: f64,
+    /// The core's loop without its prefetch.
+    plain_128_gbps: f64,
 }
 
-/// The core's non-temporal loop until 2026-11-30 (64 bytes per step, no
-/// prefetch), kept to show what the current loop gains, side by side.
+/// Variants of the core's streaming loop, timed side by side with it in one
+/// process: `STEP` bytes per iteration (64 or 128), with or without a
+/// non-temporal prefetch 1 KiB ahead. The core's loop before 2026-11-30 was
+/// `streaming_copy::<64, false>`; it is now `<128, true>`.
 ///
 /// # Safety
 ///
 /// Two disjoint ranges of `n` bytes.
 #[cfg(target_arch = "x86_64")]
-unsafe fn previous_non_temporal(dst: *mut u8, src: *const u8, n: usize) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+unsafe fn streaming_copy<const STEP: usize, const PREFETCH: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+) {
+    use std::arch::x86_64::{
+        __m128i, _MM_HINT_NTA, _mm_loadu_si128, _mm_prefetch, _mm_setzero_si128, _mm_sfence,
+        _mm_stream_si128,
+    };
     const LINE: usize = 64;
     let head = ((LINE - dst.addr() % LINE) % LINE).min(n);
     // SAFETY: inside both ranges, which do not overlap (our caller); `d` is
-    // 64-byte aligned in the loop.
+    // 64-byte aligned in the loop; prefetches never fault.
     unsafe {
         std::ptr::copy_nonoverlapping(src, dst, head);
         let (mut d, mut s) = (dst.add(head), src.add(head));
-        let lines = (n - head) / LINE;
-        for _ in 0..lines {
-            let lanes = [0, 1, 2, 3].map(|i| _mm_loadu_si128(s.add(16 * i).cast::<__m128i>()));
-            for (i, lane) in lanes.into_iter().enumerate() {
-                _mm_stream_si128(d.add(16 * i).cast::<__m128i>(), lane);
+        let steps = (n - head) / STEP;
+        for _ in 0..steps {
+            if PREFETCH {
+                _mm_prefetch::<_MM_HINT_NTA>(s.wrapping_add(1024).cast());
             }
-            d = d.add(LINE);
-            s = s.add(LINE);
+            let mut lanes = [_mm_setzero_si128(); 8];
+            for (i, lane) in lanes.iter_mut().enumerate().take(STEP / 16) {
+                *lane = _mm_loadu_si128(s.add(16 * i).cast::<__m128i>());
+            }
+            for (i, lane) in lanes.iter().enumerate().take(STEP / 16) {
+                _mm_stream_si128(d.add(16 * i).cast::<__m128i>(), *lane);
+            }
+            d = d.add(STEP);
+            s = s.add(STEP);
         }
-        std::ptr::copy_nonoverlapping(s, d, n - head - lines * LINE);
+        std::ptr::copy_nonoverlapping(s, d, n - head - steps * STEP);
         _mm_sfence();
+    }
+}
+
+/// A host function running one record through a streaming-loop variant.
+///
+/// # Safety
+///
+/// `user_data` is a valid record of two disjoint ranges.
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn streaming_host_fn<const STEP: usize, const PREFETCH: bool>(
+    user_data: *mut c_void,
+) {
+    // SAFETY: the pipeline launches it with valid, disjoint records only.
+    unsafe {
+        let args = user_data.cast::<HostCopyArgs>().read_unaligned();
+        streaming_copy::<STEP, PREFETCH>(
+            std::ptr::with_exposed_provenance_mut::<u8>(args.dst),
+            std::ptr::with_exposed_provenance::<u8>(args.src),
+            args.nbytes,
+        );
     }
 }
 
@@ -820,46 +871,54 @@ fn copy_paths_by_size(quick: bool) -> Vec<SizeRow> {
             64 << 20,
         ]
     };
-    #[derive(Clone, Copy)]
-    enum Path {
-        Memcpy,
-        Core,
-        Previous,
+    // One pass of `size`-byte copies over the arena with each path in
+    // turn, three times: interleaved, so that drift of a shared VM does not
+    // favour whichever path runs first.
+    type Copy = unsafe fn(*mut u8, *const u8, usize);
+    unsafe fn memcpy(dst: *mut u8, src: *const u8, n: usize) {
+        // SAFETY: forwarded.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
     }
-    let time = |dst: &mut [u8], size: usize, path: Path| {
-        let mut runs = Vec::new();
-        for _ in 0..3 {
-            let start = Instant::now();
-            for (d, s) in dst.chunks_mut(size).zip(src.chunks(size)) {
-                match path {
-                    Path::Memcpy => d.copy_from_slice(s),
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: two disjoint live slices of equal length.
-                    Path::Core => unsafe {
-                        core_copy::non_temporal::copy(d.as_mut_ptr(), s.as_ptr(), d.len())
-                    },
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: as above.
-                    Path::Previous => unsafe {
-                        previous_non_temporal(d.as_mut_ptr(), s.as_ptr(), d.len())
-                    },
-                    #[cfg(not(target_arch = "x86_64"))]
-                    _ => d.copy_from_slice(s),
-                }
-            }
-            runs.push(gb_per_s(ARENA, start.elapsed()));
-        }
-        assert!(*dst == src[..], "copy paths by size: wrong bytes");
-        dst.fill(0);
-        median(runs)
-    };
+    #[cfg(target_arch = "x86_64")]
+    let paths: [Copy; 4] = [
+        memcpy,
+        core_copy::non_temporal::copy,
+        streaming_copy::<64, false>,
+        streaming_copy::<128, false>,
+    ];
+    #[cfg(not(target_arch = "x86_64"))]
+    let paths: [Copy; 4] = [memcpy; 4];
+    let mut checked = [false; 4];
     sizes
         .iter()
-        .map(|&size| SizeRow {
-            size,
-            memcpy_gbps: time(&mut dst, size, Path::Memcpy),
-            non_temporal_gbps: time(&mut dst, size, Path::Core),
-            previous_gbps: time(&mut dst, size, Path::Previous),
+        .map(|&size| {
+            let mut runs = [const { Vec::new() }; 4];
+            for _ in 0..3 {
+                for (p, path) in paths.iter().enumerate() {
+                    let start = Instant::now();
+                    for (d, s) in dst.chunks_mut(size).zip(src.chunks(size)) {
+                        // SAFETY: two disjoint live slices of equal length.
+                        unsafe { path(d.as_mut_ptr(), s.as_ptr(), d.len()) };
+                    }
+                    runs[p].push(gb_per_s(ARENA, start.elapsed()));
+                    if !checked[p] {
+                        assert!(
+                            *dst == src[..],
+                            "copy paths by size: path {p} copied wrong bytes"
+                        );
+                        checked[p] = true;
+                    }
+                    dst.fill(0);
+                }
+            }
+            let [memcpy, core, previous, plain_128] = runs.map(median);
+            SizeRow {
+                size,
+                memcpy_gbps: memcpy,
+                non_temporal_gbps: core,
+                previous_gbps: previous,
+                plain_128_gbps: plain_128,
+            }
         })
         .collect()
 }
@@ -1134,21 +1193,22 @@ fn report(rows: &[Row], costs: &HostFnCosts, sizes: &[SizeRow]) -> String {
     out.push('\n');
     let _ = writeln!(
         out,
-        "One thread, by copy size (1 GiB in pieces), GB/s: memcpy, the core's non-temporal loop (128 B per step, prefetch), its previous loop (64 B per step)"
+        "One thread, by copy size (1 GiB in pieces), GB/s, interleaved: memcpy; the core's non-temporal loop (128 B per step, prefetch); 64 B per step (the core's loop before 2026-11-30); 128 B per step without the prefetch"
     );
     let _ = writeln!(
         out,
-        "| size | memcpy | core non-temporal | previous loop | core / memcpy |"
+        "| size | memcpy | core (128 B, prefetch) | 64 B | 128 B, no prefetch | core / memcpy |"
     );
-    let _ = writeln!(out, "| ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(out, "| ---: | ---: | ---: | ---: | ---: | ---: |");
     for s in sizes {
         let _ = writeln!(
             out,
-            "| {} KiB | {:.1} | {:.1} | {:.1} | {:.2} |",
+            "| {} KiB | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
             s.size >> 10,
             s.memcpy_gbps,
             s.non_temporal_gbps,
             s.previous_gbps,
+            s.plain_128_gbps,
             s.non_temporal_gbps / s.memcpy_gbps
         );
     }
