@@ -45,26 +45,19 @@ fn disjoint(dst: *mut u8, src: *const u8, n: usize) -> bool {
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 pub(crate) mod non_temporal {
-    use core::arch::x86_64::{
-        __m128i, _MM_HINT_NTA, _mm_loadu_si128, _mm_prefetch, _mm_sfence, _mm_stream_si128,
-    };
+    use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
     use core::ptr;
 
-    /// Two cache lines per step. Measured on the GPU host (BENCHMARKS.md):
-    /// with the prefetch below, 10 to 20% faster from 1 MiB up than one
-    /// line per step, and faster than memcpy.
-    const STEP: usize = 128;
-    /// How far ahead the source is prefetched (non-temporally: it is read
-    /// once). A hint only: it never faults, so it may run past the end.
-    const PREFETCH_AHEAD: usize = 1024;
-    /// Streaming stores need 16-byte alignment; a whole cache line avoids
-    /// partial write-combining flushes.
-    const ALIGN: usize = 64;
+    /// One cache line per step: the unit the write-combining buffers flush.
+    /// On the GPU host (BENCHMARKS.md) two lines per step copied at the same
+    /// speed, and adding a non-temporal prefetch of the source made it 5 to
+    /// 20% slower: the hardware prefetcher does better alone.
+    const LINE: usize = 64;
 
     /// Copies `n` bytes with streaming stores, then fences.
     ///
     /// Any `n` and any alignment work: the bytes before the first cache-line
-    /// boundary of `dst` and after the last whole step go through ordinary
+    /// boundary of `dst` and after the last whole line go through ordinary
     /// stores.
     ///
     /// # Safety
@@ -72,27 +65,28 @@ pub(crate) mod non_temporal {
     /// `src` is valid for reads and `dst` for writes of `n` bytes, and the two
     /// ranges do not overlap.
     pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, n: usize) {
-        let head = ((ALIGN - dst.addr() % ALIGN) % ALIGN).min(n);
-        let steps = (n - head) / STEP;
-        let tail = n - head - steps * STEP;
+        let head = ((LINE - dst.addr() % LINE) % LINE).min(n);
+        let lines = (n - head) / LINE;
+        let tail = n - head - lines * LINE;
         // SAFETY: `head <= n`, inside both ranges, which do not overlap.
         unsafe { ptr::copy_nonoverlapping(src, dst, head) };
         // SAFETY: `head <= n`: still inside (or one past the end of) both ranges.
         let (mut d, mut s) = unsafe { (dst.add(head), src.add(head)) };
-        for _ in 0..steps {
-            // SAFETY: the loop runs while whole steps remain in both ranges.
+        for _ in 0..lines {
+            // SAFETY: the loop runs while whole lines remain in both ranges.
             // `d` is 64-byte aligned, as `_mm_stream_si128` needs 16; loads
-            // are unaligned on purpose. SSE and SSE2 are x86_64's baseline. A
-            // prefetch is a hint that never faults, even past the end.
+            // are unaligned on purpose. SSE2 is x86_64's baseline.
             unsafe {
-                _mm_prefetch::<_MM_HINT_NTA>(s.wrapping_add(PREFETCH_AHEAD).cast());
-                let lanes = [0, 1, 2, 3, 4, 5, 6, 7]
-                    .map(|i| _mm_loadu_si128(s.add(16 * i).cast::<__m128i>()));
-                for (i, lane) in lanes.into_iter().enumerate() {
-                    _mm_stream_si128(d.add(16 * i).cast::<__m128i>(), lane);
-                }
-                d = d.add(STEP);
-                s = s.add(STEP);
+                let a = _mm_loadu_si128(s.cast::<__m128i>());
+                let b = _mm_loadu_si128(s.add(16).cast::<__m128i>());
+                let c = _mm_loadu_si128(s.add(32).cast::<__m128i>());
+                let e = _mm_loadu_si128(s.add(48).cast::<__m128i>());
+                _mm_stream_si128(d.cast::<__m128i>(), a);
+                _mm_stream_si128(d.add(16).cast::<__m128i>(), b);
+                _mm_stream_si128(d.add(32).cast::<__m128i>(), c);
+                _mm_stream_si128(d.add(48).cast::<__m128i>(), e);
+                d = d.add(LINE);
+                s = s.add(LINE);
             }
         }
         // SAFETY: the last `tail` bytes of both ranges; then the fence that
