@@ -181,7 +181,9 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     // Host functions write `dst` and read `source`: after a context error one
     // may still be running when the error is reported, so neither is ever
     // freed (the process exits).
-    let mut dst = ManuallyDrop::new(vec![0u8; total]); // zeroed: pages faulted in before timing
+    // Its pages are faulted in by `measure_into`, which fills it before the
+    // first (untimed) run of every path.
+    let mut dst = ManuallyDrop::new(vec![0u8; total]);
     let mut rows = Vec::new();
     let bench = Bench {
         runs: options.runs,
@@ -285,13 +287,13 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
                 #[cfg(target_arch = "x86_64")]
                 {
                     rows.push(staged(
-                        "staged 64 B streaming loop (core before)",
-                        streaming_host_fn::<64, false>,
+                        "staged 128 B streaming loop",
+                        streaming_host_fn::<128, false>,
                         0,
                     )?);
                     rows.push(staged(
-                        "staged 128 B streaming loop, no prefetch",
-                        streaming_host_fn::<128, false>,
+                        "staged 128 B streaming loop + prefetch",
+                        streaming_host_fn::<128, true>,
                         0,
                     )?);
                 }
@@ -993,7 +995,8 @@ fn write_svg(path: &std::path::Path, rows: &[Row], chunks_mib: &[usize]) -> std:
         height - 12.0
     );
     let colors = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+        "#bcbd22", "#7f7f7f",
     ];
     let mut legend = 0;
     let mut line = |svg: &mut String, label: String, points: Vec<(f64, f64)>, dashed: bool| {
