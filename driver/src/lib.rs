@@ -45,6 +45,7 @@ mod pool;
 
 pub use error::{PackError, PoolError, Side};
 pub use memory::{HostMemory, HostMemoryMut, HostRange, MemorySpace, Plain, RawRegion};
+#[cfg(feature = "cuda")]
 pub use owned::{OwnedRecordCounts, abandoned_records, owned_record_counts};
 pub use packing::Record;
 pub use pool::{PoolRecord, RecordPool};

@@ -21,18 +21,27 @@
 //! without touching the record's buffers.
 
 use core::cell::UnsafeCell;
+#[cfg(feature = "cuda")]
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+#[cfg(feature = "cuda")]
+use core::sync::atomic::AtomicUsize;
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use hostcopy_core::HostCopyArgs;
 
+#[cfg(feature = "cuda")]
 use crate::error::PoolError;
 
 pub(crate) const FREE: u8 = 0;
 pub(crate) const HELD: u8 = 1;
+// The launch states: only the CUDA layer launches slots.
+#[cfg(feature = "cuda")]
 pub(crate) const PENDING: u8 = 2;
+#[cfg(feature = "cuda")]
 pub(crate) const RUNNING: u8 = 3;
+#[cfg(feature = "cuda")]
 pub(crate) const DONE: u8 = 4;
+#[cfg(feature = "cuda")]
 pub(crate) const ABANDONED: u8 = 5;
 
 /// One owned record and where it is in its life.
@@ -51,10 +60,14 @@ pub(crate) struct Slot {
 // after the launching call.
 unsafe impl Sync for Slot {}
 
+#[cfg(feature = "cuda")]
 static BOXED_CREATED: AtomicUsize = AtomicUsize::new(0);
+#[cfg(feature = "cuda")]
 static BOXED_FREED: AtomicUsize = AtomicUsize::new(0);
+#[cfg(feature = "cuda")]
 static ABANDONED_COUNT: AtomicUsize = AtomicUsize::new(0);
 
+#[cfg(feature = "cuda")]
 /// Counts of boxed owned records in this process (records the layer copied
 /// to the heap for a launch or a graph node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +78,7 @@ pub struct OwnedRecordCounts {
     pub freed: usize,
 }
 
+#[cfg(feature = "cuda")]
 impl OwnedRecordCounts {
     /// Records created and not yet freed: in flight, held by a graph, or
     /// abandoned after a context error.
@@ -74,6 +88,7 @@ impl OwnedRecordCounts {
 }
 
 /// How many boxed owned records this process has created and freed.
+#[cfg(feature = "cuda")]
 pub fn owned_record_counts() -> OwnedRecordCounts {
     // Freed first: a record created and freed between the two loads then
     // counts as created, never as freed before it was created.
@@ -84,6 +99,7 @@ pub fn owned_record_counts() -> OwnedRecordCounts {
     }
 }
 
+#[cfg(feature = "cuda")]
 /// How many owned records were abandoned: launched on a stream that then
 /// failed, whose host function had not started. Each stays allocated (a
 /// heap record, or a pool slot that stays held) unless the host function
@@ -103,7 +119,7 @@ impl Slot {
     }
 
     /// A held slot in its own heap allocation.
-    #[cfg(feature = "alloc")]
+    #[cfg(all(feature = "cuda", feature = "alloc"))]
     pub(crate) fn boxed(args: HostCopyArgs) -> NonNull<Slot> {
         let slot = alloc::boxed::Box::new(Slot {
             record: UnsafeCell::new(args),
@@ -154,6 +170,7 @@ impl Slot {
     }
 
     /// Frees a slot: drops a boxed one, marks a pool slot free.
+    #[cfg(feature = "cuda")]
     ///
     /// # Safety
     ///
@@ -180,12 +197,14 @@ impl Slot {
     }
 
     /// Counts a slot whose owner gave up on it.
+    #[cfg(feature = "cuda")]
     pub(crate) fn count_abandoned() {
         ABANDONED_COUNT.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// A pool that hands out slots for owned records.
+#[cfg(feature = "cuda")]
 pub(crate) trait PoolSlots: Sync {
     /// A held slot holding `args`.
     fn take_slot(&self, args: HostCopyArgs) -> Result<NonNull<Slot>, PoolError>;
@@ -193,6 +212,7 @@ pub(crate) trait PoolSlots: Sync {
 
 /// Where the slots of owned records come from. A pool must be `'static`: a
 /// host function or a graph destructor may free a slot into it at any time.
+#[cfg(feature = "cuda")]
 #[derive(Clone, Copy)]
 pub(crate) enum SlotSource {
     /// A heap allocation per record.
@@ -202,6 +222,7 @@ pub(crate) enum SlotSource {
     Pool(&'static dyn PoolSlots),
 }
 
+#[cfg(feature = "cuda")]
 impl SlotSource {
     /// A held slot holding `args`, which the caller now owns.
     pub(crate) fn take(self, args: HostCopyArgs) -> Result<NonNull<Slot>, PoolError> {

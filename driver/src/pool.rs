@@ -16,13 +16,16 @@
 
 use core::ffi::c_void;
 use core::fmt;
+#[cfg(feature = "cuda")]
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hostcopy_core::HostCopyArgs;
 
 use crate::error::PoolError;
-use crate::owned::{PoolSlots, Slot};
+#[cfg(feature = "cuda")]
+use crate::owned::PoolSlots;
+use crate::owned::Slot;
 
 /// `N` record slots in one array, handed out and taken back without locks.
 ///
@@ -122,6 +125,7 @@ impl<const N: usize> RecordPool<N> {
     }
 }
 
+#[cfg(feature = "cuda")]
 impl<const N: usize> PoolSlots for RecordPool<N> {
     fn take_slot(&self, args: HostCopyArgs) -> Result<NonNull<Slot>, PoolError> {
         let record = self.acquire(args)?;

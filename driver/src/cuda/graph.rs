@@ -61,11 +61,24 @@ impl Graph {
 
     /// Takes ownership of a graph handle (one another runtime captured, say).
     ///
+    /// To borrow a graph another runtime owns and destroys, keep the wrapper
+    /// from destroying it: `ManuallyDrop::new(unsafe { Graph::from_raw(raw) })`.
+    /// Host-copy nodes added through it still own their records: they are
+    /// freed when that runtime destroys the graph and its executables.
+    ///
     /// # Safety
     ///
-    /// `raw` is a valid graph that nothing else destroys.
+    /// `raw` is a valid graph; nothing else destroys it while the wrapper
+    /// may (or, borrowed as above, it outlives every use of the wrapper).
     pub unsafe fn from_raw(raw: CUgraph) -> Graph {
         Graph { raw }
+    }
+
+    /// Gives the handle up without destroying the graph.
+    pub fn into_raw(self) -> CUgraph {
+        let raw = self.raw;
+        core::mem::forget(self);
+        raw
     }
 
     /// The raw handle.
