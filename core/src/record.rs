@@ -99,6 +99,26 @@ impl HostCopyArgs {
         Some(unsafe { user_data.cast::<Self>().read_unaligned() })
     }
 
+    /// Whether [`hostcopy_fn`](crate::hostcopy_fn) refuses this record and
+    /// counts it: a null address, a range that wraps around the address
+    /// space, or more bytes than any object can hold (`isize::MAX`), with
+    /// `nbytes > 0`. An empty record is never rejected: it copies nothing.
+    ///
+    /// ```
+    /// use hostcopy_core::HostCopyArgs;
+    ///
+    /// assert!(HostCopyArgs::new(0, 0x1000, 8).is_rejected());
+    /// assert!(!HostCopyArgs::new(0, 0, 0).is_rejected());
+    /// ```
+    pub const fn is_rejected(&self) -> bool {
+        self.nbytes > 0
+            && (self.dst == 0
+                || self.src == 0
+                || self.nbytes > isize::MAX as usize
+                || self.dst.checked_add(self.nbytes).is_none()
+                || self.src.checked_add(self.nbytes).is_none())
+    }
+
     /// This record's address as the `user_data` argument of a host function.
     ///
     /// The host function only reads through it. The record must stay alive
@@ -155,6 +175,20 @@ mod tests {
         }
         // SAFETY: null is allowed.
         assert_eq!(unsafe { HostCopyArgs::read(core::ptr::null()) }, None);
+    }
+
+    #[test]
+    fn rejected_records_are_exactly_the_null_or_wrapping_ones() {
+        let ok = |dst, src, nbytes| !HostCopyArgs::new(dst, src, nbytes).is_rejected();
+        assert!(ok(1, 1, 1));
+        assert!(ok(usize::MAX - 1, 1, 1), "ends at the last address");
+        assert!(!ok(usize::MAX, 1, 1), "dst + nbytes wraps");
+        assert!(!ok(1, usize::MAX, 1), "src + nbytes wraps");
+        assert!(!ok(0, 1, 1), "null dst");
+        assert!(!ok(1, 0, 1), "null src");
+        assert!(ok(1, 1, isize::MAX as usize));
+        assert!(!ok(1, 1, isize::MAX as usize + 1), "longer than any object");
+        assert!(ok(0, 0, 0), "an empty record is not rejected");
     }
 
     #[test]

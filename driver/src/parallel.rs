@@ -278,11 +278,7 @@ pub unsafe extern "C" fn hostcopy_parallel_fn(user_data: *mut c_void) {
 /// Whether the copy is large, valid and free of overlap, so parts can run at once.
 fn splittable(args: &HostCopyArgs) -> bool {
     args.nbytes >= PARALLEL_THRESHOLD
-        && args.nbytes <= isize::MAX as usize
-        && args.dst != 0
-        && args.src != 0
-        && args.dst.checked_add(args.nbytes).is_some()
-        && args.src.checked_add(args.nbytes).is_some()
+        && !args.is_rejected()
         && args.dst.abs_diff(args.src) >= args.nbytes
         && args.nbytes / MIN_PART < u32::MAX as usize
 }
