@@ -84,29 +84,53 @@ impl Ring {
         let mut blocked = Duration::ZERO;
         let start = Instant::now();
         let queued = (0..chunks).try_for_each(|chunk| {
-            let (slot, stream) = &self.slots[chunk % self.slots.len()];
-            let offset = chunk * self.chunk;
-            let len = self.chunk.min(dst.len - offset);
             // SAFETY: `dst` outlives this call, which waits for every stream
-            // (or leaks the records on error); the slot is pinned.
-            records
-                .push(unsafe { Record::from_raw_regions(dst, offset, slot.raw_region(), 0, len) }?);
-            let record = records.last().expect("just pushed");
-            let enqueue = Instant::now();
-            // SAFETY: in the stream order of this slot's stream, the copy
-            // into the slot follows the host copy that last read it.
-            unsafe {
-                stream
-                    .handle()
-                    .copy_device_to_host(slot.raw_ptr(), device, offset, len)
-            }?;
-            // SAFETY: the record and both its ranges outlive the stream's work.
-            unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
-            blocked += enqueue.elapsed();
+            // (or leaks the records on error).
+            blocked +=
+                unsafe { self.queue_device_to_host(chunk, device, dst, host_fn, &mut records) }?;
             progress(chunk + 1, chunks);
             Ok(())
         });
         self.finish(queued, records, start, blocked)
+    }
+
+    /// Queues chunk `chunk` of a transfer of `device` into `dst`: the copy
+    /// into the chunk's slot, then `host_fn` on a record kept in `records`.
+    /// Returns the time spent in the two driver calls.
+    ///
+    /// # Safety
+    ///
+    /// `dst` and the records stay valid until the queued work (or the graph
+    /// capturing it) has finished; on an error the caller leaks `records`.
+    /// `records` has room for every chunk, so it never moves a record that
+    /// a host function points at.
+    unsafe fn queue_device_to_host(
+        &self,
+        chunk: usize,
+        device: &DeviceBuffer,
+        dst: RawRegion,
+        host_fn: HostFn,
+        records: &mut Vec<Record<'static>>,
+    ) -> Result<Duration, Error> {
+        assert!(records.len() < records.capacity(), "records would move");
+        let (slot, stream) = &self.slots[chunk % self.slots.len()];
+        let offset = chunk * self.chunk;
+        let len = self.chunk.min(dst.len - offset);
+        // SAFETY: `dst` is valid while the work runs (our caller); the slot
+        // is pinned and lives as long as the ring.
+        records.push(unsafe { Record::from_raw_regions(dst, offset, slot.raw_region(), 0, len) }?);
+        let record = records.last().expect("just pushed");
+        let enqueue = Instant::now();
+        // SAFETY: in this slot's stream order (or the graph's), the copy into
+        // the slot follows the host copy that last read it.
+        unsafe {
+            stream
+                .handle()
+                .copy_device_to_host(slot.raw_ptr(), device, offset, len)
+        }?;
+        // SAFETY: the record and both its ranges outlive the work (our caller).
+        unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+        Ok(enqueue.elapsed())
     }
 
     /// Copies `src` into `device` chunk by chunk: `host_fn` copying a chunk
@@ -120,6 +144,8 @@ impl Ring {
         assert_eq!(device.len(), src.len(), "device and source sizes differ");
         let src = RawRegion::host(src.as_ptr().expose_provenance(), src.len());
         let chunks = src.len.div_ceil(self.chunk);
+        // Room for every chunk: pushing never moves a record a host function
+        // points at.
         let mut records = Vec::with_capacity(chunks);
         let mut blocked = Duration::ZERO;
         let start = Instant::now();
@@ -222,23 +248,9 @@ impl Ring {
             }
             events.push(fork);
             for chunk in 0..chunks {
-                let (slot, stream) = &self.slots[chunk % self.slots.len()];
-                let offset = chunk * self.chunk;
-                let len = self.chunk.min(dst.len - offset);
                 // SAFETY: `dst` outlives the graph (our caller); the records
                 // live in the returned value, which owns the graph.
-                records.push(unsafe {
-                    Record::from_raw_regions(dst, offset, slot.raw_region(), 0, len)
-                }?);
-                let record = records.last().expect("just pushed");
-                // SAFETY: as in `device_to_host`, in the graph's order.
-                unsafe {
-                    stream
-                        .handle()
-                        .copy_device_to_host(slot.raw_ptr(), device, offset, len)
-                }?;
-                // SAFETY: the record and both its ranges outlive the graph.
-                unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+                unsafe { self.queue_device_to_host(chunk, device, dst, host_fn, &mut records) }?;
             }
             for (_, stream) in &self.slots[1..] {
                 let join = Event::ordering()?;
