@@ -14,21 +14,16 @@ use crate::targets::Endian;
 /// The marker before the values: `b"HOSTCOPY-LAYOUT\0"` on both sides.
 pub(crate) const MAGIC: &[u8; 16] = b"HOSTCOPY-LAYOUT\0";
 
-/// The facts both sides report about `struct hostcopy_args` / `HostCopyArgs`.
+/// The facts both sides report about `struct hostcopy_args` / `HostCopyArgs`,
+/// in report order (see [`FIELD_NAMES`]). Only compared, printed and checked
+/// against the contract here, so the values stay a list: the named struct
+/// lives in `abi-tests/src/layout.rs`, which writes the Rust side.
+///
+/// The field sizes matter: on a 64-bit target a `uint32_t nbytes` keeps the
+/// struct's size (padding) and every offset, and shows only in them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
-    pub(crate) size: u32,
-    pub(crate) align: u32,
-    pub(crate) dst: u32,
-    pub(crate) src: u32,
-    pub(crate) nbytes: u32,
-    /// `sizeof` of each field: on a 64-bit target a `uint32_t nbytes` keeps
-    /// the struct's size (padding) and every offset, and shows only here.
-    pub(crate) dst_size: u32,
-    pub(crate) src_size: u32,
-    pub(crate) nbytes_size: u32,
-    pub(crate) abi_version: u32,
-    pub(crate) pointer_size: u32,
+    values: [u32; FIELDS],
 }
 
 const FIELDS: usize = 10;
@@ -44,48 +39,16 @@ const FIELD_NAMES: [&str; FIELDS] = [
     "ABI version",
     "pointer size",
 ];
+/// Where the ABI version sits in the report.
+const ABI_VERSION: usize = 8;
 
 impl Layout {
-    fn from_values(v: [u32; FIELDS]) -> Self {
-        let [
-            size,
-            align,
-            dst,
-            src,
-            nbytes,
-            dst_size,
-            src_size,
-            nbytes_size,
-            abi_version,
-            pointer_size,
-        ] = v;
-        Layout {
-            size,
-            align,
-            dst,
-            src,
-            nbytes,
-            dst_size,
-            src_size,
-            nbytes_size,
-            abi_version,
-            pointer_size,
-        }
+    pub(crate) const fn from_values(values: [u32; FIELDS]) -> Self {
+        Layout { values }
     }
 
-    fn values(&self) -> [u32; FIELDS] {
-        [
-            self.size,
-            self.align,
-            self.dst,
-            self.src,
-            self.nbytes,
-            self.dst_size,
-            self.src_size,
-            self.nbytes_size,
-            self.abi_version,
-            self.pointer_size,
-        ]
+    pub(crate) const fn values(&self) -> [u32; FIELDS] {
+        self.values
     }
 
     /// Finds the report in an object file. Exactly one distinct report must be
@@ -169,18 +132,20 @@ impl Layout {
     /// Whether the layout is what the contract says for a pointer width.
     pub(crate) fn contract_violations(&self, pointer_width: u32) -> Vec<String> {
         let word = pointer_width / 8;
-        let expected = Layout {
-            size: 3 * word,
-            align: word,
-            dst: 0,
-            src: word,
-            nbytes: 2 * word,
-            dst_size: word,
-            src_size: word,
-            nbytes_size: word,
-            abi_version: self.abi_version,
-            pointer_size: word,
-        };
+        let abi_version = self.values[ABI_VERSION];
+        // Three words in a row, each one word long, aligned to a word.
+        let expected = Layout::from_values([
+            3 * word,
+            word,
+            0,
+            word,
+            2 * word,
+            word,
+            word,
+            word,
+            abi_version,
+            word,
+        ]);
         FIELD_NAMES
             .iter()
             .zip(expected.values().iter().zip(self.values()))
@@ -193,17 +158,20 @@ impl Layout {
 /// `size/align/offsetof dst,src,nbytes/sizeof dst,src,nbytes`, as in the table.
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [
+            size,
+            align,
+            dst,
+            src,
+            nbytes,
+            dst_size,
+            src_size,
+            nbytes_size,
+            ..,
+        ] = self.values;
         write!(
             f,
-            "{}/{}/{},{},{}/{},{},{}",
-            self.size,
-            self.align,
-            self.dst,
-            self.src,
-            self.nbytes,
-            self.dst_size,
-            self.src_size,
-            self.nbytes_size
+            "{size}/{align}/{dst},{src},{nbytes}/{dst_size},{src_size},{nbytes_size}"
         )
     }
 }
@@ -245,7 +213,11 @@ mod tests {
     #[test]
     fn wrong_byte_order_shows_as_a_contract_violation() {
         let layout = Layout::from_object(&object_with(LP64, Endian::Big), Endian::Little).unwrap();
-        assert_eq!(layout.size, 24 << 24);
+        assert_eq!(
+            layout.values()[0],
+            24 << 24,
+            "size read in the wrong byte order"
+        );
         assert!(!layout.contract_violations(64).is_empty());
     }
 
@@ -302,10 +274,7 @@ mod tests {
     fn a_narrow_field_is_a_difference_and_a_contract_violation() {
         // A header with `uint32_t nbytes` on a 64-bit target: size and offsets unchanged.
         let rust = Layout::from_values(LP64);
-        let narrow = Layout {
-            nbytes_size: 4,
-            ..rust
-        };
+        let narrow = Layout::from_values([24, 8, 0, 8, 16, 8, 8, 4, 1, 8]);
         assert_eq!(
             narrow.differences(&rust, "C"),
             ["sizeof nbytes: Rust 8, C 4"]

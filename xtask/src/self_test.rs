@@ -478,18 +478,8 @@ mod tests {
         assert!(apply_edits("struct nothing;\n", &[Edit::AddField]).is_err());
     }
 
-    const LP64: Layout = Layout {
-        size: 24,
-        align: 8,
-        dst: 0,
-        src: 8,
-        nbytes: 16,
-        dst_size: 8,
-        src_size: 8,
-        nbytes_size: 8,
-        abi_version: 1,
-        pointer_size: 8,
-    };
+    /// size, align, offsets, field sizes, ABI version, pointer size.
+    const LP64: Layout = Layout::from_values([24, 8, 0, 8, 16, 8, 8, 8, 1, 8]);
 
     fn x86_64() -> &'static AbiTarget {
         crate::targets::TARGETS
@@ -502,11 +492,7 @@ mod tests {
     fn a_variant_the_comparison_passes_counts_as_missed() {
         let judged = judge_header(Expect::LayoutMismatch, x86_64(), &LP64, Ok(LP64));
         assert!(judged.unwrap_err().contains("passed a broken header"));
-        let swapped = Layout {
-            dst: 8,
-            src: 0,
-            ..LP64
-        };
+        let swapped = Layout::from_values([24, 8, 8, 0, 16, 8, 8, 8, 1, 8]);
         let judged = judge_header(Expect::LayoutMismatch, x86_64(), &LP64, Ok(swapped));
         assert_eq!(
             judged.unwrap(),
@@ -531,19 +517,13 @@ mod tests {
         assert!(broken.contains("uint32_t nbytes;"));
         assert!(!broken.contains("size_t nbytes;"));
         let expect = Expect::MismatchOnlyIn(&["sizeof nbytes"]);
-        let narrow = Layout {
-            nbytes_size: 4,
-            ..LP64
-        };
+        let narrow = Layout::from_values([24, 8, 0, 8, 16, 8, 8, 4, 1, 8]);
         assert_eq!(
             judge_header(expect, x86_64(), &LP64, Ok(narrow)).unwrap(),
             "sizeof nbytes: Rust 8, C 4"
         );
         assert!(judge_header(expect, x86_64(), &LP64, Ok(LP64)).is_err());
-        let also_moved = Layout {
-            nbytes: 20,
-            ..narrow
-        };
+        let also_moved = Layout::from_values([24, 8, 0, 8, 20, 8, 8, 4, 1, 8]);
         let error = judge_header(expect, x86_64(), &LP64, Ok(also_moved)).unwrap_err();
         assert!(error.contains("but also: offsetof nbytes"), "{error}");
     }
