@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use gpu_support::{check, eventually, owned_alive, pattern};
 use hostcopy_driver::cuda::{
-    CaptureMode, Context, DeviceBuffer, Error, Graph, HostRegistration, PinnedBuffer, Stream,
+    CaptureMode, Context, DeviceBuffer, Error, Graph, GraphExec, HostRegistration, PinnedBuffer,
+    Stream,
 };
 use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool, owned_record_counts};
 use libtest_mimic::Failed;
@@ -97,6 +98,21 @@ fn raw_record(
     Ok(unsafe {
         Record::from_raw_regions(dst.region(), dst_offset, src.region(), src_offset, nbytes)
     }?)
+}
+
+/// Writes a fresh pattern into `src`, launches `exec` once and waits for it:
+/// the bytes every copy out of `src` must now hold.
+fn replay_once(
+    exec: &mut GraphExec,
+    stream: &Stream,
+    src: &mut RawBuffer,
+    seed: u32,
+) -> Result<Vec<u8>, Failed> {
+    let data = pattern(src.bytes.len(), seed);
+    src.write(&data);
+    exec.launch(stream.handle())?;
+    stream.handle().synchronize()?;
+    Ok(data)
 }
 
 fn stream_order(_: &Context) -> Result<(), Failed> {
@@ -289,10 +305,7 @@ fn graph_replays(_: &Context) -> Result<(), Failed> {
     let second = graph.add_host_copy(raw_record(&dst, 0, &mid, 0, LEN)?, &[first])?;
     let mut exec = graph.instantiate()?;
     for replay in 0..100u32 {
-        let data = pattern(LEN, 100 + replay);
-        src.write(&data);
-        exec.launch(stream.handle())?;
-        stream.handle().synchronize()?;
+        let data = replay_once(&mut exec, &stream, &mut src, 100 + replay)?;
         check(dst.read() == &data[..], || {
             format!("replay {replay}: destination is not this replay's source")
         })?;
@@ -306,10 +319,7 @@ fn graph_replays(_: &Context) -> Result<(), Failed> {
 
     // Point the second node somewhere else, from the next launch on.
     exec.set_host_copy(second, raw_record(&other, 0, &mid, 0, LEN)?)?;
-    let data = pattern(LEN, 999);
-    src.write(&data);
-    exec.launch(stream.handle())?;
-    stream.handle().synchronize()?;
+    let data = replay_once(&mut exec, &stream, &mut src, 999)?;
     check(other.read() == &data[..], || {
         "updated node did not copy to its new destination".into()
     })?;
@@ -351,10 +361,7 @@ fn captured_graph(_: &Context) -> Result<(), Failed> {
     })?;
     let mut exec = graph.instantiate()?;
     for replay in 0..100u32 {
-        let data = pattern(LEN, 300 + replay);
-        src.write(&data);
-        exec.launch(stream.handle())?;
-        stream.handle().synchronize()?;
+        let data = replay_once(&mut exec, &stream, &mut src, 300 + replay)?;
         check(dst.read() == &data[..], || {
             format!("replay {replay}: destination is not this replay's source")
         })?;
@@ -364,10 +371,7 @@ fn captured_graph(_: &Context) -> Result<(), Failed> {
     }
     drop(graph);
     // The executable still owns references: the records must survive.
-    let data = pattern(LEN, 7);
-    src.write(&data);
-    exec.launch(stream.handle())?;
-    stream.handle().synchronize()?;
+    let data = replay_once(&mut exec, &stream, &mut src, 7)?;
     check(dst.read() == &data[..], || {
         "executable failed after its graph was destroyed".into()
     })?;
