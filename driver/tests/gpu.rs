@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use gpu_support::{check, eventually, owned_alive, pattern};
 use hostcopy_driver::cuda::{
-    CaptureMode, Context, DeviceBuffer, Error, Graph, GraphExec, HostRegistration, PinnedBuffer,
-    Stream,
+    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostRegistration,
+    PinnedBuffer, Stream,
 };
 use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool, owned_record_counts};
 use libtest_mimic::Failed;
@@ -48,6 +48,10 @@ fn main() {
                 captured_graph_pool,
             ),
             ("pinned_and_registered_memory_round_trip", pinned_round_trip),
+            (
+                "pool_backed_scope_graph_node_and_update_return_every_slot",
+                pool_backed_launches,
+            ),
         ],
     )
 }
@@ -448,5 +452,77 @@ fn pinned_round_trip(_: &Context) -> Result<(), Failed> {
     unsafe { hostcopy_driver::hostcopy_fn(record.user_data()) };
     check(copy == data, || {
         "host copy from pinned memory differs".into()
+    })
+}
+
+fn pool_backed_launches(_: &Context) -> Result<(), Failed> {
+    static POOL: RecordPool<8> = RecordPool::new();
+    const LEN: usize = 64 << 10;
+    let stream = Stream::new()?;
+
+    // A scope whose record copies live in the pool, not on the heap.
+    let src = pattern(LEN, 8);
+    let mut dst = vec![0u8; LEN];
+    let before = owned_record_counts();
+    stream.handle().scope_in(&POOL, |scope| {
+        scope.launch(Record::pack(&mut dst[..], &src[..])?)
+    })??;
+    check(dst == src, || "pool-backed scope did not copy".into())?;
+    check(POOL.available() == 8, || {
+        format!("{} of 8 slots free after the scope", POOL.available())
+    })?;
+    check(owned_record_counts() == before, || {
+        "a pool-backed scope used the heap".into()
+    })?;
+
+    // A graph node and a node update, both from the pool.
+    let a = RawBuffer::new(pattern(LEN, 9));
+    let b = RawBuffer::new(vec![0u8; LEN]);
+    let c = RawBuffer::new(vec![0u8; LEN]);
+    let mut graph = Graph::new()?;
+    let node = graph.add_host_copy_in(&POOL, raw_record(&b, 0, &a, 0, LEN)?, &[])?;
+    let mut exec = graph.instantiate()?;
+    exec.launch(stream.handle())?;
+    stream.handle().synchronize()?;
+    check(b.read() == a.read(), || {
+        "pool-owned graph node did not copy".into()
+    })?;
+    exec.set_host_copy_in(&POOL, node, raw_record(&c, 0, &a, 0, LEN)?)?;
+    exec.launch(stream.handle())?;
+    stream.handle().synchronize()?;
+    check(c.read() == a.read(), || {
+        "pool-owned node update did not copy".into()
+    })?;
+    check(POOL.available() == 6, || {
+        format!(
+            "{} of 8 slots free, expected 6 (node and update)",
+            POOL.available()
+        )
+    })?;
+    drop(exec);
+    drop(graph);
+    let returned = eventually(Duration::from_secs(5), || POOL.available() == 8);
+    check(returned, || {
+        format!("{} of 8 slots free 5 s after destruction", POOL.available())
+    })?;
+
+    // Timing events around a transfer.
+    let device = DeviceBuffer::new(64 << 20)?;
+    let mut host = vec![0u8; 64 << 20];
+    let (start, end) = (Event::timing()?, Event::timing()?);
+    start.record(stream.handle())?;
+    let mut registered = HostRegistration::new(&mut host)?;
+    // SAFETY: the registered buffer outlives the synchronize below.
+    unsafe {
+        stream
+            .handle()
+            .copy_device_to_host(registered.as_mut_ptr(), &device, 0, 64 << 20)
+    }?;
+    end.record(stream.handle())?;
+    end.synchronize()?;
+    drop(registered);
+    let ms = end.elapsed_ms_since(&start)?;
+    check(ms > 0.0 && ms < 1000.0, || {
+        format!("a 64 MiB transfer timed at {ms} ms")
     })
 }
