@@ -55,10 +55,13 @@ unsafe extern "C" {
     pub(crate) fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CuResult;
     pub(crate) fn cuCtxSetCurrent(context: CUcontext) -> CuResult;
     pub(crate) fn cuCtxSynchronize() -> CuResult;
+    pub(crate) fn cuCtxGetCurrent(context: *mut CUcontext) -> CuResult;
 
     pub(crate) fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CuResult;
     pub(crate) fn cuStreamDestroy_v2(stream: CUstream) -> CuResult;
     pub(crate) fn cuStreamSynchronize(stream: CUstream) -> CuResult;
+    pub(crate) fn cuStreamQuery(stream: CUstream) -> CuResult;
+    pub(crate) fn cuStreamGetCtx(stream: CUstream, context: *mut CUcontext) -> CuResult;
     pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CuResult;
     pub(crate) fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) -> CuResult;
     pub(crate) fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CuResult;
@@ -79,6 +82,7 @@ unsafe extern "C" {
     pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CuResult;
     pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> CuResult;
     pub(crate) fn cuEventSynchronize(event: CUevent) -> CuResult;
+    pub(crate) fn cuEventQuery(event: CUevent) -> CuResult;
     pub(crate) fn cuEventElapsedTime(
         milliseconds: *mut f32,
         start: CUevent,
