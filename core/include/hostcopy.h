@@ -10,7 +10,7 @@
  * Hand-written; `cargo xtask abi` compiles it for every supported target and
  * compares sizeof, _Alignof and offsetof with the Rust definition.
  *
- * Link libhostcopy_core.a (static) or libhostcopy_core.so / hostcopy_core.dll.
+ * Link libhostcopy.a (static) or libhostcopy.so / hostcopy.dll (shared).
  */
 #ifndef HOSTCOPY_H
 #define HOSTCOPY_H
@@ -73,6 +73,12 @@ void HOSTCOPY_CB hostcopy_fn(void *user_data);
  * target CUDA runs on; not, for example, Cortex-M0).
  */
 size_t hostcopy_rejected(void);
+
+/*
+ * The HOSTCOPY_ABI_VERSION of the library that is running: compare it with
+ * the header's to know which library the loader gave this program.
+ */
+uint32_t hostcopy_abi_version(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

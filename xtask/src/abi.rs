@@ -1,8 +1,9 @@
 //! `cargo xtask abi`: the C ABI of hostcopy-core, target by target.
 //!
 //! For every row of [`TARGETS`]:
-//! 1. build hostcopy-core's rlib and staticlib for it, with and without
-//!    `defmt` (its compile-time layout asserts then hold there);
+//! 1. build hostcopy-core's rlib for it, with and without `defmt` (its
+//!    compile-time layout asserts then hold there), and the C libraries
+//!    of `core/capi`;
 //! 2. compare the record's layout as rustc sees it (`abi-tests/src/layout.rs`)
 //!    with what clang makes of `hostcopy.h` (`abi-tests/c/layout_report.c`),
 //!    both read out of object files built for the target;
@@ -295,7 +296,7 @@ fn print_table(rows: &[TargetRow]) {
     println!(
         "\nhostcopy ABI, per target\n\
          (layout: size/align/offsetof dst,src,nbytes/sizeof dst,src,nbytes; symbol: the name \
-         a C caller links against, defined by libhostcopy_core.a; .so/.dll too: the cdylib \
+         a C caller links against, defined by libhostcopy.a; .so/.dll too: the cdylib \
          exports it)\n"
     );
     println!("{}", report::render_table(&headers, &cells));

@@ -70,6 +70,11 @@ impl Workspace {
         self.root.join("core").join("include")
     }
 
+    /// The crate that builds the C libraries (`libhostcopy.a`, `.so`, `.dll`).
+    pub(crate) fn capi_manifest(&self) -> PathBuf {
+        self.root.join("core").join("capi").join("Cargo.toml")
+    }
+
     pub(crate) fn c_dir(&self) -> PathBuf {
         self.root.join("abi-tests").join("c")
     }
@@ -82,7 +87,7 @@ pub(crate) struct BuiltCore {
     pub(crate) staticlib: PathBuf,
     /// Built where the target's linker is here.
     pub(crate) cdylib: Option<PathBuf>,
-    /// The cdylib's import library (`libhostcopy_core.dll.a`), on Windows:
+    /// The cdylib's import library (`libhostcopy.dll.a`), on Windows:
     /// what a C program links against to call into the DLL.
     pub(crate) import_lib: Option<PathBuf>,
     pub(crate) native_static_libs: Vec<String>,
@@ -106,7 +111,7 @@ impl Checks<'_> {
         if let Some(reason) = self.toolbox.missing_reason(&[CLANG, LLVM_NM, LLVM_READOBJ]) {
             return Outcome::NotRun(reason);
         }
-        let checked = progress("symbols (symbol_probe.c vs libhostcopy_core.a)", || {
+        let checked = progress("symbols (symbol_probe.c vs libhostcopy.a)", || {
             let symbols = self.archive_symbols(core)?;
             let references = self.probe_references(target, &[], "symbol_probe.o")?;
             check_references(target, &references, &symbols)?;
@@ -163,59 +168,64 @@ impl Checks<'_> {
         }
     }
 
-    /// Step 1. The defmt build comes first: both builds leave their library
-    /// under the same name, and the checks after this one read the plain one.
-    /// The rlib and staticlib need no linker; the cdylib does, so it is built
-    /// (and its exports checked) only where the target's linker is here. A
-    /// statically linked target has no cdylib: rustc drops that crate type.
+    /// Step 1. The core's rlib (with `defmt`, then without: both leave it
+    /// under the same name, and the checks after this one read the plain
+    /// one), then the C libraries from `core/capi` (its own workspace, in
+    /// its release profile: what `cargo xtask dist` ships). The static
+    /// library needs no linker; the shared one does, so it is built (and its
+    /// exports checked) only where the target's linker is here. A statically
+    /// linked target has no shared library.
     pub(crate) fn build_core(&self, target: &AbiTarget) -> Result<BuiltCore, String> {
         let linker = target
             .c_toolchain
             .filter(|c| self.toolbox.missing_reason(c.needs).is_none());
         let with_cdylib = linker.is_some_and(|c| !c.link_static);
-        let build = |features: &[&str], crate_types: &[&str], rustc_args: &[&str]| {
+        for features in [&["--features", "defmt"][..], &[]] {
             let mut cargo = self.cargo(target, self.workspace.build_dir());
             cargo
-                .args(["rustc", "-p", "hostcopy-core", "--target", target.rust])
+                .args(["build", "-p", "hostcopy-core", "--target", target.rust])
                 .args(features);
-            for crate_type in crate_types {
-                cargo.args(["--crate-type", crate_type]);
-            }
-            if let Some(c) = &linker {
-                self.set_linker(&mut cargo, target, c);
-            }
-            if !rustc_args.is_empty() {
-                cargo.arg("--").args(rustc_args);
-            }
-            command::run(&mut cargo)
-        };
-        // defmt's symbols cannot be exported from a cdylib (see the core's README).
-        build(&["--features", "defmt"], &["rlib", "staticlib"], &[])?;
-        let crate_types: &[&str] = if with_cdylib {
-            &["rlib", "staticlib", "cdylib"]
-        } else {
-            &["rlib", "staticlib"]
-        };
-        let plain = build(&[], crate_types, &["--print", "native-static-libs"])?;
-        let native_static_libs = plain
+            command::run(&mut cargo)?;
+        }
+        let mut cargo = self.cargo(target, self.workspace.build_dir());
+        cargo
+            .arg("rustc")
+            .arg("--manifest-path")
+            .arg(self.workspace.capi_manifest())
+            .args([
+                "--release",
+                "--target",
+                target.rust,
+                "--crate-type",
+                "staticlib",
+            ]);
+        if with_cdylib {
+            cargo.args(["--crate-type", "cdylib"]);
+        }
+        if let Some(c) = &linker {
+            self.set_linker(&mut cargo, target, c);
+        }
+        let capi = command::run(cargo.args(["--", "--print", "native-static-libs"]))?;
+        let native_static_libs = capi
             .stderr
             .lines()
             .find_map(|line| line.trim().strip_prefix("note: native-static-libs:"))
             .map(|libs| libs.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
-        let out = self.workspace.build_dir().join(target.rust).join("debug");
+        let out = self.workspace.build_dir().join(target.rust);
+        let (rlibs, libs) = (out.join("debug"), out.join("release"));
         let coff_dll = with_cdylib && target.object_format == ObjectFormat::Coff;
         let core = BuiltCore {
-            rlib: out.join("libhostcopy_core.rlib"),
-            deps: out.join("deps"),
-            staticlib: out.join("libhostcopy_core.a"),
+            rlib: rlibs.join("libhostcopy_core.rlib"),
+            deps: rlibs.join("deps"),
+            staticlib: libs.join("libhostcopy.a"),
             cdylib: with_cdylib.then(|| {
-                out.join(match target.object_format {
-                    ObjectFormat::Coff => "hostcopy_core.dll",
-                    ObjectFormat::Elf | ObjectFormat::Wasm => "libhostcopy_core.so",
+                libs.join(match target.object_format {
+                    ObjectFormat::Coff => "hostcopy.dll",
+                    ObjectFormat::Elf | ObjectFormat::Wasm => "libhostcopy.so",
                 })
             }),
-            import_lib: coff_dll.then(|| out.join("libhostcopy_core.dll.a")),
+            import_lib: coff_dll.then(|| libs.join("libhostcopy.dll.a")),
             native_static_libs,
         };
         for artifact in [
@@ -361,7 +371,7 @@ impl Checks<'_> {
         Ok(references)
     }
 
-    /// Step 3: the global symbols `libhostcopy_core.a` defines for the target.
+    /// Step 3: the global symbols `libhostcopy.a` defines for the target.
     pub(crate) fn archive_symbols(&self, core: &BuiltCore) -> Result<Vec<DefinedSymbol>, String> {
         // Debian 12's llvm-nm (LLVM 14) cannot read the LLVM bitcode that
         // std's objects embed next to their machine code; the machine code's
@@ -637,7 +647,7 @@ pub(crate) fn check_references(
 }
 
 /// What a dynamic library of the core exports, by these plain names on every target.
-const DYNAMIC_EXPORTS: [&str; 2] = ["hostcopy_fn", "hostcopy_rejected"];
+const DYNAMIC_EXPORTS: [&str; 3] = ["hostcopy_fn", "hostcopy_rejected", "hostcopy_abi_version"];
 
 fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(
