@@ -29,7 +29,7 @@ pub(crate) struct Workspace {
     /// rustc's host triple: cargo applies a target's linker setting to the
     /// host's build scripts and proc macros too, so the host target keeps
     /// the default linker, and defmt's proc macros are not rebuilt per target.
-    host: String,
+    pub(crate) host: String,
 }
 
 impl Workspace {
