@@ -97,6 +97,7 @@ const CHECK_NEEDS: &[Need] = &[
     program("gcc", "gcc"),
     program("g++", "g++"),
     program("clang", "clang"),
+    program("clang++", "clang"),
     program("readelf", "binutils"),
     program("qemu-aarch64", "qemu-user"),
 ];
