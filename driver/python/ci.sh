@@ -10,11 +10,15 @@ cd "$here"
 echo "--- rustfmt and clippy (hostcopy-python is outside the workspace)"
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 venv="$(mktemp -d)/venv"
 trap 'rm -rf "$(dirname "$venv")"' EXIT
 echo "--- fresh virtual environment in $venv"
-"${PYTHON:-python3}" -m venv "$venv"
+"${PYTHON:-python3}" -m venv "$venv" || {
+    echo "could not create a virtual environment: install python3-venv (Debian, Ubuntu)" >&2
+    exit 1
+}
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet maturin pytest numpy
 

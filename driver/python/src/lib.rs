@@ -6,7 +6,7 @@
 //! records this module owns until the driver is done with them. The Python
 //! half (`hostcopy/__init__.py`) classifies arguments and raises the errors.
 //!
-//! libcuda is never linked: [`driver`] opens `libcuda.so.1` the first time a
+//! libcuda is never linked: the `driver` module opens `libcuda.so.1` the first time a
 //! launch function is called, so `import hostcopy` works without a driver.
 
 use pyo3::prelude::*;
