@@ -8,6 +8,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -69,6 +70,18 @@ impl Export {
         (read(self.view.shape), read(self.view.strides))
     }
 
+    /// The struct-module format of an item (`"B"` where the exporter gave none).
+    fn format(&self) -> String {
+        if self.view.format.is_null() {
+            return "B".into();
+        }
+        // SAFETY: a non-null format is a NUL-terminated string owned by the
+        // exporter for as long as the export lasts.
+        unsafe { core::ffi::CStr::from_ptr(self.view.format) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
     /// Whether the bytes are one C-ordered run: no strides, or strides
     /// that a C array of this shape would have (dimensions of length 1
     /// may have any stride; an empty array is contiguous).
@@ -113,6 +126,13 @@ pub(crate) fn buffer_region(
 ) -> PyResult<(usize, usize)> {
     let export = Export::new(obj)?;
     let view = &export.view;
+    let format = export.format();
+    if format.contains('O') {
+        // Copying object pointers as bytes would skip their reference counts.
+        return Err(PyTypeError::new_err(format!(
+            "{side} holds Python object references (buffer format {format:?}): a record copies plain bytes"
+        )));
+    }
     if !export.is_c_contiguous() {
         let (shape, strides) = export.layout();
         let message = if view.suboffsets.is_null() {

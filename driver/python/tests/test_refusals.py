@@ -63,6 +63,11 @@ def test_strided_views_are_refused_with_their_shape_and_strides(numpy):
         hostcopy.pack_host_copy_args(bytearray(64), array.T)
 
 
+def test_arrays_of_python_objects_are_refused(numpy):
+    with pytest.raises(TypeError, match="object references"):
+        hostcopy.pack_host_copy_args(numpy.empty(4, dtype=object), bytes(4 * ctypes.sizeof(ctypes.c_void_p)))
+
+
 def test_strided_memoryview_is_refused():
     with pytest.raises(hostcopy.NotContiguous):
         hostcopy.pack_host_copy_args(memoryview(bytearray(64))[::2], bytes(32))
