@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
+# rustfmt and clippy on the extension crate, then a fresh virtual environment
+# with maturin, pytest and numpy, `pip install` of this folder, and pytest.
+# Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here"
+
+echo "--- rustfmt and clippy (hostcopy-python is outside the workspace)"
+cargo fmt --check
+cargo clippy --all-targets --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+
+venv="$(mktemp -d)/venv"
+trap 'rm -rf "$(dirname "$venv")"' EXIT
+echo "--- fresh virtual environment in $venv"
+"${PYTHON:-python3}" -m venv "$venv" || {
+    echo "could not create a virtual environment: install python3-venv (Debian, Ubuntu)" >&2
+    exit 1
+}
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet maturin pytest numpy
+
+echo "--- pip install driver/python (maturin builds the abi3 extension)"
+"$venv/bin/python" -m pip install --quiet "$here"
+
+echo "--- pytest"
+# From outside the source tree, so that `import hostcopy` finds the installed
+# package, and through the venv's pytest script (`python -m` would put the
+# working folder on sys.path).
+cd "$(dirname "$venv")"
+status=0
+"$venv/bin/pytest" -q -rs "$here/tests" || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: the CPU suite is missing" >&2
+    exit 1
+fi
+exit "$status"

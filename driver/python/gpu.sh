@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The Python package on a GPU host: installs the built wheel offline into a
+# temporary folder, runs the GPU tests with pytest, then the staged D2H
+# benchmark. Logs go to $OUT when set (python_gpu_tests.log,
+# python_bench.log). Exits nonzero if either fails.
+#
+# Usage: driver/python/gpu.sh FOLDER_WITH_THE_WHEEL
+# The host needs Python 3.9+ with cuda.core, cuda-bindings, numpy and pytest;
+# no network, no Rust. PYTHON picks the interpreter (default python3).
+# HOSTCOPY_REQUIRE_GPU=0 lets the tests skip where there is no GPU.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+wheels="$(cd "${1:?usage: gpu.sh FOLDER_WITH_THE_HOSTCOPY_WHEEL}" && pwd)"
+python="${PYTHON:-python3}"
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+target="$(mktemp -d)"
+trap 'rm -rf "$target"' EXIT
+
+shopt -s nullglob
+wheel=("$wheels"/hostcopy-*.whl)
+if [ "${#wheel[@]}" -ne 1 ]; then
+    echo "expected one hostcopy-*.whl in $wheels, found ${#wheel[@]}" >&2
+    exit 2
+fi
+"$python" -m pip install --quiet --no-index --no-deps --target "$target" "${wheel[0]}" || exit 2
+export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
+export HOSTCOPY_REQUIRE_GPU="${HOSTCOPY_REQUIRE_GPU:-1}"
+# From the install folder, never the source tree (whose hostcopy/ has no
+# compiled half).
+cd "$target"
+"$python" -c 'import sys, cuda.core, hostcopy; print("python", sys.version.split()[0], "cuda.core", cuda.core.__version__, "hostcopy from", hostcopy.__file__)'
+
+"$python" -m pytest -q -rs -p no:cacheprovider "$here/tests/test_gpu.py" 2>&1 | tee "$out/python_gpu_tests.log"
+tests=${PIPESTATUS[0]}
+if [ "$tests" -eq 5 ]; then
+    echo "no GPU test ran (the module skipped, or nothing was collected)" | tee -a "$out/python_gpu_tests.log"
+fi
+"$python" "$here/bench/staged_d2h.py" 2>&1 | tee "$out/python_bench.log"
+bench=${PIPESTATUS[0]}
+echo "python GPU tests: exit $tests; python benchmark: exit $bench"
+[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

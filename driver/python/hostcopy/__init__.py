@@ -1,0 +1,366 @@
+"""hostcopy: compiled CUDA host functions that copy bytes, for cuda-python.
+
+``HOST_COPY_FN`` is a ctypes ``CUhostFn`` pointing at compiled code: the
+driver calls it on its host-function thread with no Python frame and no GIL.
+Its ``user_data`` is a 24-byte record (``dst``, ``src``, ``nbytes``) that
+``pack_host_copy_args`` builds with bounds checks::
+
+    gb.callback(hostcopy.HOST_COPY_FN, user_data=hostcopy.pack_host_copy_args(dst, src))
+
+A record holds addresses, not references: whoever runs it keeps ``dst`` and
+``src`` alive, unmoved and unresized until the host function has run (for a
+graph node: until the graph and every executable made from it are
+destroyed). Importing this module needs no NVIDIA driver; the launch
+functions open ``libcuda.so.1`` on first use.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any, NamedTuple, Sequence
+
+from . import _native
+from ._errors import (
+    AddressOverflow,
+    CudaError,
+    CudaUnavailable,
+    IntegerOutOfRange,
+    NotContiguous,
+    NotHostAccessible,
+    NullWithLength,
+    OutOfBounds,
+    Overlap,
+    PackError,
+    ReadOnlyBuffer,
+)
+
+__all__ = [
+    "ABI_VERSION",
+    "CUHOSTFN",
+    "HOST_COPY_ARGS_SIZE",
+    "HOST_COPY_FN",
+    "HOST_COPY_PARALLEL_FN",
+    "HostCopyArgs",
+    "add_host_copy_node",
+    "launch_host_copy",
+    "launch_host_copy_args",
+    "owned_record_counts",
+    "pack_host_copy_args",
+    "pack_host_copy_args_into",
+    "parallel_workers",
+    "rejected",
+    "set_parallel_workers",
+    "unpack_host_copy_args",
+    "AddressOverflow",
+    "CudaError",
+    "CudaUnavailable",
+    "IntegerOutOfRange",
+    "NotContiguous",
+    "NotHostAccessible",
+    "NullWithLength",
+    "OutOfBounds",
+    "Overlap",
+    "PackError",
+    "ReadOnlyBuffer",
+]
+
+#: The ``CUhostFn`` prototype, ``void (*)(void *)``, as ctypes spells it.
+CUHOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+#: ``hostcopy_fn``: copies the bytes its record describes, on the calling
+#: thread (the driver's), without the GIL. Rejects (and counts, see
+#: ``rejected()``) null and wrapping records; copies nothing for ``nbytes == 0``.
+HOST_COPY_FN = CUHOSTFN(_native.host_copy_fn_address())
+
+#: ``hostcopy_parallel_fn``: the same record and contract, the copy split
+#: across a pool of worker threads started by ``set_parallel_workers``.
+#: Before that call (or for records under 1 MiB) it is ``HOST_COPY_FN``.
+HOST_COPY_PARALLEL_FN = CUHOSTFN(_native.host_copy_parallel_fn_address())
+
+#: Size of a packed record in bytes: three native words.
+HOST_COPY_ARGS_SIZE: int = _native.HOST_COPY_ARGS_SIZE
+#: Version of the record layout and the host function's contract.
+ABI_VERSION: int = _native.ABI_VERSION
+
+_RECORD = struct.Struct("@3N")
+assert _RECORD.size == HOST_COPY_ARGS_SIZE, "the record is three size_t words"
+_WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+
+
+class HostCopyArgs(NamedTuple):
+    """A record read back: ``nbytes`` bytes from address ``src`` to address ``dst``."""
+
+    dst: int
+    src: int
+    nbytes: int
+
+
+def _word(name: str, value: Any) -> int:
+    """An integer that fits a native word, or a clear refusal."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not 0 <= value <= _WORD_MAX:
+        raise IntegerOutOfRange(
+            f"{name} = {value} is outside 0..={_WORD_MAX} (a native word)",
+            name=name,
+            value=value,
+            max=_WORD_MAX,
+        )
+    return value
+
+
+def _is_cuda_core_buffer(obj: Any) -> bool:
+    # Looked up on the type so that no property runs (Buffer.is_host_accessible
+    # calls the driver when the buffer has no memory resource).
+    kind = type(obj)
+    return all(hasattr(kind, name) for name in ("handle", "size", "memory_resource", "is_host_accessible"))
+
+
+def _region(obj: Any, side: str, writable: bool) -> tuple[int, int | None, bool]:
+    """(address, length or None for a bare integer, host-accessible)."""
+    if isinstance(obj, bool):
+        raise TypeError(f"{side} must be an address, a buffer or a cuda.core Buffer, not bool")
+    if isinstance(obj, int):
+        return _word(side, obj), None, True
+    if _is_cuda_core_buffer(obj):
+        if getattr(obj, "is_closed", False):
+            raise ValueError(f"{side} is a closed cuda.core Buffer")
+        addr = _word(f"{side}.handle", int(obj.handle))
+        size = _word(f"{side}.size", int(obj.size))
+        resource = obj.memory_resource
+        if resource is None:
+            raise NotHostAccessible(
+                f"{side} memory at {addr:#x} is a cuda.core Buffer without a memory resource: whether "
+                "the host can touch it is known only through a driver call (cuPointerGetAttributes), "
+                f"which packing never makes; pass int({side}.handle) with nbytes if you know it is host memory",
+                side=side,
+                addr=addr,
+            )
+        return addr, size, bool(resource.is_host_accessible)
+    addr, length = _native.buffer_region(obj, writable, side)
+    return addr, length, True
+
+
+def pack_host_copy_args(
+    dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
+) -> bytes:
+    """A record that copies ``nbytes`` bytes from ``src`` to ``dst``, as bytes.
+
+    ``dst`` and ``src`` may be:
+
+    - a buffer-protocol object: numpy arrays, ``bytearray``, ``memoryview``,
+      ``mmap``, pinned memory exposed as a buffer, and ``bytes`` as a source.
+      It must be C-contiguous (strided views are refused: ``NotContiguous``),
+      and ``dst`` writable (``ReadOnlyBuffer``). Host memory by construction.
+    - a cuda.core ``Buffer``: accepted where its memory resource says it is
+      host-accessible (``PinnedMemoryResource``, ``LegacyPinnedMemoryResource``,
+      managed memory). Known without a driver call, so packing works on a
+      host-function thread too; a device-only buffer, or one without a memory
+      resource, is ``NotHostAccessible``.
+    - an ``int`` address: the caller answers for it (that it is host memory
+      valid for ``nbytes`` bytes); only nulls, wrapping and overlap are checked.
+
+    ``nbytes`` defaults to the size of ``src`` (from ``src_offset`` on); it
+    is required when ``src`` is an int. Offsets are in bytes. Every refusal is
+    a ``PackError`` subclass carrying its numbers: ``OutOfBounds``,
+    ``Overlap``, ``AddressOverflow``, ``NullWithLength``,
+    ``NotHostAccessible``, ``NotContiguous``, ``ReadOnlyBuffer``,
+    ``IntegerOutOfRange``.
+
+    The record holds addresses only. Keep ``dst`` and ``src`` alive, in
+    place and at their size (no ``bytearray`` or numpy resize) until every
+    host function that runs the record has run; a graph runs it on every
+    replay, so until the graph and all its executables are destroyed.
+    """
+    dst_offset = _word("dst_offset", dst_offset)
+    src_offset = _word("src_offset", src_offset)
+    dst_region = _region(dst, "dst", writable=True)
+    src_region = _region(src, "src", writable=False)
+    if nbytes is None:
+        if src_region[1] is None:
+            raise TypeError("nbytes is required when src is an integer address")
+        if src_offset > src_region[1]:
+            raise OutOfBounds(
+                f"source offset {src_offset} is past the end of a {src_region[1]}-byte buffer",
+                side="src",
+                offset=src_offset,
+                nbytes=0,
+                len=src_region[1],
+            )
+        nbytes = src_region[1] - src_offset
+    nbytes = _word("nbytes", nbytes)
+    return _native.pack_regions(dst_region, dst_offset, src_region, src_offset, nbytes)
+
+
+def pack_host_copy_args_into(
+    buffer: Any,
+    offset: int,
+    dst: Any,
+    src: Any,
+    nbytes: int | None = None,
+    *,
+    dst_offset: int = 0,
+    src_offset: int = 0,
+) -> int:
+    """Packs a record into ``buffer`` at byte ``offset`` (one record per ring
+    slot, say) and returns the record's address, a ``user_data`` for
+    ``HOST_COPY_FN`` (any alignment works: the record is read unaligned).
+
+    Checks as ``pack_host_copy_args``. ``buffer`` must be writable and
+    C-contiguous; it must stay alive and unmoved, and the record unchanged,
+    until every host function given that address has run.
+    """
+    record = pack_host_copy_args(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset)
+    offset = _word("offset", offset)
+    addr, length = _native.buffer_region(buffer, True, "buffer")
+    if offset + HOST_COPY_ARGS_SIZE > length:
+        raise OutOfBounds(
+            f"buffer range of {HOST_COPY_ARGS_SIZE} bytes at offset {offset} is out of bounds of a {length}-byte buffer",
+            side="buffer",
+            offset=offset,
+            nbytes=HOST_COPY_ARGS_SIZE,
+            len=length,
+        )
+    ctypes.memmove(addr + offset, record, HOST_COPY_ARGS_SIZE)
+    return addr + offset
+
+
+def unpack_host_copy_args(data: Any, offset: int = 0) -> HostCopyArgs:
+    """Reads a record back from ``data`` (bytes or any buffer) at byte ``offset``."""
+    view = memoryview(data).cast("B")
+    if offset < 0 or offset + HOST_COPY_ARGS_SIZE > len(view):
+        raise OutOfBounds(
+            f"record of {HOST_COPY_ARGS_SIZE} bytes at offset {offset} is out of bounds of a {len(view)}-byte buffer",
+            side="data",
+            offset=offset,
+            nbytes=HOST_COPY_ARGS_SIZE,
+            len=len(view),
+        )
+    return HostCopyArgs(*_RECORD.unpack_from(view, offset))
+
+
+def rejected() -> int:
+    """How many records the host functions rejected in this process (null
+    ``user_data``, null addresses with a length, wrapping ranges)."""
+    return _native.rejected()
+
+
+def set_parallel_workers(workers: int) -> int:
+    """Sets how many worker threads ``HOST_COPY_PARALLEL_FN`` splits a copy
+    across, besides the driver's own thread; returns the number now active.
+
+    The first call starts the pool (``workers`` threads, once per process);
+    later calls let only the first ``workers`` of those take part, so a
+    larger number than the first call's is capped. 0 copies on the driver's
+    thread alone. On the H200 host 12 workers reached the link's speed.
+    """
+    return _native.set_parallel_workers(_word("workers", workers))[1]
+
+
+def parallel_workers() -> tuple[int, int]:
+    """``(started, active)`` worker threads of ``HOST_COPY_PARALLEL_FN``."""
+    return _native.parallel_workers()
+
+
+def owned_record_counts() -> tuple[int, int]:
+    """``(created, freed)``: records the launch functions copied to the heap,
+    and how many have been freed (after their host function ran, or with
+    their graph). The difference is what is in flight or held by graphs."""
+    return _native.owned_record_counts()
+
+
+def _handle(obj: Any, what: str, type_name: str) -> int:
+    if isinstance(obj, bool):
+        raise TypeError(f"{what} must be a handle, not bool")
+    if isinstance(obj, int):
+        return _word(what, obj)
+    if type(obj).__name__ == type_name:
+        return _word(what, int(obj))
+    raise TypeError(f"{what}: expected a cuda.bindings {type_name} or an int handle, got {type(obj).__name__}")
+
+
+def _stream_handle(stream: Any) -> int:
+    """A cuda.core Stream or GraphBuilder (``__cuda_stream__``), a
+    cuda.bindings CUstream, an object with a ``.handle`` of those, or an int."""
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None and not isinstance(stream, int):
+        _version, handle = protocol() if callable(protocol) else protocol
+        return _word("stream", int(handle))
+    if not isinstance(stream, int) and type(stream).__name__ != "CUstream" and hasattr(stream, "handle"):
+        return _stream_handle(stream.handle)
+    return _handle(stream, "stream", "CUstream")
+
+
+def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False) -> bool:
+    """Launches ``HOST_COPY_FN`` (or, with ``parallel``, ``HOST_COPY_PARALLEL_FN``)
+    on ``stream`` with a packed ``record``, in stream order.
+
+    ``stream``: a cuda.core ``Stream`` or ``GraphBuilder`` (``__cuda_stream__``),
+    a cuda.bindings ``CUstream``, or an int handle (0: the legacy default
+    stream of the current context). Works where cuda-bindings'
+    ``cuLaunchHostFunc`` would not: that one calls through a trampoline that
+    takes the GIL.
+
+    The package owns a heap copy of the record until the host function has
+    run; the host function frees it on the driver's thread, without the GIL.
+    If the stream is capturing, the copy instead belongs to the captured
+    graph (a CUDA user object) and is freed when the graph and every
+    executable made from it are destroyed, so replays keep working. Returns
+    whether the stream was capturing.
+
+    The caller keeps the record's buffers alive and in place until the copy
+    has run (synchronize the stream or an event recorded after the launch
+    before reading, freeing or resizing them); in a capture, until the graph
+    and its executables are destroyed. Whether the stream is capturing is
+    read just before the launch (``cuStreamGetCaptureInfo``): no other thread
+    may begin or end a capture of this stream, or join it to one through an
+    event wait, while this call runs. After a context error the driver skips
+    host functions: the copy never happens and its record stays allocated
+    (see ``owned_record_counts``). Raises ``CudaUnavailable`` without a
+    driver and ``CudaError`` when a driver call fails.
+    """
+    return _native.launch_owned(_stream_handle(stream), bytes(record), bool(parallel))
+
+
+def launch_host_copy(
+    stream: Any,
+    dst: Any,
+    src: Any,
+    nbytes: int | None = None,
+    *,
+    parallel: bool = False,
+    dst_offset: int = 0,
+    src_offset: int = 0,
+) -> bool:
+    """``launch_host_copy_args(stream, pack_host_copy_args(dst, src, nbytes, ...))``:
+    packs with every check, then launches. What the caller keeps alive, and
+    until when, is as described there."""
+    record = pack_host_copy_args(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset)
+    return launch_host_copy_args(stream, record, parallel=parallel)
+
+
+def add_host_copy_node(
+    graph: Any,
+    dst: Any,
+    src: Any,
+    nbytes: int | None = None,
+    *,
+    dependencies: Sequence[Any] = (),
+    parallel: bool = False,
+    dst_offset: int = 0,
+    src_offset: int = 0,
+) -> int:
+    """Adds a host node running ``HOST_COPY_FN`` (or the parallel one) to a raw
+    cuda.bindings graph (``CUgraph`` or int handle), after ``dependencies``
+    (``CUgraphNode`` objects or int handles). Returns the node's handle as an
+    int (``cuda.bindings.driver.CUgraphNode(node)`` wraps it).
+
+    The graph owns a heap copy of the record through a CUDA user object: it
+    is freed when the graph and every executable instantiated from it are
+    destroyed, so every replay finds it. The caller keeps ``dst`` and ``src``
+    alive and in place that long.
+    """
+    record = pack_host_copy_args(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset)
+    handles = [_handle(node, "dependency", "CUgraphNode") for node in dependencies]
+    return _native.add_host_node(_handle(graph, "graph", "CUgraph"), record, handles, bool(parallel))

@@ -1,0 +1,68 @@
+"""The exceptions hostcopy raises. Each carries the numbers that make it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PackError(ValueError):
+    """A record could not be packed: the base of every refusal.
+
+    Subclasses mirror ``hostcopy_driver::PackError``'s variants and add
+    those only Python can meet; each has the fields named in its docstring
+    as attributes.
+    """
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+class OutOfBounds(PackError):
+    """``offset + nbytes`` is past the end of a ``len``-byte buffer (``side``, ``offset``, ``nbytes``, ``len``)."""
+
+
+class Overlap(PackError):
+    """The destination and source ranges share bytes (``dst``, ``src``, ``nbytes``)."""
+
+
+class AddressOverflow(PackError):
+    """``addr + nbytes`` wraps the address space, or ``nbytes`` exceeds what an object can hold (``side``, ``addr``, ``nbytes``)."""
+
+
+class NullWithLength(PackError):
+    """A null address with a nonzero length (``side``, ``nbytes``)."""
+
+
+class NotHostAccessible(PackError):
+    """The memory is not known to be host-accessible, e.g. a device-only cuda.core Buffer (``side``, ``addr``)."""
+
+
+class NotContiguous(PackError):
+    """A strided or indirect buffer: a record copies one contiguous run (``side``, ``shape``, ``strides``)."""
+
+
+class ReadOnlyBuffer(PackError):
+    """The destination is a read-only buffer (``side``, ``len``)."""
+
+
+class IntegerOutOfRange(PackError):
+    """An address, offset or length that is negative or wider than a pointer (``name``, ``value``, ``max``)."""
+
+
+class CudaUnavailable(RuntimeError):
+    """The NVIDIA driver (libcuda.so.1) could not be loaded or initialized: launch functions need it."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+
+
+class CudaError(RuntimeError):
+    """A driver call failed (``function``, ``code``, ``name``, e.g. ``CUDA_ERROR_INVALID_HANDLE``)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.function: str = fields.get("function", "")
+        self.code: int = fields.get("code", 0)
+        self.name: str = fields.get("name", "")

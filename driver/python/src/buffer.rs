@@ -1,0 +1,177 @@
+//! The address and length of a buffer-protocol object, with the checks a
+//! record needs: C-contiguous, and writable for a destination.
+//!
+//! pyo3 withholds `PyObject_GetBuffer` from abi3 builds below Python 3.11,
+//! where it is not yet part of the stable ABI. Every CPython 3 exports it
+//! with the `Py_buffer` layout below (unchanged since 3.3, and frozen by the
+//! stable ABI from 3.11 on), so it is declared here.
+
+use core::ffi::{c_char, c_int, c_void};
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// CPython's `Py_buffer`.
+#[repr(C)]
+struct PyBufferView {
+    buf: *mut c_void,
+    obj: *mut ffi::PyObject,
+    len: isize,
+    itemsize: isize,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut isize,
+    strides: *mut isize,
+    suboffsets: *mut isize,
+    internal: *mut c_void,
+}
+
+/// `PyBUF_FULL_RO`: strides, suboffsets and format, read-only accepted. The
+/// widest request, so that every exporter answers and the checks below
+/// (not the exporter's refusal) say what is wrong.
+const PYBUF_FULL_RO: c_int = 0x100 | 0x10 | 0x08 | 0x04;
+
+unsafe extern "C" {
+    fn PyObject_GetBuffer(obj: *mut ffi::PyObject, view: *mut PyBufferView, flags: c_int) -> c_int;
+    fn PyBuffer_Release(view: *mut PyBufferView);
+}
+
+/// An exported buffer, released on drop.
+struct Export {
+    view: PyBufferView,
+}
+
+impl Export {
+    fn new(obj: &Bound<'_, PyAny>) -> PyResult<Export> {
+        // SAFETY: an all-zero `Py_buffer` is a valid out-parameter.
+        let mut view: PyBufferView = unsafe { core::mem::zeroed() };
+        // SAFETY: `obj` is a live object (we hold the GIL and a reference);
+        // on success the view holds the export until `PyBuffer_Release`.
+        let status = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut view, PYBUF_FULL_RO) };
+        if status != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        Ok(Export { view })
+    }
+
+    /// `(shape, strides)` as Python sees them.
+    fn layout(&self) -> (Vec<isize>, Vec<isize>) {
+        let ndim = usize::try_from(self.view.ndim).unwrap_or(0);
+        let read = |ptr: *mut isize| {
+            if ptr.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: a non-null shape or strides array has `ndim` entries.
+                unsafe { core::slice::from_raw_parts(ptr, ndim) }.to_vec()
+            }
+        };
+        (read(self.view.shape), read(self.view.strides))
+    }
+
+    /// The struct-module format of an item (`"B"` where the exporter gave none).
+    fn format(&self) -> String {
+        if self.view.format.is_null() {
+            return "B".into();
+        }
+        // SAFETY: a non-null format is a NUL-terminated string owned by the
+        // exporter for as long as the export lasts.
+        unsafe { core::ffi::CStr::from_ptr(self.view.format) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Whether the bytes are one C-ordered run: no strides, or strides
+    /// that a C array of this shape would have (dimensions of length 1
+    /// may have any stride; an empty array is contiguous).
+    fn is_c_contiguous(&self) -> bool {
+        if !self.view.suboffsets.is_null() {
+            return false;
+        }
+        let (shape, strides) = self.layout();
+        if strides.is_empty() || shape.contains(&0) {
+            return true;
+        }
+        let mut expected = self.view.itemsize;
+        for (&extent, &stride) in shape.iter().zip(&strides).rev() {
+            if extent != 1 && stride != expected {
+                return false;
+            }
+            expected *= extent;
+        }
+        true
+    }
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        // SAFETY: releases the export `new` made, once; the GIL is held
+        // wherever an `Export` lives (it never leaves a pyfunction).
+        unsafe { PyBuffer_Release(&mut self.view) };
+    }
+}
+
+/// `(address, length)` of a C-contiguous buffer-protocol object; for a
+/// destination (`writable`) also refuses a read-only one.
+///
+/// Raises `hostcopy.NotContiguous` or `hostcopy.ReadOnlyBuffer`, and the
+/// exporter's own error (a `TypeError`) for an object without the buffer
+/// protocol.
+#[pyfunction]
+pub(crate) fn buffer_region(
+    obj: &Bound<'_, PyAny>,
+    writable: bool,
+    side: &str,
+) -> PyResult<(usize, usize)> {
+    let export = Export::new(obj)?;
+    let view = &export.view;
+    let format = export.format();
+    if format.contains('O') {
+        // Copying object pointers as bytes would skip their reference counts.
+        return Err(PyTypeError::new_err(format!(
+            "{side} holds Python object references (buffer format {format:?}): a record copies plain bytes"
+        )));
+    }
+    if !export.is_c_contiguous() {
+        let (shape, strides) = export.layout();
+        let message = if view.suboffsets.is_null() {
+            format!(
+                "{side} is strided (shape {shape:?}, strides {strides:?}, item size {}): a record copies one contiguous run of bytes; pass a C-contiguous array (numpy.ascontiguousarray) or one record per row",
+                view.itemsize
+            )
+        } else {
+            format!(
+                "{side} uses indirect (suboffset) buffers: a record copies one contiguous run of bytes"
+            )
+        };
+        return Err(crate::packing::error(
+            obj.py(),
+            "NotContiguous",
+            message,
+            [
+                ("side", side.into_pyobject(obj.py())?.into_any()),
+                ("shape", shape.into_pyobject(obj.py())?.into_any()),
+                ("strides", strides.into_pyobject(obj.py())?.into_any()),
+            ],
+        ));
+    }
+    if writable && view.readonly != 0 {
+        let message = format!(
+            "{side} is a read-only buffer of {} bytes ({}): a destination must be writable",
+            view.len,
+            obj.get_type().name()?
+        );
+        return Err(crate::packing::error(
+            obj.py(),
+            "ReadOnlyBuffer",
+            message,
+            [
+                ("side", side.into_pyobject(obj.py())?.into_any()),
+                ("len", view.len.into_pyobject(obj.py())?.into_any()),
+            ],
+        ));
+    }
+    let len = usize::try_from(view.len).unwrap_or(0);
+    Ok((view.buf as usize, len))
+}

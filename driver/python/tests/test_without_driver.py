@@ -1,0 +1,84 @@
+"""Importing and packing need no NVIDIA driver; launches say clearly that they do.
+
+Each check runs in a fresh interpreter whose libcuda is a path that does not
+exist (HOSTCOPY_LIBCUDA), so it holds on a GPU machine too.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+MISSING = "/nonexistent/libcuda.so.1"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HOSTCOPY_LIBCUDA=MISSING)
+    # Outside the source tree: `python -c` puts the working folder first on
+    # sys.path, where driver/python/hostcopy has no compiled half.
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_import_and_packing_load_no_libcuda():
+    done = run_python(
+        """
+        import ctypes, hostcopy
+        src = b"pinned slot"
+        dst = bytearray(len(src))
+        holder = ctypes.create_string_buffer(hostcopy.pack_host_copy_args(dst, src))
+        hostcopy.HOST_COPY_FN(ctypes.addressof(holder))
+        assert dst == src
+        with open("/proc/self/maps") as maps:
+            assert "libcuda" not in maps.read(), "libcuda was loaded"
+        print("ok")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_launch_functions_raise_cuda_unavailable_naming_the_library():
+    done = run_python(
+        """
+        import hostcopy
+        checks = [
+            lambda: hostcopy.launch_host_copy(0, bytearray(8), bytes(8)),
+            lambda: hostcopy.launch_host_copy_args(0, hostcopy.pack_host_copy_args(bytearray(8), bytes(8))),
+            lambda: hostcopy.add_host_copy_node(0x1234, bytearray(8), bytes(8)),
+        ]
+        for check in checks:
+            try:
+                check()
+            except hostcopy.CudaUnavailable as error:
+                print(error)
+            else:
+                raise SystemExit("launched without a driver")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        assert MISSING in line and "launch functions need it" in line
+
+
+def test_packing_errors_come_before_the_driver_is_needed():
+    done = run_python(
+        """
+        import hostcopy
+        try:
+            hostcopy.launch_host_copy(0, bytes(8), bytes(8))
+        except hostcopy.ReadOnlyBuffer:
+            print("refused")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "refused"
