@@ -2,18 +2,32 @@
  * A C consumer of hostcopy-core: includes the header, calls hostcopy_fn the
  * way the CUDA driver does (through a CUhostFn-typed pointer), and checks
  * each line of the contract. Linked into the Rust tests by build.rs and into
- * a standalone program (main.c) by `cargo xtask abi`.
+ * a standalone program (main.c, or freestanding.c where there is no OS) by
+ * `cargo xtask abi`. Needs no C library: the compiler's memset and memcpy
+ * calls resolve to the static library's.
  */
 #include <stdint.h>
-#include <string.h>
 
 #include "hostcopy.h"
 
 #include "consumer.h"
 #include "layout_report.h"
 
-/* cuda.h: typedef void (CUDA_CB *CUhostFn)(void *userData); */
-typedef void(HOSTCOPY_CB *host_fn_t)(void *user_data);
+/*
+ * How the caller (the CUDA driver, here this file) calls a host function:
+ * cuda.h has `typedef void (CUDA_CB *CUhostFn)(void *userData);`. The
+ * self-test of `cargo xtask abi` defines HOSTCOPY_CALLER_CB empty on i686
+ * Windows, a cdecl caller of the stdcall function, which must fail at run
+ * time (see stack_is_balanced); it compiles with
+ * -Wno-incompatible-pointer-types, as a caller that casts would.
+ */
+#ifndef HOSTCOPY_CALLER_CB
+#define HOSTCOPY_CALLER_CB HOSTCOPY_CB
+#endif
+typedef void(HOSTCOPY_CALLER_CB *host_fn_t)(void *user_data);
+
+#define memset __builtin_memset
+#define memcpy __builtin_memcpy
 
 #define GUARD 32
 #define GUARD_BYTE 0xA5
@@ -45,6 +59,28 @@ size_t hostcopy_c_layout(uint32_t *out, size_t capacity) {
     return HOSTCOPY_LAYOUT_FIELDS;
 }
 
+/*
+ * Calls host_fn many times, reading the stack pointer at the same point of
+ * each iteration: where caller and callee disagree on who pops the argument
+ * (cdecl against stdcall on i686 Windows), it moves by 4 bytes a call.
+ * Elsewhere there is one convention, and this only calls.
+ */
+static int stack_is_balanced(host_fn_t host_fn, void *record) {
+    uintptr_t first = 0;
+    for (int i = 0; i < 64; i++) {
+        uintptr_t sp = 0;
+#if defined(_WIN32) && defined(__i386__)
+        __asm__ volatile("movl %%esp, %0" : "=r"(sp));
+#endif
+        if (i == 0)
+            first = sp;
+        else if (sp != first)
+            return 0;
+        host_fn(record);
+    }
+    return 1;
+}
+
 int hostcopy_c_contract(void) {
     static unsigned char src[4096 + 64];
     static unsigned char dst[GUARD + 4096 + 64 + GUARD];
@@ -67,6 +103,16 @@ int hostcopy_c_contract(void) {
         CHECK(guards_intact(dst, len));
     }
     CHECK(hostcopy_rejected() == rejected);
+
+    /* The calling convention: the stack is where the caller left it. */
+    {
+        struct hostcopy_args args;
+        args.dst = (uintptr_t)(dst + GUARD);
+        args.src = (uintptr_t)src;
+        args.nbytes = 64;
+        CHECK(stack_is_balanced(host_fn, &args));
+        CHECK(bytes_equal_pattern(dst + GUARD, 64, 0));
+    }
 
     /* A record packed at an odd address in a byte buffer, passed as an integer. */
     {

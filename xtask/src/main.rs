@@ -9,9 +9,9 @@ mod gpu_bundle;
 mod layout_report;
 mod report;
 mod self_test;
+mod setup;
 mod symbols;
 mod targets;
-mod toolchain;
 
 use std::env;
 use std::process::ExitCode;

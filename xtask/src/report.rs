@@ -10,8 +10,6 @@ pub(crate) enum Outcome {
     Passed(String),
     /// Failed; the text is the short form for the table, the details are in the failure list.
     Failed(String),
-    /// Could not run here; the text is why (and which package would make it run).
-    NotRun(String),
 }
 
 impl fmt::Display for Outcome {
@@ -19,7 +17,6 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Passed(text) => f.write_str(text),
             Outcome::Failed(text) => write!(f, "FAILED: {text}"),
-            Outcome::NotRun(reason) => write!(f, "not run: {reason}"),
         }
     }
 }
@@ -27,7 +24,7 @@ impl fmt::Display for Outcome {
 /// One failed check, with everything needed to understand it without rerunning.
 #[derive(Clone, Debug)]
 pub(crate) struct Failure {
-    /// A target triple, or "set-up" / "self-test".
+    /// A target triple, "set-up", or a self-test variant.
     pub(crate) target: String,
     pub(crate) check: &'static str,
     pub(crate) detail: String,
@@ -86,10 +83,6 @@ mod tests {
         assert_eq!(
             Outcome::Passed("passed (20)".into()).to_string(),
             "passed (20)"
-        );
-        assert_eq!(
-            Outcome::NotRun("no wasm runtime here".into()).to_string(),
-            "not run: no wasm runtime here"
         );
         assert!(
             Outcome::Failed("size".into())

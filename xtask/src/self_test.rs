@@ -1,38 +1,41 @@
 //! `cargo xtask abi --self-test`: proof that the checks can fail.
 //!
 //! A check that cannot fail proves nothing, so this builds deliberately
-//! broken variants and requires each check to report them, on every target:
-//! copies of `hostcopy.h` with the fields swapped, with an extra field, with
-//! another ABI version, with a 32-bit `nbytes` on 64-bit targets (the layout
-//! comparison must report each), and symbol
-//! probes that reference a name the library does not export (the symbol check
-//! must report it), among them the i686 Windows caller declared without
-//! `HOSTCOPY_CB`, which references the undecorated cdecl name. The unmodified
-//! header and probe are checked first on each target, so that a variant
-//! counts as caught only where the real thing passes.
+//! broken variants and requires each check to report them, on every target
+//! they apply to: copies of `hostcopy.h` with the fields swapped, an extra
+//! field, another ABI version, a 32-bit `nbytes` on 64-bit targets (the
+//! layout comparison must report each); symbol probes that reference a name
+//! the library does not define (the i686 Windows caller declared without
+//! `HOSTCOPY_CB`, a renamed function); and on i686 Windows the C consumer
+//! calling the stdcall `hostcopy_fn` through a cdecl pointer, which links
+//! and must fail when it runs under wine. The unmodified header, probe and
+//! consumer pass first on each target, so a variant counts as caught only
+//! where the real thing passes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::checks::{self, Checks, progress};
+use crate::abi::progress;
+use crate::checks::{self, Workspace};
 use crate::layout_report::Layout;
-use crate::report::{self, Failure};
-use crate::symbols::DefinedSymbol;
-use crate::targets::{AbiTarget, CLANG, LLVM_NM};
+use crate::report;
+use crate::targets::{Format, Target};
 
 /// A broken copy of the header, and what must happen to it.
 struct HeaderVariant {
     name: &'static str,
     edits: &'static [Edit],
     expect: Expect,
-    applies_to: fn(&AbiTarget) -> bool,
+    applies_to: fn(&Target) -> bool,
 }
 
-/// A symbol probe compiled with extra definitions, for the targets where they break it.
-struct SymbolVariant {
+/// A symbol probe or a C consumer compiled with extra flags, for the targets where they break it.
+struct FlagVariant {
     name: &'static str,
-    defines: &'static [&'static str],
-    applies_to: fn(&AbiTarget) -> bool,
+    flags: &'static [&'static str],
+    /// Run the C consumer (it must link, and fail on the target) instead of the symbol check.
+    at_run_time: bool,
+    applies_to: fn(&Target) -> bool,
 }
 
 #[derive(Clone, Copy)]
@@ -95,30 +98,40 @@ const HEADER_VARIANTS: &[HeaderVariant] = &[
     },
 ];
 
-fn every_target(_: &AbiTarget) -> bool {
+fn every_target(_: &Target) -> bool {
     true
 }
 
-fn is_64_bit(target: &AbiTarget) -> bool {
+fn is_64_bit(target: &Target) -> bool {
     target.pointer_width == 64
 }
 
-fn is_i686_windows(target: &AbiTarget) -> bool {
-    target.rust.starts_with("i686-") && target.rust.contains("windows")
+fn is_i686_windows(target: &Target) -> bool {
+    target.pointer_width == 32 && target.format == Format::Coff
 }
 
-const SYMBOL_VARIANTS: &[SymbolVariant] = &[
-    SymbolVariant {
+const FLAG_VARIANTS: &[FlagVariant] = &[
+    FlagVariant {
         // An empty CUDA_CB makes HOSTCOPY_CB empty: a cdecl declaration,
         // which references `_hostcopy_fn` instead of `_hostcopy_fn@4`.
         name: "caller without HOSTCOPY_CB (cdecl)",
-        defines: &["-DCUDA_CB="],
+        flags: &["-DCUDA_CB="],
+        at_run_time: false,
         applies_to: is_i686_windows,
     },
-    SymbolVariant {
+    FlagVariant {
         name: "caller of a renamed hostcopy_fn",
-        defines: &["-Dhostcopy_fn=hostcopy_fn_v2"],
+        flags: &["-Dhostcopy_fn=hostcopy_fn_v2"],
+        at_run_time: false,
         applies_to: every_target,
+    },
+    FlagVariant {
+        // The declaration stays stdcall (it links), the pointer it is called
+        // through is cdecl: the stack moves 4 bytes a call.
+        name: "cdecl caller at run time",
+        flags: &["-DHOSTCOPY_CALLER_CB=", "-Wno-incompatible-pointer-types"],
+        at_run_time: true,
+        applies_to: is_i686_windows,
     },
 ];
 
@@ -143,121 +156,106 @@ impl Tally {
 }
 
 pub(crate) fn run(
-    checks: &Checks<'_>,
-    targets: &[&'static AbiTarget],
-    failures: &mut Vec<Failure>,
+    workspace: &Workspace,
+    targets: &[&Target],
+    fail: &mut impl FnMut(&str, &'static str, String),
 ) {
-    let mut fail = |check: &'static str, target: &str, detail: String| {
-        failures.push(Failure {
-            target: target.to_owned(),
-            check,
-            detail,
+    let variants_dir = workspace.out.join("self-test");
+    let header_dirs: Vec<Option<PathBuf>> = HEADER_VARIANTS
+        .iter()
+        .map(|variant| {
+            write_header_variant(workspace, variant, &variants_dir)
+                .map_err(|error| fail(variant.name, "self-test", error))
+                .ok()
         })
-    };
-    if let Some(reason) = checks.toolbox.missing_reason(&[CLANG, LLVM_NM]) {
-        fail(
-            "self-test",
-            "set-up",
-            format!("the self-test needs {reason}"),
-        );
-        return;
-    }
-
-    let variants_dir = checks.workspace.out.join("self-test");
-    let mut header_dirs = Vec::new();
-    for variant in HEADER_VARIANTS {
-        match write_header_variant(checks, variant, &variants_dir) {
-            Ok(dir) => header_dirs.push(Some(dir)),
-            Err(error) => {
-                fail("self-test", variant.name, error);
-                header_dirs.push(None);
-            }
-        }
-    }
-    let mut header_tallies: Vec<Tally> = HEADER_VARIANTS.iter().map(|_| Tally::default()).collect();
-    let mut symbol_tallies: Vec<Tally> = SYMBOL_VARIANTS.iter().map(|_| Tally::default()).collect();
+        .collect();
+    let names = HEADER_VARIANTS
+        .iter()
+        .map(|v| v.name)
+        .chain(FLAG_VARIANTS.iter().map(|v| v.name));
+    let mut tallies: Vec<Tally> = names.clone().map(|_| Tally::default()).collect();
+    let (header_tallies, flag_tallies) = tallies.split_at_mut(HEADER_VARIANTS.len());
 
     for (i, target) in targets.iter().enumerate() {
-        eprintln!("\n[{}/{}] {}", i + 1, targets.len(), target.rust);
-        let prepared = progress("build, Rust layout, library symbols", || {
-            let core = checks.build_core(target)?;
-            let rust = checks.rust_layout(target, &core)?;
-            let symbols = checks.archive_symbols(&core)?;
-            Ok((rust, symbols))
+        eprintln!("\n[{}/{}] {}", i + 1, targets.len(), target.triple);
+        let control = progress("control: the real header, probe and consumer pass", || {
+            let built = workspace.build(target)?;
+            let rust = workspace.rust_layout(target, &built)?;
+            let defined = workspace.archive_symbols(&built)?;
+            let object = workspace.scratch(target).join("self_test_control.o");
+            checks::compare_layouts(target, &rust, &workspace.c_layout(target, &[], &object)?)?;
+            let references = workspace.probe_references(target, &[], "self_test_probe.o")?;
+            checks::check_references(target, &references, &defined)?;
+            if FLAG_VARIANTS
+                .iter()
+                .any(|v| v.at_run_time && (v.applies_to)(target))
+            {
+                workspace.c_consumer(target, &built, &rust, &[])?;
+            }
+            Ok((built, rust, defined))
         });
-        let (rust, symbols) = match prepared {
-            Ok(prepared) => prepared,
+        let (built, rust, defined) = match control {
+            Ok(control) => control,
             Err(error) => {
-                fail("self-test", target.rust, error);
+                let why = "the unmodified checks fail, so no variant can show anything";
+                fail(
+                    target.triple,
+                    "self-test control",
+                    format!("{why}:\n{error}"),
+                );
                 continue;
             }
         };
-        if let Err(error) = progress("control: the real header and probe pass", || {
-            control(checks, target, &rust, &symbols)
-        }) {
-            fail(
-                "self-test control",
-                target.rust,
-                format!(
-                    "the unmodified checks fail, so no variant can show anything; fix `cargo xtask abi` first:\n{error}"
-                ),
-            );
-            continue;
-        }
         for ((variant, dir), tally) in HEADER_VARIANTS
             .iter()
             .zip(&header_dirs)
-            .zip(&mut header_tallies)
+            .zip(&mut *header_tallies)
         {
-            let Some(dir) = dir else { continue };
-            if !(variant.applies_to)(target) {
+            let Some(dir) = dir.as_ref().filter(|_| (variant.applies_to)(target)) else {
                 continue;
-            }
-            let object = checks
-                .workspace
+            };
+            let object = workspace
                 .scratch(target)
                 .join(format!("self_test_{}.o", slug(variant.name)));
             let result = progress(variant.name, || {
-                let compiled = checks.c_layout(target, std::slice::from_ref(dir), &[], &object);
+                let compiled = workspace.c_layout(target, std::slice::from_ref(dir), &object);
                 judge_header(variant.expect, target, &rust, compiled)
             });
-            tally.record(target.rust, result);
+            tally.record(target.triple, result);
         }
-        for (variant, tally) in SYMBOL_VARIANTS.iter().zip(&mut symbol_tallies) {
+        for (variant, tally) in FLAG_VARIANTS.iter().zip(&mut *flag_tallies) {
             if !(variant.applies_to)(target) {
                 continue;
             }
-            let defines: Vec<String> = variant.defines.iter().map(|d| d.to_string()).collect();
-            let object = format!("self_test_{}.o", slug(variant.name));
             let result = progress(variant.name, || {
-                let references = checks
-                    .probe_references(target, &defines, &object)
-                    .map_err(|error| format!("the probe did not build: {error}"))?;
-                match checks::check_references(target, &references, &symbols) {
+                if variant.at_run_time {
+                    return match workspace.c_consumer(target, &built, &rust, variant.flags) {
+                        Err(error) if error.starts_with("linking") => {
+                            Err(format!("it did not link: {error}"))
+                        }
+                        Err(error) => Ok(first_line(&error)),
+                        Ok(_) => Err("the C consumer passed with a cdecl caller".to_owned()),
+                    };
+                }
+                let flags: Vec<String> = variant.flags.iter().map(|d| d.to_string()).collect();
+                let object = format!("self_test_{}.o", slug(variant.name));
+                let references = workspace.probe_references(target, &flags, &object)?;
+                match checks::check_references(target, &references, &defined) {
                     Err(report) => Ok(first_line(&report)),
-                    Ok(()) => Err(format!(
-                        "the symbol check passed a caller that references {}",
-                        references.join(", ")
-                    )),
+                    Ok(()) => Err(format!("the symbol check passed {}", references.join(", "))),
                 }
             });
-            tally.record(target.rust, result);
+            tally.record(target.triple, result);
         }
     }
 
     let mut rows = Vec::new();
-    let names = HEADER_VARIANTS
-        .iter()
-        .map(|v| v.name)
-        .chain(SYMBOL_VARIANTS.iter().map(|v| v.name));
-    for (name, tally) in names.zip(header_tallies.iter().chain(&symbol_tallies)) {
+    for (name, tally) in names.zip(&tallies) {
         let applicable = tally.caught.len() + tally.missed.len();
-        let verdict = if applicable == 0 {
-            "no selected target it applies to".to_owned()
-        } else if tally.missed.is_empty() {
-            format!("caught on {}/{applicable}", tally.caught.len())
-        } else {
-            format!("MISSED on {}/{applicable}", tally.missed.len())
+        let verdict = match (applicable, tally.missed.len()) {
+            (0, _) => "no selected target it applies to".to_owned(),
+            (_, 0) => format!("caught on {}/{applicable}", tally.caught.len()),
+            (_, missed) => format!("MISSED on {missed}/{applicable}"),
         };
         rows.push(vec![
             name.to_owned(),
@@ -265,13 +263,7 @@ pub(crate) fn run(
             tally.example.clone().unwrap_or_default(),
         ]);
         for (target, why) in &tally.missed {
-            fail("self-test: not caught", target, format!("{name}: {why}"));
-        }
-        if applicable == 0 && !targets.is_empty() {
-            // A variant that ran nowhere proves nothing; only those limited
-            // to i686 Windows or to 64-bit targets can legitimately apply to
-            // none of a `--target` selection.
-            eprintln!("  ({name}: no selected target it applies to)");
+            fail(target, "self-test: not caught", format!("{name}: {why}"));
         }
     }
     println!("\nself-test: each broken variant must be reported by the checks\n");
@@ -281,25 +273,10 @@ pub(crate) fn run(
     );
 }
 
-/// The unmodified header and probe must pass on the target.
-fn control(
-    checks: &Checks<'_>,
-    target: &AbiTarget,
-    rust: &Layout,
-    symbols: &[DefinedSymbol],
-) -> Result<(), String> {
-    let object = checks.workspace.scratch(target).join("self_test_control.o");
-    let header = checks.workspace.header_dir();
-    let c = checks.c_layout(target, &[header], &[], &object)?;
-    checks::compare_layouts(target, rust, &c)?;
-    let references = checks.probe_references(target, &[], "self_test_control_probe.o")?;
-    checks::check_references(target, &references, symbols)
-}
-
 /// Ok(what the check reported) when the variant was caught as expected; Err(why not) otherwise.
 fn judge_header(
     expect: Expect,
-    target: &AbiTarget,
+    target: &Target,
     rust: &Layout,
     compiled: Result<Layout, String>,
 ) -> Result<String, String> {
@@ -354,11 +331,11 @@ fn judge_header(
 }
 
 fn write_header_variant(
-    checks: &Checks<'_>,
+    workspace: &Workspace,
     variant: &HeaderVariant,
     variants_dir: &Path,
 ) -> Result<PathBuf, String> {
-    let original_path = checks.workspace.header_dir().join("hostcopy.h");
+    let original_path = workspace.root.join("core/include/hostcopy.h");
     let original = fs::read_to_string(&original_path)
         .map_err(|e| format!("reading {}: {e}", original_path.display()))?;
     let broken = apply_edits(&original, variant.edits)?;
@@ -481,10 +458,10 @@ mod tests {
     /// size, align, offsets, field sizes, ABI version, pointer size.
     const LP64: Layout = Layout::from_values([24, 8, 0, 8, 16, 8, 8, 8, 1, 8]);
 
-    fn x86_64() -> &'static AbiTarget {
+    fn x86_64() -> &'static Target {
         crate::targets::TARGETS
             .iter()
-            .find(|t| t.rust == "x86_64-unknown-linux-gnu")
+            .find(|t| t.triple == "x86_64-unknown-linux-gnu")
             .unwrap()
     }
 

@@ -8,7 +8,7 @@
 //! defined by `libhostcopy_core.a` as a global function. Both listings come
 //! from llvm-nm, which reads ELF, COFF and wasm alike.
 
-use crate::targets::ObjectFormat;
+use crate::targets::Format;
 
 /// One symbol that an archive member defines, from `llvm-nm --format=sysv`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub(crate) fn parse_sysv(nm_output: &str) -> Vec<DefinedSymbol> {
 pub(crate) fn check_defined(
     defined: &[DefinedSymbol],
     wanted: &str,
-    format: ObjectFormat,
+    format: Format,
 ) -> Result<(), String> {
     let matches: Vec<&DefinedSymbol> = defined.iter().filter(|s| s.name == wanted).collect();
     if matches.is_empty() {
@@ -88,7 +88,7 @@ pub(crate) fn check_defined(
                 symbol.class
             ));
         }
-        if format == ObjectFormat::Elf && symbol.elf_type != "FUNC" {
+        if format == Format::Elf && symbol.elf_type != "FUNC" {
             return Err(format!(
                 "`{wanted}` has ELF type `{}`, not FUNC",
                 symbol.elf_type
@@ -134,21 +134,15 @@ _hostcopy_rejected  |00000180|   T  |                  |00000000|     |
     #[test]
     fn global_functions_pass() {
         let elf = parse_sysv(ELF_ARCHIVE);
-        assert_eq!(
-            check_defined(&elf, "hostcopy_fn", ObjectFormat::Elf),
-            Ok(())
-        );
+        assert_eq!(check_defined(&elf, "hostcopy_fn", Format::Elf), Ok(()));
         let coff = parse_sysv(COFF_ARCHIVE);
-        assert_eq!(
-            check_defined(&coff, "_hostcopy_fn@4", ObjectFormat::Coff),
-            Ok(())
-        );
+        assert_eq!(check_defined(&coff, "_hostcopy_fn@4", Format::Coff), Ok(()));
     }
 
     #[test]
     fn undecorated_cdecl_name_is_reported_with_what_is_there() {
         let coff = parse_sysv(COFF_ARCHIVE);
-        let error = check_defined(&coff, "_hostcopy_fn", ObjectFormat::Coff).unwrap_err();
+        let error = check_defined(&coff, "_hostcopy_fn", Format::Coff).unwrap_err();
         assert!(error.contains("`_hostcopy_fn`"), "{error}");
         assert!(
             error.ends_with("(it defines: _hostcopy_fn@4, _hostcopy_rejected)"),
@@ -159,7 +153,7 @@ _hostcopy_rejected  |00000180|   T  |                  |00000000|     |
     #[test]
     fn data_symbols_are_not_functions() {
         let elf = parse_sysv(ELF_ARCHIVE);
-        assert!(check_defined(&elf, "hostcopy_data", ObjectFormat::Elf).is_err());
+        assert!(check_defined(&elf, "hostcopy_data", Format::Elf).is_err());
     }
 
     #[test]
