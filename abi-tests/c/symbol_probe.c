@@ -4,7 +4,7 @@
  * the object's undefined symbols: the compiler has applied the target's
  * decoration, so on i686 Windows, where HOSTCOPY_CB is __stdcall, the
  * reference is _hostcopy_fn@4. Each name must be a global function in
- * libhostcopy_core.a for that target.
+ * libhostcopy.a for that target.
  */
 #include "hostcopy.h"
 
@@ -14,4 +14,5 @@ void hostcopy_symbol_probe(void *record);
 void hostcopy_symbol_probe(void *record) {
     hostcopy_fn(record);
     (void)hostcopy_rejected();
+    (void)hostcopy_abi_version();
 }

@@ -10,7 +10,7 @@ trampoline that takes the interpreter lock, which is what hostcopy exists to
 avoid. Graph host nodes made with cuda-bindings keep the function pointer as
 given.
 
-Usage: python3 launch_hostcopy.py path/to/libhostcopy_core.so
+Usage: python3 launch_hostcopy.py path/to/libhostcopy.so
 Prints one line per check and exits nonzero if any failed.
 """
 

@@ -10,7 +10,7 @@
  * Hand-written; `cargo xtask abi` compiles it for every supported target and
  * compares sizeof, _Alignof and offsetof with the Rust definition.
  *
- * Link libhostcopy_core.a (static) or libhostcopy_core.so / hostcopy_core.dll.
+ * Link libhostcopy.a (static) or libhostcopy.so / hostcopy.dll (shared).
  */
 #ifndef HOSTCOPY_H
 #define HOSTCOPY_H
@@ -20,6 +20,11 @@
 
 /* Version of the record layout and of the contract of hostcopy_fn. */
 #define HOSTCOPY_ABI_VERSION 1
+
+/* Version of the library this header comes with (hostcopy-core's). */
+#define HOSTCOPY_VERSION_MAJOR 0
+#define HOSTCOPY_VERSION_MINOR 1
+#define HOSTCOPY_VERSION_PATCH 0
 
 /*
  * The calling convention of CUDA_CB: __stdcall on Windows (which only
@@ -74,24 +79,50 @@ void HOSTCOPY_CB hostcopy_fn(void *user_data);
  */
 size_t hostcopy_rejected(void);
 
+/*
+ * The HOSTCOPY_ABI_VERSION of the library that is running: compare it with
+ * the header's to know which library the loader gave this program.
+ */
+uint32_t hostcopy_abi_version(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
 
-/* The layout is the contract. */
-#if defined(__cplusplus)
+/*
+ * The layout is the contract: these checks stop the compiler on a target
+ * where the header and the library could disagree. C11 and C++11 have a
+ * static assertion; C99 (and C++98) get an array type whose size is
+ * negative when the condition is false ("size of array is negative" names
+ * hostcopy_static_assert_line_N: the check on line N of this file), and
+ * alignment from the offset of a member after a char.
+ */
+#if defined(__cplusplus) && (__cplusplus >= 201103L || (defined(_MSC_VER) && _MSC_VER >= 1900))
 #define HOSTCOPY_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
 #define HOSTCOPY_ALIGNOF(type) alignof(type)
-#else
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 #define HOSTCOPY_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #define HOSTCOPY_ALIGNOF(type) _Alignof(type)
+#else
+#define HOSTCOPY_CONCAT_(a, b) a##b
+#define HOSTCOPY_CONCAT(a, b) HOSTCOPY_CONCAT_(a, b)
+#define HOSTCOPY_STATIC_ASSERT(cond, msg) \
+    typedef char HOSTCOPY_CONCAT(hostcopy_static_assert_line_, __LINE__)[(cond) ? 1 : -1]
+struct hostcopy_alignof_args_ { char before; struct hostcopy_args member; };
+struct hostcopy_alignof_word_ { char before; uintptr_t member; };
+#define HOSTCOPY_ALIGNOF_ARGS_ offsetof(struct hostcopy_alignof_args_, member)
+#define HOSTCOPY_ALIGNOF_WORD_ offsetof(struct hostcopy_alignof_word_, member)
+#endif
+#ifdef HOSTCOPY_ALIGNOF
+#define HOSTCOPY_ALIGNOF_ARGS_ HOSTCOPY_ALIGNOF(struct hostcopy_args)
+#define HOSTCOPY_ALIGNOF_WORD_ HOSTCOPY_ALIGNOF(uintptr_t)
 #endif
 
 HOSTCOPY_STATIC_ASSERT(sizeof(size_t) == sizeof(uintptr_t),
                        "hostcopy: size_t and uintptr_t have the same width");
 HOSTCOPY_STATIC_ASSERT(sizeof(struct hostcopy_args) == 3 * sizeof(uintptr_t),
                        "hostcopy: three words, no padding");
-HOSTCOPY_STATIC_ASSERT(HOSTCOPY_ALIGNOF(struct hostcopy_args) == HOSTCOPY_ALIGNOF(uintptr_t),
+HOSTCOPY_STATIC_ASSERT(HOSTCOPY_ALIGNOF_ARGS_ == HOSTCOPY_ALIGNOF_WORD_,
                        "hostcopy: word alignment");
 HOSTCOPY_STATIC_ASSERT(offsetof(struct hostcopy_args, dst) == 0, "hostcopy: dst first");
 HOSTCOPY_STATIC_ASSERT(offsetof(struct hostcopy_args, src) == sizeof(uintptr_t),

@@ -89,6 +89,22 @@ cfg_if::cfg_if! {
 /// function pointer.
 pub const HOST_COPY_FN: HostFn = hostcopy_fn;
 
+/// The [`ABI_VERSION`](crate::ABI_VERSION) of the code that is running: a C
+/// program compares it with the `HOSTCOPY_ABI_VERSION` it was compiled
+/// against, to learn which library the loader gave it.
+///
+/// The C convention on every target, 32-bit Windows included: the header
+/// declares it without `HOSTCOPY_CB`, since only the driver's callback type
+/// asks for `CUDA_CB`.
+///
+/// ```
+/// assert_eq!(hostcopy_core::hostcopy_abi_version(), hostcopy_core::ABI_VERSION);
+/// ```
+#[unsafe(no_mangle)]
+pub extern "C" fn hostcopy_abi_version() -> u32 {
+    crate::ABI_VERSION
+}
+
 /// Runs one record as the contract on [`hostcopy_fn`] says.
 ///
 /// # Safety

@@ -38,9 +38,7 @@ pub const ABI_VERSION: u32 = 1;
 /// ```
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-// defmt only on bare metal: its interned-string symbols are not valid names
-// in the linker version script of the cdylib that hosted targets build.
-#[cfg_attr(all(feature = "defmt", target_os = "none"), derive(defmt::Format))]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct HostCopyArgs {
     /// Address of the first destination byte.
     pub dst: usize,

@@ -115,7 +115,8 @@ impl Workspace {
     }
 
     /// Step 1: hostcopy-core as a Rust dependency (with and without defmt:
-    /// its compile-time layout asserts hold), and the C library of `core/capi`.
+    /// its compile-time layout asserts hold), and the C libraries of
+    /// `core/capi` in its release profile (what `cargo xtask dist` ships).
     pub(crate) fn build(&self, target: &Target) -> Result<Built, String> {
         let core = |features: &[&str]| {
             let mut cargo = self.cargo(target, "core");
@@ -129,6 +130,7 @@ impl Workspace {
             "rustc",
             "--manifest-path",
             "core/capi/Cargo.toml",
+            "--release",
             "--target",
             target.triple,
             "--",
@@ -142,7 +144,7 @@ impl Workspace {
             .map(|libs| libs.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
         let core_dir = self.out.join("core").join(target.triple).join("debug");
-        let capi_dir = self.out.join("capi").join(target.triple).join("debug");
+        let capi_dir = self.out.join("capi").join(target.triple).join("release");
         let existing = |name: &str| Some(capi_dir.join(name)).filter(|path| path.is_file());
         let built = Built {
             rlib: core_dir.join("libhostcopy_core.rlib"),
@@ -494,7 +496,7 @@ pub(crate) fn check_references(
 }
 
 /// What the shared library exports, by these plain names on every target.
-const DYNAMIC_EXPORTS: [&str; 2] = ["hostcopy_fn", "hostcopy_rejected"];
+const DYNAMIC_EXPORTS: [&str; 3] = ["hostcopy_fn", "hostcopy_rejected", "hostcopy_abi_version"];
 
 fn rustc() -> std::ffi::OsString {
     env::var_os("RUSTC").unwrap_or_else(|| "rustc".into())

@@ -16,7 +16,7 @@ pub(crate) const USAGE: &str = "\
 usage: cargo xtask gpu-bundle [--out DIR]
 
 Builds the GPU test binaries, the staged_d2h example, the staged_copy
-benchmark and libhostcopy_core.so (profile `gpu-bundle`) into DIR
+benchmark (profile `gpu-bundle`) and libhostcopy.so (core/capi, release) into DIR
 (default target/hostcopy-gpu-bundle) with run.sh. On the GPU host:
     sh DIR/run.sh        # results in $OUT, or DIR/out";
 
@@ -88,16 +88,28 @@ fn bundle(out: &Path) -> Result<u64, String> {
         "--bench",
         "staged_copy",
     ]))?;
-    let core = built_files(cargo().args(["build", "-p", "hostcopy-core"]))?;
+    // The C library's own workspace aborts on panic in every profile; its
+    // release profile is what `cargo xtask dist` ships.
+    let capi = built_files(
+        &command::run(cargo().args([
+            "build",
+            "--release",
+            "--manifest-path",
+            "core/capi/Cargo.toml",
+            "--message-format",
+            "json-render-diagnostics",
+        ]))?
+        .stdout,
+    );
 
     for (name, path) in tests.iter().chain(&programs) {
         copy(path, &out.join("bin").join(name))?;
     }
-    let shared = core
+    let shared = capi
         .iter()
         .find(|path| path.extension().is_some_and(|e| e == "so"))
-        .ok_or("the build made no libhostcopy_core.so")?;
-    copy(shared, &out.join("lib/libhostcopy_core.so"))?;
+        .ok_or("the build made no libhostcopy.so")?;
+    copy(shared, &out.join("lib/libhostcopy.so"))?;
     copy(
         Path::new("abi-tests/python/launch_hostcopy.py"),
         &out.join("python/launch_hostcopy.py"),
@@ -143,10 +155,9 @@ fn built_executables(command: &mut Command) -> Result<Vec<(String, PathBuf)>, St
     Ok(built)
 }
 
-/// Runs a cargo build with JSON messages; every file it made.
-fn built_files(command: &mut Command) -> Result<Vec<PathBuf>, String> {
-    let messages = build(command)?;
-    Ok(messages
+/// Every file a cargo build made, from its JSON messages.
+fn built_files(messages: &str) -> Vec<PathBuf> {
+    messages
         .lines()
         .filter(|line| line.contains("\"reason\":\"compiler-artifact\""))
         .filter_map(|line| {
@@ -161,7 +172,7 @@ fn built_files(command: &mut Command) -> Result<Vec<PathBuf>, String> {
                 .map(|f| PathBuf::from(f.trim().trim_matches('"')))
                 .collect::<Vec<_>>()
         })
-        .collect())
+        .collect()
 }
 
 fn build(command: &mut Command) -> Result<String, String> {
@@ -276,7 +287,7 @@ step() { # step NAME SECONDS COMMAND...
 
 step gpu-tests 240 "$here/bin/gpu" --test-threads=1
 step gpu-fault 120 "$here/bin/gpu_fault"
-step python 90 python3 "$here/python/launch_hostcopy.py" "$here/lib/libhostcopy_core.so"
+step python 90 python3 "$here/python/launch_hostcopy.py" "$here/lib/libhostcopy.so"
 step example 90 "$here/bin/staged_d2h" --total-mib 1024 --chunk-mib 16 --slots 3 --workers 8
 step bench 480 "$here/bin/staged_copy" --out "$out"
 

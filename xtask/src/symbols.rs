@@ -5,7 +5,7 @@
 //! target and listing its undefined symbols: the compiler applies the
 //! target's decoration (on i686 Windows a `__stdcall` function is
 //! `_name@<bytes of arguments>`, a cdecl one `_name`). Each must then be
-//! defined by `libhostcopy_core.a` as a global function. Both listings come
+//! defined by `libhostcopy.a` as a global function. Both listings come
 //! from llvm-nm, which reads ELF, COFF and wasm alike.
 
 use crate::targets::Format;
@@ -78,7 +78,7 @@ pub(crate) fn check_defined(
             similar.join(", ")
         };
         return Err(format!(
-            "a C caller links against `{wanted}`, which libhostcopy_core.a does not define (it defines: {similar})"
+            "a C caller links against `{wanted}`, which libhostcopy.a does not define (it defines: {similar})"
         ));
     }
     for symbol in matches {

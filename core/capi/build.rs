@@ -4,7 +4,7 @@
 //! caller that includes the header references the decorated `_hostcopy_fn@4`.
 //! The static library defines that name. The DLL does not export it: rustc
 //! hands GNU ld a `.def` file that lists the plain name `hostcopy_fn`, so the
-//! DLL's export table and its import library `libhostcopy_core.dll.a` carry
+//! DLL's export table and its import library `libhostcopy.dll.a` carry
 //! only `hostcopy_fn`, and a C program linked against the DLL fails with an
 //! undefined reference to `hostcopy_fn@4`. `-Wl,--add-stdcall-alias` does not
 //! help: ld applies it only to automatic exports, never to a `.def` file's.
@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 /// The `.def` entry for the stdcall name: 4 bytes of arguments (`void *user_data`).
 const STDCALL_EXPORTS: &str = "\
-; Written by hostcopy-core's build.rs: the name a C caller of hostcopy.h
+; Written by hostcopy-capi's build.rs: the name a C caller of hostcopy.h
 ; links against on i686 Windows, next to the plain one rustc exports.
 EXPORTS
   hostcopy_fn@4
