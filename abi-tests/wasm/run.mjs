@@ -5,9 +5,15 @@
 // - The library itself (the shared library built for wasm32) exports
 //   hostcopy_fn and its memory: run the contract cases on records written
 //   into its linear memory, as a host embedding the module would.
-// Exits 0 when everything passed.
+// Exits 0 when everything passed. `node run.mjs --exports FILE.wasm` lists
+// the module's exports instead, one a line.
 import { readFileSync } from "node:fs";
 
+if (process.argv[2] === "--exports") {
+  const module = new WebAssembly.Module(readFileSync(process.argv[3]));
+  for (const { name } of WebAssembly.Module.exports(module)) console.log(name);
+  process.exit(0);
+}
 const bytes = readFileSync(process.argv[2]);
 let memory;
 const imports = {

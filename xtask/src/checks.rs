@@ -323,29 +323,41 @@ impl Workspace {
 
     /// What `dlsym`, `GetProcAddress` or a wasm host finds in the shared library.
     fn shared_exports(&self, target: &Target, shared: &Path) -> Result<Vec<String>, String> {
-        if target.format == Format::Coff {
-            let listing = run(Command::new("llvm-readobj")
-                .arg("--coff-exports")
-                .arg(shared))?;
-            let names = listing
-                .stdout
-                .lines()
-                .filter_map(|line| line.trim().strip_prefix("Name: "));
-            return Ok(names.map(str::to_owned).collect());
+        let lines = |output: Output| output.stdout.lines().map(str::to_owned).collect::<Vec<_>>();
+        match target.format {
+            Format::Coff => {
+                let listing = run(Command::new("llvm-readobj")
+                    .arg("--coff-exports")
+                    .arg(shared))?;
+                let names = lines(listing)
+                    .into_iter()
+                    .filter_map(|line| line.trim().strip_prefix("Name: ").map(str::to_owned));
+                Ok(names.collect())
+            }
+            Format::Wasm => {
+                let script = self.root.join("abi-tests/wasm/run.mjs");
+                run(Command::new("node")
+                    .arg(script)
+                    .arg("--exports")
+                    .arg(shared))
+                .map(lines)
+            }
+            Format::Elf => {
+                let listing = run(Command::new("llvm-nm")
+                    .args([
+                        "--no-llvm-bc",
+                        "--defined-only",
+                        "--format=sysv",
+                        "--dynamic",
+                    ])
+                    .arg(shared))?;
+                let defined = symbols::parse_sysv(&listing.stdout);
+                for name in DYNAMIC_EXPORTS {
+                    symbols::check_defined(&defined, name, target.format)?;
+                }
+                Ok(defined.into_iter().map(|symbol| symbol.name).collect())
+            }
         }
-        let dynamic = if target.format == Format::Elf {
-            "--dynamic"
-        } else {
-            "--extern-only"
-        };
-        let listing = run(Command::new("llvm-nm")
-            .args(["--no-llvm-bc", "--defined-only", "--format=sysv", dynamic])
-            .arg(shared))?;
-        let defined = symbols::parse_sysv(&listing.stdout);
-        for name in DYNAMIC_EXPORTS {
-            symbols::check_defined(&defined, name, target.format)?;
-        }
-        Ok(defined.into_iter().map(|symbol| symbol.name).collect())
     }
 
     /// Step 4: the core's contract on the target, by the row's means.
