@@ -16,10 +16,11 @@
 /*
  * How the caller (the CUDA driver, here this file) calls a host function:
  * cuda.h has `typedef void (CUDA_CB *CUhostFn)(void *userData);`. The
- * self-test of `cargo xtask abi` defines HOSTCOPY_CALLER_CB empty on i686
- * Windows, a cdecl caller of the stdcall function, which must fail at run
- * time (see stack_is_balanced); it compiles with
- * -Wno-incompatible-pointer-types, as a caller that casts would.
+ * self-test of `cargo xtask abi` gets it wrong on purpose on 32-bit x86 (a
+ * cdecl caller of the stdcall function on Windows, a stdcall caller of the
+ * cdecl one on Linux), which must fail at run time (see stack_is_balanced);
+ * it compiles with -Wno-incompatible-pointer-types, as a caller that casts
+ * would.
  */
 #ifndef HOSTCOPY_CALLER_CB
 #define HOSTCOPY_CALLER_CB HOSTCOPY_CB
@@ -61,15 +62,15 @@ size_t hostcopy_c_layout(uint32_t *out, size_t capacity) {
 
 /*
  * Calls host_fn many times, reading the stack pointer at the same point of
- * each iteration: where caller and callee disagree on who pops the argument
- * (cdecl against stdcall on i686 Windows), it moves by 4 bytes a call.
- * Elsewhere there is one convention, and this only calls.
+ * each iteration: on 32-bit x86, where caller and callee disagree on who
+ * pops the argument (cdecl against stdcall), it moves by 4 bytes a call.
+ * Elsewhere arguments travel in registers, and this only calls.
  */
 static int stack_is_balanced(host_fn_t host_fn, void *record) {
     uintptr_t first = 0;
     for (int i = 0; i < 64; i++) {
         uintptr_t sp = 0;
-#if defined(_WIN32) && defined(__i386__)
+#if defined(__i386__)
         __asm__ volatile("movl %%esp, %0" : "=r"(sp));
 #endif
         if (i == 0)

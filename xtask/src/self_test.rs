@@ -19,7 +19,7 @@ use crate::abi::progress;
 use crate::checks::{self, Workspace};
 use crate::layout_report::Layout;
 use crate::report;
-use crate::targets::{Format, Target};
+use crate::targets::Target;
 
 /// A broken copy of the header, and what must happen to it.
 struct HeaderVariant {
@@ -107,7 +107,11 @@ fn is_64_bit(target: &Target) -> bool {
 }
 
 fn is_i686_windows(target: &Target) -> bool {
-    target.pointer_width == 32 && target.format == Format::Coff
+    target.triple == "i686-pc-windows-gnu"
+}
+
+fn is_i686_linux(target: &Target) -> bool {
+    target.triple == "i686-unknown-linux-gnu"
 }
 
 const FLAG_VARIANTS: &[FlagVariant] = &[
@@ -128,10 +132,21 @@ const FLAG_VARIANTS: &[FlagVariant] = &[
     FlagVariant {
         // The declaration stays stdcall (it links), the pointer it is called
         // through is cdecl: the stack moves 4 bytes a call.
-        name: "cdecl caller at run time",
+        name: "cdecl caller at run time (i686 Windows)",
         flags: &["-DHOSTCOPY_CALLER_CB=", "-Wno-incompatible-pointer-types"],
         at_run_time: true,
         applies_to: is_i686_windows,
+    },
+    FlagVariant {
+        // The same check the other way round: the caller expects the callee
+        // to pop its argument, and the C convention's callee does not.
+        name: "stdcall caller at run time (i686 Linux)",
+        flags: &[
+            "-DHOSTCOPY_CALLER_CB=__attribute__((stdcall))",
+            "-Wno-incompatible-pointer-types",
+        ],
+        at_run_time: true,
+        applies_to: is_i686_linux,
     },
 ];
 
