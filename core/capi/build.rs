@@ -1,6 +1,11 @@
-//! Makes the i686 MinGW DLL linkable from C through `hostcopy.h`.
+//! Link settings of the shared library that rustc does not choose itself.
 //!
-//! On 32-bit x86 Windows `hostcopy_fn` is `__stdcall` (`CUDA_CB`), so a C
+//! On Linux the shared library gets the SONAME `libhostcopy.so.MAJOR`, so a
+//! program linked against it records that name and keeps loading any later
+//! library of the same major version (`cargo xtask dist` installs the
+//! file as `libhostcopy.so.MAJOR.MINOR.PATCH` with the two usual links).
+//!
+//! Makes the i686 MinGW DLL linkable from C through `hostcopy.h`. On 32-bit x86 Windows `hostcopy_fn` is `__stdcall` (`CUDA_CB`), so a C
 //! caller that includes the header references the decorated `_hostcopy_fn@4`.
 //! The static library defines that name. The DLL does not export it: rustc
 //! hands GNU ld a `.def` file that lists the plain name `hostcopy_fn`, so the
@@ -13,7 +18,6 @@
 //! `hostcopy_fn@4` as well; ld merges every `.def` file on its command line.
 //! The plain `hostcopy_fn` stays exported for `GetProcAddress` and ctypes.
 //! `cargo xtask abi` links the C consumer against the import library to prove it.
-//! Everywhere else this script does nothing.
 
 use std::env;
 use std::fs;
@@ -29,6 +33,10 @@ EXPORTS
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        let major = env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets the version");
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libhostcopy.so.{major}");
+    }
     if !links_with_gnu_ld_as_stdcall() {
         return;
     }

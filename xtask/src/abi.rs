@@ -65,7 +65,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             detail,
         });
     };
-    if let Err(error) = setup::prepare(&targets) {
+    if let Err(error) = setup::prepare(&targets, &[]) {
         fail("set-up", "packages", error);
     }
     let workspace = Workspace::locate();

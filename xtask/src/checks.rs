@@ -21,7 +21,7 @@ pub(crate) struct Workspace {
     pub(crate) out: PathBuf,
     /// rustc's host triple: a target's LINKER would also apply to build
     /// scripts when the target is the host, so the host keeps the default.
-    host: String,
+    pub(crate) host: String,
 }
 
 /// What the build of one target left.
@@ -126,25 +126,8 @@ impl Workspace {
         };
         core(&["--features", "defmt"])?;
         core(&[])?;
-        let capi = run(self.cargo(target, "capi").args([
-            "rustc",
-            "--manifest-path",
-            "core/capi/Cargo.toml",
-            "--release",
-            "--target",
-            target.triple,
-            "--",
-            "--print",
-            "native-static-libs",
-        ]))?;
-        let native_libs = capi
-            .stderr
-            .lines()
-            .find_map(|line| line.trim().strip_prefix("note: native-static-libs:"))
-            .map(|libs| libs.split_whitespace().map(str::to_owned).collect())
-            .unwrap_or_default();
+        let (capi_dir, native_libs) = self.build_capi(target)?;
         let core_dir = self.out.join("core").join(target.triple).join("debug");
-        let capi_dir = self.out.join("capi").join(target.triple).join("release");
         let existing = |name: &str| Some(capi_dir.join(name)).filter(|path| path.is_file());
         let built = Built {
             rlib: core_dir.join("libhostcopy_core.rlib"),
@@ -163,6 +146,35 @@ impl Workspace {
             return Err(format!("the build made no {}", missing.display()));
         }
         Ok(built)
+    }
+
+    /// The C libraries of `core/capi` for the target, in its release profile:
+    /// the folder they are in, and the native libraries the static one needs.
+    pub(crate) fn build_capi(&self, target: &Target) -> Result<(PathBuf, Vec<String>), String> {
+        let mut cargo = self.cargo(target, "capi");
+        cargo.args([
+            "rustc",
+            "--manifest-path",
+            "core/capi/Cargo.toml",
+            "--release",
+        ]);
+        let output = run(cargo.args([
+            "--target",
+            target.triple,
+            "--",
+            "--print",
+            "native-static-libs",
+        ]))?;
+        let native_libs = output
+            .stderr
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("note: native-static-libs:"))
+            .map(|libs| libs.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
+        Ok((
+            self.out.join("capi").join(target.triple).join("release"),
+            native_libs,
+        ))
     }
 
     /// Step 2, Rust side: `abi-tests/src/layout.rs` compiled alone for the

@@ -5,6 +5,7 @@ mod abi;
 mod bench;
 mod checks;
 mod command;
+mod dist;
 mod gpu_bundle;
 mod layout_report;
 mod report;
@@ -21,6 +22,7 @@ usage: cargo xtask <command> [options]
 
 commands:
   abi         check the C ABI of hostcopy-core on every supported target
+  dist        package the C libraries per target (pkg-config, CMake)
   gpu-bundle  build the GPU tests, example and benchmark for a GPU host
   bench       run the side-by-side benchmark on this machine's GPU
 (`cargo xtask <command> --help` for each command's options)";
@@ -29,12 +31,14 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("abi") => abi::main(&args[1..]),
+        Some("dist") => dist::main(&args[1..]),
         Some("gpu-bundle") => gpu_bundle::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!(
-                "{USAGE}\n\n{}\n\n{}\n\n{}",
+                "{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}",
                 abi::USAGE,
+                dist::USAGE,
                 gpu_bundle::USAGE,
                 bench::USAGE
             );

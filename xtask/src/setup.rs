@@ -9,7 +9,8 @@ use std::process::Command;
 use crate::command::run;
 use crate::targets::{COMMON_APT, Target};
 
-pub(crate) fn prepare(targets: &[&Target]) -> Result<(), String> {
+/// Provides what `targets` name, and the `extra` packages.
+pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String> {
     let installed = run(Command::new("rustup").args(["target", "list", "--installed"]))?.stdout;
     let triples: Vec<&str> = targets
         .iter()
@@ -25,6 +26,7 @@ pub(crate) fn prepare(targets: &[&Target]) -> Result<(), String> {
 
     let wanted: BTreeSet<&str> = COMMON_APT
         .iter()
+        .chain(extra)
         .chain(targets.iter().flat_map(|t| t.apt))
         .copied()
         .collect();

@@ -13,6 +13,15 @@
 pub use hostcopy_core::hostcopy_rejected;
 pub use hostcopy_core::{hostcopy_abi_version, hostcopy_fn};
 
+// `core::ptr::copy` becomes a call to `memmove`, which the C library provides
+// where there is one: the shared library then names libc as a dependency
+// instead of leaving `memmove` to whatever the process loaded, and the static
+// library lists `-lc` among its native libraries. On bare-metal targets
+// compiler_builtins defines `memmove` (as a weak symbol) in the library itself.
+#[cfg(target_os = "linux")]
+#[link(name = "c")]
+unsafe extern "C" {}
+
 /// Halts: nothing in the library panics, and `panic = "abort"` leaves no
 /// unwinding to do. Spinning keeps the library free of any platform call.
 #[panic_handler]
