@@ -53,17 +53,10 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             }
         }
     }
-    let targets: Vec<&Target> = TARGETS
-        .iter()
-        .filter(|t| only.is_empty() || only.contains(&t.triple))
-        .collect();
+    let targets: Vec<&Target> = TARGETS.iter().filter(|t| only.is_empty() || only.contains(&t.triple)).collect();
     let mut failures = Vec::new();
     let mut fail = |target: &str, check: &'static str, detail: String| {
-        failures.push(Failure {
-            target: target.to_owned(),
-            check,
-            detail,
-        });
+        failures.push(Failure { target: target.to_owned(), check, detail });
     };
     if let Err(error) = setup::prepare(&targets, &[]) {
         fail("set-up", "packages", error);
@@ -83,30 +76,14 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         print_table(&targets, &rows);
     }
     report::print_failures(&failures);
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-const HEADERS: [&str; 8] = [
-    "target",
-    "ptr",
-    "build",
-    "Rust layout",
-    "layout vs C",
-    "symbols",
-    "core tests",
-    "C consumer",
-];
+const HEADERS: [&str; 8] =
+    ["target", "ptr", "build", "Rust layout", "layout vs C", "symbols", "core tests", "C consumer"];
 
 /// Runs every step for one target; a step after a failed build is a failure too.
-fn row(
-    workspace: &Workspace,
-    target: &Target,
-    fail: &mut impl FnMut(&str, &'static str, String),
-) -> Vec<Outcome> {
+fn row(workspace: &Workspace, target: &Target, fail: &mut impl FnMut(&str, &'static str, String)) -> Vec<Outcome> {
     let mut step = |check: &'static str, result: Result<String, String>| match result {
         Ok(shown) => Outcome::Passed(shown),
         Err(error) => {
@@ -120,41 +97,23 @@ fn row(
         Ok(built) => built,
         Err(error) => {
             outcomes.push(step("build", Err(error)));
-            outcomes.resize(
-                HEADERS.len() - 2,
-                Outcome::Failed("build failed".to_owned()),
-            );
+            outcomes.resize(HEADERS.len() - 2, Outcome::Failed("build failed".to_owned()));
             return outcomes;
         }
     };
     outcomes.push(Outcome::Passed("ok, +defmt".to_owned()));
     let rust = progress("layout from Rust", || workspace.rust_layout(target, &built));
-    outcomes.push(step(
-        "layout (Rust)",
-        rust.as_ref().map(Layout::to_string).map_err(Clone::clone),
-    ));
+    outcomes.push(step("layout (Rust)", rust.as_ref().map(Layout::to_string).map_err(Clone::clone)));
     let object = workspace.scratch(target).join("c_layout.o");
     let compared = progress("layout from C (clang, hostcopy.h)", || {
         let c = workspace.c_layout(target, &[], &object)?;
-        compare_layouts(target, rust.as_ref().map_err(|_| "no Rust layout")?, &c)
-            .map(|()| "same".to_owned())
+        compare_layouts(target, rust.as_ref().map_err(|_| "no Rust layout")?, &c).map(|()| "same".to_owned())
     });
     outcomes.push(step("layout", compared));
-    outcomes.push(step(
-        "symbols",
-        progress("symbols", || workspace.symbols(target, &built)),
-    ));
-    outcomes.push(step(
-        "core tests",
-        progress("core tests", || workspace.core_tests(target, &built)),
-    ));
+    outcomes.push(step("symbols", progress("symbols", || workspace.symbols(target, &built))));
+    outcomes.push(step("core tests", progress("core tests", || workspace.core_tests(target, &built))));
     let consumer = progress("C consumer", || {
-        workspace.c_consumer(
-            target,
-            &built,
-            rust.as_ref().map_err(|_| "no Rust layout")?,
-            &[],
-        )
+        workspace.c_consumer(target, &built, rust.as_ref().map_err(|_| "no Rust layout")?, &[])
     });
     outcomes.push(step("C consumer", consumer));
     outcomes
@@ -165,16 +124,9 @@ fn print_table(targets: &[&Target], rows: &[Vec<Outcome>]) {
         .iter()
         .zip(rows)
         .map(|(target, outcomes)| {
-            let endian = format!(
-                "{}{}",
-                target.pointer_width,
-                ["le", "be"][target.endian as usize]
-            );
+            let endian = format!("{}{}", target.pointer_width, ["le", "be"][target.endian as usize]);
             let first = [target.triple.to_owned(), endian];
-            first
-                .into_iter()
-                .chain(outcomes.iter().map(Outcome::to_string))
-                .collect()
+            first.into_iter().chain(outcomes.iter().map(Outcome::to_string)).collect()
         })
         .collect();
     println!(
@@ -183,28 +135,15 @@ fn print_table(targets: &[&Target], rows: &[Vec<Outcome>]) {
     );
     println!("{}", report::render_table(&HEADERS, &cells));
     let outcomes = rows.iter().flatten();
-    let failed = outcomes
-        .clone()
-        .filter(|o| matches!(o, Outcome::Failed(_)))
-        .count();
-    println!(
-        "\n{} targets: {} checks passed, {failed} failed",
-        rows.len(),
-        outcomes.count() - failed
-    );
+    let failed = outcomes.clone().filter(|o| matches!(o, Outcome::Failed(_))).count();
+    println!("\n{} targets: {} checks passed, {failed} failed", rows.len(), outcomes.count() - failed);
 }
 
 /// Runs one step with a progress line: the step, then ok or FAILED and how long it took.
-pub(crate) fn progress<T>(
-    label: &str,
-    step: impl FnOnce() -> Result<T, String>,
-) -> Result<T, String> {
+pub(crate) fn progress<T>(label: &str, step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     let start = Instant::now();
     let result = step();
     let verdict = if result.is_ok() { "ok" } else { "FAILED" };
-    eprintln!(
-        "  {label} ... {verdict} ({:.1}s)",
-        start.elapsed().as_secs_f64()
-    );
+    eprintln!("  {label} ... {verdict} ({:.1}s)", start.elapsed().as_secs_f64());
     result
 }

@@ -43,22 +43,12 @@ pub(crate) const C_SOURCES: [&str; 2] = ["consumer.c", "layout_report.c"];
 
 impl Workspace {
     pub(crate) fn locate() -> Self {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("xtask is in the workspace");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace");
         let host = run(Command::new(rustc()).arg("-vV"))
             .ok()
-            .and_then(|v| {
-                v.stdout
-                    .lines()
-                    .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-            })
+            .and_then(|v| v.stdout.lines().find_map(|l| l.strip_prefix("host: ").map(str::to_owned)))
             .unwrap_or_default();
-        Workspace {
-            root: root.to_path_buf(),
-            out: root.join("target/abi"),
-            host,
-        }
+        Workspace { root: root.to_path_buf(), out: root.join("target/abi"), host }
     }
 
     pub(crate) fn scratch(&self, target: &Target) -> PathBuf {
@@ -73,9 +63,7 @@ impl Workspace {
     /// per-target settings, as a user would export them.
     fn cargo(&self, target: &Target, dir: &str) -> Command {
         let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        cargo
-            .current_dir(&self.root)
-            .env("CARGO_TARGET_DIR", self.out.join(dir));
+        cargo.current_dir(&self.root).env("CARGO_TARGET_DIR", self.out.join(dir));
         let prefix = target.cargo_env_prefix();
         if let Some(linker) = target.linker.filter(|_| target.triple != self.host) {
             cargo.env(format!("{prefix}LINKER"), linker);
@@ -120,9 +108,7 @@ impl Workspace {
     pub(crate) fn build(&self, target: &Target) -> Result<Built, String> {
         let core = |features: &[&str]| {
             let mut cargo = self.cargo(target, "core");
-            run(cargo
-                .args(["build", "-p", "hostcopy-core", "--target", target.triple])
-                .args(features))
+            run(cargo.args(["build", "-p", "hostcopy-core", "--target", target.triple]).args(features))
         };
         core(&["--features", "defmt"])?;
         core(&[])?;
@@ -134,15 +120,10 @@ impl Workspace {
             deps: core_dir.join("deps"),
             staticlib: capi_dir.join("libhostcopy.a"),
             native_libs,
-            shared: ["libhostcopy.so", "hostcopy.dll", "hostcopy.wasm"]
-                .into_iter()
-                .find_map(existing),
+            shared: ["libhostcopy.so", "hostcopy.dll", "hostcopy.wasm"].into_iter().find_map(existing),
             import_lib: existing("libhostcopy.dll.a"),
         };
-        if let Some(missing) = [&built.rlib, &built.staticlib]
-            .into_iter()
-            .find(|p| !p.is_file())
-        {
+        if let Some(missing) = [&built.rlib, &built.staticlib].into_iter().find(|p| !p.is_file()) {
             return Err(format!("the build made no {}", missing.display()));
         }
         Ok(built)
@@ -152,29 +133,15 @@ impl Workspace {
     /// the folder they are in, and the native libraries the static one needs.
     pub(crate) fn build_capi(&self, target: &Target) -> Result<(PathBuf, Vec<String>), String> {
         let mut cargo = self.cargo(target, "capi");
-        cargo.args([
-            "rustc",
-            "--manifest-path",
-            "core/capi/Cargo.toml",
-            "--release",
-        ]);
-        let output = run(cargo.args([
-            "--target",
-            target.triple,
-            "--",
-            "--print",
-            "native-static-libs",
-        ]))?;
+        cargo.args(["rustc", "--manifest-path", "core/capi/Cargo.toml", "--release"]);
+        let output = run(cargo.args(["--target", target.triple, "--", "--print", "native-static-libs"]))?;
         let native_libs = output
             .stderr
             .lines()
             .find_map(|line| line.trim().strip_prefix("note: native-static-libs:"))
             .map(|libs| libs.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
-        Ok((
-            self.out.join("capi").join(target.triple).join("release"),
-            native_libs,
-        ))
+        Ok((self.out.join("capi").join(target.triple).join("release"), native_libs))
     }
 
     /// Step 2, Rust side: `abi-tests/src/layout.rs` compiled alone for the
@@ -184,23 +151,10 @@ impl Workspace {
         create_dir(&scratch)?;
         let layout_rs = self.root.join("abi-tests/src/layout.rs");
         let root = scratch.join("rust_layout.rs");
-        write(
-            &root,
-            &format!(
-                "#![no_std]\n#[path = {:?}]\npub mod layout;\n",
-                layout_rs.display().to_string()
-            ),
-        )?;
+        write(&root, &format!("#![no_std]\n#[path = {:?}]\npub mod layout;\n", layout_rs.display().to_string()))?;
         let object = scratch.join("rust_layout.o");
         run(Command::new(rustc())
-            .args([
-                "--edition",
-                "2024",
-                "--crate-type",
-                "lib",
-                "--crate-name",
-                "hostcopy_abi_layout",
-            ])
+            .args(["--edition", "2024", "--crate-type", "lib", "--crate-name", "hostcopy_abi_layout"])
             .args(["--target", target.triple, "-C", "codegen-units=1"])
             .arg(format!("--emit=obj={}", object.display()))
             .arg("--extern")
@@ -212,10 +166,7 @@ impl Workspace {
         if violations.is_empty() {
             Ok(layout)
         } else {
-            Err(format!(
-                "the Rust layout breaks the contract (is the row right?): {}",
-                violations.join("; ")
-            ))
+            Err(format!("the Rust layout breaks the contract (is the row right?): {}", violations.join("; ")))
         }
     }
 
@@ -223,18 +174,9 @@ impl Workspace {
     /// stdint.h, which clang brings for every target.
     fn clang(&self, target: &Target, include_dirs: &[PathBuf], defines: &[String]) -> Command {
         let mut clang = Command::new("clang");
-        clang.args(target.clang).args([
-            "-ffreestanding",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-        ]);
+        clang.args(target.clang).args(["-ffreestanding", "-std=c11", "-Wall", "-Wextra", "-Werror"]);
         clang.args(defines);
-        for dir in include_dirs
-            .iter()
-            .chain([&self.root.join("core/include"), &self.c_dir()])
-        {
+        for dir in include_dirs.iter().chain([&self.root.join("core/include"), &self.c_dir()]) {
             clang.arg("-I").arg(dir);
         }
         clang
@@ -242,20 +184,10 @@ impl Workspace {
 
     /// Step 2, C side: `layout_report.c` compiled for the target with the
     /// header found first in `include_dirs` (the self-test puts broken copies there).
-    pub(crate) fn c_layout(
-        &self,
-        target: &Target,
-        include_dirs: &[PathBuf],
-        object: &Path,
-    ) -> Result<Layout, String> {
+    pub(crate) fn c_layout(&self, target: &Target, include_dirs: &[PathBuf], object: &Path) -> Result<Layout, String> {
         create_dir(object.parent().expect("a file in a folder"))?;
         let source = self.c_dir().join("layout_report.c");
-        run(self
-            .clang(target, include_dirs, &[])
-            .arg("-c")
-            .arg(source)
-            .arg("-o")
-            .arg(object))?;
+        run(self.clang(target, include_dirs, &[]).arg("-c").arg(source).arg("-o").arg(object))?;
         read_layout(object, target)
     }
 
@@ -270,23 +202,14 @@ impl Workspace {
         let object = self.scratch(target).join(name);
         create_dir(&self.scratch(target))?;
         let source = self.c_dir().join("symbol_probe.c");
-        run(self
-            .clang(target, &[], defines)
-            .arg("-c")
-            .arg(source)
-            .arg("-o")
-            .arg(&object))?;
+        run(self.clang(target, &[], defines).arg("-c").arg(source).arg("-o").arg(&object))?;
         let listing = run(Command::new("llvm-nm")
             .args(["--no-llvm-bc", "--undefined-only", "--format=just-symbols"])
             .arg(&object))?;
         let references = symbols::hostcopy_references(&listing.stdout);
         match references.iter().any(|name| name.contains("hostcopy_fn")) {
             true => Ok(references),
-            false => Err(format!(
-                "{} references no hostcopy_fn ({})",
-                object.display(),
-                references.join(", ")
-            )),
+            false => Err(format!("{} references no hostcopy_fn ({})", object.display(), references.join(", "))),
         }
     }
 
@@ -295,12 +218,7 @@ impl Workspace {
         // Debian 12's llvm-nm (LLVM 14) cannot read the newer bitcode rustc
         // embeds; the machine code's symbol tables are what a linker reads.
         let listing = run(Command::new("llvm-nm")
-            .args([
-                "--no-llvm-bc",
-                "--format=sysv",
-                "--defined-only",
-                "--extern-only",
-            ])
+            .args(["--no-llvm-bc", "--format=sysv", "--defined-only", "--extern-only"])
             .arg(&built.staticlib))?;
         Ok(symbols::parse_sysv(&listing.stdout))
     }
@@ -314,62 +232,27 @@ impl Workspace {
         let mut shown = references.join(", ");
         if let Some(shared) = &built.shared {
             let exports = self.shared_exports(target, shared)?;
-            let missing: Vec<&str> = DYNAMIC_EXPORTS
-                .into_iter()
-                .filter(|name| !exports.iter().any(|e| e == name))
-                .collect();
+            let missing: Vec<&str> =
+                DYNAMIC_EXPORTS.into_iter().filter(|name| !exports.iter().any(|e| e == name)).collect();
             if !missing.is_empty() {
-                return Err(format!(
-                    "{} does not export {}",
-                    shared.display(),
-                    missing.join(", ")
-                ));
+                return Err(format!("{} does not export {}", shared.display(), missing.join(", ")));
             }
-            shown += &format!(
-                " (+{})",
-                shared.extension().unwrap_or_default().to_string_lossy()
-            );
+            shown += &format!(" (+{})", shared.extension().unwrap_or_default().to_string_lossy());
         }
         Ok(shown)
     }
 
     /// What `dlsym`, `GetProcAddress` or a wasm host finds in the shared library.
     fn shared_exports(&self, target: &Target, shared: &Path) -> Result<Vec<String>, String> {
-        let lines = |output: Output| output.stdout.lines().map(str::to_owned).collect::<Vec<_>>();
-        match target.format {
-            Format::Coff => {
-                let listing = run(Command::new("llvm-readobj")
-                    .arg("--coff-exports")
-                    .arg(shared))?;
-                let names = lines(listing)
-                    .into_iter()
-                    .filter_map(|line| line.trim().strip_prefix("Name: ").map(str::to_owned));
-                Ok(names.collect())
-            }
-            Format::Wasm => {
-                let script = self.root.join("abi-tests/wasm/run.mjs");
-                run(Command::new("node")
-                    .arg(script)
-                    .arg("--exports")
-                    .arg(shared))
-                .map(lines)
-            }
-            Format::Elf => {
-                let listing = run(Command::new("llvm-nm")
-                    .args([
-                        "--no-llvm-bc",
-                        "--defined-only",
-                        "--format=sysv",
-                        "--dynamic",
-                    ])
-                    .arg(shared))?;
-                let defined = symbols::parse_sysv(&listing.stdout);
-                for name in DYNAMIC_EXPORTS {
-                    symbols::check_defined(&defined, name, target.format)?;
-                }
-                Ok(defined.into_iter().map(|symbol| symbol.name).collect())
-            }
-        }
+        let script = self.root.join("abi-tests/wasm/run.mjs").display().to_string();
+        let list: &[&str] = match target.format {
+            Format::Coff => &["llvm-readobj", "--coff-exports"],
+            Format::Wasm => &["node", &script, "--exports"],
+            Format::Elf => &["llvm-nm", "--dynamic", "--defined-only", "--format=just-symbols"],
+        };
+        let listing = run(Command::new(list[0]).args(&list[1..]).arg(shared))?.stdout;
+        let names = listing.lines().map(|line| line.trim().trim_start_matches("Name: "));
+        Ok(names.map(str::to_owned).collect())
     }
 
     /// Step 4: the core's contract on the target, by the row's means.
@@ -378,23 +261,17 @@ impl Workspace {
         match target.tests {
             Tests::Cargo => {
                 let mut cargo = self.cargo(target, "test");
-                let output =
-                    run(cargo.args(["test", "-p", "hostcopy-core", "--target", target.triple]))?;
+                let output = run(cargo.args(["test", "-p", "hostcopy-core", "--target", target.triple]))?;
                 Ok(format!("{} tests, {how}", passed_tests(&output.stdout)))
             }
             Tests::Firmware => {
                 let mut cargo = self.cargo(target, "firmware");
                 let manifest = ["--manifest-path", "abi-tests/firmware/Cargo.toml"];
-                let output = run(cargo
-                    .args(["run", "--target", target.triple])
-                    .args(manifest))?;
+                let output = run(cargo.args(["run", "--target", target.triple]).args(manifest))?;
                 Ok(format!("{} cases, {how}", closing_count(&output.stdout)?))
             }
             Tests::WasmExports => {
-                let module = built
-                    .shared
-                    .as_deref()
-                    .ok_or("the build made no hostcopy.wasm")?;
+                let module = built.shared.as_deref().ok_or("the build made no hostcopy.wasm")?;
                 let output = self.run_on_target(target, module)?;
                 Ok(format!("{} cases, {how}", closing_count(&output.stdout)?))
             }
@@ -413,16 +290,8 @@ impl Workspace {
     ) -> Result<String, String> {
         let scratch = self.scratch(target);
         create_dir(&scratch)?;
-        let suffix = if target.format == Format::Elf {
-            ""
-        } else {
-            ".exe"
-        };
-        let suffix = if target.format == Format::Wasm {
-            ".wasm"
-        } else {
-            suffix
-        };
+        let suffix = if target.format == Format::Elf { "" } else { ".exe" };
+        let suffix = if target.format == Format::Wasm { ".wasm" } else { suffix };
         let mut libraries: Vec<(&str, Vec<&Path>)> = vec![("static", vec![&built.staticlib])];
         if let (Some(import_lib), Some(dll)) = (&built.import_lib, &built.shared) {
             libraries.push(("dll", vec![import_lib, dll]));
@@ -436,15 +305,9 @@ impl Workspace {
             if target.cc[0] == "clang" {
                 cc.args(target.clang).arg("-ffreestanding");
             }
-            cc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"])
-                .args(extra);
+            cc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"]).args(extra);
             cc.arg("-Icore/include").arg("-Iabi-tests/c");
-            cc.args(
-                C_SOURCES
-                    .iter()
-                    .chain(target.c_main)
-                    .map(|file| self.c_dir().join(file)),
-            );
+            cc.args(C_SOURCES.iter().chain(target.c_main).map(|file| self.c_dir().join(file)));
             cc.arg(files[0]).arg("-o").arg(&program);
             if *kind == "static" {
                 cc.args(&built.native_libs);
@@ -458,10 +321,7 @@ impl Workspace {
             let c = Layout::from_consumer_output(&output.stdout)?;
             let differences = c.differences(rust, "C consumer");
             if !differences.is_empty() {
-                return Err(format!(
-                    "the C consumer's layout differs: {}",
-                    differences.join("; ")
-                ));
+                return Err(format!("the C consumer's layout differs: {}", differences.join("; ")));
             }
         }
         let kinds: Vec<&str> = libraries.iter().map(|(kind, _)| *kind).collect();
@@ -470,22 +330,9 @@ impl Workspace {
 
     /// How the row's programs run here, for the table.
     pub(crate) fn how_it_runs(&self, target: &Target) -> String {
-        let words: Vec<&str> = target
-            .runner
-            .iter()
-            .take(2)
-            .filter(|w| !w.starts_with('-'))
-            .copied()
-            .collect();
-        let words: Vec<&str> = words
-            .iter()
-            .map(|w| w.rsplit('/').next().unwrap_or(w))
-            .collect();
-        if words.is_empty() {
-            "native".to_owned()
-        } else {
-            words.join(" ")
-        }
+        let words: Vec<&str> = target.runner.iter().take(2).filter(|w| !w.starts_with('-')).copied().collect();
+        let words: Vec<&str> = words.iter().map(|w| w.rsplit('/').next().unwrap_or(w)).collect();
+        if words.is_empty() { "native".to_owned() } else { words.join(" ") }
     }
 }
 
@@ -508,15 +355,9 @@ pub(crate) fn check_references(
     references: &[String],
     defined: &[DefinedSymbol],
 ) -> Result<(), String> {
-    let errors: Vec<String> = references
-        .iter()
-        .filter_map(|name| symbols::check_defined(defined, name, target.format).err())
-        .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("\n"))
-    }
+    let errors: Vec<String> =
+        references.iter().filter_map(|name| symbols::check_defined(defined, name, target.format).err()).collect();
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
 }
 
 /// What the shared library exports, by these plain names on every target.
@@ -533,26 +374,15 @@ fn read_layout(object: &Path, target: &Target) -> Result<Layout, String> {
 
 /// Sums cargo test's `test result: ok. N passed` lines.
 fn passed_tests(stdout: &str) -> u32 {
-    let counts = stdout
-        .lines()
-        .filter_map(|line| line.strip_prefix("test result: ok. "));
-    counts
-        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u32>().ok())
-        .sum()
+    let counts = stdout.lines().filter_map(|line| line.strip_prefix("test result: ok. "));
+    counts.filter_map(|rest| rest.split_whitespace().next()?.parse::<u32>().ok()).sum()
 }
 
 /// The passed count of a `N passed, 0 failed` closing line (firmware, wasm).
 fn closing_count(stdout: &str) -> Result<u32, String> {
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|line| line.contains(" passed, "))
-        .unwrap_or_default();
+    let line = stdout.lines().rev().find(|line| line.contains(" passed, ")).unwrap_or_default();
     match line.split_once(" passed, ") {
-        Some((passed, "0 failed")) => passed
-            .trim()
-            .parse()
-            .map_err(|_| format!("cannot read `{line}`")),
+        Some((passed, "0 failed")) => passed.trim().parse().map_err(|_| format!("cannot read `{line}`")),
         _ => Err(format!("no `N passed, 0 failed` line in:\n{stdout}")),
     }
 }

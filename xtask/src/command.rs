@@ -33,10 +33,7 @@ pub(crate) fn run(command: &mut Command) -> Result<Output, String> {
             Some(code) => format!("exit status {code}"),
             None => "killed by a signal".to_owned(),
         };
-        Err(format!(
-            "`{line}` failed ({status}):\n{}",
-            tail(&format!("{stdout}{stderr}"))
-        ))
+        Err(format!("`{line}` failed ({status}):\n{}", tail(&format!("{stdout}{stderr}"))))
     }
 }
 
@@ -53,11 +50,7 @@ pub(crate) fn command_line(command: &Command) -> String {
 
 fn quote(word: &OsStr) -> String {
     let word = word.to_string_lossy();
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=+:,@%".contains(c))
-    {
+    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=+:,@%".contains(c)) {
         word.into_owned()
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
@@ -67,11 +60,7 @@ fn quote(word: &OsStr) -> String {
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(TAIL_LINES);
-    lines[start..]
-        .iter()
-        .map(|line| format!("    {line}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    lines[start..].iter().map(|line| format!("    {line}")).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]
@@ -81,13 +70,8 @@ mod tests {
     #[test]
     fn command_line_quotes_what_a_shell_would_split() {
         let mut command = Command::new("qemu-arm");
-        command
-            .env("CARGO_TARGET_DIR", "target/abi")
-            .args(["-L", "/usr/arm linux"]);
-        assert_eq!(
-            command_line(&command),
-            "CARGO_TARGET_DIR=target/abi qemu-arm -L '/usr/arm linux'"
-        );
+        command.env("CARGO_TARGET_DIR", "target/abi").args(["-L", "/usr/arm linux"]);
+        assert_eq!(command_line(&command), "CARGO_TARGET_DIR=target/abi qemu-arm -L '/usr/arm linux'");
     }
 
     #[test]

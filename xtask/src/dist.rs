@@ -97,10 +97,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     if check {
         triples.push(CHECK_CROSS_TARGET);
     }
-    let targets: Vec<&Target> = TARGETS
-        .iter()
-        .filter(|t| triples.contains(&t.triple))
-        .collect();
+    let targets: Vec<&Target> = TARGETS.iter().filter(|t| triples.contains(&t.triple)).collect();
     match dist(&workspace, &targets, check) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -121,21 +118,9 @@ fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Result<(), S
     }
     if check {
         let script = workspace.root.join("abi-tests/dist/check.sh");
-        let host = archives[targets
-            .iter()
-            .position(|t| t.triple == workspace.host)
-            .expect("added")]
-        .clone();
-        let cross = archives[targets
-            .iter()
-            .position(|t| t.triple == CHECK_CROSS_TARGET)
-            .expect("added")]
-        .clone();
-        let status = Command::new("sh")
-            .arg(&script)
-            .arg(host)
-            .arg(cross)
-            .status();
+        let host = archives[targets.iter().position(|t| t.triple == workspace.host).expect("added")].clone();
+        let cross = archives[targets.iter().position(|t| t.triple == CHECK_CROSS_TARGET).expect("added")].clone();
+        let status = Command::new("sh").arg(&script).arg(host).arg(cross).status();
         if !status.as_ref().is_ok_and(|s| s.success()) {
             return Err(format!("{} failed ({status:?})", script.display()));
         }
@@ -155,32 +140,18 @@ impl Version {
         let header = read(&workspace.root.join("core/include/hostcopy.h"))?;
         let define = |name: &str| -> Result<u32, String> {
             let value = header.lines().find_map(|line| {
-                line.strip_prefix("#define ")?
-                    .strip_prefix(name)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
+                line.strip_prefix("#define ")?.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()
             });
             value.ok_or_else(|| format!("hostcopy.h has no `#define {name} <number>`"))
         };
         let major = define("HOSTCOPY_VERSION_MAJOR")?;
-        let version = Version {
-            major,
-            minor: define("HOSTCOPY_VERSION_MINOR")?,
-            patch: define("HOSTCOPY_VERSION_PATCH")?,
-        };
+        let version =
+            Version { major, minor: define("HOSTCOPY_VERSION_MINOR")?, patch: define("HOSTCOPY_VERSION_PATCH")? };
         let manifest = read(&workspace.root.join("core/capi/Cargo.toml"))?;
-        let package = manifest
-            .lines()
-            .find_map(|line| line.strip_prefix("version = "));
-        let package = package
-            .map(|v| v.trim().trim_matches('"'))
-            .unwrap_or_default();
+        let package = manifest.lines().find_map(|line| line.strip_prefix("version = "));
+        let package = package.map(|v| v.trim().trim_matches('"')).unwrap_or_default();
         if package != version.to_string() {
-            return Err(format!(
-                "hostcopy.h says version {version}, core/capi/Cargo.toml {package:?}"
-            ));
+            return Err(format!("hostcopy.h says version {version}, core/capi/Cargo.toml {package:?}"));
         }
         Ok(version)
     }
@@ -203,14 +174,9 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
     for dir in ["include", "lib/pkgconfig", "lib/cmake/hostcopy"] {
         create_dir(&folder.join(dir))?;
     }
-    copy(
-        &workspace.root.join("core/include/hostcopy.h"),
-        &folder.join("include/hostcopy.h"),
-    )?;
+    copy(&workspace.root.join("core/include/hostcopy.h"), &folder.join("include/hostcopy.h"))?;
     copy(&built.join("libhostcopy.a"), &lib.join("libhostcopy.a"))?;
-    run(Command::new("llvm-strip")
-        .arg("--strip-debug")
-        .arg(lib.join("libhostcopy.a")))?;
+    run(Command::new("llvm-strip").arg("--strip-debug").arg(lib.join("libhostcopy.a")))?;
 
     // The shared library, as (path under the prefix, import library, SONAME).
     let (mut shared, mut implib, mut soname) = (String::new(), String::new(), String::new());
@@ -223,18 +189,9 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
         shared = format!("lib/{real}");
     } else if target.format == Format::Coff && built.join("hostcopy.dll").is_file() {
         create_dir(&folder.join("bin"))?;
-        copy(
-            &built.join("hostcopy.dll"),
-            &folder.join("bin/hostcopy.dll"),
-        )?;
-        copy(
-            &built.join("libhostcopy.dll.a"),
-            &lib.join("libhostcopy.dll.a"),
-        )?;
-        (shared, implib) = (
-            "bin/hostcopy.dll".to_owned(),
-            "lib/libhostcopy.dll.a".to_owned(),
-        );
+        copy(&built.join("hostcopy.dll"), &folder.join("bin/hostcopy.dll"))?;
+        copy(&built.join("libhostcopy.dll.a"), &lib.join("libhostcopy.dll.a"))?;
+        (shared, implib) = ("bin/hostcopy.dll".to_owned(), "lib/libhostcopy.dll.a".to_owned());
     }
 
     let native = native_libs.join(" ");
@@ -255,19 +212,10 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
         false => pc("hostcopy", "-L${libdir} -lhostcopy", &native),
     };
     write(&lib.join("pkgconfig/hostcopy.pc"), &default_pc)?;
-    write(
-        &lib.join("pkgconfig/hostcopy-static.pc"),
-        &pc("hostcopy-static", static_libs.trim(), ""),
-    )?;
+    write(&lib.join("pkgconfig/hostcopy-static.pc"), &pc("hostcopy-static", static_libs.trim(), ""))?;
 
-    let cmake_libs: Vec<&str> = native_libs
-        .iter()
-        .map(|l| l.strip_prefix("-l").unwrap_or(l))
-        .collect();
-    let (major, pointer_bytes) = (
-        version.major.to_string(),
-        (target.pointer_width / 8).to_string(),
-    );
+    let cmake_libs: Vec<&str> = native_libs.iter().map(|l| l.strip_prefix("-l").unwrap_or(l)).collect();
+    let (major, pointer_bytes) = (version.major.to_string(), (target.pointer_width / 8).to_string());
     let fields = [
         ("VERSION", version_text.as_str()),
         ("MAJOR", &major),
@@ -279,20 +227,10 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
         ("POINTER_BYTES", &pointer_bytes),
     ];
     let cmake_dir = lib.join("cmake/hostcopy");
-    write(
-        &cmake_dir.join("hostcopyConfig.cmake"),
-        &fill(TEMPLATE_CONFIG, &fields),
-    )?;
-    write(
-        &cmake_dir.join("hostcopyConfigVersion.cmake"),
-        &fill(TEMPLATE_CONFIG_VERSION, &fields),
-    )?;
+    write(&cmake_dir.join("hostcopyConfig.cmake"), &fill(TEMPLATE_CONFIG, &fields))?;
+    write(&cmake_dir.join("hostcopyConfigVersion.cmake"), &fill(TEMPLATE_CONFIG_VERSION, &fields))?;
     // tar keeps the links as links.
-    run(Command::new("tar")
-        .current_dir(&dist_dir)
-        .arg("-czf")
-        .arg(format!("{name}.tar.gz"))
-        .arg(&name))?;
+    run(Command::new("tar").current_dir(&dist_dir).arg("-czf").arg(format!("{name}.tar.gz")).arg(&name))?;
     Ok(folder)
 }
 
@@ -308,11 +246,7 @@ fn fill(template: &str, fields: &[(&str, &str)]) -> String {
         .skip(1)
         .step_by(2)
         .find(|key| !key.is_empty() && key.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
-    assert!(
-        leftover.is_none(),
-        "template key @{}@ has no value",
-        leftover.unwrap_or_default()
-    );
+    assert!(leftover.is_none(), "template key @{}@ has no value", leftover.unwrap_or_default());
     text
 }
 
@@ -322,9 +256,7 @@ fn read(path: &Path) -> Result<String, String> {
 
 fn copy(from: &Path, to: &Path) -> Result<(), String> {
     let copied = fs::copy(from, to);
-    copied
-        .map(drop)
-        .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))
+    copied.map(drop).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))
 }
 
 fn symlink(points_to: &str, link: &Path) -> Result<(), String> {

@@ -26,30 +26,16 @@ benchmark (profile `gpu-bundle`) and libhostcopy.so (core/capi, release) into DI
 const STEPS: &[(&str, u32, &str)] = &[
     ("gpu-tests", 240, "bin/gpu --test-threads=1"),
     ("gpu-fault", 120, "bin/gpu_fault"),
-    (
-        "python",
-        90,
-        "python3 python/launch_hostcopy.py lib/libhostcopy.so",
-    ),
-    (
-        "example",
-        90,
-        "bin/staged_d2h --total-mib 1024 --chunk-mib 16 --slots 3 --workers 8",
-    ),
+    ("python", 90, "python3 python/launch_hostcopy.py lib/libhostcopy.so"),
+    ("example", 90, "bin/staged_d2h --total-mib 1024 --chunk-mib 16 --slots 3 --workers 8"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
 ];
 
 /// Files copied into the bundle as they are: (from the workspace, to the bundle).
 const FILES: &[(&str, &str)] = &[
     ("xtask/scripts/gpu-run.sh", "run.sh"),
-    (
-        "abi-tests/python/launch_hostcopy.py",
-        "python/launch_hostcopy.py",
-    ),
-    (
-        "target/abi/capi/release/libhostcopy.so",
-        "lib/libhostcopy.so",
-    ),
+    ("abi-tests/python/launch_hostcopy.py", "python/launch_hostcopy.py"),
+    ("target/abi/capi/release/libhostcopy.so", "lib/libhostcopy.so"),
 ];
 
 /// The bundle must travel to the GPU host in one call.
@@ -71,10 +57,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     match bundle(&out) {
         Ok(size) => {
             let mib = size as f64 / f64::from(1 << 20);
-            println!(
-                "gpu-bundle: {} ({mib:.1} MiB); run `sh {0}/run.sh` on the GPU host",
-                out.display()
-            );
+            println!("gpu-bundle: {} ({mib:.1} MiB); run `sh {0}/run.sh` on the GPU host", out.display());
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -85,21 +68,13 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 fn bundle(out: &Path) -> Result<u64, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask is in the workspace");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace");
     let _ = fs::remove_dir_all(out);
     for dir in ["bin", "lib", "python"] {
         fs::create_dir_all(out.join(dir)).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     println!("gpu-bundle: building (profile gpu-bundle)");
-    let driver = [
-        "-p",
-        "hostcopy-driver",
-        "--all-features",
-        "--profile",
-        "gpu-bundle",
-    ];
+    let driver = ["-p", "hostcopy-driver", "--all-features", "--profile", "gpu-bundle"];
     let tests = ["test", "--no-run", "--test", "gpu", "--test", "gpu_fault"];
     let programs = ["build", "--example", "staged_d2h", "--bench", "staged_copy"];
     for build in [&tests[..], &programs[..]] {
@@ -109,31 +84,17 @@ fn bundle(out: &Path) -> Result<u64, String> {
     }
     // The C library's own workspace aborts on panic in every profile; its
     // release profile is what `cargo xtask dist` ships.
-    let capi = [
-        "build",
-        "--release",
-        "--manifest-path",
-        "core/capi/Cargo.toml",
-    ];
-    command::run(
-        cargo(root)
-            .args(capi)
-            .env("CARGO_TARGET_DIR", root.join("target/abi/capi")),
-    )?;
+    let capi = ["build", "--release", "--manifest-path", "core/capi/Cargo.toml"];
+    command::run(cargo(root).args(capi).env("CARGO_TARGET_DIR", root.join("target/abi/capi")))?;
     for (from, to) in FILES {
         copy(&root.join(from), &out.join(to))?;
     }
-    let steps: String = STEPS
-        .iter()
-        .map(|(name, limit, command)| format!("{name}\t{limit}\t{command}\n"))
-        .collect();
+    let steps: String = STEPS.iter().map(|(name, limit, command)| format!("{name}\t{limit}\t{command}\n")).collect();
     fs::write(out.join("steps"), steps).map_err(|e| e.to_string())?;
     fs::write(out.join("MANIFEST"), manifest(out)?).map_err(|e| e.to_string())?;
     let size = folder_size(out)?;
     if size > SIZE_LIMIT {
-        return Err(format!(
-            "the bundle is {size} bytes, over the {SIZE_LIMIT}-byte limit of a GPU call"
-        ));
+        return Err(format!("the bundle is {size} bytes, over the {SIZE_LIMIT}-byte limit of a GPU call"));
     }
     Ok(size)
 }
@@ -146,23 +107,14 @@ fn cargo(root: &Path) -> Command {
 
 /// Runs a cargo build with JSON messages; the executables it made, by target name.
 fn executables(command: &mut Command) -> Result<Vec<(String, PathBuf)>, String> {
-    let messages =
-        command::run(command.args(["--message-format", "json-render-diagnostics"]))?.stdout;
+    let messages = command::run(command.args(["--message-format", "json-render-diagnostics"]))?.stdout;
     let built: Vec<(String, PathBuf)> = messages
         .lines()
         .filter(|line| line.contains("\"reason\":\"compiler-artifact\""))
-        .filter_map(|line| {
-            Some((
-                json_string(line, "\"target\":{")?,
-                json_string(line, "\"executable\":")?.into(),
-            ))
-        })
+        .filter_map(|line| Some((json_string(line, "\"target\":{")?, json_string(line, "\"executable\":")?.into())))
         .collect();
     match built.is_empty() {
-        true => Err(format!(
-            "`{}` made no executables",
-            command::command_line(command)
-        )),
+        true => Err(format!("`{}` made no executables", command::command_line(command))),
         false => Ok(built),
     }
 }
@@ -171,20 +123,14 @@ fn executables(command: &mut Command) -> Result<Vec<(String, PathBuf)>, String> 
 /// inside the object `key` opens, or the value right after `key`.
 fn json_string(line: &str, key: &str) -> Option<String> {
     let rest = line.split(key).nth(1)?;
-    let rest = if key.ends_with('{') {
-        rest.split("\"name\":").nth(1)?
-    } else {
-        rest
-    };
+    let rest = if key.ends_with('{') { rest.split("\"name\":").nth(1)? } else { rest };
     let value = rest.strip_prefix('"')?;
     Some(value[..value.find('"')?].to_owned())
 }
 
 fn copy(from: &Path, to: &Path) -> Result<(), String> {
     let copied = fs::copy(from, to);
-    copied
-        .map(drop)
-        .map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))
+    copied.map(drop).map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))
 }
 
 fn folder_size(dir: &Path) -> Result<u64, String> {
@@ -192,11 +138,7 @@ fn folder_size(dir: &Path) -> Result<u64, String> {
     for entry in fs::read_dir(dir).map_err(|e| e.to_string())? {
         let entry = entry.map_err(|e| e.to_string())?;
         let meta = entry.metadata().map_err(|e| e.to_string())?;
-        size += if meta.is_dir() {
-            folder_size(&entry.path())?
-        } else {
-            meta.len()
-        };
+        size += if meta.is_dir() { folder_size(&entry.path())? } else { meta.len() };
     }
     Ok(size)
 }
@@ -204,25 +146,14 @@ fn folder_size(dir: &Path) -> Result<u64, String> {
 fn manifest(out: &Path) -> Result<String, String> {
     let version = |program: &str, args: &[&str]| {
         let output = command::run(Command::new(program).args(args));
-        output
-            .map(|o| o.stdout.trim().to_owned())
-            .unwrap_or_else(|_| "unknown".into())
+        output.map(|o| o.stdout.trim().to_owned()).unwrap_or_else(|_| "unknown".into())
     };
     let revision = version("git", &["describe", "--always", "--dirty"]);
-    let mut text = format!(
-        "hostcopy GPU bundle\nrevision: {revision}\n{}\n",
-        version("rustc", &["--version"])
-    );
+    let mut text = format!("hostcopy GPU bundle\nrevision: {revision}\n{}\n", version("rustc", &["--version"]));
     for dir in ["bin", "lib", "python"] {
-        for entry in fs::read_dir(out.join(dir))
-            .map_err(|e| e.to_string())?
-            .flatten()
-        {
+        for entry in fs::read_dir(out.join(dir)).map_err(|e| e.to_string())?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            text.push_str(&format!(
-                "{dir}/{}: {len} bytes\n",
-                entry.file_name().to_string_lossy()
-            ));
+            text.push_str(&format!("{dir}/{}: {len} bytes\n", entry.file_name().to_string_lossy()));
         }
     }
     Ok(text)
@@ -234,47 +165,23 @@ mod tests {
 
     #[test]
     fn json_string_finds_target_names_and_executables() {
-        let line = r#"{"reason":"compiler-artifact","target":{"kind":["test"],"name":"gpu"},"executable":"/w/gpu-0123"}"#;
+        let line =
+            r#"{"reason":"compiler-artifact","target":{"kind":["test"],"name":"gpu"},"executable":"/w/gpu-0123"}"#;
         assert_eq!(json_string(line, "\"target\":{").as_deref(), Some("gpu"));
-        assert_eq!(
-            json_string(line, "\"executable\":").as_deref(),
-            Some("/w/gpu-0123")
-        );
-        assert_eq!(
-            json_string(r#"{"executable":null}"#, "\"executable\":"),
-            None
-        );
+        assert_eq!(json_string(line, "\"executable\":").as_deref(), Some("/w/gpu-0123"));
+        assert_eq!(json_string(r#"{"executable":null}"#, "\"executable\":"), None);
     }
 
     #[test]
     fn every_step_runs_something_the_bundle_has() {
         let script = include_str!("../scripts/gpu-run.sh");
         assert!(script.contains("export HOSTCOPY_REQUIRE_GPU=1"));
-        assert!(
-            script
-                .trim_end()
-                .lines()
-                .last()
-                .unwrap()
-                .contains("summary"),
-            "summary last"
-        );
-        let bundled = [
-            "bin/gpu",
-            "bin/gpu_fault",
-            "bin/staged_d2h",
-            "bin/staged_copy",
-        ];
+        assert!(script.trim_end().lines().last().unwrap().contains("summary"), "summary last");
+        let bundled = ["bin/gpu", "bin/gpu_fault", "bin/staged_d2h", "bin/staged_copy"];
         for (name, _, command) in STEPS {
-            let program = command
-                .split_whitespace()
-                .find(|w| !w.starts_with("python"))
-                .unwrap();
+            let program = command.split_whitespace().find(|w| !w.starts_with("python")).unwrap();
             let file = FILES.iter().any(|(_, to)| to == &program);
-            assert!(
-                file || bundled.contains(&program),
-                "step {name} runs {program}"
-            );
+            assert!(file || bundled.contains(&program), "step {name} runs {program}");
         }
     }
 }

@@ -35,13 +35,7 @@ fn main() -> ExitCode {
         Some("gpu-bundle") => gpu_bundle::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         Some("-h" | "--help" | "help") => {
-            println!(
-                "{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}",
-                abi::USAGE,
-                dist::USAGE,
-                gpu_bundle::USAGE,
-                bench::USAGE
-            );
+            println!("{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}", abi::USAGE, dist::USAGE, gpu_bundle::USAGE, bench::USAGE);
             ExitCode::SUCCESS
         }
         Some(unknown) => {

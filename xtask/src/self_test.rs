@@ -50,114 +50,72 @@ enum Expect {
     CompileError(&'static str),
 }
 
-const SWAP_DST_AND_SRC: [(&str, &str); 3] = [
-    ("uintptr_t dst;", "uintptr_t SRC;"),
-    ("uintptr_t src;", "uintptr_t dst;"),
-    ("uintptr_t SRC;", "uintptr_t src;"),
-];
+const SWAP: [(&str, &str); 3] =
+    [("uintptr_t dst;", "uintptr_t SRC;"), ("uintptr_t src;", "uintptr_t dst;"), ("uintptr_t SRC;", "uintptr_t src;")];
 /// Makes the header's own asserts always hold (clang compiles it as C11), so
 /// that a broken layout reaches the comparison instead of stopping the compiler.
 const NO_ASSERTS: (&str, &str) = ("_Static_assert(cond, msg)", "_Static_assert(1, msg)");
 
 const HEADER_VARIANTS: &[HeaderVariant] = &[
+    variant("header: dst and src swapped", &[SWAP[0], SWAP[1], SWAP[2], NO_ASSERTS], Expect::LayoutMismatch),
+    variant("header: extra field (wrong size)", &[("size_t nbytes;", "size_t nbytes; int x;"), NO_ASSERTS], MISMATCH),
+    variant("header: ABI version bumped", &[("ABI_VERSION 1", "ABI_VERSION 2")], Expect::LayoutMismatch),
+    variant("header: dst and src swapped, asserts kept", &SWAP, Expect::CompileError("hostcopy: dst first")),
+    // On a 64-bit target the struct keeps 24 bytes (4 bytes of padding after
+    // nbytes) and every offset, so (with the header's own asserts off) the size
+    // and offset comparisons pass it; only the field sizes show it. On 32-bit
+    // targets uint32_t is size_t's width: no bug there.
     HeaderVariant {
-        name: "header: dst and src swapped",
-        edits: &[
-            SWAP_DST_AND_SRC[0],
-            SWAP_DST_AND_SRC[1],
-            SWAP_DST_AND_SRC[2],
-            NO_ASSERTS,
-        ],
-        expect: Expect::LayoutMismatch,
-        applies_to: every_target,
-    },
-    HeaderVariant {
-        name: "header: extra field (wrong size)",
-        edits: &[
-            ("size_t nbytes;", "size_t nbytes; uint32_t flags;"),
-            NO_ASSERTS,
-        ],
-        expect: Expect::LayoutMismatch,
-        applies_to: every_target,
-    },
-    HeaderVariant {
-        name: "header: ABI version bumped",
-        edits: &[(
-            "#define HOSTCOPY_ABI_VERSION 1",
-            "#define HOSTCOPY_ABI_VERSION 2",
-        )],
-        expect: Expect::LayoutMismatch,
-        applies_to: every_target,
-    },
-    HeaderVariant {
-        name: "header: dst and src swapped, asserts kept",
-        edits: &SWAP_DST_AND_SRC,
-        expect: Expect::CompileError("hostcopy: dst first"),
-        applies_to: every_target,
-    },
-    HeaderVariant {
-        // On a 64-bit target the struct keeps 24 bytes (4 bytes of padding
-        // after nbytes) and every offset, so (with the header's own asserts
-        // off) the size and offset comparisons pass it; only the field sizes
-        // show it. On 32-bit targets uint32_t is size_t's width: no bug there.
-        name: "header: uint32_t nbytes (64-bit)",
-        edits: &[("size_t nbytes;", "uint32_t nbytes;"), NO_ASSERTS],
-        expect: Expect::MismatchOnlyIn(&["sizeof nbytes"]),
-        applies_to: is_64_bit,
+        applies_to: |t| t.pointer_width == 64,
+        ..variant(
+            "header: uint32_t nbytes (64-bit)",
+            &[("size_t nbytes;", "uint32_t nbytes;"), NO_ASSERTS],
+            Expect::MismatchOnlyIn(&["sizeof nbytes"]),
+        )
     },
 ];
+const MISMATCH: Expect = Expect::LayoutMismatch;
 
-fn every_target(_: &Target) -> bool {
-    true
-}
-
-fn is_64_bit(target: &Target) -> bool {
-    target.pointer_width == 64
-}
-
-fn is_i686_windows(target: &Target) -> bool {
-    target.triple == "i686-pc-windows-gnu"
-}
-
-fn is_i686_linux(target: &Target) -> bool {
-    target.triple == "i686-unknown-linux-gnu"
+const fn variant(name: &'static str, edits: &'static [(&'static str, &'static str)], expect: Expect) -> HeaderVariant {
+    HeaderVariant { name, edits, expect, applies_to: |_| true }
 }
 
 const FLAG_VARIANTS: &[FlagVariant] = &[
+    // An empty CUDA_CB makes HOSTCOPY_CB empty: a cdecl declaration, which
+    // references `_hostcopy_fn` instead of `_hostcopy_fn@4`.
     FlagVariant {
-        // An empty CUDA_CB makes HOSTCOPY_CB empty: a cdecl declaration,
-        // which references `_hostcopy_fn` instead of `_hostcopy_fn@4`.
         name: "caller without HOSTCOPY_CB (cdecl)",
         flags: &["-DCUDA_CB="],
         at_run_time: false,
-        applies_to: is_i686_windows,
+        applies_to: i686_windows,
     },
     FlagVariant {
         name: "caller of a renamed hostcopy_fn",
         flags: &["-Dhostcopy_fn=hostcopy_fn_v2"],
         at_run_time: false,
-        applies_to: every_target,
+        applies_to: |_| true,
     },
+    // The declaration stays stdcall (it links), the pointer it is called
+    // through is cdecl: the stack moves 4 bytes a call.
     FlagVariant {
-        // The declaration stays stdcall (it links), the pointer it is called
-        // through is cdecl: the stack moves 4 bytes a call.
         name: "cdecl caller at run time (i686 Windows)",
         flags: &["-DHOSTCOPY_CALLER_CB=", "-Wno-incompatible-pointer-types"],
         at_run_time: true,
-        applies_to: is_i686_windows,
+        applies_to: i686_windows,
     },
+    // The same the other way round: the caller expects the callee to pop its
+    // argument, and the C convention's callee does not.
     FlagVariant {
-        // The same check the other way round: the caller expects the callee
-        // to pop its argument, and the C convention's callee does not.
         name: "stdcall caller at run time (i686 Linux)",
-        flags: &[
-            "-DHOSTCOPY_CALLER_CB=__attribute__((stdcall))",
-            "-Wno-incompatible-pointer-types",
-        ],
+        flags: &["-DHOSTCOPY_CALLER_CB=__attribute__((stdcall))", "-Wno-incompatible-pointer-types"],
         at_run_time: true,
-        applies_to: is_i686_linux,
+        applies_to: |t| t.triple == "i686-unknown-linux-gnu",
     },
 ];
+
+fn i686_windows(target: &Target) -> bool {
+    target.triple == "i686-pc-windows-gnu"
+}
 
 /// What one variant did on the targets it applies to.
 #[derive(Default)]
@@ -179,11 +137,7 @@ impl Tally {
     }
 }
 
-pub(crate) fn run(
-    workspace: &Workspace,
-    targets: &[&Target],
-    fail: &mut impl FnMut(&str, &'static str, String),
-) {
+pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl FnMut(&str, &'static str, String)) {
     let variants_dir = workspace.out.join("self-test");
     let header_dirs: Vec<Option<PathBuf>> = HEADER_VARIANTS
         .iter()
@@ -193,10 +147,7 @@ pub(crate) fn run(
                 .ok()
         })
         .collect();
-    let names = HEADER_VARIANTS
-        .iter()
-        .map(|v| v.name)
-        .chain(FLAG_VARIANTS.iter().map(|v| v.name));
+    let names = HEADER_VARIANTS.iter().map(|v| v.name).chain(FLAG_VARIANTS.iter().map(|v| v.name));
     let mut tallies: Vec<Tally> = names.clone().map(|_| Tally::default()).collect();
     let (header_tallies, flag_tallies) = tallies.split_at_mut(HEADER_VARIANTS.len());
 
@@ -210,10 +161,7 @@ pub(crate) fn run(
             checks::compare_layouts(target, &rust, &workspace.c_layout(target, &[], &object)?)?;
             let references = workspace.probe_references(target, &[], "self_test_probe.o")?;
             checks::check_references(target, &references, &defined)?;
-            if FLAG_VARIANTS
-                .iter()
-                .any(|v| v.at_run_time && (v.applies_to)(target))
-            {
+            if FLAG_VARIANTS.iter().any(|v| v.at_run_time && (v.applies_to)(target)) {
                 workspace.c_consumer(target, &built, &rust, &[])?;
             }
             Ok((built, rust, defined))
@@ -222,25 +170,15 @@ pub(crate) fn run(
             Ok(control) => control,
             Err(error) => {
                 let why = "the unmodified checks fail, so no variant can show anything";
-                fail(
-                    target.triple,
-                    "self-test control",
-                    format!("{why}:\n{error}"),
-                );
+                fail(target.triple, "self-test control", format!("{why}:\n{error}"));
                 continue;
             }
         };
-        for ((variant, dir), tally) in HEADER_VARIANTS
-            .iter()
-            .zip(&header_dirs)
-            .zip(&mut *header_tallies)
-        {
+        for ((variant, dir), tally) in HEADER_VARIANTS.iter().zip(&header_dirs).zip(&mut *header_tallies) {
             let Some(dir) = dir.as_ref().filter(|_| (variant.applies_to)(target)) else {
                 continue;
             };
-            let object = workspace
-                .scratch(target)
-                .join(format!("self_test_{}.o", slug(variant.name)));
+            let object = workspace.scratch(target).join(format!("self_test_{}.o", slug(variant.name)));
             let result = progress(variant.name, || {
                 let compiled = workspace.c_layout(target, std::slice::from_ref(dir), &object);
                 judge_header(variant.expect, target, &rust, compiled)
@@ -254,11 +192,9 @@ pub(crate) fn run(
             let result = progress(variant.name, || {
                 if variant.at_run_time {
                     return match workspace.c_consumer(target, &built, &rust, variant.flags) {
-                        Err(error) if error.starts_with("linking") => {
-                            Err(format!("it did not link: {error}"))
-                        }
+                        Err(error) if error.starts_with("linking") => Err(format!("it did not link: {error}")),
                         Err(error) => Ok(first_line(&error)),
-                        Ok(_) => Err("the C consumer passed with a cdecl caller".to_owned()),
+                        Ok(_) => Err("the C consumer passed with the wrong calling convention".to_owned()),
                     };
                 }
                 let flags: Vec<String> = variant.flags.iter().map(|d| d.to_string()).collect();
@@ -281,20 +217,13 @@ pub(crate) fn run(
             (_, 0) => format!("caught on {}/{applicable}", tally.caught.len()),
             (_, missed) => format!("MISSED on {missed}/{applicable}"),
         };
-        rows.push(vec![
-            name.to_owned(),
-            verdict,
-            tally.example.clone().unwrap_or_default(),
-        ]);
+        rows.push(vec![name.to_owned(), verdict, tally.example.clone().unwrap_or_default()]);
         for (target, why) in &tally.missed {
             fail(target, "self-test: not caught", format!("{name}: {why}"));
         }
     }
     println!("\nself-test: each broken variant must be reported by the checks\n");
-    println!(
-        "{}",
-        report::render_table(&["variant", "result", "first report"], &rows)
-    );
+    println!("{}", report::render_table(&["variant", "result", "first report"], &rows));
 }
 
 /// Ok(what the check reported) when the variant was caught as expected; Err(why not) otherwise.
@@ -306,51 +235,39 @@ fn judge_header(
 ) -> Result<String, String> {
     match (expect, compiled) {
         (Expect::LayoutMismatch, Ok(c)) => match checks::compare_layouts(target, rust, &c) {
-            Err(report) => Ok(report
-                .split_once("): ")
-                .map_or(report.clone(), |(_, what)| what.to_owned())),
-            Ok(()) => Err(format!(
-                "the layout comparison passed a broken header ({c})"
-            )),
+            Err(report) => Ok(report.split_once("): ").map_or(report.clone(), |(_, what)| what.to_owned())),
+            Ok(()) => Err(format!("the layout comparison passed a broken header ({c})")),
         },
         (Expect::MismatchOnlyIn(facts), Ok(c)) => {
             let differences = c.differences(rust, "C");
-            let unexpected: Vec<&String> = differences
-                .iter()
-                .filter(|d| !facts.iter().any(|fact| d.starts_with(&format!("{fact}:"))))
-                .collect();
+            let unexpected: Vec<&String> =
+                differences.iter().filter(|d| !facts.iter().any(|fact| d.starts_with(&format!("{fact}:")))).collect();
             if differences.is_empty() {
-                Err(format!(
-                    "the layout comparison passed a broken header ({c})"
-                ))
+                Err(format!("the layout comparison passed a broken header ({c})"))
             } else if !unexpected.is_empty() {
                 // The variant is meant to get past every other fact; if it
                 // does not, it no longer shows that these facts are needed.
                 Err(format!(
                     "expected differences in {} only, but also: {}",
                     facts.join(", "),
-                    unexpected
-                        .iter()
-                        .map(|d| d.as_str())
-                        .collect::<Vec<_>>()
-                        .join("; ")
+                    unexpected.iter().map(|d| d.as_str()).collect::<Vec<_>>().join("; ")
                 ))
             } else {
                 Ok(differences.join("; "))
             }
         }
-        (Expect::LayoutMismatch | Expect::MismatchOnlyIn(_), Err(error)) => Err(format!(
-            "the broken header did not compile, so the comparison never ran: {error}"
-        )),
+        (Expect::LayoutMismatch | Expect::MismatchOnlyIn(_), Err(error)) => {
+            Err(format!("the broken header did not compile, so the comparison never ran: {error}"))
+        }
         (Expect::CompileError(message), Err(error)) if error.contains(message) => {
             Ok(format!("clang: static assertion failed: \"{message}\""))
         }
-        (Expect::CompileError(message), Err(error)) => Err(format!(
-            "clang failed, but not with the header's assert \"{message}\": {error}"
-        )),
-        (Expect::CompileError(message), Ok(c)) => Err(format!(
-            "the header's assert \"{message}\" let a broken layout through ({c})"
-        )),
+        (Expect::CompileError(message), Err(error)) => {
+            Err(format!("clang failed, but not with the header's assert \"{message}\": {error}"))
+        }
+        (Expect::CompileError(message), Ok(c)) => {
+            Err(format!("the header's assert \"{message}\" let a broken layout through ({c})"))
+        }
     }
 }
 
@@ -360,8 +277,8 @@ fn write_header_variant(
     variants_dir: &Path,
 ) -> Result<PathBuf, String> {
     let original_path = workspace.root.join("core/include/hostcopy.h");
-    let original = fs::read_to_string(&original_path)
-        .map_err(|e| format!("reading {}: {e}", original_path.display()))?;
+    let original =
+        fs::read_to_string(&original_path).map_err(|e| format!("reading {}: {e}", original_path.display()))?;
     let broken = apply_edits(&original, variant.edits)?;
     let dir = variants_dir.join(slug(variant.name));
     checks::create_dir(&dir)?;
@@ -384,13 +301,8 @@ fn apply_edits(header: &str, edits: &[(&str, &str)]) -> Result<String, String> {
 }
 
 fn slug(name: &str) -> String {
-    let words = name
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty());
-    words
-        .map(str::to_ascii_lowercase)
-        .collect::<Vec<_>>()
-        .join("_")
+    let words = name.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty());
+    words.map(str::to_ascii_lowercase).collect::<Vec<_>>().join("_")
 }
 
 fn first_line(text: &str) -> String {
@@ -406,14 +318,9 @@ mod tests {
     #[test]
     fn every_header_variant_still_applies_to_the_real_header() {
         for variant in HEADER_VARIANTS {
-            assert_ne!(
-                apply_edits(HEADER, variant.edits).unwrap(),
-                HEADER,
-                "{}",
-                variant.name
-            );
+            assert_ne!(apply_edits(HEADER, variant.edits).unwrap(), HEADER, "{}", variant.name);
         }
-        let swapped = apply_edits(HEADER, &SWAP_DST_AND_SRC).unwrap();
+        let swapped = apply_edits(HEADER, &SWAP).unwrap();
         assert!(swapped.find("uintptr_t src;") < swapped.find("uintptr_t dst;"));
         assert!(apply_edits("struct nothing;\n", &[NO_ASSERTS]).is_err());
     }
@@ -422,10 +329,7 @@ mod tests {
     const LP64: Layout = Layout::from_values([24, 8, 0, 8, 16, 8, 8, 8, 1, 8]);
 
     fn x86_64() -> &'static Target {
-        crate::targets::TARGETS
-            .iter()
-            .find(|t| t.triple == "x86_64-unknown-linux-gnu")
-            .unwrap()
+        crate::targets::TARGETS.iter().find(|t| t.triple == "x86_64-unknown-linux-gnu").unwrap()
     }
 
     #[test]
@@ -434,10 +338,7 @@ mod tests {
         assert!(judged.unwrap_err().contains("passed a broken header"));
         let swapped = Layout::from_values([24, 8, 8, 0, 16, 8, 8, 8, 1, 8]);
         let judged = judge_header(Expect::LayoutMismatch, x86_64(), &LP64, Ok(swapped));
-        assert_eq!(
-            judged.unwrap(),
-            "offsetof dst: Rust 0, C 8; offsetof src: Rust 8, C 0"
-        );
+        assert_eq!(judged.unwrap(), "offsetof dst: Rust 0, C 8; offsetof src: Rust 8, C 0");
     }
 
     #[test]
@@ -465,9 +366,6 @@ mod tests {
 
     #[test]
     fn slugs_are_file_names() {
-        assert_eq!(
-            slug("header: dst and src swapped, asserts kept"),
-            "header_dst_and_src_swapped_asserts_kept"
-        );
+        assert_eq!(slug("header: dst and src swapped, asserts kept"), "header_dst_and_src_swapped_asserts_kept");
     }
 }

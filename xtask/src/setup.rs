@@ -19,17 +19,11 @@ pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String>
         .collect();
     if !triples.is_empty() {
         eprintln!("set-up: rustup target add {}", triples.join(" "));
-        run(Command::new("rustup")
-            .args(["target", "add"])
-            .args(&triples))?;
+        run(Command::new("rustup").args(["target", "add"]).args(&triples))?;
     }
 
-    let wanted: BTreeSet<&str> = COMMON_APT
-        .iter()
-        .chain(extra)
-        .chain(targets.iter().flat_map(|t| t.apt))
-        .copied()
-        .collect();
+    let wanted: BTreeSet<&str> =
+        COMMON_APT.iter().chain(extra).chain(targets.iter().flat_map(|t| t.apt)).copied().collect();
     let missing: Vec<&str> = wanted.into_iter().filter(|p| !is_installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
@@ -54,20 +48,14 @@ pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String>
         eprintln!("set-up: apt-get update reported an error, installing anyway:\n{error}");
     }
     let install = |packages: &[&str]| {
-        run(as_root("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(packages))
+        run(as_root("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(packages))
     };
     if install(&missing).is_ok() {
         return Ok(());
     }
     // One row's package failing must not keep the others' off the machine.
     let errors: Vec<String> = missing.iter().filter_map(|p| install(&[p]).err()).collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("\n"))
-    }
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
 }
 
 fn is_installed(package: &str) -> bool {

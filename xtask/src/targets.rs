@@ -75,192 +75,138 @@ pub(crate) const COMMON_APT: &[&str] = &["clang", "llvm", "lld"];
 const HOSTED: &[&str] = &["main.c"];
 const QEMU_SYSTEM: &str = "xtask/scripts/qemu-system.sh";
 const WINE: &str = "xtask/scripts/wine-runner.sh";
+const LE32: (u32, Endian) = (32, Endian::Little);
+const LE64: (u32, Endian) = (64, Endian::Little);
 
-/// A hosted Linux row: gcc from Debian links, `runner` runs.
-const fn linux(
+/// A row with the defaults of a hosted Linux target: `cc` compiles the C consumer
+/// and links (also for cargo), `main.c` is its entry point, `cargo test` runs.
+const fn row(
     triple: &'static str,
     clang: &'static [&'static str],
     (pointer_width, endian): (u32, Endian),
     apt: &'static [&'static str],
-    gcc: &'static str,
+    cc: &'static [&'static str],
     runner: &'static [&'static str],
 ) -> Target {
-    Target {
-        triple,
-        clang,
-        pointer_width,
-        endian,
-        format: Format::Elf,
-        apt,
-        linker: Some(gcc),
-        rustflags: "",
-        runner,
-        cc: std::slice::from_ref(&apt[0]),
-        c_main: HOSTED,
-        tests: Tests::Cargo,
-    }
+    let (format, linker, rustflags, c_main, tests) = (Format::Elf, Some(cc[0]), "", HOSTED, Tests::Cargo);
+    Target { triple, clang, pointer_width, endian, format, apt, linker, rustflags, runner, cc, c_main, tests }
 }
 
 pub(crate) const TARGETS: &[Target] = &[
     Target {
         linker: None,
-        ..linux(
-            "x86_64-unknown-linux-gnu",
-            &["--target=x86_64-linux-gnu"],
-            (64, Endian::Little),
-            &["gcc", "libc6-dev"],
-            "gcc",
-            &[],
-        )
+        ..row("x86_64-unknown-linux-gnu", &["--target=x86_64-linux-gnu"], LE64, &["gcc", "libc6-dev"], &["gcc"], &[])
     },
     // A static program runs on the x86_64 kernel as it is, with no i386
     // loader or libraries (gcc-multilib would conflict with the cross gccs).
     Target {
         rustflags: "-C target-feature=+crt-static",
-        cc: &["i686-linux-gnu-gcc", "-static"],
-        ..linux(
+        ..row(
             "i686-unknown-linux-gnu",
             &["--target=i686-linux-gnu"],
-            (32, Endian::Little),
+            LE32,
             &["gcc-i686-linux-gnu", "libc6-dev-i386-cross"],
-            "i686-linux-gnu-gcc",
+            &["i686-linux-gnu-gcc", "-static"],
             &[],
         )
     },
-    linux(
+    row(
         "aarch64-unknown-linux-gnu",
         &["--target=aarch64-linux-gnu"],
-        (64, Endian::Little),
-        &[
-            "gcc-aarch64-linux-gnu",
-            "libc6-dev-arm64-cross",
-            "qemu-user",
-        ],
-        "aarch64-linux-gnu-gcc",
+        LE64,
+        &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"],
+        &["aarch64-linux-gnu-gcc"],
         &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"],
     ),
-    linux(
+    row(
         "armv7-unknown-linux-gnueabihf",
         &["--target=armv7-linux-gnueabihf"],
-        (32, Endian::Little),
-        &[
-            "gcc-arm-linux-gnueabihf",
-            "libc6-dev-armhf-cross",
-            "qemu-user",
-        ],
-        "arm-linux-gnueabihf-gcc",
+        LE32,
+        &["gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross", "qemu-user"],
+        &["arm-linux-gnueabihf-gcc"],
         &["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"],
     ),
-    linux(
+    row(
         "powerpc-unknown-linux-gnu",
         &["--target=powerpc-linux-gnu"],
         (32, Endian::Big),
-        &[
-            "gcc-powerpc-linux-gnu",
-            "libc6-dev-powerpc-cross",
-            "qemu-user",
-        ],
-        "powerpc-linux-gnu-gcc",
+        &["gcc-powerpc-linux-gnu", "libc6-dev-powerpc-cross", "qemu-user"],
+        &["powerpc-linux-gnu-gcc"],
         &["qemu-ppc", "-L", "/usr/powerpc-linux-gnu"],
     ),
-    linux(
+    row(
         "s390x-unknown-linux-gnu",
         &["--target=s390x-linux-gnu"],
         (64, Endian::Big),
         &["gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"],
-        "s390x-linux-gnu-gcc",
+        &["s390x-linux-gnu-gcc"],
         &["qemu-s390x", "-L", "/usr/s390x-linux-gnu"],
     ),
+    // Bare metal: clang and lld build the C consumer as a firmware with the
+    // start-up code and linker script of QEMU's board; semihosting reports.
     Target {
-        triple: "riscv32imac-unknown-none-elf",
-        clang: &[
-            "--target=riscv32-unknown-elf",
-            "-march=rv32imac",
-            "-mabi=ilp32",
-        ],
-        pointer_width: 32,
-        endian: Endian::Little,
-        format: Format::Elf,
-        apt: &["qemu-system-misc"],
         linker: None,
-        rustflags: "",
-        runner: &[QEMU_SYSTEM, "riscv32"],
-        cc: &[
-            "clang",
-            "-nostdlib",
-            "-fuse-ld=lld",
-            "-mno-relax",
-            "-T",
-            "abi-tests/c/bare/riscv_virt.ld",
-        ],
         c_main: &["freestanding.c", "bare/semihosting.c", "bare/riscv.c"],
         tests: Tests::Firmware,
+        ..row(
+            "riscv32imac-unknown-none-elf",
+            &["--target=riscv32-unknown-elf", "-march=rv32imac", "-mabi=ilp32"],
+            LE32,
+            &["qemu-system-misc"],
+            &["clang", "-nostdlib", "-fuse-ld=lld", "-mno-relax", "-T", "abi-tests/c/bare/riscv_virt.ld"],
+            &[QEMU_SYSTEM, "riscv32"],
+        )
     },
     Target {
-        triple: "thumbv7em-none-eabihf",
-        clang: &[
-            "--target=thumbv7em-none-eabi",
-            "-mfloat-abi=hard",
-            "-mfpu=fpv4-sp-d16",
-        ],
-        pointer_width: 32,
-        endian: Endian::Little,
-        format: Format::Elf,
-        apt: &["qemu-system-arm"],
         linker: None,
-        rustflags: "",
-        runner: &[QEMU_SYSTEM, "arm"],
-        cc: &[
-            "clang",
-            "-nostdlib",
-            "-fuse-ld=lld",
-            "-T",
-            "abi-tests/c/bare/mps2_an386.ld",
-        ],
         c_main: &["freestanding.c", "bare/semihosting.c", "bare/cortex_m.c"],
         tests: Tests::Firmware,
+        ..row(
+            "thumbv7em-none-eabihf",
+            &["--target=thumbv7em-none-eabi", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"],
+            LE32,
+            &["qemu-system-arm"],
+            &["clang", "-nostdlib", "-fuse-ld=lld", "-T", "abi-tests/c/bare/mps2_an386.ld"],
+            &[QEMU_SYSTEM, "arm"],
+        )
     },
     Target {
-        triple: "x86_64-pc-windows-gnu",
-        clang: &["--target=x86_64-w64-windows-gnu"],
-        pointer_width: 64,
-        endian: Endian::Little,
         format: Format::Coff,
-        apt: &["gcc-mingw-w64-x86-64", "wine", "wine64"],
-        linker: Some("x86_64-w64-mingw32-gcc"),
-        rustflags: "",
-        runner: &[WINE, "x86_64"],
-        cc: &["x86_64-w64-mingw32-gcc"],
-        c_main: HOSTED,
-        tests: Tests::Cargo,
+        ..row(
+            "x86_64-pc-windows-gnu",
+            &["--target=x86_64-w64-windows-gnu"],
+            LE64,
+            &["gcc-mingw-w64-x86-64", "wine", "wine64"],
+            &["x86_64-w64-mingw32-gcc"],
+            &[WINE, "x86_64"],
+        )
     },
+    // wine32 is the i386 package of Debian's multiarch wine.
     Target {
-        triple: "i686-pc-windows-gnu",
-        clang: &["--target=i686-w64-windows-gnu"],
-        pointer_width: 32,
-        endian: Endian::Little,
         format: Format::Coff,
-        apt: &["gcc-mingw-w64-i686", "wine", "wine32:i386"],
-        linker: Some("i686-w64-mingw32-gcc"),
-        rustflags: "",
-        runner: &[WINE, "i686"],
-        cc: &["i686-w64-mingw32-gcc"],
-        c_main: HOSTED,
-        tests: Tests::Cargo,
+        ..row(
+            "i686-pc-windows-gnu",
+            &["--target=i686-w64-windows-gnu"],
+            LE32,
+            &["gcc-mingw-w64-i686", "wine", "wine32:i386"],
+            &["i686-w64-mingw32-gcc"],
+            &[WINE, "i686"],
+        )
     },
+    // node runs the C library's exports and the C consumer (clang, wasm-ld).
     Target {
-        triple: "wasm32-unknown-unknown",
-        clang: &["--target=wasm32-unknown-unknown"],
-        pointer_width: 32,
-        endian: Endian::Little,
         format: Format::Wasm,
-        apt: &["nodejs"],
         linker: None,
-        rustflags: "",
-        runner: &["node", "abi-tests/wasm/run.mjs"],
-        cc: &["clang", "-nostdlib", "-Wl,--no-entry"],
         c_main: &["freestanding.c", "wasm.c"],
         tests: Tests::WasmExports,
+        ..row(
+            "wasm32-unknown-unknown",
+            &["--target=wasm32-unknown-unknown"],
+            LE32,
+            &["nodejs"],
+            &["clang", "-nostdlib", "-Wl,--no-entry"],
+            &["node", "abi-tests/wasm/run.mjs"],
+        )
     },
 ];
 
@@ -288,23 +234,12 @@ mod tests {
             let freestanding = t.c_main.contains(&"freestanding.c");
             assert_eq!(freestanding, t.tests != Tests::Cargo, "{}", t.triple);
         }
-        assert!(
-            TARGETS
-                .iter()
-                .any(|t| t.pointer_width == 64 && t.endian == Endian::Big)
-        );
-        assert!(
-            TARGETS
-                .iter()
-                .any(|t| t.pointer_width == 32 && t.endian == Endian::Big)
-        );
+        assert!(TARGETS.iter().any(|t| t.pointer_width == 64 && t.endian == Endian::Big));
+        assert!(TARGETS.iter().any(|t| t.pointer_width == 32 && t.endian == Endian::Big));
     }
 
     #[test]
     fn cargo_env_prefix_follows_cargos_spelling() {
-        assert_eq!(
-            TARGETS[3].cargo_env_prefix(),
-            "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_"
-        );
+        assert_eq!(TARGETS[3].cargo_env_prefix(), "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_");
     }
 }
