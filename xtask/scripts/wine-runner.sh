@@ -16,5 +16,15 @@ if [ ! -f "$stub" ]; then
         "$here/bcryptprimitives.c" -ladvapi32
 fi
 export WINEPREFIX="$state/prefix" WINEDEBUG=-all
+# Without wine32, wine64 runs 32-bit programs in its WoW64 mode: it needs
+# wine's i386 PE DLLs (unpacked from libwine:i386 by `cargo xtask abi`) beside
+# its own 64-bit Unix side, in one folder on WINEDLLPATH.
+i386_dlls=$state/libwine-i386/usr/lib/i386-linux-gnu/wine/i386-windows
+if [ "$arch" = i686 ] && [ -d "$i386_dlls" ]; then
+    mkdir -p "$state/wow64"
+    ln -sfn "$i386_dlls" "$state/wow64/i386-windows"
+    ln -sfn /usr/lib/x86_64-linux-gnu/wine/x86_64-unix "$state/wow64/x86_64-unix"
+    export WINEDLLPATH="$state/wow64"
+fi
 export WINEPATH="Z:$(printf '%s' "$state/$arch" | tr / '\\')"
 exec timeout "${HOSTCOPY_RUN_TIMEOUT:-300}" wine "$@"

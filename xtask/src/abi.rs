@@ -14,7 +14,7 @@ use std::time::Instant;
 use crate::checks::{Workspace, compare_layouts};
 use crate::layout_report::Layout;
 use crate::report::{self, Failure, Outcome};
-use crate::targets::{TARGETS, Target};
+use crate::targets::{TARGETS, Target, parse_args};
 use crate::{self_test, setup};
 
 pub(crate) const USAGE: &str = "\
@@ -33,26 +33,10 @@ cargo xtask abi [--self-test] [--target TRIPLE]...
   --target T     only this target (repeatable)";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
-    let mut self_test = false;
-    let mut only: Vec<&str> = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match (arg.as_str(), args.as_slice().first()) {
-            ("-h" | "--help", _) => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            ("--self-test", _) => self_test = true,
-            ("--target", Some(triple)) if TARGETS.iter().any(|t| t.triple == triple) => {
-                only.push(triple);
-                args.next();
-            }
-            (other, _) => {
-                eprintln!("error: unknown option or target `{other}`\n\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let (self_test, only) = match parse_args(args, "--self-test", USAGE) {
+        Ok(parsed) => parsed,
+        Err(code) => return ExitCode::from(code),
+    };
     let targets: Vec<&Target> = TARGETS.iter().filter(|t| only.is_empty() || only.contains(&t.triple)).collect();
     let mut failures = Vec::new();
     let mut fail = |target: &str, check: &'static str, detail: String| {

@@ -262,7 +262,11 @@ impl Workspace {
             Tests::Cargo => {
                 let mut cargo = self.cargo(target, "test");
                 let output = run(cargo.args(["test", "-p", "hostcopy-core", "--target", target.triple]))?;
-                Ok(format!("{} tests, {how}", passed_tests(&output.stdout)))
+                // A runner that starts nothing and exits 0 (wine does) must not pass.
+                match passed_tests(&output.stdout) {
+                    0 => Err(format!("no test ran:\n{}", output.stdout)),
+                    passed => Ok(format!("{passed} tests, {how}")),
+                }
             }
             Tests::Firmware => {
                 let mut cargo = self.cargo(target, "firmware");

@@ -17,24 +17,19 @@
 //! ```
 //!
 //! The libraries are those `cargo xtask abi` checks: `core/capi` in its
-//! release profile (`panic = "abort"`, LTO), built with the target row's
-//! cargo settings (`CARGO_TARGET_<TRIPLE>_LINKER`; a hand-run `cargo build
-//! --manifest-path core/capi/Cargo.toml --target T` needs the same). The
-//! pkg-config and CMake files come from the templates in `xtask/dist/`. The
-//! version is the header's `HOSTCOPY_VERSION_*`, which must equal
-//! `core/capi`'s package version.
+//! release profile, built with the row's cargo settings (a hand-run `cargo
+//! build --manifest-path core/capi/Cargo.toml --target T` needs the same
+//! `CARGO_TARGET_<TRIPLE>_LINKER`); the pkg-config and CMake files come from
+//! `xtask/dist/`; the version is the header's, which must be `core/capi`'s.
+//! `--check` runs `abi-tests/dist/check.sh` on the host's and the aarch64
+//! archives (pkg-config and CMake consumers, static and shared, C99 to C++17,
+//! aarch64 under qemu-aarch64).
 //!
-//! `--check` then runs `abi-tests/dist/check.sh` on the host's and the
-//! aarch64 archives: C programs built through pkg-config and CMake, static and
-//! shared, from the unpacked archive alone; the header under C99 to C++17
-//! with pedantic warnings as errors; the aarch64 program under qemu-aarch64.
-//!
-//! Why not cargo-c (`cargo cinstall`, as rustls-ffi uses): Debian 12's
-//! package (0.9.14) embeds cargo 0.66, which cannot read this workspace's
-//! edition-2024 manifests; `cargo install cargo-c` compiles the cargo
-//! library and its hundreds of dependencies on every fresh CI machine,
-//! minutes of a 2-core budget for what is here a folder layout, two links
-//! and three small templates; and it writes no CMake package.
+//! Not cargo-c (`cargo cinstall`, as rustls-ffi uses): Debian 12's package
+//! (0.9.14) embeds cargo 0.66, which cannot read edition-2024 manifests;
+//! `cargo install cargo-c` builds the cargo library and hundreds of crates on
+//! every fresh CI machine, minutes of a 2-core budget for a folder layout, two
+//! links and three templates; and it writes no CMake package.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -43,7 +38,7 @@ use std::process::{Command, ExitCode};
 use crate::checks::{Workspace, create_dir, write};
 use crate::command::run;
 use crate::setup;
-use crate::targets::{Format, TARGETS, Target};
+use crate::targets::{Format, TARGETS, Target, parse_args};
 
 pub(crate) const USAGE: &str = "\
 cargo xtask dist [--target TRIPLE]... [--check]
@@ -71,26 +66,10 @@ const CHECK_APT: &[&str] = &["cmake", "pkg-config", "g++", "binutils", "qemu-use
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     let workspace = Workspace::locate();
-    let mut check = false;
-    let mut triples: Vec<&str> = Vec::new();
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match (arg.as_str(), args.as_slice().first()) {
-            ("-h" | "--help", _) => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            ("--check", _) => check = true,
-            ("--target", Some(triple)) if TARGETS.iter().any(|t| t.triple == triple) => {
-                triples.push(triple);
-                args.next();
-            }
-            (other, _) => {
-                eprintln!("error: unknown option or target `{other}`\n\n{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let (check, mut triples) = match parse_args(args, "--check", USAGE) {
+        Ok(parsed) => parsed,
+        Err(code) => return ExitCode::from(code),
+    };
     if triples.is_empty() || check {
         triples.push(&workspace.host);
     }
@@ -109,7 +88,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 
 fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Result<(), String> {
     setup::prepare(targets, if check { CHECK_APT } else { &[] })?;
-    let version = Version::of(workspace)?;
+    let version = version(workspace)?;
     let mut archives = Vec::new();
     for target in targets {
         let folder = package(workspace, target, &version)?;
@@ -128,43 +107,27 @@ fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Result<(), S
     Ok(())
 }
 
-/// The library version, from the header, checked against `core/capi`.
-struct Version {
-    major: u32,
-    minor: u32,
-    patch: u32,
-}
-
-impl Version {
-    fn of(workspace: &Workspace) -> Result<Self, String> {
-        let header = read(&workspace.root.join("core/include/hostcopy.h"))?;
-        let define = |name: &str| -> Result<u32, String> {
-            let value = header.lines().find_map(|line| {
-                line.strip_prefix("#define ")?.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()
-            });
-            value.ok_or_else(|| format!("hostcopy.h has no `#define {name} <number>`"))
-        };
-        let major = define("HOSTCOPY_VERSION_MAJOR")?;
-        let version =
-            Version { major, minor: define("HOSTCOPY_VERSION_MINOR")?, patch: define("HOSTCOPY_VERSION_PATCH")? };
-        let manifest = read(&workspace.root.join("core/capi/Cargo.toml"))?;
-        let package = manifest.lines().find_map(|line| line.strip_prefix("version = "));
-        let package = package.map(|v| v.trim().trim_matches('"')).unwrap_or_default();
-        if package != version.to_string() {
-            return Err(format!("hostcopy.h says version {version}, core/capi/Cargo.toml {package:?}"));
-        }
-        Ok(version)
-    }
-}
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+/// The library version `MAJOR.MINOR.PATCH` from the header, checked against `core/capi`.
+fn version(workspace: &Workspace) -> Result<(String, u32), String> {
+    let header = read(&workspace.root.join("core/include/hostcopy.h"))?;
+    let parts = ["MAJOR", "MINOR", "PATCH"].map(|part| {
+        let define = format!("#define HOSTCOPY_VERSION_{part} ");
+        header.lines().find_map(|line| line.strip_prefix(&define)?.trim().parse::<u32>().ok())
+    });
+    let [Some(major), Some(minor), Some(patch)] = parts else {
+        return Err("hostcopy.h lacks a `#define HOSTCOPY_VERSION_MAJOR` (MINOR, PATCH) number".to_owned());
+    };
+    let version = format!("{major}.{minor}.{patch}");
+    let manifest = read(&workspace.root.join("core/capi/Cargo.toml"))?;
+    let package = manifest.lines().find_map(|line| line.strip_prefix("version = ")).unwrap_or_default();
+    match package.trim().trim_matches('"') == version {
+        true => Ok((version, major)),
+        false => Err(format!("hostcopy.h says version {version}, core/capi/Cargo.toml {package}")),
     }
 }
 
 /// Builds the libraries for one target and lays out its folder and archive.
-fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<PathBuf, String> {
+fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u32)) -> Result<PathBuf, String> {
     let (built, native_libs) = workspace.build_capi(target)?;
     let name = format!("hostcopy-{version}-{}", target.triple);
     let dist_dir = workspace.root.join("target/dist");
@@ -182,7 +145,7 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
     let (mut shared, mut implib, mut soname) = (String::new(), String::new(), String::new());
     if target.format == Format::Elf && built.join("libhostcopy.so").is_file() {
         let real = format!("libhostcopy.so.{version}");
-        soname = format!("libhostcopy.so.{}", version.major);
+        soname = format!("libhostcopy.so.{major}");
         copy(&built.join("libhostcopy.so"), &lib.join(&real))?;
         symlink(&real, &lib.join(&soname))?;
         symlink(&soname, &lib.join("libhostcopy.so"))?;
@@ -195,12 +158,11 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
     }
 
     let native = native_libs.join(" ");
-    let version_text = version.to_string();
     let pc = |name: &str, libs: &str, private: &str| {
         let fields = [
             ("NAME", name),
             ("DESCRIPTION", DESCRIPTION),
-            ("VERSION", &version_text),
+            ("VERSION", version.as_str()),
             ("LIBS", libs),
             ("LIBS_PRIVATE", private),
         ];
@@ -215,9 +177,9 @@ fn package(workspace: &Workspace, target: &Target, version: &Version) -> Result<
     write(&lib.join("pkgconfig/hostcopy-static.pc"), &pc("hostcopy-static", static_libs.trim(), ""))?;
 
     let cmake_libs: Vec<&str> = native_libs.iter().map(|l| l.strip_prefix("-l").unwrap_or(l)).collect();
-    let (major, pointer_bytes) = (version.major.to_string(), (target.pointer_width / 8).to_string());
+    let (major, pointer_bytes) = (major.to_string(), (target.pointer_width / 8).to_string());
     let fields = [
-        ("VERSION", version_text.as_str()),
+        ("VERSION", version.as_str()),
         ("MAJOR", &major),
         ("TARGET", target.triple),
         ("SHARED_LIBRARY", &shared),

@@ -143,17 +143,16 @@ fn folder_size(dir: &Path) -> Result<u64, String> {
     Ok(size)
 }
 
+/// The revision and toolchain the bundle was built from, and its files' sizes.
 fn manifest(out: &Path) -> Result<String, String> {
-    let version = |program: &str, args: &[&str]| {
-        let output = command::run(Command::new(program).args(args));
-        output.map(|o| o.stdout.trim().to_owned()).unwrap_or_else(|_| "unknown".into())
-    };
-    let revision = version("git", &["describe", "--always", "--dirty"]);
-    let mut text = format!("hostcopy GPU bundle\nrevision: {revision}\n{}\n", version("rustc", &["--version"]));
+    let revision = command::run(Command::new("git").args(["describe", "--always", "--dirty"]));
+    let rustc = command::run(Command::new("rustc").arg("--version"));
+    let mut text = format!("hostcopy GPU bundle\nrevision: {}", revision.map(|o| o.stdout).unwrap_or_default());
+    text += &rustc.map(|o| o.stdout).unwrap_or_default();
     for dir in ["bin", "lib", "python"] {
         for entry in fs::read_dir(out.join(dir)).map_err(|e| e.to_string())?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            text.push_str(&format!("{dir}/{}: {len} bytes\n", entry.file_name().to_string_lossy()));
+            text += &format!("{dir}/{}: {len} bytes\n", entry.file_name().to_string_lossy());
         }
     }
     Ok(text)

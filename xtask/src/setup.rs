@@ -2,8 +2,16 @@
 //! that the selected rows name. Missing packages are installed (as root, or
 //! through passwordless sudo); what cannot be installed is an error, never a
 //! check quietly left out.
+//!
+//! A package of another architecture (`libwine:i386`) is unpacked into
+//! `target/wine`, not installed: wine64 runs 32-bit Windows programs in its
+//! WoW64 mode with nothing of wine32 but its i386 PE DLLs
+//! (`xtask/scripts/wine-runner.sh` points wine at them), while installing
+//! `wine32:i386` would bring a whole i386 userland through multiarch, which
+//! needs every i386 index of the mirror in step with the amd64 ones.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::process::Command;
 
 use crate::command::run;
@@ -38,14 +46,29 @@ pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String>
         command.env("DEBIAN_FRONTEND", "noninteractive");
         command
     };
-    // wine32 is an i386 package: Debian installs it beside wine64 (multiarch).
     let foreign = run(Command::new("dpkg").arg("--print-foreign-architectures"))?.stdout;
     if missing.iter().any(|p| p.ends_with(":i386")) && !foreign.contains("i386") {
         run(as_root("dpkg").args(["--add-architecture", "i386"]))?;
     }
     // A partial update (one mirror index failing) still leaves usable lists.
     if let Err(error) = run(as_root("apt-get").args(["update", "-q"])) {
-        eprintln!("set-up: apt-get update reported an error, installing anyway:\n{error}");
+        let errors = error.lines().filter(|line| line.trim_start().starts_with("E:"));
+        eprintln!("set-up: apt-get update: {}", errors.collect::<Vec<_>>().join(" "));
+    }
+    let (unpack, missing): (Vec<&str>, Vec<&str>) = missing.into_iter().partition(|p| p.contains(':'));
+    for package in unpack {
+        let dir = unpacked(package);
+        std::fs::create_dir_all(dir.parent().expect("in target/wine")).map_err(|e| e.to_string())?;
+        run(Command::new("apt-get").current_dir(dir.parent().expect("in target/wine")).args(["download", package]))?;
+        let name = package.split(':').next().expect("a name");
+        let deb = format!("{name}_*_{}.deb", &package[name.len() + 1..]);
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("dpkg-deb -x {deb} {} && rm {deb}", dir.display()))
+            .current_dir(dir.parent().expect("in target/wine")))?;
+    }
+    if missing.is_empty() {
+        return Ok(());
     }
     let install = |packages: &[&str]| {
         run(as_root("apt-get").args(["install", "-y", "-q", "--no-install-recommends"]).args(packages))
@@ -58,7 +81,16 @@ pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String>
     if errors.is_empty() { Ok(()) } else { Err(errors.join("\n")) }
 }
 
+/// Where a package of another architecture is unpacked: `target/wine/libwine-i386`.
+fn unpacked(package: &str) -> std::path::PathBuf {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("in the workspace").join("target/wine");
+    target.join(package.replace(':', "-"))
+}
+
 fn is_installed(package: &str) -> bool {
+    if package.contains(':') {
+        return unpacked(package).is_dir();
+    }
     run(Command::new("dpkg-query").args(["-W", "-f=${db:Status-Abbrev}", package]))
         .is_ok_and(|status| status.stdout.starts_with("ii"))
 }

@@ -181,14 +181,14 @@ pub(crate) const TARGETS: &[Target] = &[
             &[WINE, "x86_64"],
         )
     },
-    // wine32 is the i386 package of Debian's multiarch wine.
+    // wine64 runs it in WoW64 mode with wine's i386 PE DLLs (see setup.rs).
     Target {
         format: Format::Coff,
         ..row(
             "i686-pc-windows-gnu",
             &["--target=i686-w64-windows-gnu"],
             LE32,
-            &["gcc-mingw-w64-i686", "wine", "wine32:i386"],
+            &["gcc-mingw-w64-i686", "wine", "wine64", "libwine:i386"],
             &["i686-w64-mingw32-gcc"],
             &[WINE, "i686"],
         )
@@ -209,6 +209,32 @@ pub(crate) const TARGETS: &[Target] = &[
         )
     },
 ];
+
+/// Reads `[FLAG] [--target TRIPLE]...`: whether the flag was given, and the
+/// rows selected (none: `Ok` with an empty list). `Err` is the exit code
+/// after printing help or a usage error.
+pub(crate) fn parse_args<'a>(args: &'a [String], flag: &str, usage: &str) -> Result<(bool, Vec<&'a str>), u8> {
+    let (mut given, mut triples) = (false, Vec::new());
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.as_slice().first()) {
+            ("-h" | "--help", _) => {
+                println!("{usage}");
+                return Err(0);
+            }
+            (arg, _) if arg == flag => given = true,
+            ("--target", Some(triple)) if TARGETS.iter().any(|t| t.triple == triple) => {
+                triples.push(triple.as_str());
+                args.next();
+            }
+            (other, _) => {
+                eprintln!("error: unknown option or target `{other}`\n\n{usage}");
+                return Err(2);
+            }
+        }
+    }
+    Ok((given, triples))
+}
 
 #[cfg(test)]
 mod tests {
@@ -236,10 +262,6 @@ mod tests {
         }
         assert!(TARGETS.iter().any(|t| t.pointer_width == 64 && t.endian == Endian::Big));
         assert!(TARGETS.iter().any(|t| t.pointer_width == 32 && t.endian == Endian::Big));
-    }
-
-    #[test]
-    fn cargo_env_prefix_follows_cargos_spelling() {
         assert_eq!(TARGETS[3].cargo_env_prefix(), "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_");
     }
 }
