@@ -85,7 +85,8 @@ static int stack_is_balanced(host_fn_t host_fn, void *record) {
 int hostcopy_c_contract(void) {
     static unsigned char src[4096 + 64];
     static unsigned char dst[GUARD + 4096 + 64 + GUARD];
-    host_fn_t host_fn = hostcopy_fn;
+    /* Opaque, as the driver holds it: the compiler cannot call hostcopy_fn directly. */
+    host_fn_t volatile host_fn = hostcopy_fn;
     size_t rejected = hostcopy_rejected();
 
     for (size_t i = 0; i < sizeof src; i++)
