@@ -114,7 +114,7 @@ fn executables(command: &mut Command) -> Result<Vec<(String, PathBuf)>, String> 
         .filter_map(|line| Some((json_string(line, "\"target\":{")?, json_string(line, "\"executable\":")?.into())))
         .collect();
     match built.is_empty() {
-        true => Err(format!("`{}` made no executables", command::command_line(command))),
+        true => Err(format!("`{command:?}` made no executables")),
         false => Ok(built),
     }
 }

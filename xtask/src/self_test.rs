@@ -13,7 +13,6 @@
 //! where the real thing passes.
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use crate::abi::progress;
 use crate::checks::{self, Workspace};
@@ -21,22 +20,20 @@ use crate::layout_report::Layout;
 use crate::report;
 use crate::targets::Target;
 
-/// A broken copy of the header, and what must happen to it.
-struct HeaderVariant {
+/// A deliberately broken input, the targets it applies to, and what must catch it.
+struct Variant {
     name: &'static str,
-    /// Text replacements, each of which must find its text in `hostcopy.h`.
-    edits: &'static [(&'static str, &'static str)],
-    expect: Expect,
+    breaks: Breaks,
     applies_to: fn(&Target) -> bool,
 }
 
-/// A symbol probe or a C consumer compiled with extra flags, for the targets where they break it.
-struct FlagVariant {
-    name: &'static str,
-    flags: &'static [&'static str],
-    /// Run the C consumer (it must link, and fail on the target) instead of the symbol check.
-    at_run_time: bool,
-    applies_to: fn(&Target) -> bool,
+enum Breaks {
+    /// Text replacements in a copy of `hostcopy.h` (each must find its text), and what the layout check must do.
+    Header(&'static [(&'static str, &'static str)], Expect),
+    /// `symbol_probe.c` compiled with these flags: the symbol check must fail.
+    Probe(&'static [&'static str]),
+    /// The C consumer compiled with these flags: it must link, and fail when it runs on the target.
+    Consumer(&'static [&'static str]),
 }
 
 #[derive(Clone, Copy)]
@@ -54,62 +51,55 @@ const SWAP: [(&str, &str); 3] =
 /// that a broken layout reaches the comparison instead of stopping the compiler.
 const NO_ASSERTS: (&str, &str) = ("_Static_assert(cond, msg)", "_Static_assert(1, msg)");
 
-const HEADER_VARIANTS: &[HeaderVariant] = &[
-    variant("header: dst and src swapped", &[SWAP[0], SWAP[1], SWAP[2], NO_ASSERTS], MISMATCH),
-    variant("header: extra field (wrong size)", &[("size_t nbytes;", "size_t nbytes; int x;"), NO_ASSERTS], MISMATCH),
-    variant("header: ABI version bumped", &[("ABI_VERSION 1", "ABI_VERSION 2")], MISMATCH),
-    variant("header: dst and src swapped, asserts kept", &SWAP, Expect::CompileError("hostcopy: dst first")),
+const VARIANTS: &[Variant] = &[
+    header("header: dst and src swapped", &[SWAP[0], SWAP[1], SWAP[2], NO_ASSERTS], MISMATCH),
+    header("header: extra field (wrong size)", &[("size_t nbytes;", "size_t nbytes; int x;"), NO_ASSERTS], MISMATCH),
+    header("header: ABI version bumped", &[("ABI_VERSION 1", "ABI_VERSION 2")], MISMATCH),
+    header("header: dst and src swapped, asserts kept", &SWAP, Expect::CompileError("hostcopy: dst first")),
     // On a 64-bit target the struct keeps 24 bytes (4 bytes of padding after
     // nbytes) and every offset, so (with the header's own asserts off) the size
     // and offset comparisons pass it; only the field sizes show it. On 32-bit
     // targets uint32_t is size_t's width: no bug there.
-    HeaderVariant {
+    Variant {
         applies_to: |t| t.pointer_width == 64,
-        ..variant(
+        ..header(
             "header: uint32_t nbytes (64-bit)",
             &[("size_t nbytes;", "uint32_t nbytes;"), NO_ASSERTS],
             Expect::Mismatch(Some("sizeof nbytes")),
         )
     },
-];
-const MISMATCH: Expect = Expect::Mismatch(None);
-
-const fn variant(name: &'static str, edits: &'static [(&'static str, &'static str)], expect: Expect) -> HeaderVariant {
-    HeaderVariant { name, edits, expect, applies_to: |_| true }
-}
-
-const FLAG_VARIANTS: &[FlagVariant] = &[
     // An empty CUDA_CB makes HOSTCOPY_CB empty: a cdecl declaration, which
     // references `_hostcopy_fn` instead of `_hostcopy_fn@4`.
-    FlagVariant {
+    Variant {
         name: "caller without HOSTCOPY_CB (cdecl)",
-        flags: &["-DCUDA_CB="],
-        at_run_time: false,
+        breaks: Breaks::Probe(&["-DCUDA_CB="]),
         applies_to: i686_windows,
     },
-    FlagVariant {
+    Variant {
         name: "caller of a renamed hostcopy_fn",
-        flags: &["-Dhostcopy_fn=hostcopy_fn_v2"],
-        at_run_time: false,
+        breaks: Breaks::Probe(&["-Dhostcopy_fn=hostcopy_fn_v2"]),
         applies_to: |_| true,
     },
     // The declaration stays stdcall (it links), the pointer it is called
     // through is cdecl: the stack moves 4 bytes a call.
-    FlagVariant {
+    Variant {
         name: "cdecl caller at run time (i686 Windows)",
-        flags: &["-DHOSTCOPY_CALLER_CB=", "-Wno-incompatible-pointer-types"],
-        at_run_time: true,
+        breaks: Breaks::Consumer(&["-DHOSTCOPY_CALLER_CB=", "-Wno-incompatible-pointer-types"]),
         applies_to: i686_windows,
     },
     // The same the other way round: the caller expects the callee to pop its
     // argument, and the C convention's callee does not.
-    FlagVariant {
+    Variant {
         name: "stdcall caller at run time (i686 Linux)",
-        flags: &["-DHOSTCOPY_CALLER_CB=__attribute__((stdcall))", "-Wno-incompatible-pointer-types"],
-        at_run_time: true,
+        breaks: Breaks::Consumer(&["-DHOSTCOPY_CALLER_CB=__attribute__((stdcall))", "-Wno-incompatible-pointer-types"]),
         applies_to: |t| t.triple == "i686-unknown-linux-gnu",
     },
 ];
+const MISMATCH: Expect = Expect::Mismatch(None);
+
+const fn header(name: &'static str, edits: &'static [(&'static str, &'static str)], expect: Expect) -> Variant {
+    Variant { name, breaks: Breaks::Header(edits, expect), applies_to: |_| true }
+}
 
 fn i686_windows(target: &Target) -> bool {
     target.triple == "i686-pc-windows-gnu"
@@ -136,19 +126,7 @@ impl Tally {
 }
 
 pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl FnMut(&str, &'static str, String)) {
-    let variants_dir = workspace.out.join("self-test");
-    let header_dirs: Vec<Option<PathBuf>> = HEADER_VARIANTS
-        .iter()
-        .map(|variant| {
-            write_header_variant(workspace, variant, &variants_dir)
-                .map_err(|error| fail(variant.name, "self-test", error))
-                .ok()
-        })
-        .collect();
-    let names = HEADER_VARIANTS.iter().map(|v| v.name).chain(FLAG_VARIANTS.iter().map(|v| v.name));
-    let mut tallies: Vec<Tally> = names.clone().map(|_| Tally::default()).collect();
-    let (header_tallies, flag_tallies) = tallies.split_at_mut(HEADER_VARIANTS.len());
-
+    let mut tallies: Vec<Tally> = VARIANTS.iter().map(|_| Tally::default()).collect();
     for (i, target) in targets.iter().enumerate() {
         eprintln!("\n[{}/{}] {}", i + 1, targets.len(), target.triple);
         let control = progress("control: the real header, probe and consumer pass", || {
@@ -159,7 +137,7 @@ pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl Fn
             checks::compare_layouts(target, &rust, &workspace.c_layout(target, &[], &object)?)?;
             let references = workspace.probe_references(target, &[], "self_test_probe.o")?;
             checks::check_references(target, &references, &defined)?;
-            if FLAG_VARIANTS.iter().any(|v| v.at_run_time && (v.applies_to)(target)) {
+            if VARIANTS.iter().any(|v| matches!(v.breaks, Breaks::Consumer(_)) && (v.applies_to)(target)) {
                 workspace.c_consumer(target, &built, &rust, &[])?;
             }
             Ok((built, rust, defined))
@@ -172,50 +150,44 @@ pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl Fn
                 continue;
             }
         };
-        for ((variant, dir), tally) in HEADER_VARIANTS.iter().zip(&header_dirs).zip(&mut *header_tallies) {
-            let Some(dir) = dir.as_ref().filter(|_| (variant.applies_to)(target)) else {
-                continue;
-            };
-            let object = workspace.scratch(target).join(format!("self_test_{}.o", slug(variant.name)));
-            let result = progress(variant.name, || {
-                let compiled = workspace.c_layout(target, std::slice::from_ref(dir), &object);
-                judge_header(variant.expect, &rust, compiled)
-            });
-            tally.record(target.triple, result);
-        }
-        for (variant, tally) in FLAG_VARIANTS.iter().zip(&mut *flag_tallies) {
-            if !(variant.applies_to)(target) {
-                continue;
-            }
-            let result = progress(variant.name, || {
-                if variant.at_run_time {
-                    return match workspace.c_consumer(target, &built, &rust, variant.flags) {
-                        Err(error) if error.starts_with("linking") => Err(format!("it did not link: {error}")),
-                        Err(error) => Ok(first_line(&error)),
-                        Ok(_) => Err("the C consumer passed with the wrong calling convention".to_owned()),
-                    };
+        for (variant, tally) in VARIANTS.iter().zip(&mut tallies).filter(|(v, _)| (v.applies_to)(target)) {
+            let file = format!("self_test_{}", slug(variant.name));
+            let result = progress(variant.name, || match variant.breaks {
+                Breaks::Header(edits, expect) => {
+                    let dir = workspace.out.join("self-test").join(&file);
+                    let header = fs::read_to_string(workspace.root.join("core/include/hostcopy.h"));
+                    checks::create_dir(&dir)?;
+                    checks::write(&dir.join("hostcopy.h"), &apply_edits(&header.map_err(|e| e.to_string())?, edits)?)?;
+                    let object = workspace.scratch(target).join(file + ".o");
+                    judge_header(expect, &rust, workspace.c_layout(target, &[dir], &object))
                 }
-                let flags: Vec<String> = variant.flags.iter().map(|d| d.to_string()).collect();
-                let object = format!("self_test_{}.o", slug(variant.name));
-                let references = workspace.probe_references(target, &flags, &object)?;
-                match checks::check_references(target, &references, &defined) {
-                    Err(report) => Ok(first_line(&report)),
-                    Ok(()) => Err(format!("the symbol check passed {}", references.join(", "))),
+                Breaks::Probe(flags) => {
+                    let flags: Vec<String> = flags.iter().map(|d| d.to_string()).collect();
+                    let references = workspace.probe_references(target, &flags, &(file + ".o"))?;
+                    match checks::check_references(target, &references, &defined) {
+                        Err(report) => Ok(first_line(&report)),
+                        Ok(()) => Err(format!("the symbol check passed {}", references.join(", "))),
+                    }
                 }
+                Breaks::Consumer(flags) => match workspace.c_consumer(target, &built, &rust, flags) {
+                    Err(error) if error.starts_with("linking") => Err(format!("it did not link: {error}")),
+                    Err(error) => Ok(first_line(&error)),
+                    Ok(_) => Err("the C consumer passed with the wrong calling convention".to_owned()),
+                },
             });
             tally.record(target.triple, result);
         }
     }
 
     let mut rows = Vec::new();
-    for (name, tally) in names.zip(&tallies) {
+    for (Variant { name, .. }, tally) in VARIANTS.iter().zip(&tallies) {
         let applicable = tally.caught.len() + tally.missed.len();
         let verdict = match (applicable, tally.missed.len()) {
             (0, _) => "no selected target it applies to".to_owned(),
             (_, 0) => format!("caught on {}/{applicable}", tally.caught.len()),
             (_, missed) => format!("MISSED on {missed}/{applicable}"),
         };
-        rows.push(vec![name.to_owned(), verdict, tally.example.clone().unwrap_or_default()]);
+        rows.push(vec![name.to_string(), verdict, tally.example.clone().unwrap_or_default()]);
         for (target, why) in &tally.missed {
             fail(target, "self-test: not caught", format!("{name}: {why}"));
         }
@@ -243,21 +215,6 @@ fn judge_header(expect: Expect, rust: &Layout, compiled: Result<Layout, String>)
         }
         (Expect::CompileError(message), result) => Err(format!("no static assert \"{message}\": {result:?}")),
     }
-}
-
-fn write_header_variant(
-    workspace: &Workspace,
-    variant: &HeaderVariant,
-    variants_dir: &Path,
-) -> Result<PathBuf, String> {
-    let original_path = workspace.root.join("core/include/hostcopy.h");
-    let original =
-        fs::read_to_string(&original_path).map_err(|e| format!("reading {}: {e}", original_path.display()))?;
-    let broken = apply_edits(&original, variant.edits)?;
-    let dir = variants_dir.join(slug(variant.name));
-    checks::create_dir(&dir)?;
-    checks::write(&dir.join("hostcopy.h"), &broken)?;
-    Ok(dir)
 }
 
 /// Applies each edit to the header's text; an edit that finds nothing to
@@ -291,8 +248,10 @@ mod tests {
 
     #[test]
     fn every_header_variant_still_applies_to_the_real_header() {
-        for variant in HEADER_VARIANTS {
-            assert_ne!(apply_edits(HEADER, variant.edits).unwrap(), HEADER, "{}", variant.name);
+        for variant in VARIANTS {
+            if let Breaks::Header(edits, _) = variant.breaks {
+                assert_ne!(apply_edits(HEADER, edits).unwrap(), HEADER, "{}", variant.name);
+            }
         }
         let swapped = apply_edits(HEADER, &SWAP).unwrap();
         assert!(swapped.find("uintptr_t src;") < swapped.find("uintptr_t dst;"));
