@@ -1,12 +1,9 @@
 //! `cargo xtask abi`: the C ABI of hostcopy-core, target by target.
 //!
-//! For every row of [`TARGETS`]: build the core (with and without defmt) and
-//! the C library; compare the record's layout as rustc sees it with what
-//! clang makes of `hostcopy.h`; check that the static library defines the
-//! names a C caller links against; run the core's contract on the target; link
-//! and run the C consumer there. Then one table, every failure, and a non-zero
-//! exit if there was one. The steps are in `checks.rs`, the rows in
-//! `targets.rs`, the machine set-up in `setup.rs`.
+//! For every row of [`TARGETS`] (`targets.rs`), the steps of `checks.rs`:
+//! build, layout from both sides, symbols, the core's contract and the C
+//! consumer on the target. Then one table, every failure, and a non-zero exit
+//! if there was one. Machine set-up is in `setup.rs`.
 
 use std::process::ExitCode;
 use std::time::Instant;

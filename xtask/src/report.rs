@@ -57,25 +57,3 @@ pub(crate) fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let body = rows.iter().map(|row| line(row.iter().map(String::as_str).collect()));
     [line(headers.to_vec()), rule.join("-+-")].into_iter().chain(body).collect::<Vec<_>>().join("\n")
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_columns_line_up() {
-        let rows = [vec!["x86_64-unknown-linux-gnu".into(), "64".into()], vec!["wasm32".into(), "32".into()]];
-        let table = render_table(&["target", "ptr"], &rows);
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(
-            lines,
-            [
-                "target                   | ptr",
-                "-------------------------+----",
-                "x86_64-unknown-linux-gnu | 64",
-                "wasm32                   | 32"
-            ]
-        );
-        assert_eq!(Outcome::Failed("size".into()).to_string(), "FAILED: size");
-    }
-}

@@ -75,6 +75,8 @@ pub(crate) const COMMON_APT: &[&str] = &["clang", "llvm", "lld"];
 const HOSTED: &[&str] = &["main.c"];
 const QEMU_SYSTEM: &str = "xtask/scripts/qemu-system.sh";
 const WINE: &str = "xtask/scripts/wine-runner.sh";
+const RISCV_VIRT: &str = "abi-tests/c/bare/riscv_virt.ld";
+const MPS2_AN386: &str = "abi-tests/c/bare/mps2_an386.ld";
 const LE32: (u32, Endian) = (32, Endian::Little);
 const LE64: (u32, Endian) = (64, Endian::Little);
 
@@ -92,122 +94,47 @@ const fn row(
     Target { triple, clang, pointer_width, endian, format, apt, linker, rustflags, runner, cc, c_main, tests }
 }
 
+/// The rows: `row(triple, clang flags, (bits, byte order), Debian packages, C
+/// compiler and flags (the linker too on hosted targets), runner)`, and what
+/// differs from a hosted Linux target.
+#[rustfmt::skip]
 pub(crate) const TARGETS: &[Target] = &[
-    Target {
-        linker: None,
-        ..row("x86_64-unknown-linux-gnu", &["--target=x86_64-linux-gnu"], LE64, &["gcc", "libc6-dev"], &["gcc"], &[])
-    },
+    Target { linker: None, ..row("x86_64-unknown-linux-gnu", &["--target=x86_64-linux-gnu"], LE64,
+        &["gcc", "libc6-dev"], &["gcc"], &[]) },
     // A static program runs on the x86_64 kernel as it is, with no i386
     // loader or libraries (gcc-multilib would conflict with the cross gccs).
-    Target {
-        rustflags: "-C target-feature=+crt-static",
-        ..row(
-            "i686-unknown-linux-gnu",
-            &["--target=i686-linux-gnu"],
-            LE32,
-            &["gcc-i686-linux-gnu", "libc6-dev-i386-cross"],
-            &["i686-linux-gnu-gcc", "-static"],
-            &[],
-        )
-    },
-    row(
-        "aarch64-unknown-linux-gnu",
-        &["--target=aarch64-linux-gnu"],
-        LE64,
-        &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"],
-        &["aarch64-linux-gnu-gcc"],
-        &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"],
-    ),
-    row(
-        "armv7-unknown-linux-gnueabihf",
-        &["--target=armv7-linux-gnueabihf"],
-        LE32,
-        &["gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross", "qemu-user"],
-        &["arm-linux-gnueabihf-gcc"],
-        &["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"],
-    ),
-    row(
-        "powerpc-unknown-linux-gnu",
-        &["--target=powerpc-linux-gnu"],
-        (32, Endian::Big),
-        &["gcc-powerpc-linux-gnu", "libc6-dev-powerpc-cross", "qemu-user"],
-        &["powerpc-linux-gnu-gcc"],
-        &["qemu-ppc", "-L", "/usr/powerpc-linux-gnu"],
-    ),
-    row(
-        "s390x-unknown-linux-gnu",
-        &["--target=s390x-linux-gnu"],
-        (64, Endian::Big),
-        &["gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"],
-        &["s390x-linux-gnu-gcc"],
-        &["qemu-s390x", "-L", "/usr/s390x-linux-gnu"],
-    ),
-    // Bare metal: clang and lld build the C consumer as a firmware with the
+    Target { rustflags: "-C target-feature=+crt-static", ..row("i686-unknown-linux-gnu", &["--target=i686-linux-gnu"],
+        LE32, &["gcc-i686-linux-gnu", "libc6-dev-i386-cross"], &["i686-linux-gnu-gcc", "-static"], &[]) },
+    row("aarch64-unknown-linux-gnu", &["--target=aarch64-linux-gnu"], LE64,
+        &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"], &["aarch64-linux-gnu-gcc"],
+        &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]),
+    row("armv7-unknown-linux-gnueabihf", &["--target=armv7-linux-gnueabihf"], LE32,
+        &["gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross", "qemu-user"], &["arm-linux-gnueabihf-gcc"],
+        &["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]),
+    row("powerpc-unknown-linux-gnu", &["--target=powerpc-linux-gnu"], (32, Endian::Big),
+        &["gcc-powerpc-linux-gnu", "libc6-dev-powerpc-cross", "qemu-user"], &["powerpc-linux-gnu-gcc"],
+        &["qemu-ppc", "-L", "/usr/powerpc-linux-gnu"]),
+    row("s390x-unknown-linux-gnu", &["--target=s390x-linux-gnu"], (64, Endian::Big),
+        &["gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"], &["s390x-linux-gnu-gcc"],
+        &["qemu-s390x", "-L", "/usr/s390x-linux-gnu"]),
+    // Bare metal: clang and lld link the C consumer as a firmware with the
     // start-up code and linker script of QEMU's board; semihosting reports.
-    Target {
-        linker: None,
-        c_main: &["freestanding.c", "bare/semihosting.c", "bare/riscv.c"],
-        tests: Tests::Firmware,
-        ..row(
-            "riscv32imac-unknown-none-elf",
-            &["--target=riscv32-unknown-elf", "-march=rv32imac", "-mabi=ilp32"],
-            LE32,
-            &["qemu-system-misc"],
-            &["clang", "-nostdlib", "-fuse-ld=lld", "-mno-relax", "-T", "abi-tests/c/bare/riscv_virt.ld"],
-            &[QEMU_SYSTEM, "riscv32"],
-        )
-    },
-    Target {
-        linker: None,
-        c_main: &["freestanding.c", "bare/semihosting.c", "bare/cortex_m.c"],
-        tests: Tests::Firmware,
-        ..row(
-            "thumbv7em-none-eabihf",
-            &["--target=thumbv7em-none-eabi", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"],
-            LE32,
-            &["qemu-system-arm"],
-            &["clang", "-nostdlib", "-fuse-ld=lld", "-T", "abi-tests/c/bare/mps2_an386.ld"],
-            &[QEMU_SYSTEM, "arm"],
-        )
-    },
-    Target {
-        format: Format::Coff,
-        ..row(
-            "x86_64-pc-windows-gnu",
-            &["--target=x86_64-w64-windows-gnu"],
-            LE64,
-            &["gcc-mingw-w64-x86-64", "wine", "wine64"],
-            &["x86_64-w64-mingw32-gcc"],
-            &[WINE, "x86_64"],
-        )
-    },
+    Target { linker: None, c_main: &["freestanding.c", "bare/semihosting.c", "bare/riscv.c"], tests: Tests::Firmware,
+        ..row("riscv32imac-unknown-none-elf", &["--target=riscv32-unknown-elf", "-march=rv32imac", "-mabi=ilp32"], LE32,
+            &["qemu-system-misc"], &["clang", "-nostdlib", "-fuse-ld=lld", "-mno-relax", "-T", RISCV_VIRT],
+            &[QEMU_SYSTEM, "riscv32"]) },
+    Target { linker: None, c_main: &["freestanding.c", "bare/semihosting.c", "bare/cortex_m.c"], tests: Tests::Firmware,
+        ..row("thumbv7em-none-eabihf", &["--target=thumbv7em-none-eabi", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"], LE32,
+            &["qemu-system-arm"], &["clang", "-nostdlib", "-fuse-ld=lld", "-T", MPS2_AN386], &[QEMU_SYSTEM, "arm"]) },
+    Target { format: Format::Coff, ..row("x86_64-pc-windows-gnu", &["--target=x86_64-w64-windows-gnu"], LE64,
+        &["gcc-mingw-w64-x86-64", "wine", "wine64"], &["x86_64-w64-mingw32-gcc"], &[WINE, "x86_64"]) },
     // wine64 runs it in WoW64 mode with wine's i386 PE DLLs (see setup.rs).
-    Target {
-        format: Format::Coff,
-        ..row(
-            "i686-pc-windows-gnu",
-            &["--target=i686-w64-windows-gnu"],
-            LE32,
-            &["gcc-mingw-w64-i686", "wine", "wine64", "libwine:i386"],
-            &["i686-w64-mingw32-gcc"],
-            &[WINE, "i686"],
-        )
-    },
+    Target { format: Format::Coff, ..row("i686-pc-windows-gnu", &["--target=i686-w64-windows-gnu"], LE32,
+        &["gcc-mingw-w64-i686", "wine", "wine64", "libwine:i386"], &["i686-w64-mingw32-gcc"], &[WINE, "i686"]) },
     // node runs the C library's exports and the C consumer (clang, wasm-ld).
-    Target {
-        format: Format::Wasm,
-        linker: None,
-        c_main: &["freestanding.c", "wasm.c"],
-        tests: Tests::WasmExports,
-        ..row(
-            "wasm32-unknown-unknown",
-            &["--target=wasm32-unknown-unknown"],
-            LE32,
-            &["nodejs"],
-            &["clang", "-nostdlib", "-Wl,--no-entry"],
-            &["node", "abi-tests/wasm/run.mjs"],
-        )
-    },
+    Target { format: Format::Wasm, linker: None, c_main: &["freestanding.c", "wasm.c"], tests: Tests::WasmExports,
+        ..row("wasm32-unknown-unknown", &["--target=wasm32-unknown-unknown"], LE32, &["nodejs"],
+            &["clang", "-nostdlib", "-Wl,--no-entry"], &["node", "abi-tests/wasm/run.mjs"]) },
 ];
 
 /// Reads `[FLAG] [--target TRIPLE]...`: whether the flag was given, and the
@@ -248,17 +175,11 @@ mod tests {
             assert_eq!(t.endian == Endian::Big, big, "{}", t.triple);
             let wide = matches!(arch, "x86_64" | "aarch64" | "s390x");
             assert_eq!(t.pointer_width, if wide { 64 } else { 32 }, "{}", t.triple);
-            let format = match () {
-                _ if t.triple.contains("windows") => Format::Coff,
-                _ if t.triple.starts_with("wasm") => Format::Wasm,
-                _ => Format::Elf,
-            };
-            assert_eq!(t.format, format, "{}", t.triple);
+            assert_eq!(t.format == Format::Coff, t.triple.contains("windows"), "{}", t.triple);
+            assert_eq!(t.format == Format::Wasm, t.triple.starts_with("wasm"), "{}", t.triple);
             assert!(t.clang[0].starts_with("--target="), "{}", t.triple);
-            let bare = t.triple.contains("-none");
-            assert_eq!(t.tests == Tests::Firmware, bare, "{}", t.triple);
-            let freestanding = t.c_main.contains(&"freestanding.c");
-            assert_eq!(freestanding, t.tests != Tests::Cargo, "{}", t.triple);
+            assert_eq!(t.tests == Tests::Firmware, t.triple.contains("-none"), "{}", t.triple);
+            assert_eq!(t.c_main.contains(&"freestanding.c"), t.tests != Tests::Cargo, "{}", t.triple);
         }
         assert!(TARGETS.iter().any(|t| t.pointer_width == 64 && t.endian == Endian::Big));
         assert!(TARGETS.iter().any(|t| t.pointer_width == 32 && t.endian == Endian::Big));
