@@ -15,7 +15,8 @@ if [ ! -f "$stub" ]; then
     "$arch-w64-mingw32-gcc" -shared -O2 -Wl,--kill-at -o "$stub" \
         "$here/bcryptprimitives.c" -ladvapi32
 fi
-export WINEPREFIX="$state/prefix" WINEDEBUG=-all
+# One prefix per architecture: a prefix made without the i386 DLLs lacks syswow64.
+export WINEPREFIX="$state/prefix-$arch" WINEDEBUG=-all
 # Without wine32, wine64 runs 32-bit programs in its WoW64 mode: it needs
 # wine's i386 PE DLLs (unpacked from libwine:i386 by `cargo xtask abi`) beside
 # its own 64-bit Unix side, in one folder on WINEDLLPATH.
