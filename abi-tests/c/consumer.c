@@ -64,7 +64,9 @@ size_t hostcopy_c_layout(uint32_t *out, size_t capacity) {
  * Calls host_fn many times, reading the stack pointer at the same point of
  * each iteration: on 32-bit x86, where caller and callee disagree on who
  * pops the argument (cdecl against stdcall), it moves by 4 bytes a call.
- * Elsewhere arguments travel in registers, and this only calls.
+ * Elsewhere arguments travel in registers, and this only calls. On a
+ * mismatch the stack pointer is put back where this function expects it, so
+ * that it returns and the check reports its line instead of crashing.
  */
 static int stack_is_balanced(host_fn_t host_fn, void *record) {
     uintptr_t first = 0;
@@ -73,10 +75,14 @@ static int stack_is_balanced(host_fn_t host_fn, void *record) {
 #if defined(__i386__)
         __asm__ volatile("movl %%esp, %0" : "=r"(sp));
 #endif
-        if (i == 0)
+        if (i == 0) {
             first = sp;
-        else if (sp != first)
+        } else if (sp != first) {
+#if defined(__i386__)
+            __asm__ volatile("movl %0, %%esp" : : "r"(first) : "memory");
+#endif
             return 0;
+        }
         host_fn(record);
     }
     return 1;
@@ -92,6 +98,16 @@ int hostcopy_c_contract(void) {
     for (size_t i = 0; i < sizeof src; i++)
         src[i] = pattern_byte(i);
 
+    /* First, the calling convention: the stack is where the caller left it. */
+    {
+        struct hostcopy_args args;
+        args.dst = (uintptr_t)(dst + GUARD);
+        args.src = (uintptr_t)src;
+        args.nbytes = 64;
+        CHECK(stack_is_balanced(host_fn, &args));
+        CHECK(bytes_equal_pattern(dst + GUARD, 64, 0));
+    }
+
     /* Every length to 300 and a few larger ones, at mixed alignments. */
     for (size_t len = 0; len <= 4096; len += (len < 300 ? 1 : 509)) {
         size_t shift = len % 8;
@@ -105,16 +121,6 @@ int hostcopy_c_contract(void) {
         CHECK(guards_intact(dst, len));
     }
     CHECK(hostcopy_rejected() == rejected);
-
-    /* The calling convention: the stack is where the caller left it. */
-    {
-        struct hostcopy_args args;
-        args.dst = (uintptr_t)(dst + GUARD);
-        args.src = (uintptr_t)src;
-        args.nbytes = 64;
-        CHECK(stack_is_balanced(host_fn, &args));
-        CHECK(bytes_equal_pattern(dst + GUARD, 64, 0));
-    }
 
     /* A record packed at an odd address in a byte buffer, passed as an integer. */
     {

@@ -171,7 +171,7 @@ pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl Fn
                 }
                 Breaks::Consumer(flags) => match workspace.c_consumer(target, &built, &rust, flags) {
                     Err(error) if error.starts_with("linking") => Err(format!("it did not link: {error}")),
-                    Err(error) => Ok(first_line(&error)),
+                    Err(error) => Ok(error.lines().last().unwrap_or_default().trim().to_owned()),
                     Ok(_) => Err("the C consumer passed with the wrong calling convention".to_owned()),
                 },
             });
