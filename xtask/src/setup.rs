@@ -36,7 +36,7 @@ pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String>
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!("set-up: apt-get install {}", missing.join(" "));
+    eprintln!("set-up: Debian packages {}", missing.join(" "));
     let root = run(Command::new("id").arg("-u")).is_ok_and(|id| id.stdout.trim() == "0");
     let as_root = |program: &str| {
         let mut command = Command::new(if root { program } else { "sudo" });
@@ -46,26 +46,27 @@ pub(crate) fn prepare(targets: &[&Target], extra: &[&str]) -> Result<(), String>
         command.env("DEBIAN_FRONTEND", "noninteractive");
         command
     };
-    let foreign = run(Command::new("dpkg").arg("--print-foreign-architectures"))?.stdout;
-    if missing.iter().any(|p| p.ends_with(":i386")) && !foreign.contains("i386") {
-        run(as_root("dpkg").args(["--add-architecture", "i386"]))?;
-    }
-    // A partial update (one mirror index failing) still leaves usable lists.
-    if let Err(error) = run(as_root("apt-get").args(["update", "-q"])) {
+    let (unpack, missing): (Vec<&str>, Vec<&str>) = missing.into_iter().partition(|p| p.contains(':'));
+    // Package lists of the other architectures too, for `apt-get download`
+    // only: the machine's own architectures stay as they are. A partial
+    // update (one mirror index failing) still leaves usable lists.
+    let native = run(Command::new("dpkg").arg("--print-architecture"))?.stdout;
+    let mut archs: Vec<&str> = unpack.iter().filter_map(|p| p.split(':').nth(1)).collect();
+    archs.push(native.trim());
+    let archs: Vec<String> = archs.iter().map(|arch| format!("-oAPT::Architectures::={arch}")).collect();
+    if let Err(error) = run(as_root("apt-get").args(&archs).args(["update", "-q"])) {
         let errors = error.lines().filter(|line| line.trim_start().starts_with("E:"));
         eprintln!("set-up: apt-get update: {}", errors.collect::<Vec<_>>().join(" "));
     }
-    let (unpack, missing): (Vec<&str>, Vec<&str>) = missing.into_iter().partition(|p| p.contains(':'));
     for package in unpack {
         let dir = unpacked(package);
-        std::fs::create_dir_all(dir.parent().expect("in target/wine")).map_err(|e| e.to_string())?;
-        run(Command::new("apt-get").current_dir(dir.parent().expect("in target/wine")).args(["download", package]))?;
-        let name = package.split(':').next().expect("a name");
-        let deb = format!("{name}_*_{}.deb", &package[name.len() + 1..]);
-        run(Command::new("sh")
-            .arg("-c")
-            .arg(format!("dpkg-deb -x {deb} {} && rm {deb}", dir.display()))
-            .current_dir(dir.parent().expect("in target/wine")))?;
+        let parent = dir.parent().expect("in target/wine");
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        run(Command::new("apt-get").current_dir(parent).args(&archs).args(["download", package]))?;
+        let (name, arch) = package.split_once(':').expect("name:arch");
+        let deb = format!("{name}_*_{arch}.deb");
+        let unpack = format!("dpkg-deb -x {deb} {} && rm {deb}", dir.display());
+        run(Command::new("sh").arg("-c").arg(unpack).current_dir(parent))?;
     }
     if missing.is_empty() {
         return Ok(());
