@@ -2,18 +2,33 @@
  * A C consumer of hostcopy-core: includes the header, calls hostcopy_fn the
  * way the CUDA driver does (through a CUhostFn-typed pointer), and checks
  * each line of the contract. Linked into the Rust tests by build.rs and into
- * a standalone program (main.c) by `cargo xtask abi`.
+ * a standalone program (main.c, or freestanding.c where there is no OS) by
+ * `cargo xtask abi`. Needs no C library: the compiler's memset and memcpy
+ * calls resolve to the static library's.
  */
 #include <stdint.h>
-#include <string.h>
 
 #include "hostcopy.h"
 
 #include "consumer.h"
 #include "layout_report.h"
 
-/* cuda.h: typedef void (CUDA_CB *CUhostFn)(void *userData); */
-typedef void(HOSTCOPY_CB *host_fn_t)(void *user_data);
+/*
+ * How the caller (the CUDA driver, here this file) calls a host function:
+ * cuda.h has `typedef void (CUDA_CB *CUhostFn)(void *userData);`. The
+ * self-test of `cargo xtask abi` gets it wrong on purpose on 32-bit x86 (a
+ * cdecl caller of the stdcall function on Windows, a stdcall caller of the
+ * cdecl one on Linux), which must fail at run time (see stack_is_balanced);
+ * it compiles with -Wno-incompatible-pointer-types, as a caller that casts
+ * would.
+ */
+#ifndef HOSTCOPY_CALLER_CB
+#define HOSTCOPY_CALLER_CB HOSTCOPY_CB
+#endif
+typedef void(HOSTCOPY_CALLER_CB *host_fn_t)(void *user_data);
+
+#define memset __builtin_memset
+#define memcpy __builtin_memcpy
 
 #define GUARD 32
 #define GUARD_BYTE 0xA5
@@ -45,14 +60,53 @@ size_t hostcopy_c_layout(uint32_t *out, size_t capacity) {
     return HOSTCOPY_LAYOUT_FIELDS;
 }
 
+/*
+ * Calls host_fn many times, reading the stack pointer at the same point of
+ * each iteration: on 32-bit x86, where caller and callee disagree on who
+ * pops the argument (cdecl against stdcall), it moves by 4 bytes a call.
+ * Elsewhere arguments travel in registers, and this only calls. On a
+ * mismatch the stack pointer is put back where this function expects it, so
+ * that it returns and the check reports its line instead of crashing.
+ */
+static int stack_is_balanced(host_fn_t host_fn, void *record) {
+    uintptr_t first = 0;
+    for (int i = 0; i < 64; i++) {
+        uintptr_t sp = 0;
+#if defined(__i386__)
+        __asm__ volatile("movl %%esp, %0" : "=r"(sp));
+#endif
+        if (i == 0) {
+            first = sp;
+        } else if (sp != first) {
+#if defined(__i386__)
+            __asm__ volatile("movl %0, %%esp" : : "r"(first) : "memory");
+#endif
+            return 0;
+        }
+        host_fn(record);
+    }
+    return 1;
+}
+
 int hostcopy_c_contract(void) {
     static unsigned char src[4096 + 64];
     static unsigned char dst[GUARD + 4096 + 64 + GUARD];
-    host_fn_t host_fn = hostcopy_fn;
+    /* Opaque, as the driver holds it: the compiler cannot call hostcopy_fn directly. */
+    host_fn_t volatile host_fn = hostcopy_fn;
     size_t rejected = hostcopy_rejected();
 
     for (size_t i = 0; i < sizeof src; i++)
         src[i] = pattern_byte(i);
+
+    /* First, the calling convention: the stack is where the caller left it. */
+    {
+        struct hostcopy_args args;
+        args.dst = (uintptr_t)(dst + GUARD);
+        args.src = (uintptr_t)src;
+        args.nbytes = 64;
+        CHECK(stack_is_balanced(host_fn, &args));
+        CHECK(bytes_equal_pattern(dst + GUARD, 64, 0));
+    }
 
     /* Every length to 300 and a few larger ones, at mixed alignments. */
     for (size_t len = 0; len <= 4096; len += (len < 300 ? 1 : 509)) {

@@ -1,8 +1,9 @@
 /*
- * The C consumer as a program: `cargo xtask abi` links it against the
- * static library built for each target (and against the DLL's import library
- * on Windows) and runs it (natively or under qemu-user). Prints the C-side
- * layout and exits nonzero on any failure.
+ * The C consumer as a program on hosted targets: `cargo xtask abi` links it
+ * against the static library built for each target (and against the DLL's
+ * import library on Windows) and runs it through the target's runner (native,
+ * qemu-user, wine). Prints the C-side layout and exits nonzero on any failure.
+ * Targets without an OS use freestanding.c instead.
  */
 #include <stdio.h>
 

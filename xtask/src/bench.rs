@@ -21,16 +21,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
-        .args([
-            "bench",
-            "-p",
-            "hostcopy-driver",
-            "--features",
-            "cuda,std",
-            "--bench",
-            "staged_copy",
-            "--",
-        ])
+        .args(["bench", "-p", "hostcopy-driver", "--features", "cuda,std", "--bench", "staged_copy", "--"])
         .args(args)
         .status();
     match status {

@@ -3,7 +3,6 @@
 //! command line and the end of what the tool printed, so that the report at
 //! the end says what to rerun.
 
-use std::ffi::OsStr;
 use std::io::ErrorKind;
 use std::process::Command;
 
@@ -19,7 +18,8 @@ const TAIL_LINES: usize = 25;
 
 /// Runs `command` to completion; an error unless it exits with status 0.
 pub(crate) fn run(command: &mut Command) -> Result<Output, String> {
-    let line = command_line(command);
+    // Debug shows the environment it sets and every argument, quoted.
+    let line = format!("{command:?}");
     let output = command.output().map_err(|error| match error.kind() {
         ErrorKind::NotFound => format!("`{line}`: program not found"),
         _ => format!("`{line}`: {error}"),
@@ -33,68 +33,12 @@ pub(crate) fn run(command: &mut Command) -> Result<Output, String> {
             Some(code) => format!("exit status {code}"),
             None => "killed by a signal".to_owned(),
         };
-        Err(format!(
-            "`{line}` failed ({status}):\n{}",
-            tail(&format!("{stdout}{stderr}"))
-        ))
-    }
-}
-
-/// The command as one could type it: environment settings, program, arguments.
-pub(crate) fn command_line(command: &Command) -> String {
-    let mut words: Vec<String> = command
-        .get_envs()
-        .filter_map(|(key, value)| Some(format!("{}={}", key.to_string_lossy(), quote(value?))))
-        .collect();
-    words.push(quote(command.get_program()));
-    words.extend(command.get_args().map(quote));
-    words.join(" ")
-}
-
-fn quote(word: &OsStr) -> String {
-    let word = word.to_string_lossy();
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=+:,@%".contains(c))
-    {
-        word.into_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
+        Err(format!("`{line}` failed ({status}):\n{}", tail(&format!("{stdout}{stderr}"))))
     }
 }
 
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(TAIL_LINES);
-    lines[start..]
-        .iter()
-        .map(|line| format!("    {line}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn command_line_quotes_what_a_shell_would_split() {
-        let mut command = Command::new("qemu-arm");
-        command
-            .env("CARGO_TARGET_DIR", "target/abi")
-            .args(["-L", "/usr/arm linux"]);
-        assert_eq!(
-            command_line(&command),
-            "CARGO_TARGET_DIR=target/abi qemu-arm -L '/usr/arm linux'"
-        );
-    }
-
-    #[test]
-    fn tail_keeps_the_last_lines() {
-        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
-        let kept = tail(&text);
-        assert_eq!(kept.lines().count(), TAIL_LINES);
-        assert!(kept.ends_with("line 99"));
-    }
+    lines[start..].iter().map(|line| format!("    {line}")).collect::<Vec<_>>().join("\n")
 }

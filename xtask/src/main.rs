@@ -10,9 +10,9 @@ mod gpu_bundle;
 mod layout_report;
 mod report;
 mod self_test;
+mod setup;
 mod symbols;
 mod targets;
-mod toolchain;
 
 use std::env;
 use std::process::ExitCode;
@@ -35,13 +35,7 @@ fn main() -> ExitCode {
         Some("gpu-bundle") => gpu_bundle::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         Some("-h" | "--help" | "help") => {
-            println!(
-                "{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}",
-                abi::USAGE,
-                dist::USAGE,
-                gpu_bundle::USAGE,
-                bench::USAGE
-            );
+            println!("{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}", abi::USAGE, dist::USAGE, gpu_bundle::USAGE, bench::USAGE);
             ExitCode::SUCCESS
         }
         Some(unknown) => {

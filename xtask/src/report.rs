@@ -10,8 +10,6 @@ pub(crate) enum Outcome {
     Passed(String),
     /// Failed; the text is the short form for the table, the details are in the failure list.
     Failed(String),
-    /// Could not run here; the text is why (and which package would make it run).
-    NotRun(String),
 }
 
 impl fmt::Display for Outcome {
@@ -19,7 +17,6 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Passed(text) => f.write_str(text),
             Outcome::Failed(text) => write!(f, "FAILED: {text}"),
-            Outcome::NotRun(reason) => write!(f, "not run: {reason}"),
         }
     }
 }
@@ -27,7 +24,7 @@ impl fmt::Display for Outcome {
 /// One failed check, with everything needed to understand it without rerunning.
 #[derive(Clone, Debug)]
 pub(crate) struct Failure {
-    /// A target triple, or "set-up" / "self-test".
+    /// A target triple, "set-up", or a self-test variant.
     pub(crate) target: String,
     pub(crate) check: &'static str,
     pub(crate) detail: String,
@@ -35,15 +32,12 @@ pub(crate) struct Failure {
 
 /// Prints every failure; the caller exits non-zero when there was any.
 pub(crate) fn print_failures(failures: &[Failure]) {
-    if failures.is_empty() {
-        return;
+    if !failures.is_empty() {
+        println!("\n{} failure(s):", failures.len());
     }
-    println!("\n{} failure(s):", failures.len());
     for failure in failures {
         println!("- {} / {}:", failure.target, failure.check);
-        for line in failure.detail.lines() {
-            println!("    {line}");
-        }
+        failure.detail.lines().for_each(|line| println!("    {line}"));
     }
 }
 
@@ -56,61 +50,10 @@ pub(crate) fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
         padded.join(" | ").trim_end().to_owned()
     };
-    let mut out = vec![line(headers.to_vec())];
-    out.push(
-        widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .join("-+-"),
-    );
-    for row in rows {
-        out.push(line(row.iter().map(String::as_str).collect()));
-    }
-    out.join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn outcomes_read_as_the_table_shows_them() {
-        assert_eq!(
-            Outcome::Passed("passed (20)".into()).to_string(),
-            "passed (20)"
-        );
-        assert_eq!(
-            Outcome::NotRun("no wasm runtime here".into()).to_string(),
-            "not run: no wasm runtime here"
-        );
-        assert!(
-            Outcome::Failed("size".into())
-                .to_string()
-                .starts_with("FAILED")
-        );
-    }
-
-    #[test]
-    fn table_columns_line_up() {
-        let table = render_table(
-            &["target", "ptr"],
-            &[
-                vec!["x86_64-unknown-linux-gnu".into(), "64".into()],
-                vec!["wasm32".into(), "32".into()],
-            ],
-        );
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines[0], "target                   | ptr");
-        assert_eq!(lines[1], "-------------------------+----");
-        assert_eq!(lines[2], "x86_64-unknown-linux-gnu | 64");
-        assert_eq!(lines[3], "wasm32                   | 32");
-    }
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    let body = rows.iter().map(|row| line(row.iter().map(String::as_str).collect()));
+    [line(headers.to_vec()), rule.join("-+-")].into_iter().chain(body).collect::<Vec<_>>().join("\n")
 }

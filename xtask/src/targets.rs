@@ -1,9 +1,13 @@
-//! The targets `cargo xtask abi` checks, and what each needs on this machine.
+//! The targets `cargo xtask abi` checks: one row each, as data.
 //!
-//! One row per target: how clang names it, the facts its layout must show, and
-//! the cross tools (Debian package names) that link and run code for it. The
-//! host is x86_64 Debian: 32-bit x86 runs natively, other Linux targets run
-//! under qemu-user, Windows, bare-metal and wasm code is built but not run.
+//! A row says how clang names the target (for the layout and symbol checks),
+//! what the layout must show, which Debian packages link and run code for it,
+//! cargo's per-target settings (`CARGO_TARGET_<TRIPLE>_LINKER`, `_RUNNER`,
+//! `_RUSTFLAGS`, so that `cargo test --target T` runs through the runner), and
+//! how the C consumer is built and what runs the core's tests. The host is
+//! x86_64 Debian: Linux targets run natively or under qemu-user, bare-metal
+//! ones under QEMU system emulation with semihosting, Windows ones under wine,
+//! wasm32 under node. Runner scripts live in `xtask/scripts/`.
 
 /// Byte order of a target, for decoding the layout reports in its objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,473 +16,173 @@ pub(crate) enum Endian {
     Big,
 }
 
-impl Endian {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Endian::Little => "little",
-            Endian::Big => "big",
-        }
-    }
-}
-
-/// The object format of a target: only ELF symbols carry a type (STT_FUNC) to check.
+/// The object format: only ELF symbols carry a type (STT_FUNC) to check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ObjectFormat {
+pub(crate) enum Format {
     Elf,
     Coff,
     Wasm,
 }
 
-/// A program or file that some check needs, and the Debian package that provides it.
+/// What runs the core's contract on the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Need {
-    pub(crate) what: Provides,
-    pub(crate) package: &'static str,
+pub(crate) enum Tests {
+    /// `cargo test -p hostcopy-core --target T`, through the runner.
+    Cargo,
+    /// `abi-tests/firmware` (no_std, its own panic handler), `cargo run` through the runner.
+    Firmware,
+    /// The runner on the C library's `hostcopy.wasm`: `abi-tests/wasm/run.mjs`
+    /// calls the exported `hostcopy_fn` on records in linear memory.
+    WasmExports,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Provides {
-    /// A program found on `PATH`.
-    Program(&'static str),
-    /// A file whose presence shows that a library package is installed.
-    File(&'static str),
-}
-
-impl Need {
-    const fn program(name: &'static str, package: &'static str) -> Self {
-        Need {
-            what: Provides::Program(name),
-            package,
-        }
-    }
-
-    const fn file(path: &'static str, package: &'static str) -> Self {
-        Need {
-            what: Provides::File(path),
-            package,
-        }
-    }
-
-    /// What is missing, for messages: the program's name or the file's path.
-    pub(crate) fn name(&self) -> &'static str {
-        match self.what {
-            Provides::Program(name) | Provides::File(name) => name,
-        }
-    }
-
-    /// As [`name`](Self::name), with a file's directory left out, for the table.
-    pub(crate) fn short_name(&self) -> &'static str {
-        let name = self.name();
-        match self.what {
-            Provides::Program(_) => name,
-            Provides::File(_) => name.rsplit('/').next().unwrap_or(name),
-        }
-    }
-}
-
-/// Compiles `hostcopy.h` and the symbol probe for every target (clang, not
-/// gcc: one compiler that knows every target, freestanding where there is no
-/// C library).
-pub(crate) const CLANG: Need = Need::program("clang", "clang");
-
-/// Lists the symbols of objects and archives of every format here (ELF, COFF,
-/// wasm). Debian 12's llvm-nm is LLVM 14: it reads rustc's objects but not the
-/// newer bitcode that std's objects embed, so it runs with `--no-llvm-bc`.
-pub(crate) const LLVM_NM: Need = Need::program("llvm-nm", "llvm");
-
-/// Lists the export table of a Windows DLL (what `GetProcAddress` finds).
-pub(crate) const LLVM_READOBJ: Need = Need::program("llvm-readobj", "llvm");
-
-/// A C compiler that links programs for a target, with that target's C library.
+/// One supported target.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct CToolchain {
-    /// The compiler driver; also the linker cargo uses for the target.
-    pub(crate) gcc: &'static str,
-    pub(crate) needs: &'static [Need],
-    /// Link everything statically (`-static`, `+crt-static`): the programs then
-    /// need no loader or shared C library of the target's on this machine.
-    pub(crate) link_static: bool,
-}
-
-/// How programs built for a target run on this x86_64 Linux host.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Runner {
-    /// Directly (x86_64, and statically linked i686 through the kernel's 32-bit support).
-    Native,
-    /// Under qemu-user, with the cross C library's directory as its root for the loader.
-    Qemu {
-        program: &'static str,
-        sysroot: &'static str,
-    },
-    /// Nothing here runs it; the reason goes into the table.
-    Unavailable(&'static str),
-}
-
-const QEMU_PACKAGE: &str = "qemu-user";
-
-impl Runner {
-    pub(crate) fn needs(&self) -> Vec<Need> {
-        match *self {
-            Runner::Qemu { program, .. } => vec![Need::program(program, QEMU_PACKAGE)],
-            Runner::Native | Runner::Unavailable(_) => Vec::new(),
-        }
-    }
-
-    /// The command prefix that runs a program (cargo's `runner` setting).
-    pub(crate) fn command(&self) -> Option<Vec<String>> {
-        match *self {
-            Runner::Native => Some(Vec::new()),
-            Runner::Qemu { program, sysroot } => Some(vec![
-                program.to_owned(),
-                "-L".to_owned(),
-                sysroot.to_owned(),
-            ]),
-            Runner::Unavailable(_) => None,
-        }
-    }
-
-    /// How it runs, for the table.
-    pub(crate) fn describe(&self) -> &'static str {
-        match *self {
-            Runner::Native => "native",
-            Runner::Qemu { program, .. } => program,
-            Runner::Unavailable(reason) => reason,
-        }
-    }
-}
-
-/// Whether the core's own test suite (`cargo test -p hostcopy-core`) can run for a target.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum CoreTests {
-    Run,
-    /// Built (compiled and linked) but not run; the reason goes into the table.
-    BuildOnly(&'static str),
-    NotRun(&'static str),
-}
-
-/// One supported target and everything `cargo xtask abi` needs to know about it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AbiTarget {
-    /// The Rust target triple.
-    pub(crate) rust: &'static str,
+pub(crate) struct Target {
+    pub(crate) triple: &'static str,
     /// clang's `--target` and the flags that select the same ABI as rustc.
     pub(crate) clang: &'static [&'static str],
     pub(crate) pointer_width: u32,
     pub(crate) endian: Endian,
-    pub(crate) object_format: ObjectFormat,
-    /// None: no C library for the target here, so no C program to link.
-    pub(crate) c_toolchain: Option<CToolchain>,
-    pub(crate) runner: Runner,
-    pub(crate) core_tests: CoreTests,
+    pub(crate) format: Format,
+    /// Debian packages that link and run its programs (clang, llvm, lld: every row).
+    pub(crate) apt: &'static [&'static str],
+    /// `CARGO_TARGET_<T>_LINKER`; None where rustc's default linker works.
+    pub(crate) linker: Option<&'static str>,
+    /// `CARGO_TARGET_<T>_RUSTFLAGS`.
+    pub(crate) rustflags: &'static str,
+    /// `CARGO_TARGET_<T>_RUNNER` (a script path is relative to the workspace); empty: native.
+    pub(crate) runner: &'static [&'static str],
+    /// The C consumer's compiler and link flags; `clang` gets [`clang`](Self::clang) too.
+    pub(crate) cc: &'static [&'static str],
+    /// The C consumer's entry point and platform files, in `abi-tests/c`.
+    pub(crate) c_main: &'static [&'static str],
+    pub(crate) tests: Tests,
 }
 
-impl AbiTarget {
-    /// The `CARGO_TARGET_<TRIPLE>_...` prefix of cargo's per-target environment settings.
+impl Target {
+    /// The `CARGO_TARGET_<TRIPLE>_` prefix of cargo's per-target settings.
     pub(crate) fn cargo_env_prefix(&self) -> String {
-        format!(
-            "CARGO_TARGET_{}_",
-            self.rust.to_ascii_uppercase().replace(['-', '.'], "_")
-        )
+        let triple = self.triple.to_ascii_uppercase().replace(['-', '.'], "_");
+        format!("CARGO_TARGET_{triple}_")
     }
 }
 
-// Debian 12's wine (8.0) was tried: it lacks bcryptprimitives.dll, which
-// Rust's std imports on Windows, so neither the tests nor the C consumer
-// (which links std through the static library) start under it.
-const NO_WINDOWS_RUNTIME: &str = "no Windows runtime (wine)";
-const NO_WASM_RUNTIME: &str = "no wasm runtime here";
-const BARE_METAL: &str = "no_std target: no test harness, no OS";
+/// Every row needs these: clang for the layout and symbol checks (and the
+/// bare-metal and wasm C consumers, with lld), llvm-nm and llvm-readobj.
+pub(crate) const COMMON_APT: &[&str] = &["clang", "llvm", "lld"];
 
-const fn cross_gcc(
-    gcc: &'static str,
-    needs: &'static [Need],
-    link_static: bool,
-) -> Option<CToolchain> {
-    Some(CToolchain {
-        gcc,
-        needs,
-        link_static,
-    })
+const HOSTED: &[&str] = &["main.c"];
+const QEMU_SYSTEM: &str = "xtask/scripts/qemu-system.sh";
+const WINE: &str = "xtask/scripts/wine-runner.sh";
+const RISCV_VIRT: &str = "abi-tests/c/bare/riscv_virt.ld";
+const MPS2_AN386: &str = "abi-tests/c/bare/mps2_an386.ld";
+const LE32: (u32, Endian) = (32, Endian::Little);
+const LE64: (u32, Endian) = (64, Endian::Little);
+
+/// A row with the defaults of a hosted Linux target: `cc` compiles the C consumer
+/// and links (also for cargo), `main.c` is its entry point, `cargo test` runs.
+const fn row(
+    triple: &'static str,
+    clang: &'static [&'static str],
+    (pointer_width, endian): (u32, Endian),
+    apt: &'static [&'static str],
+    cc: &'static [&'static str],
+    runner: &'static [&'static str],
+) -> Target {
+    let (format, linker, rustflags, c_main, tests) = (Format::Elf, Some(cc[0]), "", HOSTED, Tests::Cargo);
+    Target { triple, clang, pointer_width, endian, format, apt, linker, rustflags, runner, cc, c_main, tests }
 }
 
-pub(crate) const TARGETS: &[AbiTarget] = &[
-    AbiTarget {
-        rust: "x86_64-unknown-linux-gnu",
-        clang: &["--target=x86_64-linux-gnu"],
-        pointer_width: 64,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: cross_gcc(
-            "gcc",
-            &[
-                Need::program("gcc", "gcc"),
-                Need::file("/usr/include/stdio.h", "libc6-dev"),
-            ],
-            false,
-        ),
-        runner: Runner::Native,
-        core_tests: CoreTests::Run,
-    },
-    AbiTarget {
-        rust: "i686-unknown-linux-gnu",
-        clang: &["--target=i686-linux-gnu"],
-        pointer_width: 32,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Elf,
-        // gcc-multilib would give `gcc -m32`, but on Debian it conflicts with
-        // the cross compilers, and a dynamic i686 program would need the i386
-        // loader and libraries installed on the host. A static program runs
-        // on the x86_64 kernel as it is.
-        c_toolchain: cross_gcc(
-            "i686-linux-gnu-gcc",
-            &[
-                Need::program("i686-linux-gnu-gcc", "gcc-i686-linux-gnu"),
-                Need::file("/usr/i686-linux-gnu/lib/libc.a", "libc6-dev-i386-cross"),
-            ],
-            true,
-        ),
-        runner: Runner::Native,
-        core_tests: CoreTests::Run,
-    },
-    AbiTarget {
-        rust: "aarch64-unknown-linux-gnu",
-        clang: &["--target=aarch64-linux-gnu"],
-        pointer_width: 64,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: cross_gcc(
-            "aarch64-linux-gnu-gcc",
-            &[
-                Need::program("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
-                Need::file("/usr/aarch64-linux-gnu/lib/libc.a", "libc6-dev-arm64-cross"),
-            ],
-            false,
-        ),
-        runner: Runner::Qemu {
-            program: "qemu-aarch64",
-            sysroot: "/usr/aarch64-linux-gnu",
-        },
-        core_tests: CoreTests::Run,
-    },
-    AbiTarget {
-        rust: "armv7-unknown-linux-gnueabihf",
-        clang: &["--target=armv7-linux-gnueabihf"],
-        pointer_width: 32,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: cross_gcc(
-            "arm-linux-gnueabihf-gcc",
-            &[
-                Need::program("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf"),
-                Need::file(
-                    "/usr/arm-linux-gnueabihf/lib/libc.a",
-                    "libc6-dev-armhf-cross",
-                ),
-            ],
-            false,
-        ),
-        runner: Runner::Qemu {
-            program: "qemu-arm",
-            sysroot: "/usr/arm-linux-gnueabihf",
-        },
-        core_tests: CoreTests::Run,
-    },
-    AbiTarget {
-        rust: "powerpc-unknown-linux-gnu",
-        clang: &["--target=powerpc-linux-gnu"],
-        pointer_width: 32,
-        endian: Endian::Big,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: cross_gcc(
-            "powerpc-linux-gnu-gcc",
-            &[
-                Need::program("powerpc-linux-gnu-gcc", "gcc-powerpc-linux-gnu"),
-                Need::file(
-                    "/usr/powerpc-linux-gnu/lib/libc.a",
-                    "libc6-dev-powerpc-cross",
-                ),
-            ],
-            false,
-        ),
-        runner: Runner::Qemu {
-            program: "qemu-ppc",
-            sysroot: "/usr/powerpc-linux-gnu",
-        },
-        core_tests: CoreTests::Run,
-    },
-    AbiTarget {
-        rust: "s390x-unknown-linux-gnu",
-        clang: &["--target=s390x-linux-gnu"],
-        pointer_width: 64,
-        endian: Endian::Big,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: cross_gcc(
-            "s390x-linux-gnu-gcc",
-            &[
-                Need::program("s390x-linux-gnu-gcc", "gcc-s390x-linux-gnu"),
-                Need::file("/usr/s390x-linux-gnu/lib/libc.a", "libc6-dev-s390x-cross"),
-            ],
-            false,
-        ),
-        runner: Runner::Qemu {
-            program: "qemu-s390x",
-            sysroot: "/usr/s390x-linux-gnu",
-        },
-        core_tests: CoreTests::Run,
-    },
-    AbiTarget {
-        rust: "riscv32imac-unknown-none-elf",
-        clang: &[
-            "--target=riscv32-unknown-elf",
-            "-march=rv32imac",
-            "-mabi=ilp32",
-        ],
-        pointer_width: 32,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: None,
-        runner: Runner::Unavailable(BARE_METAL),
-        core_tests: CoreTests::NotRun(BARE_METAL),
-    },
-    AbiTarget {
-        rust: "thumbv7em-none-eabihf",
-        clang: &[
-            "--target=thumbv7em-none-eabi",
-            "-mfloat-abi=hard",
-            "-mfpu=fpv4-sp-d16",
-        ],
-        pointer_width: 32,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Elf,
-        c_toolchain: None,
-        runner: Runner::Unavailable(BARE_METAL),
-        core_tests: CoreTests::NotRun(BARE_METAL),
-    },
-    AbiTarget {
-        rust: "x86_64-pc-windows-gnu",
-        clang: &["--target=x86_64-w64-windows-gnu"],
-        pointer_width: 64,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Coff,
-        c_toolchain: cross_gcc(
-            "x86_64-w64-mingw32-gcc",
-            &[Need::program(
-                "x86_64-w64-mingw32-gcc",
-                "gcc-mingw-w64-x86-64",
-            )],
-            false,
-        ),
-        runner: Runner::Unavailable(NO_WINDOWS_RUNTIME),
-        core_tests: CoreTests::BuildOnly(NO_WINDOWS_RUNTIME),
-    },
-    AbiTarget {
-        rust: "i686-pc-windows-gnu",
-        clang: &["--target=i686-w64-windows-gnu"],
-        pointer_width: 32,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Coff,
-        c_toolchain: cross_gcc(
-            "i686-w64-mingw32-gcc",
-            &[Need::program("i686-w64-mingw32-gcc", "gcc-mingw-w64-i686")],
-            false,
-        ),
-        runner: Runner::Unavailable(NO_WINDOWS_RUNTIME),
-        core_tests: CoreTests::BuildOnly(NO_WINDOWS_RUNTIME),
-    },
-    AbiTarget {
-        rust: "wasm32-unknown-unknown",
-        clang: &["--target=wasm32-unknown-unknown"],
-        pointer_width: 32,
-        endian: Endian::Little,
-        object_format: ObjectFormat::Wasm,
-        c_toolchain: None,
-        runner: Runner::Unavailable(NO_WASM_RUNTIME),
-        core_tests: CoreTests::NotRun(NO_WASM_RUNTIME),
-    },
+/// The rows: `row(triple, clang flags, (bits, byte order), Debian packages, C
+/// compiler and flags (the linker too on hosted targets), runner)`, and what
+/// differs from a hosted Linux target.
+#[rustfmt::skip]
+pub(crate) const TARGETS: &[Target] = &[
+    Target { linker: None, ..row("x86_64-unknown-linux-gnu", &["--target=x86_64-linux-gnu"], LE64,
+        &["gcc", "libc6-dev"], &["gcc"], &[]) },
+    // A static program runs on the x86_64 kernel as it is, with no i386
+    // loader or libraries (gcc-multilib would conflict with the cross gccs).
+    Target { rustflags: "-C target-feature=+crt-static", ..row("i686-unknown-linux-gnu", &["--target=i686-linux-gnu"],
+        LE32, &["gcc-i686-linux-gnu", "libc6-dev-i386-cross"], &["i686-linux-gnu-gcc", "-static"], &[]) },
+    row("aarch64-unknown-linux-gnu", &["--target=aarch64-linux-gnu"], LE64,
+        &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"], &["aarch64-linux-gnu-gcc"],
+        &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]),
+    row("armv7-unknown-linux-gnueabihf", &["--target=armv7-linux-gnueabihf"], LE32,
+        &["gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross", "qemu-user"], &["arm-linux-gnueabihf-gcc"],
+        &["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]),
+    row("powerpc-unknown-linux-gnu", &["--target=powerpc-linux-gnu"], (32, Endian::Big),
+        &["gcc-powerpc-linux-gnu", "libc6-dev-powerpc-cross", "qemu-user"], &["powerpc-linux-gnu-gcc"],
+        &["qemu-ppc", "-L", "/usr/powerpc-linux-gnu"]),
+    row("s390x-unknown-linux-gnu", &["--target=s390x-linux-gnu"], (64, Endian::Big),
+        &["gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"], &["s390x-linux-gnu-gcc"],
+        &["qemu-s390x", "-L", "/usr/s390x-linux-gnu"]),
+    // Bare metal: clang and lld link the C consumer as a firmware with the
+    // start-up code and linker script of QEMU's board; semihosting reports.
+    Target { linker: None, c_main: &["freestanding.c", "bare/semihosting.c", "bare/riscv.c"], tests: Tests::Firmware,
+        ..row("riscv32imac-unknown-none-elf", &["--target=riscv32-unknown-elf", "-march=rv32imac", "-mabi=ilp32"], LE32,
+            &["qemu-system-misc"], &["clang", "-nostdlib", "-fuse-ld=lld", "-mno-relax", "-T", RISCV_VIRT],
+            &[QEMU_SYSTEM, "riscv32"]) },
+    Target { linker: None, c_main: &["freestanding.c", "bare/semihosting.c", "bare/cortex_m.c"], tests: Tests::Firmware,
+        ..row("thumbv7em-none-eabihf", &["--target=thumbv7em-none-eabi", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"], LE32,
+            &["qemu-system-arm"], &["clang", "-nostdlib", "-fuse-ld=lld", "-T", MPS2_AN386], &[QEMU_SYSTEM, "arm"]) },
+    Target { format: Format::Coff, ..row("x86_64-pc-windows-gnu", &["--target=x86_64-w64-windows-gnu"], LE64,
+        &["gcc-mingw-w64-x86-64", "wine", "wine64"], &["x86_64-w64-mingw32-gcc"], &[WINE, "x86_64"]) },
+    // wine64 runs it in WoW64 mode with wine's i386 PE DLLs (see setup.rs).
+    Target { format: Format::Coff, ..row("i686-pc-windows-gnu", &["--target=i686-w64-windows-gnu"], LE32,
+        &["gcc-mingw-w64-i686", "wine", "wine64", "libwine:i386"], &["i686-w64-mingw32-gcc"], &[WINE, "i686"]) },
+    // node runs the C library's exports and the C consumer (clang, wasm-ld).
+    Target { format: Format::Wasm, linker: None, c_main: &["freestanding.c", "wasm.c"], tests: Tests::WasmExports,
+        ..row("wasm32-unknown-unknown", &["--target=wasm32-unknown-unknown"], LE32, &["nodejs"],
+            &["clang", "-nostdlib", "-Wl,--no-entry"], &["node", "abi-tests/wasm/run.mjs"]) },
 ];
+
+/// Reads `[FLAG] [--target TRIPLE]...`: whether the flag was given, and the
+/// rows selected (none: `Ok` with an empty list). `Err` is the exit code
+/// after printing help or a usage error.
+pub(crate) fn parse_args<'a>(args: &'a [String], flag: &str, usage: &str) -> Result<(bool, Vec<&'a str>), u8> {
+    let (mut given, mut triples) = (false, Vec::new());
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.as_slice().first()) {
+            ("-h" | "--help", _) => {
+                println!("{usage}");
+                return Err(0);
+            }
+            (arg, _) if arg == flag => given = true,
+            ("--target", Some(triple)) if TARGETS.iter().any(|t| t.triple == triple) => {
+                triples.push(triple.as_str());
+                args.next();
+            }
+            (other, _) => {
+                eprintln!("error: unknown option or target `{other}`\n\n{usage}");
+                return Err(2);
+            }
+        }
+    }
+    Ok((given, triples))
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn table_holds_every_target_the_abi_promises() {
-        for required in [
-            "x86_64-unknown-linux-gnu",
-            "i686-unknown-linux-gnu",
-            "aarch64-unknown-linux-gnu",
-            "armv7-unknown-linux-gnueabihf",
-            "powerpc-unknown-linux-gnu",
-            "riscv32imac-unknown-none-elf",
-            "thumbv7em-none-eabihf",
-            "x86_64-pc-windows-gnu",
-            "i686-pc-windows-gnu",
-            "wasm32-unknown-unknown",
-        ] {
-            assert!(
-                TARGETS.iter().any(|t| t.rust == required),
-                "{required} missing"
-            );
-        }
-        assert!(
-            TARGETS
-                .iter()
-                .any(|t| t.pointer_width == 64 && t.endian == Endian::Big),
-            "a 64-bit big-endian target"
-        );
-        assert!(
-            TARGETS
-                .iter()
-                .any(|t| t.pointer_width == 32 && t.endian == Endian::Big),
-            "a 32-bit big-endian target"
-        );
-    }
-
-    #[test]
     fn rows_agree_with_their_triples() {
         for t in TARGETS {
-            let arch = t.rust.split('-').next().unwrap();
-            let big = matches!(arch, "powerpc" | "powerpc64" | "s390x" | "mips" | "sparc64");
-            assert_eq!(t.endian == Endian::Big, big, "{}", t.rust);
-            let wide = matches!(arch, "x86_64" | "aarch64" | "powerpc64" | "s390x");
-            assert_eq!(t.pointer_width, if wide { 64 } else { 32 }, "{}", t.rust);
-            let format = if t.rust.contains("windows") {
-                ObjectFormat::Coff
-            } else if t.rust.starts_with("wasm") {
-                ObjectFormat::Wasm
-            } else {
-                ObjectFormat::Elf
-            };
-            assert_eq!(t.object_format, format, "{}", t.rust);
-            assert!(t.clang[0].starts_with("--target="), "{}", t.rust);
+            let arch = t.triple.split('-').next().unwrap();
+            let big = matches!(arch, "powerpc" | "s390x");
+            assert_eq!(t.endian == Endian::Big, big, "{}", t.triple);
+            let wide = matches!(arch, "x86_64" | "aarch64" | "s390x");
+            assert_eq!(t.pointer_width, if wide { 64 } else { 32 }, "{}", t.triple);
+            assert_eq!(t.format == Format::Coff, t.triple.contains("windows"), "{}", t.triple);
+            assert_eq!(t.format == Format::Wasm, t.triple.starts_with("wasm"), "{}", t.triple);
+            assert!(t.clang[0].starts_with("--target="), "{}", t.triple);
+            assert_eq!(t.tests == Tests::Firmware, t.triple.contains("-none"), "{}", t.triple);
+            assert_eq!(t.c_main.contains(&"freestanding.c"), t.tests != Tests::Cargo, "{}", t.triple);
         }
-    }
-
-    #[test]
-    fn a_target_runs_its_tests_only_where_it_can_link_and_run_them() {
-        for t in TARGETS {
-            match t.core_tests {
-                CoreTests::Run => {
-                    assert!(t.c_toolchain.is_some(), "{}: a linker", t.rust);
-                    assert!(t.runner.command().is_some(), "{}: a runner", t.rust);
-                }
-                CoreTests::BuildOnly(_) => assert!(t.c_toolchain.is_some(), "{}", t.rust),
-                CoreTests::NotRun(_) => {}
-            }
-            let names: Vec<_> = TARGETS.iter().filter(|u| u.rust == t.rust).collect();
-            assert_eq!(names.len(), 1, "{} listed once", t.rust);
-        }
-    }
-
-    #[test]
-    fn cargo_env_prefix_follows_cargos_spelling() {
-        let t = TARGETS
-            .iter()
-            .find(|t| t.rust == "armv7-unknown-linux-gnueabihf")
-            .unwrap();
-        assert_eq!(
-            t.cargo_env_prefix(),
-            "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_"
-        );
+        assert!(TARGETS.iter().any(|t| t.pointer_width == 64 && t.endian == Endian::Big));
+        assert!(TARGETS.iter().any(|t| t.pointer_width == 32 && t.endian == Endian::Big));
+        assert_eq!(TARGETS[3].cargo_env_prefix(), "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_");
     }
 }

@@ -6,7 +6,8 @@ use core::ffi::c_void;
 use core::ptr;
 
 use hostcopy_core::{
-    ABI_VERSION, HOST_COPY_FN, HostCopyArgs, hostcopy_abi_version, hostcopy_rejected,
+    ABI_VERSION, HOST_COPY_FN, HostCopyArgs, NON_TEMPORAL_THRESHOLD, hostcopy_abi_version,
+    hostcopy_rejected,
 };
 
 /// One check: its name, and whether it held.
@@ -47,6 +48,18 @@ pub(crate) const CASES: &[Case] = &[
     Case {
         name: "hostcopy_abi_version is ABI_VERSION",
         run: abi_version,
+    },
+    Case {
+        name: "null src is rejected without a write",
+        run: null_src,
+    },
+    Case {
+        name: "every length to 64 at every alignment, nothing more",
+        run: lengths_and_alignments,
+    },
+    Case {
+        name: "a copy past the non-temporal threshold",
+        run: large_copy,
     },
 ];
 
@@ -163,4 +176,55 @@ fn unaligned_record() -> bool {
 
 fn abi_version() -> bool {
     hostcopy_abi_version() == ABI_VERSION
+}
+
+fn null_src() -> bool {
+    let mut dst = [0u8; 8];
+    run(&HostCopyArgs::new(address(dst.as_mut_ptr()), 0, dst.len())) == 1 && dst == [0; 8]
+}
+
+fn lengths_and_alignments() -> bool {
+    let src = pattern::<72>();
+    (0..=64).all(|len| {
+        (0..8).all(|shift| {
+            let mut dst = [0u8; 80];
+            let record = HostCopyArgs::new(
+                address(dst[shift..].as_mut_ptr()),
+                address(src[8 - shift..].as_ptr()),
+                len,
+            );
+            run(&record) == 0
+                && dst[shift..shift + len] == src[8 - shift..8 - shift + len]
+                && dst[..shift]
+                    .iter()
+                    .chain(&dst[shift + len..])
+                    .all(|&b| b == 0)
+        })
+    })
+}
+
+/// Above the threshold the copy may take another path (non-temporal stores
+/// where the target has them); twice the threshold, at odd addresses.
+fn large_copy() -> bool {
+    const LEN: usize = 2 * NON_TEMPORAL_THRESHOLD + 3;
+    static SRC: [u8; LEN + 1] = {
+        let mut bytes = [0u8; LEN + 1];
+        let mut i = 0;
+        while i < bytes.len() {
+            bytes[i] = (i % 251) as u8;
+            i += 1;
+        }
+        bytes
+    };
+    static mut DST: [u8; LEN + 2] = [0; LEN + 2];
+    let record = HostCopyArgs::new(
+        address((&raw mut DST).cast::<u8>()) + 1,
+        address(SRC.as_ptr()) + 1,
+        LEN,
+    );
+    let rejected = run(&record);
+    // SAFETY: the firmware runs its cases one at a time on one core, and the
+    // copy above has returned: nothing else reads or writes DST now.
+    let dst = unsafe { core::slice::from_raw_parts((&raw const DST).cast::<u8>(), LEN + 2) };
+    rejected == 0 && dst[1..=LEN] == SRC[1..=LEN] && dst[0] == 0 && dst[LEN + 1] == 0
 }
