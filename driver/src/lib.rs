@@ -19,8 +19,9 @@
 //! - `alloc`: `Vec<T>` as host memory.
 //! - `std`: implies `alloc`; adds [`parallel`], a host function that splits
 //!   one record's copy across a pool of worker threads.
-//! - `cuda`: the CUDA layer ([`cuda`]): contexts, streams, graphs, pinned and
-//!   device buffers, launches with borrowed, owned and raw records.
+//! - `cuda`: implies `std`; the CUDA layer ([`cuda`]): contexts, streams,
+//!   graphs, pinned and device buffers, launches with borrowed, owned and
+//!   raw records, each running `hostcopy_fn` or the parallel host function.
 //! - `defmt`: `defmt::Format` on the error and region types.
 
 #![no_std]

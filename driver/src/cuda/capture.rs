@@ -1,0 +1,116 @@
+//! The process-wide capture lock, and what a stream's capture state is.
+//!
+//! A stream's capture state changes only through a few calls: begin and end
+//! capture, and an event wait that joins the stream to another stream's
+//! capture. This layer makes each of them hold one process-wide lock, and so
+//! does every launch that asks "is this stream capturing?" together with the
+//! launch the answer guards (an owned launch, a scoped launch, a graph launch
+//! refused on a capturing stream) and the opening of a scope. Under the lock
+//! the answer cannot go stale before the launch: an owned record can never
+//! land in a graph as a record to run once, nor a scoped record in a graph at
+//! all. The same lock serializes the calls that give records to a capture
+//! graph (`cuGraphRetainUserObject`), which CUDA does not allow from two
+//! threads at once on one graph.
+//!
+//! Why one lock for the process and not one per stream or context: a capture
+//! can pull in any stream through an event wait, so only a lock over every
+//! stream makes "the state of this stream" stable, whatever the driver
+//! allows across contexts. It costs one uncontended mutex per launch (a
+//! launch itself is a few microseconds). Host functions never take it.
+//!
+//! The lock also keeps the set of streams with an open launch scope: such a
+//! stream cannot begin capturing until its scope returns.
+
+use std::sync::{Mutex, MutexGuard};
+
+use alloc::vec::Vec;
+
+use super::error::DriverError;
+use super::event::Event;
+use super::ffi::{self, CUgraph};
+use super::stream::StreamRef;
+
+/// What the lock guards besides the capture transitions themselves.
+pub(crate) struct CaptureState {
+    /// Streams (raw addresses) with an open launch scope, once per scope.
+    scoped: Vec<usize>,
+}
+
+static CAPTURE: Mutex<CaptureState> = Mutex::new(CaptureState { scoped: Vec::new() });
+
+/// Takes the capture lock. Never held across a wait for a host function.
+pub(crate) fn lock() -> MutexGuard<'static, CaptureState> {
+    // Nothing under the lock panics; a poisoned lock still guards a
+    // consistent state.
+    CAPTURE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl CaptureState {
+    /// Whether `stream` has an open launch scope.
+    pub(crate) fn has_scope(&self, stream: StreamRef<'_>) -> bool {
+        self.scoped.contains(&stream.raw().addr())
+    }
+
+    pub(crate) fn open_scope(&mut self, stream: StreamRef<'_>) {
+        self.scoped.push(stream.raw().addr());
+    }
+
+    pub(crate) fn close_scope(&mut self, stream: StreamRef<'_>) {
+        if let Some(at) = self.scoped.iter().position(|&s| s == stream.raw().addr()) {
+            self.scoped.swap_remove(at);
+        }
+    }
+}
+
+/// The graph `stream` is capturing into, if it is capturing. Binds the
+/// stream's context. The answer holds while the caller holds the lock.
+pub(crate) fn capture_graph(
+    _locked: &CaptureState,
+    stream: StreamRef<'_>,
+) -> Result<Option<CUgraph>, DriverError> {
+    stream.context().bind()?;
+    let mut status = ffi::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0u64;
+    let mut graph: CUgraph = core::ptr::null_mut();
+    // SAFETY: writes status, id and graph; the dependency outputs are
+    // optional and left null.
+    unsafe {
+        ffi::cuStreamGetCaptureInfo_v2(
+            stream.raw(),
+            &mut status,
+            &mut id,
+            &mut graph,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+        )
+    }
+    .ok()?;
+    Ok(match status {
+        ffi::CU_STREAM_CAPTURE_STATUS_NONE => None,
+        ffi::CU_STREAM_CAPTURE_STATUS_ACTIVE => Some(graph),
+        // Invalidated: still capturing (and failing at its end). Reported
+        // as a capture without a graph, so nothing is launched on it as if
+        // the stream were live, and nothing is given to its graph.
+        _ => Some(core::ptr::null_mut()),
+    })
+}
+
+impl StreamRef<'_> {
+    /// Whether the stream is capturing a graph (an answer that may change
+    /// as soon as this returns; launches check it themselves, atomically).
+    pub fn is_capturing(&self) -> Result<bool, DriverError> {
+        let locked = lock();
+        Ok(capture_graph(&locked, *self)?.is_some())
+    }
+
+    /// Makes later work on this stream wait for `event`'s last record. If
+    /// that record was captured, this joins the stream to the capture.
+    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
+        let _locked = lock();
+        self.context().bind()?;
+        // SAFETY: both handles are alive.
+        unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw(), 0) }.ok()
+    }
+}
