@@ -330,7 +330,11 @@ pub(crate) enum SlotSource {
 #[cfg(feature = "cuda")]
 impl SlotSource {
     /// A held slot holding `args`, run by `copy`, which the caller now owns.
-    pub(crate) fn take(self, args: HostCopyArgs, copy: HostCopy) -> Result<NonNull<Slot>, PoolError> {
+    pub(crate) fn take(
+        self,
+        args: HostCopyArgs,
+        copy: HostCopy,
+    ) -> Result<NonNull<Slot>, PoolError> {
         match self {
             SlotSource::Heap => Ok(Slot::boxed(args, copy.host_fn())),
             SlotSource::Pool(pool) => pool.take_slot(args, copy.host_fn()),

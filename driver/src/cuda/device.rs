@@ -44,6 +44,11 @@ impl DeviceBuffer {
         })
     }
 
+    /// The context the buffer belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -7,7 +7,6 @@ use super::error::DriverError;
 use super::ffi::{self, CUevent};
 use super::stream::{CUDA_ERROR_NOT_READY, StreamRef};
 
-
 /// A CUDA event in a context it keeps alive, destroyed on drop.
 pub struct Event {
     context: Context,

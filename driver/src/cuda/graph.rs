@@ -37,7 +37,9 @@ use super::capture::{self, capture_graph};
 use super::context::Context;
 use super::error::{DriverError, Error};
 use super::event::Event;
-use super::ffi::{self, CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstreamCaptureMode};
+use super::ffi::{
+    self, CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode, CUstreamCaptureMode,
+};
 use super::stream::StreamRef;
 use crate::owned::{self, HostCopy, Slot, SlotSource};
 use crate::{Record, RecordPool};
@@ -188,9 +190,7 @@ impl Graph {
         unsafe { give_slot_to_graph(self.inner.raw, slot) }?;
         // SAFETY: the graph keeps the slot until it and its executables are
         // gone; the `'static` record's ranges stay valid that long.
-        let node = unsafe {
-            self.add_node(copy.host_fn(), Slot::user_data(slot), &dependencies)
-        }?;
+        let node = unsafe { self.add_node(copy.host_fn(), Slot::user_data(slot), &dependencies) }?;
         Ok(node)
     }
 
@@ -300,7 +300,10 @@ impl fmt::Debug for Graph {
 /// object). No other thread calls on `graph` meanwhile (the graph's call
 /// lock, or the capture lock for a graph being captured), and its context
 /// is current.
-pub(crate) unsafe fn give_slot_to_graph(graph: CUgraph, slot: NonNull<Slot>) -> Result<(), DriverError> {
+pub(crate) unsafe fn give_slot_to_graph(
+    graph: CUgraph,
+    slot: NonNull<Slot>,
+) -> Result<(), DriverError> {
     let mut object: ffi::CUuserObject = core::ptr::null_mut();
     // SAFETY: the destructor frees the slot, which stays allocated until then.
     let created = unsafe {
@@ -589,8 +592,11 @@ impl Drop for GraphExec {
         }
         // Wait for the launches that may run our records. One that fails
         // (the context failed) or was never tracked stays in flight.
-        self.in_flight
-            .retain(|(_, event)| !event.as_ref().is_some_and(|event| event.synchronize().is_ok()));
+        self.in_flight.retain(|(_, event)| {
+            !event
+                .as_ref()
+                .is_some_and(|event| event.synchronize().is_ok())
+        });
         let launches = self.launches;
         let current = self.current.drain(..).map(|owned| Retired {
             slot: owned.slot,

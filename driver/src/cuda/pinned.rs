@@ -56,6 +56,11 @@ impl PinnedBuffer {
         })
     }
 
+    /// The context the buffer belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
     /// The first byte's address, for transfers whose order the caller
     /// answers for (a device-to-host copy into a slot that host functions
     /// read later). Creates no reference to the contents.
@@ -136,7 +141,10 @@ pub struct HostRegistration<'a> {
 
 impl<'a> HostRegistration<'a> {
     /// Pins `buffer` in `context` (it must not be empty).
-    pub fn new(context: &Context, buffer: &'a mut [u8]) -> Result<HostRegistration<'a>, DriverError> {
+    pub fn new(
+        context: &Context,
+        buffer: &'a mut [u8],
+    ) -> Result<HostRegistration<'a>, DriverError> {
         context.bind()?;
         let len = buffer.len();
         let ptr = NonNull::from(buffer).cast::<u8>();

@@ -132,7 +132,11 @@ impl<'scope, 'env> LaunchScope<'scope, 'env> {
         }
         let slot = self.source.take(record.args(), copy)?;
         // SAFETY: the slot is held by us and not shared yet.
-        unsafe { (*slot.as_ptr()).state.store(owned::PENDING, Ordering::Relaxed) };
+        unsafe {
+            (*slot.as_ptr())
+                .state
+                .store(owned::PENDING, Ordering::Relaxed)
+        };
         let launched = {
             let locked = capture::lock();
             match capture_graph(&locked, self.stream) {
