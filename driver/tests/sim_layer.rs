@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::{
-    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostCopy,
-    HostRegistration, PinnedBuffer, Stream,
+    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostCopy, HostRegistration,
+    PinnedBuffer, Stream,
 };
 use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool};
 
@@ -152,7 +152,10 @@ fn a_pinned_buffer_keeps_its_context_alive() {
         PinnedBuffer::new(&context, 4096).unwrap()
     };
     let state = sim::device_state(ordinal);
-    assert!(state.context_alive, "the context went with its last Context");
+    assert!(
+        state.context_alive,
+        "the context went with its last Context"
+    );
     assert_eq!(state.primary_retains, 1);
     assert_eq!(state.host_allocations, 1);
     buffer[0] = 7;
@@ -161,7 +164,10 @@ fn a_pinned_buffer_keeps_its_context_alive() {
     drop(buffer);
     let state = sim::device_state(ordinal);
     assert_eq!(state.host_allocations, 0);
-    assert_eq!(state.primary_retains, 0, "the last resource releases the context");
+    assert_eq!(
+        state.primary_retains, 0,
+        "the last resource releases the context"
+    );
     assert!(!state.context_alive);
     assert!(sim::take_violations(ordinal).is_empty());
 }
@@ -201,14 +207,22 @@ fn every_resource_keeps_its_context_alive() {
     stream.synchronize().unwrap();
     assert_eq!(registration.len(), 256);
     drop((registration, exec, graph, event, device_buffer));
-    assert!(sim::device_state(ordinal).context_alive, "the stream still holds it");
+    assert!(
+        sim::device_state(ordinal).context_alive,
+        "the stream still holds it"
+    );
     drop(stream);
     sim::drain(ordinal);
     let state = sim::device_state(ordinal);
     assert_eq!(state.primary_retains, 0);
     assert!(!state.context_alive);
     assert_eq!(
-        (state.device_allocations, state.registrations, state.graphs, state.graph_execs),
+        (
+            state.device_allocations,
+            state.registrations,
+            state.graphs,
+            state.graph_execs
+        ),
         (0, 0, 0, 0)
     );
     assert!(sim::take_violations(ordinal).is_empty());
@@ -268,19 +282,36 @@ fn an_untracked_launch_keeps_every_record_it_may_run() {
     let second = RawBuffer::zeroed(128);
     let mut graph = Graph::new(&device.context).unwrap();
     let node = graph
-        .add_host_copy_in(&POOL, HostCopy::Single, raw_record(&first, 0, &src, 0, 128), &[])
+        .add_host_copy_in(
+            &POOL,
+            HostCopy::Single,
+            raw_record(&first, 0, &src, 0, 128),
+            &[],
+        )
         .unwrap();
     let mut exec = graph.instantiate().unwrap();
-    exec.set_host_copy_in(&POOL, node, HostCopy::Single, raw_record(&second, 0, &src, 0, 128))
-        .unwrap();
+    exec.set_host_copy_in(
+        &POOL,
+        node,
+        HostCopy::Single,
+        raw_record(&second, 0, &src, 0, 128),
+    )
+    .unwrap();
     assert_eq!(POOL.available(), 2);
 
     sim::hold(device.ordinal);
     sim::fail_call(device.ordinal, "cuEventRecord", 1, 999);
     let abandoned_before = hostcopy_driver::abandoned_records();
     let launched = exec.launch(stream.as_stream());
-    assert!(launched.is_err(), "the launch's event was refused: {launched:?}");
-    assert_eq!(device.state().queued, 1, "the graph launch itself is queued");
+    assert!(
+        launched.is_err(),
+        "the launch's event was refused: {launched:?}"
+    );
+    assert_eq!(
+        device.state().queued,
+        1,
+        "the graph launch itself is queued"
+    );
     drop(exec);
     assert_eq!(
         POOL.available(),
@@ -290,7 +321,11 @@ fn an_untracked_launch_keeps_every_record_it_may_run() {
     assert!(hostcopy_driver::abandoned_records() > abandoned_before);
     sim::release(device.ordinal);
     sim::drain(device.ordinal);
-    assert_eq!(second.read(), src.read(), "the queued launch ran the record");
+    assert_eq!(
+        second.read(),
+        src.read(),
+        "the queued launch ran the record"
+    );
     drop(graph);
     sim::drain(device.ordinal);
     // The graph's own record is freed with the graph; the poisoned one never.
@@ -323,7 +358,10 @@ fn a_stream_with_an_open_scope_cannot_begin_capturing() {
     assert!(matches!(inner, Err(Error::ScopeOpen)), "{inner:?}");
     assert_eq!(dst, src);
     // Once the scope returned, capturing works again.
-    stream.as_stream().begin_capture(CaptureMode::Relaxed).unwrap();
+    stream
+        .as_stream()
+        .begin_capture(CaptureMode::Relaxed)
+        .unwrap();
     let graph = stream.as_stream().end_capture().unwrap();
     drop(graph);
     device.assert_no_violations();
@@ -458,12 +496,21 @@ fn a_node_of_another_graph_is_an_error() {
     let own = one
         .add_host_copy(HostCopy::Single, raw_record(&dst, 0, &src, 0, 64), &[])
         .unwrap();
-    let as_dependency =
-        one.add_host_copy(HostCopy::Single, raw_record(&dst, 0, &src, 0, 64), &[own, foreign]);
-    assert!(matches!(as_dependency, Err(Error::ForeignNode)), "{as_dependency:?}");
+    let as_dependency = one.add_host_copy(
+        HostCopy::Single,
+        raw_record(&dst, 0, &src, 0, 64),
+        &[own, foreign],
+    );
+    assert!(
+        matches!(as_dependency, Err(Error::ForeignNode)),
+        "{as_dependency:?}"
+    );
     let mut exec = one.instantiate().unwrap();
     let as_update = exec.set_host_copy(foreign, HostCopy::Single, raw_record(&dst, 0, &src, 0, 64));
-    assert!(matches!(as_update, Err(Error::ForeignNode)), "{as_update:?}");
+    assert!(
+        matches!(as_update, Err(Error::ForeignNode)),
+        "{as_update:?}"
+    );
     assert_eq!(exec.owned_records(), 0);
     drop((exec, one, other));
     device.assert_no_violations();
@@ -488,14 +535,23 @@ fn replaced_records_stay_bounded_over_many_updates() {
     let dst = RawBuffer::zeroed(LEN * 2);
     let mut graph = Graph::new(&device.context).unwrap();
     let node = graph
-        .add_host_copy_in(&POOL, HostCopy::Single, raw_record(&dst, 0, &src, 0, LEN), &[])
+        .add_host_copy_in(
+            &POOL,
+            HostCopy::Single,
+            raw_record(&dst, 0, &src, 0, LEN),
+            &[],
+        )
         .unwrap();
     let mut exec = graph.instantiate().unwrap();
     let mut most = 0;
     for update in 0..updates {
         let at = (update % 2) * LEN;
-        match exec.set_host_copy_in(&POOL, node, HostCopy::Single, raw_record(&dst, at, &src, 0, LEN))
-        {
+        match exec.set_host_copy_in(
+            &POOL,
+            node,
+            HostCopy::Single,
+            raw_record(&dst, at, &src, 0, LEN),
+        ) {
             Ok(()) => {}
             Err(Error::Pool(PoolError::Exhausted { .. })) => {
                 panic!("pool exhausted after {update} updates: replaced records are kept")
@@ -535,7 +591,10 @@ fn two_threads_launching_into_one_capture_are_serialized() {
     let per_thread = scaled(200, 4);
     let src = RawBuffer::new(pattern(2 * per_thread * LEN, 8));
     let dst = RawBuffer::zeroed(2 * per_thread * LEN);
-    origin.as_stream().begin_capture(CaptureMode::Relaxed).unwrap();
+    origin
+        .as_stream()
+        .begin_capture(CaptureMode::Relaxed)
+        .unwrap();
     let fork = Event::ordering(&device.context).unwrap();
     fork.record(origin.as_stream()).unwrap();
     joined.as_stream().wait_event(&fork).unwrap();
@@ -557,7 +616,11 @@ fn two_threads_launching_into_one_capture_are_serialized() {
     join.record(joined.as_stream()).unwrap();
     origin.as_stream().wait_event(&join).unwrap();
     let graph = origin.as_stream().end_capture().unwrap();
-    assert_eq!(dst.read(), &vec![0u8; dst.bytes.len()][..], "captured work ran live");
+    assert_eq!(
+        dst.read(),
+        &vec![0u8; dst.bytes.len()][..],
+        "captured work ran live"
+    );
     let mut exec = graph.instantiate().unwrap();
     exec.launch(origin.as_stream()).unwrap();
     origin.as_stream().synchronize().unwrap();
@@ -586,7 +649,11 @@ fn an_owned_launch_frees_its_record_through_the_whole_slot() {
         .launch_owned(HostCopy::Single, raw_record(&dst, 0, &src, 0, 32))
         .unwrap();
     stream_ref
-        .launch_owned_in(&POOL, HostCopy::Parallel, raw_record(&dst, 32, &src, 32, 32))
+        .launch_owned_in(
+            &POOL,
+            HostCopy::Parallel,
+            raw_record(&dst, 32, &src, 32, 32),
+        )
         .unwrap();
     let src_tail = &src.read()[64..];
     let mut tail = [0u8; 32];
@@ -642,7 +709,10 @@ fn stream_order_through_one_staging_buffer() {
         })
         .unwrap()
         .unwrap();
-    assert!(dst.read() == &data[..], "a chunk was overwritten before its host copy");
+    assert!(
+        dst.read() == &data[..],
+        "a chunk was overwritten before its host copy"
+    );
     drop((staging, source, stream));
     device.assert_no_violations();
 }
@@ -667,12 +737,17 @@ fn sixteen_streams_of_owned_copies_return_every_slot() {
     for i in 0..per_stream {
         for (s, stream) in streams.iter().enumerate() {
             let at = (i * STREAMS + s) * LEN;
-            let copy = if s % 2 == 0 { HostCopy::Single } else { HostCopy::Parallel };
+            let copy = if s % 2 == 0 {
+                HostCopy::Single
+            } else {
+                HostCopy::Parallel
+            };
             loop {
-                match stream
-                    .as_stream()
-                    .launch_owned_in(&POOL, copy, raw_record(&dst, at, &src, at, LEN))
-                {
+                match stream.as_stream().launch_owned_in(
+                    &POOL,
+                    copy,
+                    raw_record(&dst, at, &src, at, LEN),
+                ) {
                     Ok(()) => break,
                     Err(Error::Pool(PoolError::Exhausted { .. })) => {
                         exhausted.fetch_add(1, Ordering::Relaxed);
@@ -709,10 +784,20 @@ fn graph_replays_copy_every_time_and_node_updates_take_effect() {
     let stream_ref = stream.as_stream();
     let mut graph = Graph::new(&device.context).unwrap();
     let first = graph
-        .add_host_copy_in(&POOL, HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN), &[])
+        .add_host_copy_in(
+            &POOL,
+            HostCopy::Single,
+            raw_record(&mid, 0, &src, 0, LEN),
+            &[],
+        )
         .unwrap();
     let second = graph
-        .add_host_copy_in(&POOL, HostCopy::Parallel, raw_record(&dst, 0, &mid, 0, LEN), &[first])
+        .add_host_copy_in(
+            &POOL,
+            HostCopy::Parallel,
+            raw_record(&dst, 0, &mid, 0, LEN),
+            &[first],
+        )
         .unwrap();
     let mut exec = graph.instantiate().unwrap();
     let mut last = Vec::new();
@@ -721,17 +806,31 @@ fn graph_replays_copy_every_time_and_node_updates_take_effect() {
         src.write(&last);
         exec.launch(stream_ref).unwrap();
         stream_ref.synchronize().unwrap();
-        assert!(dst.read() == &last[..], "replay {replay}: not this replay's source");
+        assert!(
+            dst.read() == &last[..],
+            "replay {replay}: not this replay's source"
+        );
     }
     assert_eq!(POOL.available(), 6, "the graph holds its two records");
-    exec.set_host_copy_in(&POOL, second, HostCopy::Single, raw_record(&other, 0, &mid, 0, LEN))
-        .unwrap();
+    exec.set_host_copy_in(
+        &POOL,
+        second,
+        HostCopy::Single,
+        raw_record(&other, 0, &mid, 0, LEN),
+    )
+    .unwrap();
     let data = pattern(LEN, 999);
     src.write(&data);
     exec.launch(stream_ref).unwrap();
     stream_ref.synchronize().unwrap();
-    assert!(other.read() == &data[..], "the updated node did not copy to its new destination");
-    assert!(dst.read() == &last[..], "the updated node still wrote its old destination");
+    assert!(
+        other.read() == &data[..],
+        "the updated node did not copy to its new destination"
+    );
+    assert!(
+        dst.read() == &last[..],
+        "the updated node still wrote its old destination"
+    );
     drop(exec);
     drop(graph);
     sim::drain(device.ordinal);
@@ -777,7 +876,10 @@ fn captured_graph_owns_its_records_across_replays() {
     src.write(&data);
     exec.launch(stream_ref).unwrap();
     stream_ref.synchronize().unwrap();
-    assert!(dst.read() == &data[..], "the executable failed after its graph was dropped");
+    assert!(
+        dst.read() == &data[..],
+        "the executable failed after its graph was dropped"
+    );
     drop(exec);
     sim::drain(device.ordinal);
     assert_eq!(POOL.available(), 4);
@@ -792,7 +894,10 @@ fn captured_graph_owns_its_records_across_replays() {
 fn scope_refuses_a_capturing_stream() {
     let device = device();
     let stream = Stream::new(&device.context).unwrap();
-    stream.as_stream().begin_capture(CaptureMode::ThreadLocal).unwrap();
+    stream
+        .as_stream()
+        .begin_capture(CaptureMode::ThreadLocal)
+        .unwrap();
     let refused = stream.as_stream().scope(|_| ());
     drop(stream.as_stream().end_capture().unwrap());
     assert!(matches!(refused, Err(Error::Capturing)), "{refused:?}");
@@ -832,7 +937,11 @@ fn sticky_error_never_hangs_and_loses_track_of_no_record() {
     for i in 0..QUEUED {
         queued
             .as_stream()
-            .launch_owned_in(&POOL, HostCopy::Single, raw_record(&dst, i * LEN, &src, i * LEN, LEN))
+            .launch_owned_in(
+                &POOL,
+                HostCopy::Single,
+                raw_record(&dst, i * LEN, &src, i * LEN, LEN),
+            )
             .unwrap();
     }
     exec.launch(queued.as_stream()).unwrap();
@@ -844,11 +953,17 @@ fn sticky_error_never_hangs_and_loses_track_of_no_record() {
     let scoped_src = [1u8; LEN];
     let mut scoped_dst = [0u8; LEN];
     let scope_result = busy.as_stream().scope_in(&SCOPED, |scope| {
-        scope.launch(HostCopy::Single, Record::pack(&mut scoped_dst, &scoped_src)?)?;
+        scope.launch(
+            HostCopy::Single,
+            Record::pack(&mut scoped_dst, &scoped_src)?,
+        )?;
         sim::fail_context(device.ordinal, 719);
         Ok::<_, Error>(())
     });
-    assert!(scope_result.is_err(), "the scope returned Ok after the context failed");
+    assert!(
+        scope_result.is_err(),
+        "the scope returned Ok after the context failed"
+    );
     assert_eq!(scoped_dst, [0u8; LEN], "a skipped scoped record ran");
     assert_eq!(SCOPED.available(), 3, "the abandoned slot stays held");
 
@@ -857,12 +972,17 @@ fn sticky_error_never_hangs_and_loses_track_of_no_record() {
         ("context", device.context.synchronize()),
         ("event", event.synchronize()),
     ] {
-        assert!(result.is_err(), "waiting on the {what} after the error returned Ok");
+        assert!(
+            result.is_err(),
+            "waiting on the {what} after the error returned Ok"
+        );
     }
     let free = POOL.available();
-    let late = queued
-        .as_stream()
-        .launch_owned_in(&POOL, HostCopy::Single, raw_record(&dst, 0, &src, 0, LEN));
+    let late = queued.as_stream().launch_owned_in(
+        &POOL,
+        HostCopy::Single,
+        raw_record(&dst, 0, &src, 0, LEN),
+    );
     assert!(late.is_err(), "a launch after the error succeeded");
     assert_eq!(POOL.available(), free, "a refused launch kept its slot");
 

@@ -592,10 +592,9 @@ impl Drop for GraphExec {
         }
         // Wait for the launches that may run our records. One that fails
         // (the context failed) or was never tracked stays in flight.
-        self.in_flight.retain(|(_, event)| {
-            !event
-                .as_ref()
-                .is_some_and(|event| event.synchronize().is_ok())
+        self.in_flight.retain(|(_, event)| match event {
+            Some(event) => event.synchronize().is_err(),
+            None => true,
         });
         let launches = self.launches;
         let current = self.current.drain(..).map(|owned| Retired {
