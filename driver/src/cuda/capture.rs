@@ -19,16 +19,21 @@
 //! launch itself is a few microseconds). Host functions never take it.
 //!
 //! The lock also keeps the set of streams with an open launch scope: such a
-//! stream cannot begin capturing until its scope returns.
+//! stream cannot begin capturing until its scope returns. And every other
+//! call of this layer that can add a node to a capture graph (an event
+//! record, an asynchronous copy, a raw host function) holds it too, so no
+//! call on a capture graph overlaps another thread's capture into it.
+//!
+//! This module sits below the stream module: it speaks of raw stream
+//! handles, and the stream, event and launch modules build on it.
 
 use std::sync::{Mutex, MutexGuard};
 
 use alloc::vec::Vec;
 
+use super::context::Context;
 use super::error::DriverError;
-use super::event::Event;
-use super::ffi::{self, CUgraph};
-use super::stream::StreamRef;
+use super::ffi::{self, CUgraph, CUstream};
 
 /// What the lock guards besides the capture transitions themselves.
 pub(crate) struct CaptureState {
@@ -49,16 +54,16 @@ pub(crate) fn lock() -> MutexGuard<'static, CaptureState> {
 
 impl CaptureState {
     /// Whether `stream` has an open launch scope.
-    pub(crate) fn has_scope(&self, stream: StreamRef<'_>) -> bool {
-        self.scoped.contains(&stream.raw().addr())
+    pub(crate) fn has_scope(&self, stream: CUstream) -> bool {
+        self.scoped.contains(&stream.addr())
     }
 
-    pub(crate) fn open_scope(&mut self, stream: StreamRef<'_>) {
-        self.scoped.push(stream.raw().addr());
+    pub(crate) fn open_scope(&mut self, stream: CUstream) {
+        self.scoped.push(stream.addr());
     }
 
-    pub(crate) fn close_scope(&mut self, stream: StreamRef<'_>) {
-        if let Some(at) = self.scoped.iter().position(|&s| s == stream.raw().addr()) {
+    pub(crate) fn close_scope(&mut self, stream: CUstream) {
+        if let Some(at) = self.scoped.iter().position(|&s| s == stream.addr()) {
             self.scoped.swap_remove(at);
         }
     }
@@ -68,9 +73,10 @@ impl CaptureState {
 /// stream's context. The answer holds while the caller holds the lock.
 pub(crate) fn capture_graph(
     _locked: &CaptureState,
-    stream: StreamRef<'_>,
+    context: &Context,
+    stream: CUstream,
 ) -> Result<Option<CUgraph>, DriverError> {
-    stream.context().bind()?;
+    context.bind()?;
     let mut status = ffi::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id = 0u64;
     let mut graph: CUgraph = core::ptr::null_mut();
@@ -78,7 +84,7 @@ pub(crate) fn capture_graph(
     // optional and left null.
     unsafe {
         ffi::cuStreamGetCaptureInfo_v2(
-            stream.raw(),
+            stream,
             &mut status,
             &mut id,
             &mut graph,
@@ -95,22 +101,4 @@ pub(crate) fn capture_graph(
         // the stream were live, and nothing is given to its graph.
         _ => Some(core::ptr::null_mut()),
     })
-}
-
-impl StreamRef<'_> {
-    /// Whether the stream is capturing a graph (an answer that may change
-    /// as soon as this returns; launches check it themselves, atomically).
-    pub fn is_capturing(&self) -> Result<bool, DriverError> {
-        let locked = lock();
-        Ok(capture_graph(&locked, *self)?.is_some())
-    }
-
-    /// Makes later work on this stream wait for `event`'s last record. If
-    /// that record was captured, this joins the stream to the capture.
-    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
-        let _locked = lock();
-        self.context().bind()?;
-        // SAFETY: both handles are alive.
-        unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw(), 0) }.ok()
-    }
 }

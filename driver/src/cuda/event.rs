@@ -2,6 +2,7 @@
 
 use core::fmt;
 
+use super::capture::{self, CaptureState};
 use super::context::Context;
 use super::error::DriverError;
 use super::ffi::{self, CUevent};
@@ -43,6 +44,16 @@ impl Event {
 
     /// Records the event at the current end of `stream`.
     pub fn record(&self, stream: StreamRef<'_>) -> Result<(), DriverError> {
+        // A record on a capturing stream adds to its capture graph.
+        self.record_locked(&capture::lock(), stream)
+    }
+
+    /// [`record`](Self::record) for a caller that holds the capture lock.
+    pub(crate) fn record_locked(
+        &self,
+        _locked: &CaptureState,
+        stream: StreamRef<'_>,
+    ) -> Result<(), DriverError> {
         stream.context().bind()?;
         // SAFETY: both handles are alive.
         unsafe { ffi::cuEventRecord(self.raw, stream.raw()) }.ok()
@@ -75,9 +86,16 @@ impl Event {
         unsafe { ffi::cuEventElapsedTime(&mut ms, start.raw, self.raw) }.ok()?;
         Ok(ms)
     }
+}
 
-    pub(crate) fn raw(&self) -> CUevent {
-        self.raw
+impl StreamRef<'_> {
+    /// Makes later work on this stream wait for `event`'s last record. If
+    /// that record was captured, this joins the stream to the capture.
+    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
+        let _locked = capture::lock();
+        self.context().bind()?;
+        // SAFETY: both handles are alive.
+        unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw, 0) }.ok()
     }
 }
 

@@ -33,7 +33,7 @@ use alloc::vec::Vec;
 
 use hostcopy_core::HostFn;
 
-use super::capture::{self, capture_graph};
+use super::capture::{self, CaptureState, capture_graph};
 use super::context::Context;
 use super::error::{DriverError, Error};
 use super::event::Event;
@@ -358,7 +358,7 @@ impl StreamRef<'_> {
             CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         };
         let locked = capture::lock();
-        if locked.has_scope(*self) {
+        if locked.has_scope(self.raw()) {
             return Err(Error::ScopeOpen);
         }
         self.context().bind()?;
@@ -429,7 +429,7 @@ impl GraphExec {
         let tracked = !self.current.is_empty();
         {
             let locked = capture::lock();
-            if tracked && capture_graph(&locked, stream)?.is_some() {
+            if tracked && capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
                 return Err(Error::Capturing);
             }
             stream.context().bind()?;
@@ -439,7 +439,7 @@ impl GraphExec {
             if tracked {
                 // Under the lock: the stream cannot start capturing between
                 // the launch and its event.
-                self.track_launch(stream)?;
+                self.track_launch(&locked, stream)?;
             }
         }
         self.free_finished();
@@ -448,12 +448,12 @@ impl GraphExec {
 
     /// Records an event after the launch just queued on `stream`. If that
     /// fails, the launch stays in flight for good.
-    fn track_launch(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
+    fn track_launch(&mut self, locked: &CaptureState, stream: StreamRef<'_>) -> Result<(), Error> {
         let event = match self.spare_events.pop() {
             Some(event) => Ok(event),
             None => Event::ordering(&self.graph.context),
         };
-        let recorded = event.and_then(|event| event.record(stream).map(|()| event));
+        let recorded = event.and_then(|event| event.record_locked(locked, stream).map(|()| event));
         match recorded {
             Ok(event) => {
                 self.in_flight.push_back((self.launches, Some(event)));

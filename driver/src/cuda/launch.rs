@@ -60,7 +60,7 @@ impl StreamRef<'_> {
     unsafe fn launch_slot(&self, slot: NonNull<Slot>, copy: HostCopy) -> Result<(), Error> {
         let user_data = Slot::user_data(slot);
         let locked = capture::lock();
-        let capture = match capture_graph(&locked, *self) {
+        let capture = match capture_graph(&locked, self.context(), self.raw()) {
             Ok(capture) => capture,
             Err(error) => {
                 // SAFETY: nothing has the slot but us.

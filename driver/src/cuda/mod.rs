@@ -25,11 +25,12 @@
 //!   keeps the record and its buffers alive.
 //!
 //! The modules read bottom-up, none importing one that imports it back:
-//! `ffi` (entry points), `error`, `context`, then the handles (`stream`,
-//! `event`, `pinned`, `device`), record ownership (`crate::owned`: slot
-//! states and the host functions that move them), `capture` (the lock), and
-//! the launch forms: `graph` (graphs, executables, `begin_capture` and
-//! `end_capture`), `launch` (owned launches) and `scope` (scoped launches).
+//! `ffi` (entry points), `error`, `context`, `capture` (the capture lock,
+//! over raw stream handles), then the handles (`stream`, `event` with
+//! `wait_event`, `pinned`, `device`), record ownership (`crate::owned`: slot
+//! states and the host functions that move them), and the launch forms:
+//! `graph` (graphs, executables, `begin_capture` and `end_capture`),
+//! `launch` (owned launches) and `scope` (scoped launches).
 //!
 //! # The host-function thread
 //!

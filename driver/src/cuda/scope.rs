@@ -100,10 +100,10 @@ where
 {
     {
         let mut locked = capture::lock();
-        if capture_graph(&locked, stream)?.is_some() {
+        if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
             return Err(Error::Capturing);
         }
-        locked.open_scope(stream);
+        locked.open_scope(stream.raw());
     }
     let scope = LaunchScope {
         stream,
@@ -139,7 +139,7 @@ impl<'scope, 'env> LaunchScope<'scope, 'env> {
         };
         let launched = {
             let locked = capture::lock();
-            match capture_graph(&locked, self.stream) {
+            match capture_graph(&locked, self.stream.context(), self.stream.raw()) {
                 Ok(Some(_)) => Err(Error::Capturing),
                 Ok(None) => {
                     // SAFETY: `run_scoped` reads the slot until it stores
@@ -201,7 +201,7 @@ impl<'scope, 'env> LaunchScope<'scope, 'env> {
             // SAFETY: every tracked slot was launched by this scope.
             unsafe { settle(slot) };
         }
-        capture::lock().close_scope(self.stream);
+        capture::lock().close_scope(self.stream.raw());
         synchronized
     }
 }

@@ -1,13 +1,14 @@
 //! Streams: the owned [`Stream`] and the borrowed [`StreamRef`] that every
 //! launch and copy goes through. Launch forms add their methods to
-//! `StreamRef` in their own modules (`launch.rs`, `scope.rs`, `capture.rs`,
-//! `graph.rs`), so this module depends on none of them.
+//! `StreamRef` in their own modules (`event.rs`, `graph.rs`, `launch.rs`,
+//! `scope.rs`), so this module depends on none of them.
 
 use core::ffi::c_void;
 use core::fmt;
 
 use hostcopy_core::HostFn;
 
+use super::capture::{self, capture_graph};
 use super::context::Context;
 use super::device::DeviceBuffer;
 use super::error::{DriverError, Error};
@@ -105,6 +106,13 @@ impl<'a> StreamRef<'a> {
         StreamRef { context, raw }
     }
 
+    /// Whether the stream is capturing a graph (an answer that may change
+    /// as soon as this returns; launches check it themselves, atomically).
+    pub fn is_capturing(&self) -> Result<bool, DriverError> {
+        let locked = capture::lock();
+        Ok(capture_graph(&locked, self.context, self.raw)?.is_some())
+    }
+
     /// Whether all work queued on the stream has finished, without waiting.
     pub fn query(&self) -> Result<bool, DriverError> {
         self.context.bind()?;
@@ -165,6 +173,7 @@ impl<'a> StreamRef<'a> {
         f: HostFn,
         user_data: *mut c_void,
     ) -> Result<(), DriverError> {
+        let _locked = capture::lock();
         self.context.bind()?;
         // SAFETY: forwarded to our caller.
         unsafe { ffi::cuLaunchHostFunc(self.raw, Some(f), user_data) }.ok()
@@ -187,6 +196,7 @@ impl<'a> StreamRef<'a> {
         nbytes: usize,
     ) -> Result<(), Error> {
         let src = src.range(offset, nbytes)?;
+        let _locked = capture::lock();
         self.context.bind()?;
         // SAFETY: device range checked; the host side is our caller's.
         unsafe { ffi::cuMemcpyDtoHAsync_v2(dst.cast(), src, nbytes, self.raw) }.ok()?;
@@ -207,6 +217,7 @@ impl<'a> StreamRef<'a> {
         nbytes: usize,
     ) -> Result<(), Error> {
         let dst = dst.range(offset, nbytes)?;
+        let _locked = capture::lock();
         self.context.bind()?;
         // SAFETY: device range checked; the host side is our caller's.
         unsafe { ffi::cuMemcpyHtoDAsync_v2(dst, src.cast::<c_void>(), nbytes, self.raw) }.ok()?;
