@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::{
-    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostCopy, HostRegistration,
+    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, HostCopy, HostRegistration,
     PinnedBuffer, Stream,
 };
 use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool};
@@ -195,7 +195,8 @@ fn every_resource_keeps_its_context_alive() {
         (stream, event, device_buffer, graph, exec, registration)
     };
     assert!(sim::device_state(ordinal).context_alive);
-    let stream = stream.as_stream();
+    let owned_stream = stream;
+    let stream = owned_stream.as_stream();
     device_buffer.copy_from_host(0, &[3u8; 256]).unwrap();
     let mut back = [0u8; 256];
     device_buffer.copy_to_host(0, &mut back).unwrap();
@@ -211,7 +212,7 @@ fn every_resource_keeps_its_context_alive() {
         sim::device_state(ordinal).context_alive,
         "the stream still holds it"
     );
-    drop(stream);
+    drop(owned_stream);
     sim::drain(ordinal);
     let state = sim::device_state(ordinal);
     assert_eq!(state.primary_retains, 0);
