@@ -566,7 +566,8 @@ fn parallel_launch_forms(context: &Context) -> Result<(), Failed> {
     let node_dst = RawBuffer::new(vec![0u8; LEN]);
     let update_dst = RawBuffer::new(vec![0u8; LEN]);
     let s = stream.as_stream();
-    s.scope(|scope| scope.launch(HostCopy::Parallel, raw_record(&scoped, 0, &src, 0, LEN)?))??;
+    let record = raw_record(&scoped, 0, &src, 0, LEN)?;
+    s.scope(|scope| scope.launch(HostCopy::Parallel, record))??;
     s.launch_owned(HostCopy::Parallel, raw_record(&owned, 0, &src, 0, LEN)?)?;
     let mut graph = Graph::new(context)?;
     let node = graph.add_host_copy(
