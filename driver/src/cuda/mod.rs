@@ -54,6 +54,9 @@ mod host_fns;
 mod list;
 mod pinned;
 mod scope;
+#[cfg(feature = "simulator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulator")))]
+pub mod sim;
 mod stream;
 
 pub use context::{Context, driver_version};
