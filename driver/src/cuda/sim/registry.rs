@@ -374,9 +374,14 @@ impl State {
         self.violations.push((device, text));
     }
 
-    /// The device of the calling thread's current context, if it has one.
+    /// The device of the calling thread's current context (live or
+    /// destroyed), if it has one.
     pub(super) fn current_device(&self) -> Option<usize> {
-        self.contexts.get(&current()).map(|c| c.device)
+        let ctx = current();
+        self.contexts
+            .get(&ctx)
+            .map(|c| c.device)
+            .or_else(|| self.dead.get(&ctx).map(|&(_, device)| device))
     }
 
     /// Marks `id` destroyed.
