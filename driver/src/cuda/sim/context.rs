@@ -13,6 +13,8 @@ use std::vec::Vec;
 use super::super::ffi::{CUcontext, CUdevice, CuResult};
 use super::codes::{self, result};
 use super::execution::spawn_worker;
+use super::objects::settle_destructors;
+use std::thread::JoinHandle;
 use super::registry::{
     Context, Guard, Kind, State, current, handle, id_of, lock, notify, set_current,
 };
@@ -57,14 +59,18 @@ impl State {
             },
         );
         self.devices[device].context = Some(ctx);
-        spawn_worker(ctx, device);
+        let worker = spawn_worker(ctx, device);
+        self.workers.insert(ctx, worker);
         ctx
     }
 
     /// Destroys a context: see the module docs. A host function running
-    /// now finishes on its own; its worker then ends.
-    pub(super) fn destroy_context(&mut self, ctx: u64) {
+    /// now finishes on its own; its worker then ends. Returns the worker to
+    /// join if it is idle (it ends as soon as it sees the context gone).
+    pub(super) fn destroy_context(&mut self, ctx: u64) -> Option<JoinHandle<()>> {
         let device = self.contexts[&ctx].device;
+        let idle = self.contexts[&ctx].running.is_none();
+        let worker = self.workers.remove(&ctx).filter(|_| idle);
         self.discard_queue(ctx);
         let captures: Vec<u64> = self
             .captures
@@ -102,6 +108,7 @@ impl State {
         self.bury(ctx, Kind::Context, device);
         self.devices[device].context = None;
         notify();
+        worker
     }
 }
 
@@ -231,6 +238,7 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRetain(
     let mut state = lock();
     result((|| {
         let device = state.device(device)?;
+        state.off_driver_threads(device, "cuDevicePrimaryCtxRetain")?;
         state.fault(device, "cuDevicePrimaryCtxRetain")?;
         if context.is_null() {
             return Err(codes::INVALID_VALUE);
@@ -247,15 +255,18 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRetain(
 }
 
 /// `cuDevicePrimaryCtxRelease_v2`: the last release destroys the context.
-/// Works after a sticky error, as in the driver.
+/// Works after a sticky error, as in the driver. It returns once the
+/// context's worker has ended (unless a host function still runs) and the
+/// destructors due have run, so that no simulator thread outlives a test.
 ///
 /// # Safety
 ///
 /// Nothing made in the context is used after its last release.
 pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CuResult {
     let mut state = lock();
-    result((|| {
+    result((move || {
         let device = state.device(device)?;
+        state.off_driver_threads(device, "cuDevicePrimaryCtxRelease_v2")?;
         state.fault(device, "cuDevicePrimaryCtxRelease_v2")?;
         let Some(ctx) = state.devices[device].context else {
             state.violation(
@@ -265,9 +276,15 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CuResult 
             return Err(codes::INVALID_CONTEXT);
         };
         state.devices[device].retains -= 1;
-        if state.devices[device].retains == 0 {
-            state.destroy_context(ctx);
+        if state.devices[device].retains > 0 {
+            return Ok(());
         }
+        let worker = state.destroy_context(ctx);
+        drop(state);
+        if let Some(worker) = worker {
+            let _ = worker.join();
+        }
+        settle_destructors();
         Ok(())
     })())
 }

@@ -124,11 +124,11 @@ impl State {
 }
 
 /// Starts the worker thread of a new context.
-pub(super) fn spawn_worker(ctx: u64, device: usize) {
+pub(super) fn spawn_worker(ctx: u64, device: usize) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("hostcopy-sim-device{device}"))
         .spawn(move || worker(ctx))
-        .expect("spawn a context's worker thread");
+        .expect("spawn a context's worker thread")
 }
 
 /// A context's worker: runs its ops one at a time, in queue order, while the

@@ -47,10 +47,16 @@ impl State {
         });
         if !self.destructor_thread {
             self.destructor_thread = true;
-            std::thread::Builder::new()
+            // The previous destructor thread has finished its queue and
+            // touches nothing after releasing the lock: joining is immediate.
+            if let Some(previous) = self.destructor_handle.take() {
+                let _ = previous.join();
+            }
+            let thread = std::thread::Builder::new()
                 .name("hostcopy-sim-destructors".into())
                 .spawn(run_destructors)
                 .expect("spawn the destructor thread");
+            self.destructor_handle = Some(thread);
         }
     }
 
@@ -88,6 +94,22 @@ fn run_destructors() {
         notify();
     }
     state.destructor_thread = false;
+    notify();
+}
+
+/// Waits until no destructor is queued or running and the destructor
+/// thread has ended, so that no thread of the simulator outlives the work
+/// (Miri requires every thread to end before the process does).
+pub(super) fn settle_destructors() {
+    let mut state = lock();
+    while state.destructor_thread {
+        state = super::registry::wait(state);
+    }
+    let thread = state.destructor_handle.take();
+    drop(state);
+    if let Some(thread) = thread {
+        let _ = thread.join();
+    }
 }
 
 /// `cuUserObjectCreate`, in the current context.

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::format;
 use std::string::String;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 use std::time::Instant;
 use std::vec::Vec;
 
@@ -301,7 +302,11 @@ pub(super) struct State {
     pub(super) dead: BTreeMap<u64, (Kind, usize)>,
     pub(super) violations: Vec<(Option<usize>, String)>,
     pub(super) destructors: VecDeque<Destructor>,
+    /// Whether the destructor thread is running, and its handle.
     pub(super) destructor_thread: bool,
+    pub(super) destructor_handle: Option<JoinHandle<()>>,
+    /// Each live context's worker thread.
+    pub(super) workers: BTreeMap<u64, JoinHandle<()>>,
 }
 
 std::thread_local! {
@@ -355,6 +360,8 @@ impl State {
             violations: Vec::new(),
             destructors: VecDeque::new(),
             destructor_thread: false,
+            destructor_handle: None,
+            workers: BTreeMap::new(),
         }
     }
 
@@ -434,13 +441,7 @@ impl State {
     /// context's sticky error; an injected failure of `entry`.
     pub(super) fn enter(&mut self, ctx: u64, entry: &'static str, bound: bool) -> Result<(), u32> {
         let device = self.contexts[&ctx].device;
-        if DRIVER_THREAD.with(Cell::get) {
-            self.violation(
-                Some(device),
-                format!("{entry} called from a host function or destructor"),
-            );
-            return Err(codes::NOT_PERMITTED);
-        }
+        self.off_driver_threads(device, entry)?;
         if bound && current() != ctx {
             let now = current();
             self.violation(
@@ -456,6 +457,18 @@ impl State {
             return Err(code);
         }
         self.fault(device, entry)
+    }
+
+    /// Driver calls from a host function or destructor are not permitted.
+    pub(super) fn off_driver_threads(&mut self, device: usize, entry: &str) -> Result<(), u32> {
+        if DRIVER_THREAD.with(Cell::get) {
+            self.violation(
+                Some(device),
+                format!("{entry} called from a host function or destructor"),
+            );
+            return Err(codes::NOT_PERMITTED);
+        }
+        Ok(())
     }
 
     /// Counts a call of `entry` on `device` against the injected failures.

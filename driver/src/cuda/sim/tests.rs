@@ -28,6 +28,15 @@ fn setup() -> (usize, CUcontext) {
     (device, ctx)
 }
 
+/// Releases every retain of `device`'s primary context: its worker ends.
+fn finish(device: usize) {
+    while device_state(device).primary_retains > 0 {
+        // SAFETY: releases a retain this test made.
+        ok(unsafe { ffi::cuDevicePrimaryCtxRelease_v2(device as i32) });
+    }
+    assert!(!device_state(device).context_alive);
+}
+
 fn bind(ctx: CUcontext) {
     // SAFETY: a handle; checked by the simulator.
     ok(unsafe { ffi::cuCtxSetCurrent(ctx) });
@@ -158,6 +167,8 @@ fn host_functions_run_in_fifo_order_on_one_worker_per_context() {
     bind(ctx);
     assert!(take_violations(device).is_empty());
     assert!(take_violations(other).is_empty());
+    finish(device);
+    finish(other);
 }
 
 #[test]
@@ -181,6 +192,7 @@ fn held_device_queues_and_release_runs() {
     // SAFETY: a handle.
     ok(unsafe { ffi::cuStreamQuery(stream) });
     assert_eq!(device_state(device).queued, 0);
+    finish(device);
 }
 
 #[test]
@@ -229,6 +241,7 @@ fn last_release_frees_memory_and_invalidates_handles() {
     // SAFETY: writes one handle.
     ok(unsafe { ffi::cuDevicePrimaryCtxRetain(&mut again, device as i32) });
     assert_ne!(again, _ctx);
+    finish(device);
 }
 
 #[test]
@@ -260,6 +273,8 @@ fn a_handle_used_from_a_thread_bound_elsewhere_is_refused() {
     assert!(found.iter().all(|v| v.contains("current context")));
     // Creating without a context is an error, not a violation.
     assert!(take_violations(other).is_empty());
+    finish(device);
+    finish(other);
 }
 
 #[test]
@@ -320,6 +335,8 @@ fn an_injected_failure_hits_the_nth_call_only_and_has_no_effect() {
     bind(_ctx);
     assert_eq!(sync(stream), 0);
     assert!(take_violations(device).is_empty());
+    finish(device);
+    finish(other);
 }
 
 /// Capture status, id and graph of `stream`.
@@ -409,6 +426,7 @@ fn capture_records_nodes_joins_through_events_and_replays() {
     // SAFETY: as above.
     ok(unsafe { ffi::cuGraphDestroy(graph) });
     assert!(take_violations(device).is_empty());
+    finish(device);
 }
 
 #[test]
@@ -429,6 +447,7 @@ fn a_stream_not_joined_back_fails_the_capture() {
     ok(launch_logged(side, log, 1));
     assert_eq!(sync(side), 0);
     assert_eq!(log.lock().unwrap().len(), 1);
+    finish(device);
 }
 
 #[test]
@@ -446,6 +465,7 @@ fn synchronizing_a_capturing_stream_invalidates_the_capture() {
     assert_eq!(device_state(device).graphs, 0);
     // The default stream cannot capture.
     assert_eq!(begin(null_mut()).0, codes::STREAM_CAPTURE_UNSUPPORTED);
+    finish(device);
 }
 
 fn add_host_node(graph: CUgraph, f: unsafe extern "C" fn(*mut c_void), data: *mut c_void, deps: &[CUgraphNode]) -> (u32, CUgraphNode) {
@@ -499,6 +519,7 @@ fn launches_run_node_parameters_as_they_were_at_launch() {
     assert_eq!(first.load(Ordering::SeqCst), 4 * 2 + 1);
     assert_eq!(second.load(Ordering::SeqCst), 1);
     assert!(take_violations(device).is_empty());
+    finish(device);
 }
 
 #[test]
@@ -523,6 +544,7 @@ fn node_updates_with_foreign_or_destroyed_nodes_are_violations() {
     launch(exec, stream);
     assert_eq!(sync(stream), 0);
     assert_eq!(counter.load(Ordering::SeqCst), 1);
+    finish(device);
 }
 
 /// What a user object's destructor records.
@@ -587,6 +609,7 @@ fn a_user_object_is_destroyed_late_once_graph_executables_and_launches_are_gone(
     let state = device_state(device);
     assert_eq!((state.user_objects, state.destructors_run), (0, 1));
     assert!(take_violations(device).is_empty());
+    finish(device);
 }
 
 #[test]
@@ -616,6 +639,7 @@ fn two_threads_in_calls_on_one_graph_are_a_violation() {
     let found = take_violations(device);
     assert!(!found.is_empty(), "overlapping calls went unseen");
     assert!(found.iter().all(|v| v.contains("two threads inside calls on graph")), "{found:?}");
+    finish(device);
 }
 
 #[test]
@@ -656,6 +680,7 @@ fn copies_move_bytes_and_freeing_memory_a_queued_copy_uses_is_a_violation() {
     // SAFETY: frees the pinned allocation.
     ok(unsafe { ffi::cuMemFreeHost(pinned) });
     assert_eq!(device_state(device).host_allocations, 0);
+    finish(device);
 }
 
 unsafe extern "C" fn call_driver(data: *mut c_void) {
@@ -676,6 +701,7 @@ fn a_host_function_calling_the_driver_is_refused() {
     // The host function called with no current context.
     assert_eq!(out.load(Ordering::SeqCst), codes::INVALID_CONTEXT as usize);
     assert!(take_violations(device).is_empty());
+    finish(device);
 }
 
 #[test]
@@ -703,6 +729,7 @@ fn events_order_query_and_time() {
     ok(unsafe { ffi::cuEventDestroy_v2(start) });
     assert_eq!(device_state(device).events, 1);
     assert!(take_violations(device).is_empty());
+    finish(device);
 }
 
 #[test]
