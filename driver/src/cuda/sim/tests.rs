@@ -75,8 +75,14 @@ unsafe extern "C" fn log_entry(data: *mut c_void) {
         .push((entry.tag, thread::current().id()));
 }
 
-fn leak<T>(value: T) -> &'static T {
-    Box::leak(Box::new(value))
+/// What host functions use, leaked, and listed in a static so that Miri
+/// does not count it as a leak.
+static KEPT: Mutex<Vec<&'static (dyn core::any::Any + Send + Sync)>> = Mutex::new(Vec::new());
+
+fn leak<T: Send + Sync + 'static>(value: T) -> &'static T {
+    let kept: &'static T = Box::leak(Box::new(value));
+    KEPT.lock().unwrap().push(kept);
+    kept
 }
 
 /// Queues `log_entry` for `tag` on `stream`.
