@@ -14,10 +14,10 @@ use super::super::ffi::{CUcontext, CUdevice, CuResult};
 use super::codes::{self, result};
 use super::execution::spawn_worker;
 use super::objects::settle_destructors;
-use std::thread::JoinHandle;
 use super::registry::{
     Context, Guard, Kind, State, current, handle, id_of, lock, notify, set_current,
 };
+use std::thread::JoinHandle;
 
 /// The CUDA version the simulator reports (12.8).
 const DRIVER_VERSION: c_int = 12080;

@@ -5,10 +5,10 @@ use core::ffi::{c_uint, c_void};
 use core::ptr::{null, null_mut};
 use core::sync::atomic::{AtomicUsize, Ordering};
 use std::boxed::Box;
+use std::format;
 use std::sync::{Condvar, Mutex};
 use std::thread::{self, ThreadId};
 use std::vec::Vec;
-use std::format;
 
 use super::super::ffi::{self, CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUstream, CuResult};
 use super::*;
@@ -233,7 +233,11 @@ fn last_release_frees_memory_and_invalidates_handles() {
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found[0].contains("destroyed event"), "{found:?}");
     assert!(found[1].contains("destroyed stream"), "{found:?}");
-    assert!(found.iter().all(|v| v.starts_with(&format!("device {device}:"))));
+    assert!(
+        found
+            .iter()
+            .all(|v| v.starts_with(&format!("device {device}:")))
+    );
 
     // The thread's current context is the destroyed one.
     let mut fresh: CUstream = null_mut();
@@ -304,7 +308,10 @@ fn sticky_error_skips_queued_work_and_synchronize_returns_while_a_host_function_
     let late = unsafe { ffi::cuLaunchHostFunc(stream, Some(count), counter_ptr(counter)) };
     assert_eq!(late.0, 719);
     let state = device_state(device);
-    assert_eq!((state.queued, state.host_fns_skipped, state.host_fns_run), (0, 2, 0));
+    assert_eq!(
+        (state.queued, state.host_fns_skipped, state.host_fns_run),
+        (0, 2, 0)
+    );
     gate.open();
     drain(device);
     // The running host function finished; nothing queued ever runs.
@@ -312,7 +319,10 @@ fn sticky_error_skips_queued_work_and_synchronize_returns_while_a_host_function_
     while device_state(device).host_fns_run == 0 {
         waited += 1;
         thread::yield_now();
-        assert!(waited < 1_000_000, "the running host function never finished");
+        assert!(
+            waited < 1_000_000,
+            "the running host function never finished"
+        );
     }
     assert_eq!(counter.load(Ordering::SeqCst), 0);
     // Release still works and destroys the context.
@@ -350,7 +360,14 @@ fn capture_info(stream: CUstream) -> (c_uint, u64, CUgraph) {
     let (mut status, mut id, mut graph) = (0, 0u64, null_mut());
     // SAFETY: writes status, id and graph.
     ok(unsafe {
-        ffi::cuStreamGetCaptureInfo_v2(stream, &mut status, &mut id, &mut graph, null_mut(), null_mut())
+        ffi::cuStreamGetCaptureInfo_v2(
+            stream,
+            &mut status,
+            &mut id,
+            &mut graph,
+            null_mut(),
+            null_mut(),
+        )
     });
     (status, id, graph)
 }
@@ -408,7 +425,11 @@ fn capture_records_nodes_joins_through_events_and_replays() {
     ok(launch_logged(origin, log, 0));
     record(fork, origin);
     assert_eq!(wait_event(side, fork), 0);
-    assert_eq!(capture_info(side), (1, id, graph), "joined through the event");
+    assert_eq!(
+        capture_info(side),
+        (1, id, graph),
+        "joined through the event"
+    );
     ok(launch_logged(side, log, 1));
     record(join, side);
     assert_eq!(wait_event(origin, join), 0);
@@ -417,7 +438,11 @@ fn capture_records_nodes_joins_through_events_and_replays() {
     let (code, captured) = end(origin);
     assert_eq!(code, 0);
     assert_eq!(captured, graph);
-    assert_eq!(capture_info(side).0, 0, "the joined stream left the capture");
+    assert_eq!(
+        capture_info(side).0,
+        0,
+        "the joined stream left the capture"
+    );
     assert!(log.lock().unwrap().is_empty());
 
     let exec = instantiate(graph);
@@ -448,7 +473,11 @@ fn a_stream_not_joined_back_fails_the_capture() {
     assert_eq!(end(origin), (codes::STREAM_CAPTURE_UNJOINED, null_mut()));
     assert_eq!(capture_info(side).0, 0);
     assert_eq!(capture_info(origin).0, 0);
-    assert_eq!(device_state(device).graphs, 0, "the failed capture's graph is gone");
+    assert_eq!(
+        device_state(device).graphs,
+        0,
+        "the failed capture's graph is gone"
+    );
     // Both streams work normally again.
     ok(launch_logged(side, log, 1));
     assert_eq!(sync(side), 0);
@@ -465,7 +494,10 @@ fn synchronizing_a_capturing_stream_invalidates_the_capture() {
     assert_eq!(sync(stream), codes::STREAM_CAPTURE_UNSUPPORTED);
     assert_eq!(capture_info(stream).0, 2);
     let log: &'static Log = leak(Mutex::new(Vec::new()));
-    assert_eq!(launch_logged(stream, log, 0).0, codes::STREAM_CAPTURE_INVALIDATED);
+    assert_eq!(
+        launch_logged(stream, log, 0).0,
+        codes::STREAM_CAPTURE_INVALIDATED
+    );
     assert_eq!(end(stream), (codes::STREAM_CAPTURE_INVALIDATED, null_mut()));
     assert_eq!(capture_info(stream).0, 0);
     assert_eq!(device_state(device).graphs, 0);
@@ -474,14 +506,20 @@ fn synchronizing_a_capturing_stream_invalidates_the_capture() {
     finish(device);
 }
 
-fn add_host_node(graph: CUgraph, f: unsafe extern "C" fn(*mut c_void), data: *mut c_void, deps: &[CUgraphNode]) -> (u32, CUgraphNode) {
+fn add_host_node(
+    graph: CUgraph,
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+    deps: &[CUgraphNode],
+) -> (u32, CUgraphNode) {
     let params = ffi::CUDA_HOST_NODE_PARAMS {
         fn_: Some(f),
         userData: data,
     };
     let mut node: CUgraphNode = null_mut();
     // SAFETY: writes one handle; reads `deps` and `params`.
-    let code = unsafe { ffi::cuGraphAddHostNode(&mut node, graph, deps.as_ptr(), deps.len(), &params) }.0;
+    let code =
+        unsafe { ffi::cuGraphAddHostNode(&mut node, graph, deps.as_ptr(), deps.len(), &params) }.0;
     (code, node)
 }
 
@@ -536,12 +574,21 @@ fn node_updates_with_foreign_or_destroyed_nodes_are_violations() {
     let (_, node) = add_host_node(graph, count, counter_ptr(counter), &[]);
     let (_, foreign) = add_host_node(other, count, counter_ptr(counter), &[]);
     // A dependency from another graph.
-    assert_eq!(add_host_node(graph, count, counter_ptr(counter), &[foreign]).0, codes::INVALID_VALUE);
+    assert_eq!(
+        add_host_node(graph, count, counter_ptr(counter), &[foreign]).0,
+        codes::INVALID_VALUE
+    );
     let exec = instantiate(graph);
-    assert_eq!(set_node(exec, foreign, counter_ptr(counter)), codes::INVALID_VALUE);
+    assert_eq!(
+        set_node(exec, foreign, counter_ptr(counter)),
+        codes::INVALID_VALUE
+    );
     // SAFETY: a handle.
     ok(unsafe { ffi::cuGraphDestroy(graph) });
-    assert_eq!(set_node(exec, node, counter_ptr(counter)), codes::INVALID_HANDLE);
+    assert_eq!(
+        set_node(exec, node, counter_ptr(counter)),
+        codes::INVALID_HANDLE
+    );
     let found = take_violations(device);
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found[2].contains("destroyed graph node"), "{found:?}");
@@ -603,8 +650,15 @@ fn a_user_object_is_destroyed_late_once_graph_executables_and_launches_are_gone(
     // SAFETY: as above; the queued launch keeps it until it has run.
     ok(unsafe { ffi::cuGraphExecDestroy(first) });
     let state = device_state(device);
-    assert_eq!((state.graphs, state.graph_execs, state.user_objects), (0, 0, 1));
-    assert_eq!(record.count.load(Ordering::SeqCst), 0, "a launch still needs it");
+    assert_eq!(
+        (state.graphs, state.graph_execs, state.user_objects),
+        (0, 0, 1)
+    );
+    assert_eq!(
+        record.count.load(Ordering::SeqCst),
+        0,
+        "a launch still needs it"
+    );
     release(device);
     drain(device);
     assert_eq!(record.count.load(Ordering::SeqCst), 1);
@@ -630,9 +684,13 @@ fn two_threads_in_calls_on_one_graph_are_a_violation() {
             thread::spawn(move || {
                 bind(ctx as CUcontext);
                 for _ in 0..rounds {
-                    let (code, _) = add_host_node(graph as CUgraph, count, counter_ptr(counter), &[]);
+                    let (code, _) =
+                        add_host_node(graph as CUgraph, count, counter_ptr(counter), &[]);
                     assert_eq!(code, 0);
-                    if !violations().iter().all(|v| !v.starts_with(&format!("device {device}:"))) {
+                    if !violations()
+                        .iter()
+                        .all(|v| !v.starts_with(&format!("device {device}:")))
+                    {
                         break;
                     }
                 }
@@ -644,7 +702,12 @@ fn two_threads_in_calls_on_one_graph_are_a_violation() {
     }
     let found = take_violations(device);
     assert!(!found.is_empty(), "overlapping calls went unseen");
-    assert!(found.iter().all(|v| v.contains("two threads inside calls on graph")), "{found:?}");
+    assert!(
+        found
+            .iter()
+            .all(|v| v.contains("two threads inside calls on graph")),
+        "{found:?}"
+    );
     finish(device);
 }
 
@@ -693,7 +756,10 @@ unsafe extern "C" fn call_driver(data: *mut c_void) {
     // SAFETY: tests pass a leaked `AtomicUsize`.
     let out = unsafe { &*data.cast::<AtomicUsize>() };
     // SAFETY: no arguments.
-    out.store(unsafe { ffi::cuCtxSynchronize() }.0 as usize, Ordering::SeqCst);
+    out.store(
+        unsafe { ffi::cuCtxSynchronize() }.0 as usize,
+        Ordering::SeqCst,
+    );
 }
 
 #[test]
@@ -770,6 +836,9 @@ fn every_code_the_simulator_returns_has_a_name() {
     }
     let mut name = null();
     // SAFETY: writes one pointer.
-    assert_eq!(unsafe { ffi::cuGetErrorName(123_456, &mut name) }.0, codes::INVALID_VALUE);
+    assert_eq!(
+        unsafe { ffi::cuGetErrorName(123_456, &mut name) }.0,
+        codes::INVALID_VALUE
+    );
     assert!(name.is_null());
 }
