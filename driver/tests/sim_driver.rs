@@ -203,8 +203,8 @@ fn a_sticky_error_skips_queued_host_functions_and_synchronize_does_not_wait() {
     gate.changed.notify_all();
     drop(stream);
     drop(context);
-    // Releasing the context waited for its worker: the gate's host
-    // function has finished; the skipped ones never ran.
+    // Releasing the context waited for its worker, which finished the
+    // gate's host function; the skipped ones never ran.
     assert_eq!(sim::device_state(device).host_fns_run, 1);
     assert_eq!(counter.load(Ordering::SeqCst), 0);
     // Destroying the stream after the error failed with it; nothing else.
@@ -300,6 +300,11 @@ fn graph_nodes_replay_and_updates_apply_to_later_launches_only() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "issue 9 item 7: the layer derives a scoped slot's user_data from its record \
+              field, then reads the whole slot through it (Stacked Borrows flags it)"
+)]
 fn a_scope_waits_for_its_host_copies() {
     let (device, context) = context();
     let stream = Stream::new().unwrap();

@@ -64,13 +64,12 @@ impl State {
         ctx
     }
 
-    /// Destroys a context: see the module docs. A host function running
-    /// now finishes on its own; its worker then ends. Returns the worker to
-    /// join if it is idle (it ends as soon as it sees the context gone).
+    /// Destroys a context: see the module docs. An op running now
+    /// finishes on its own; the worker then ends. Returns the worker, to
+    /// join once the lock is released.
     pub(super) fn destroy_context(&mut self, ctx: u64) -> Option<JoinHandle<()>> {
         let device = self.contexts[&ctx].device;
-        let idle = self.contexts[&ctx].running.is_none();
-        let worker = self.workers.remove(&ctx).filter(|_| idle);
+        let worker = self.workers.remove(&ctx);
         self.discard_queue(ctx);
         let captures: Vec<u64> = self
             .captures
@@ -256,8 +255,9 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRetain(
 
 /// `cuDevicePrimaryCtxRelease_v2`: the last release destroys the context.
 /// Works after a sticky error, as in the driver. It returns once the
-/// context's worker has ended (unless a host function still runs) and the
-/// destructors due have run, so that no simulator thread outlives a test.
+/// context's worker has ended (after the host function it runs, if any:
+/// one that never returns blocks the release) and the destructors due have
+/// run, so that no simulator thread outlives a test.
 ///
 /// # Safety
 ///

@@ -27,7 +27,8 @@
 //!   recorded as a violation ([`violations`]): in the driver it is undefined
 //!   behaviour.
 //! - One primary context per device, retain/release counted. The last
-//!   release destroys it: queued ops are dropped, its pinned and device
+//!   release destroys it: queued ops are dropped (the release waits for an
+//!   op already running, and for the context's worker to end), its pinned and device
 //!   allocations are really freed (Miri sees a use after free), every
 //!   handle made in it becomes invalid.
 //! - A current context per OS thread. Calls that create something use it
