@@ -33,7 +33,6 @@ pub fn new_device() -> usize {
 
 /// What a device holds and has done, for assertions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct DeviceState {
     /// References to the primary context.
     pub primary_retains: u32,

@@ -152,6 +152,7 @@ fn host_functions_run_in_fifo_order_on_one_worker_per_context() {
     for tag in 0..6 {
         ok(launch_logged(if tag % 2 == 0 { a } else { b }, log, tag));
     }
+    // SAFETY: no arguments.
     ok(unsafe { ffi::cuCtxSynchronize() });
     let other = new_device();
     let mut other_ctx: CUcontext = null_mut();
@@ -274,7 +275,7 @@ fn a_handle_used_from_a_thread_bound_elsewhere_is_refused() {
         bind(other_ctx);
         assert_eq!(sync(stream), codes::INVALID_CONTEXT);
         // Bound to the stream's context, the call works.
-        bind(ctx as usize as CUcontext);
+        bind(ctx as CUcontext);
         assert_eq!(sync(stream), 0);
     });
     found.join().unwrap();
@@ -836,9 +837,7 @@ fn every_code_the_simulator_returns_has_a_name() {
     }
     let mut name = null();
     // SAFETY: writes one pointer.
-    assert_eq!(
-        unsafe { ffi::cuGetErrorName(123_456, &mut name) }.0,
-        codes::INVALID_VALUE
-    );
+    let unknown = unsafe { ffi::cuGetErrorName(123_456, &mut name) };
+    assert_eq!(unknown.0, codes::INVALID_VALUE);
     assert!(name.is_null());
 }
