@@ -160,7 +160,10 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     }
     let worker_counts = &worker_counts[..];
     let max_workers = worker_counts.iter().copied().max().unwrap_or(1);
-    CopyWorkers::start(max_workers).map_err(|e| io_error(&e))?;
+    if let Err(error) = CopyWorkers::start(max_workers) {
+        eprintln!("staged_copy: {error}");
+        std::process::exit(1)
+    }
 
     if options.two_gpus_only {
         let rows = two_gpus(options.total, options.runs)?;
@@ -175,7 +178,7 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     }
 
     let total = options.total;
-    let device = device_with_pattern(total, SEED)?;
+    let device = device_with_pattern(context, total, SEED)?;
     let mut expected = vec![0u8; total];
     fill_pattern(&mut expected, SEED);
     // Host functions write `dst` and read `source`: after a context error one
@@ -191,8 +194,8 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     };
 
     // The driver's own paths.
-    let stream = Stream::new()?;
-    let pinned = PinnedBuffer::new(total)?;
+    let stream = Stream::new(context)?;
+    let pinned = PinnedBuffer::new(context, total)?;
     rows.push(bench.measure(
         "D2H",
         "pinned D2H (link limit)",
@@ -205,11 +208,11 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
             // SAFETY: the pinned buffer outlives the synchronize below.
             unsafe {
                 stream
-                    .handle()
+                    .as_stream()
                     .copy_device_to_host(pinned.raw_ptr(), &device, 0, total)
             }?;
             let blocked = start.elapsed();
-            stream.handle().synchronize()?;
+            stream.as_stream().synchronize()?;
             Ok(Timing {
                 total: start.elapsed(),
                 blocked,
@@ -243,16 +246,16 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
         0,
         |dst| {
             let start = Instant::now();
-            let mut registered = HostRegistration::new(dst)?;
+            let mut registered = HostRegistration::new(context, dst)?;
             let enqueue = Instant::now();
             // SAFETY: the registered buffer outlives the synchronize below.
             unsafe {
                 stream
-                    .handle()
+                    .as_stream()
                     .copy_device_to_host(registered.as_mut_ptr(), &device, 0, total)
             }?;
             let mut blocked = enqueue - start + enqueue.elapsed();
-            stream.handle().synchronize()?;
+            stream.as_stream().synchronize()?;
             let unregister = Instant::now();
             drop(registered);
             blocked += unregister.elapsed();
@@ -267,7 +270,7 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
     let memcpy_fn: HostFn = memcpy_host_fn;
     for &chunk_mib in chunks_mib {
         for &slots in slot_counts {
-            let ring = Ring::new(slots, chunk_mib << 20)?;
+            let ring = Ring::new(context, slots, chunk_mib << 20)?;
             let mut staged = |path: &str, host_fn: HostFn, workers: usize| {
                 bench.measure_into(
                     &mut dst,
@@ -324,7 +327,7 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
         ),
     ] {
         CopyWorkers::get().expect("started").set_active(workers);
-        let ring = Ring::new(4, 16 << 20)?;
+        let ring = Ring::new(context, 4, 16 << 20)?;
         let mut captured = ring.capture_device_to_host(&device, &mut dst, host_fn)?;
         rows.push(
             bench.measure_into(&mut dst, &expected, "D2H", path, 16, 4, workers, |_| {
@@ -341,8 +344,8 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
         device.copy_to_host(0, &mut back)?;
         Ok(back == **source)
     };
-    let h2d_device = DeviceBuffer::new(total)?;
-    let mut pinned_src = PinnedBuffer::new(total)?;
+    let h2d_device = DeviceBuffer::new(context, total)?;
+    let mut pinned_src = PinnedBuffer::new(context, total)?;
     pinned_src.copy_from_slice(&source);
     rows.push(bench.measure_checked(
         "H2D",
@@ -357,18 +360,18 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
             // SAFETY: the pinned source outlives the synchronize below.
             unsafe {
                 stream
-                    .handle()
+                    .as_stream()
                     .copy_host_to_device(&h2d_device, 0, pinned_src.raw_ptr(), total)
             }?;
             let blocked = start.elapsed();
-            stream.handle().synchronize()?;
+            stream.as_stream().synchronize()?;
             Ok(Timing {
                 total: start.elapsed(),
                 blocked,
             })
         },
     )?);
-    let mut pageable_device = DeviceBuffer::new(total)?;
+    let mut pageable_device = DeviceBuffer::new(context, total)?;
     rows.push(bench.measure_checked_mut(
         "H2D",
         "pageable cuMemcpyHtoD",
@@ -384,7 +387,7 @@ fn run(context: &Context, options: &Options) -> Result<(), Error> {
         },
     )?);
     let h2d_chunk = 16;
-    let ring = Ring::new(3, h2d_chunk << 20)?;
+    let ring = Ring::new(context, 3, h2d_chunk << 20)?;
     rows.push(bench.measure_checked(
         "H2D",
         "staged hostcopy_fn",
@@ -585,10 +588,12 @@ fn two_gpus(total: usize, runs: usize) -> Result<Vec<Row>, Error> {
                             eprintln!("staged_copy: GPU {device}: {error}");
                             std::process::exit(1)
                         };
-                        let _context = Context::primary(device).unwrap_or_else(|e| fail(e.into()));
-                        let source = device_with_pattern(total, SEED).unwrap_or_else(|e| fail(e));
+                        let context = Context::primary(device).unwrap_or_else(|e| fail(e.into()));
+                        let context = &context;
+                        let source =
+                            device_with_pattern(context, total, SEED).unwrap_or_else(|e| fail(e));
                         let mut dst = ManuallyDrop::new(vec![0u8; total]);
-                        let ring = Ring::new(3, 16 << 20).unwrap_or_else(|e| fail(e));
+                        let ring = Ring::new(context, 3, 16 << 20).unwrap_or_else(|e| fail(e));
                         let copy = |dst: &mut [u8]| {
                             ring.device_to_host(&source, dst, host_fn, |_, _| {})
                                 .unwrap_or_else(|e| fail(e))
@@ -634,18 +639,19 @@ fn two_gpus(total: usize, runs: usize) -> Result<Vec<Row>, Error> {
 
 /// Zeroes `device`, so that a check after a copy into it proves the copy.
 fn zero(device: &DeviceBuffer) -> Result<(), Error> {
+    let context = device.context();
     let zeros = vec![0u8; (64 << 20).min(device.len())];
-    let stream = Stream::new()?;
+    let stream = Stream::new(context)?;
     for offset in (0..device.len()).step_by(zeros.len().max(1)) {
         let n = zeros.len().min(device.len() - offset);
         // SAFETY: `zeros` outlives the synchronize below.
         unsafe {
             stream
-                .handle()
+                .as_stream()
                 .copy_host_to_device(device, offset, zeros.as_ptr(), n)
         }?;
     }
-    stream.handle().synchronize()?;
+    stream.as_stream().synchronize()?;
     Ok(())
 }
 
@@ -699,7 +705,8 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn host_fn_costs(stream: &Stream, quick: bool) -> Result<HostFnCosts, Error> {
-    let stream = stream.handle();
+    let context = stream.context();
+    let stream = stream.as_stream();
     let batch = if quick { 1000 } else { 5000 };
     epoch();
 
@@ -746,7 +753,7 @@ fn host_fn_costs(stream: &Stream, quick: bool) -> Result<HostFnCosts, Error> {
 
     // One host-function thread per context: a 200 ms host function on one
     // stream delays a host function on another stream of the context.
-    let other = Stream::new()?;
+    let other = Stream::new(context)?;
     STAMP.store(0, Ordering::Relaxed);
     // SAFETY: neither function uses its argument.
     unsafe { stream.launch_host_fn(sleep_host_fn, std::ptr::null_mut()) }?;
@@ -759,10 +766,10 @@ fn host_fn_costs(stream: &Stream, quick: bool) -> Result<HostFnCosts, Error> {
     // SAFETY: as above.
     unsafe {
         other
-            .handle()
+            .as_stream()
             .launch_host_fn(stamp_host_fn, std::ptr::null_mut())
     }?;
-    other.handle().synchronize()?;
+    other.as_stream().synchronize()?;
     stream.synchronize()?;
     let delay = STAMP.load(Ordering::Acquire).saturating_sub(launched) as f64 / 1e6;
 

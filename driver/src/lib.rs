@@ -19,8 +19,11 @@
 //! - `alloc`: `Vec<T>` as host memory.
 //! - `std`: implies `alloc`; adds [`parallel`], a host function that splits
 //!   one record's copy across a pool of worker threads.
-//! - `cuda`: the CUDA layer ([`cuda`]): contexts, streams, graphs, pinned and
-//!   device buffers, launches with borrowed, owned and raw records.
+//! - `cuda`: implies `std`; the CUDA layer ([`cuda`]): contexts, streams,
+//!   graphs, pinned and device buffers, launches with borrowed, owned and
+//!   raw records, each running `hostcopy_fn` or the parallel host function.
+//! - `simulator`: implies `cuda`; `cuda::sim`, an in-process simulated
+//!   driver that the CUDA layer's tests run against, in CI and under Miri.
 //! - `defmt`: `defmt::Format` on the error and region types.
 
 #![no_std]

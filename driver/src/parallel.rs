@@ -36,6 +36,11 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 20;
 /// Smallest part a record is split into.
 const MIN_PART: usize = 256 << 10;
 
+/// Most worker threads a pool starts: [`CopyWorkers::start`] clamps to it.
+/// Far above any useful count (one per core), and low enough that part
+/// arithmetic never comes near overflow.
+pub const MAX_WORKERS: usize = 1024;
+
 /// How long a worker spins for the next job before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
@@ -44,7 +49,8 @@ static WORKERS: OnceLock<CopyWorkers> = OnceLock::new();
 /// The worker pool behind [`hostcopy_parallel_fn`]: one per process.
 #[derive(Debug)]
 pub struct CopyWorkers {
-    workers: usize,
+    /// Worker threads running (fewer than asked if spawning one failed).
+    workers: AtomicUsize,
     /// Workers that take part in copies (the rest sleep): `set_active`.
     active: AtomicUsize,
     job: Job,
@@ -70,33 +76,54 @@ struct Job {
 }
 
 impl CopyWorkers {
-    /// Starts the pool with `workers` threads besides the driver's own
-    /// (once per process; later calls return the running pool, whatever
-    /// they ask for). With 0 workers the driver's thread copies alone.
-    pub fn start(workers: usize) -> std::io::Result<&'static CopyWorkers> {
-        if let Some(pool) = WORKERS.get() {
-            return Ok(pool);
-        }
-        let pool = WORKERS.get_or_init(|| CopyWorkers {
-            workers,
-            active: AtomicUsize::new(workers),
-            job: Job {
-                claim: AtomicU64::new(0),
-                dst: AtomicUsize::new(0),
-                src: AtomicUsize::new(0),
-                nbytes: AtomicUsize::new(0),
-                part: AtomicUsize::new(0),
-                parts: AtomicUsize::new(0),
-                done: AtomicUsize::new(0),
-            },
-            caller: Mutex::new(()),
-            sleep: Mutex::new(0),
-            wake: Condvar::new(),
+    /// Starts the pool with `workers` threads besides the driver's own,
+    /// clamped to [`MAX_WORKERS`] (once per process). With 0 workers the
+    /// driver's thread copies alone.
+    ///
+    /// A pool that is already running is not changed: the call says so with
+    /// [`StartError::AlreadyStarted`] and how many workers it has
+    /// ([`CopyWorkers::get`] returns it). If spawning a thread fails, the
+    /// pool keeps the workers already started and says how many.
+    pub fn start(workers: usize) -> Result<&'static CopyWorkers, StartError> {
+        let workers = workers.min(MAX_WORKERS);
+        let mut first = false;
+        let pool = WORKERS.get_or_init(|| {
+            first = true;
+            CopyWorkers {
+                workers: AtomicUsize::new(0),
+                active: AtomicUsize::new(0),
+                job: Job {
+                    claim: AtomicU64::new(0),
+                    dst: AtomicUsize::new(0),
+                    src: AtomicUsize::new(0),
+                    nbytes: AtomicUsize::new(0),
+                    part: AtomicUsize::new(0),
+                    parts: AtomicUsize::new(0),
+                    done: AtomicUsize::new(0),
+                },
+                caller: Mutex::new(()),
+                sleep: Mutex::new(0),
+                wake: Condvar::new(),
+            }
         });
-        for index in 0..pool.workers {
-            thread::Builder::new()
+        if !first {
+            return Err(StartError::AlreadyStarted {
+                workers: pool.workers(),
+            });
+        }
+        for index in 0..workers {
+            let spawned = thread::Builder::new()
                 .name(format!("hostcopy-worker-{index}"))
-                .spawn(move || pool.work(index))?;
+                .spawn(move || pool.work(index));
+            if let Err(error) = spawned {
+                return Err(StartError::Spawn {
+                    started: index,
+                    error,
+                });
+            }
+            // Counted once running: a worker index below `workers` exists.
+            pool.workers.store(index + 1, Ordering::Release);
+            pool.active.store(index + 1, Ordering::Relaxed);
         }
         Ok(pool)
     }
@@ -108,7 +135,7 @@ impl CopyWorkers {
 
     /// Number of worker threads started (the driver's thread copies too).
     pub fn workers(&self) -> usize {
-        self.workers
+        self.workers.load(Ordering::Acquire)
     }
 
     /// Number of workers that take part in copies.
@@ -120,7 +147,7 @@ impl CopyWorkers {
     /// most the number started): for measuring, or for sharing the machine.
     pub fn set_active(&self, active: usize) {
         self.active
-            .store(active.min(self.workers), Ordering::Relaxed);
+            .store(active.min(self.workers()), Ordering::Relaxed);
     }
 
     /// Copies what `args` says, split over the workers and the calling thread.
@@ -129,7 +156,8 @@ impl CopyWorkers {
     ///
     /// As for `hostcopy_fn` with the record's address as `user_data`.
     unsafe fn copy(&self, args: &HostCopyArgs) {
-        let participants = self.active() + 1;
+        // At most MAX_WORKERS + 1: no overflow below.
+        let participants = self.active().min(MAX_WORKERS) + 1;
         let part = (args.nbytes / (2 * participants))
             .next_multiple_of(64 << 10)
             .max(MIN_PART);
@@ -247,6 +275,49 @@ impl CopyWorkers {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         *latest
+    }
+}
+
+/// Why [`CopyWorkers::start`] did not start a pool as asked.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A pool is running already; it was left as it is.
+    AlreadyStarted {
+        /// Its worker threads.
+        workers: usize,
+    },
+    /// Spawning a worker thread failed; the pool runs with the workers
+    /// started before it.
+    Spawn {
+        /// Workers running.
+        started: usize,
+        /// Why the next one did not start.
+        error: std::io::Error,
+    },
+}
+
+impl core::fmt::Display for StartError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            StartError::AlreadyStarted { workers } => write!(
+                f,
+                "the copy worker pool is already running with {workers} workers"
+            ),
+            StartError::Spawn { started, error } => write!(
+                f,
+                "spawning copy worker {started} failed ({error}); the pool runs with {started}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StartError::Spawn { error, .. } => Some(error),
+            StartError::AlreadyStarted { .. } => None,
+        }
     }
 }
 

@@ -85,7 +85,7 @@ impl<const N: usize> RecordPool<N> {
             let slot = &self.slots[index];
             if slot.try_take() {
                 // SAFETY: this thread just won the slot and has not shared it.
-                unsafe { slot.write(args) };
+                unsafe { slot.write(args, hostcopy_core::hostcopy_fn) };
                 return Ok(PoolRecord { slot, index });
             }
         }
@@ -127,8 +127,14 @@ impl<const N: usize> RecordPool<N> {
 
 #[cfg(feature = "cuda")]
 impl<const N: usize> PoolSlots for RecordPool<N> {
-    fn take_slot(&self, args: HostCopyArgs) -> Result<NonNull<Slot>, PoolError> {
+    fn take_slot(
+        &self,
+        args: HostCopyArgs,
+        copy: hostcopy_core::HostFn,
+    ) -> Result<NonNull<Slot>, PoolError> {
         let record = self.acquire(args)?;
+        // SAFETY: held by this thread, address not shared yet.
+        unsafe { record.slot.write(args, copy) };
         let slot = NonNull::from(record.slot);
         // Held on: whoever the caller hands the slot to frees it.
         core::mem::forget(record);
@@ -171,7 +177,8 @@ impl PoolRecord<'_> {
     /// The slot's address, as the `user_data` of `hostcopy_fn`. Valid while
     /// `self` lives.
     pub fn user_data(&self) -> *mut c_void {
-        self.slot.user_data()
+        // The whole slot's address (the record is its first field).
+        core::ptr::from_ref(self.slot).cast_mut().cast()
     }
 }
 

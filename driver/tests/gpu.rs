@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gpu_support::{check, eventually, owned_alive, pattern};
 use hostcopy_driver::cuda::{
-    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostRegistration,
+    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostCopy, HostRegistration,
     PinnedBuffer, Stream,
 };
 use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool, owned_record_counts};
@@ -51,6 +51,10 @@ fn main() {
             (
                 "pool_backed_scope_graph_node_and_update_return_every_slot",
                 pool_backed_launches,
+            ),
+            (
+                "every_launch_form_runs_the_parallel_copy",
+                parallel_launch_forms,
             ),
         ],
     )
@@ -114,26 +118,26 @@ fn replay_once(
 ) -> Result<Vec<u8>, Failed> {
     let data = pattern(src.bytes.len(), seed);
     src.write(&data);
-    exec.launch(stream.handle())?;
-    stream.handle().synchronize()?;
+    exec.launch(stream.as_stream())?;
+    stream.as_stream().synchronize()?;
     Ok(data)
 }
 
-fn stream_order(_: &Context) -> Result<(), Failed> {
+fn stream_order(context: &Context) -> Result<(), Failed> {
     const CHUNK: usize = 1 << 20;
     const CHUNKS: usize = 64;
     let data = pattern(CHUNK * CHUNKS, 1);
-    let mut device = DeviceBuffer::new(data.len())?;
+    let mut device = DeviceBuffer::new(context, data.len())?;
     device.copy_from_host(0, &data)?;
-    let stream = Stream::new()?;
-    let slot = PinnedBuffer::new(CHUNK)?;
+    let stream = Stream::new(context)?;
+    let slot = PinnedBuffer::new(context, CHUNK)?;
     let slot_ptr = slot.raw_ptr();
     let slot_region = slot.raw_region();
     let dst = RawBuffer::new(vec![0u8; data.len()]);
 
     // One pinned slot, one stream: D2H into the slot, host copy out of it,
     // then the next D2H overwrites it. Only stream order keeps chunks apart.
-    let launched = stream.handle().scope(|scope| -> Result<(), Failed> {
+    let launched = stream.as_stream().scope(|scope| -> Result<(), Failed> {
         for chunk in 0..CHUNKS {
             // SAFETY: the slot is pinned and outlives the scope; in stream
             // order this copy follows the host copy that read the slot last.
@@ -146,7 +150,7 @@ fn stream_order(_: &Context) -> Result<(), Failed> {
             let record = unsafe {
                 Record::from_raw_regions(dst.region(), chunk * CHUNK, slot_region, 0, CHUNK)
             }?;
-            scope.launch(record)?;
+            scope.launch(HostCopy::Single, record)?;
         }
         Ok(())
     })?;
@@ -161,24 +165,25 @@ const STREAMS: usize = 16;
 const PER_STREAM: usize = 10_000;
 const RECORD_BYTES: usize = 64;
 
-fn load_owned_boxed(_: &Context) -> Result<(), Failed> {
+fn load_owned_boxed(context: &Context) -> Result<(), Failed> {
     let total = STREAMS * PER_STREAM;
     let src = RawBuffer::new(pattern(total * RECORD_BYTES, 2));
     let dst = RawBuffer::new(vec![0u8; total * RECORD_BYTES]);
     let streams = (0..STREAMS)
-        .map(|_| Stream::new())
+        .map(|_| Stream::new(context))
         .collect::<Result<Vec<_>, _>>()?;
     let before = owned_record_counts();
     for i in 0..PER_STREAM {
         for (s, stream) in streams.iter().enumerate() {
             let at = (i * STREAMS + s) * RECORD_BYTES;
-            stream
-                .handle()
-                .launch_owned(raw_record(&dst, at, &src, at, RECORD_BYTES)?)?;
+            stream.as_stream().launch_owned(
+                HostCopy::Single,
+                raw_record(&dst, at, &src, at, RECORD_BYTES)?,
+            )?;
         }
     }
     for stream in &streams {
-        stream.handle().synchronize()?;
+        stream.as_stream().synchronize()?;
     }
     let after = owned_record_counts();
     let (created, freed) = (after.created - before.created, after.freed - before.freed);
@@ -193,28 +198,29 @@ fn load_owned_boxed(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn load_owned_pool(_: &Context) -> Result<(), Failed> {
+fn load_owned_pool(context: &Context) -> Result<(), Failed> {
     static POOL: RecordPool<1024> = RecordPool::new();
     let total = STREAMS * PER_STREAM;
     let src = RawBuffer::new(pattern(total * RECORD_BYTES, 3));
     let dst = RawBuffer::new(vec![0u8; total * RECORD_BYTES]);
     let streams = (0..STREAMS)
-        .map(|_| Stream::new())
+        .map(|_| Stream::new(context))
         .collect::<Result<Vec<_>, _>>()?;
     let mut exhausted = 0usize;
     for i in 0..PER_STREAM {
         for (s, stream) in streams.iter().enumerate() {
             let at = (i * STREAMS + s) * RECORD_BYTES;
             loop {
-                match stream
-                    .handle()
-                    .launch_owned_in(&POOL, raw_record(&dst, at, &src, at, RECORD_BYTES)?)
-                {
+                match stream.as_stream().launch_owned_in(
+                    &POOL,
+                    HostCopy::Single,
+                    raw_record(&dst, at, &src, at, RECORD_BYTES)?,
+                ) {
                     Ok(()) => break,
                     Err(Error::Pool(PoolError::Exhausted { .. })) => {
                         // Never a wait inside the pool: the caller decides.
                         exhausted += 1;
-                        stream.handle().synchronize()?;
+                        stream.as_stream().synchronize()?;
                     }
                     Err(other) => return Err(other.into()),
                 }
@@ -222,7 +228,7 @@ fn load_owned_pool(_: &Context) -> Result<(), Failed> {
         }
     }
     for stream in &streams {
-        stream.handle().synchronize()?;
+        stream.as_stream().synchronize()?;
     }
     eprintln!("    pool exhausted {exhausted} times over {total} launches");
     check(POOL.available() == 1024, || {
@@ -236,18 +242,21 @@ fn load_owned_pool(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn scope_with_borrowed_buffers(_: &Context) -> Result<(), Failed> {
+fn scope_with_borrowed_buffers(context: &Context) -> Result<(), Failed> {
     const LEN: usize = 4 << 20;
-    let stream = Stream::new()?;
-    let mut pinned = PinnedBuffer::new(LEN)?;
+    let stream = Stream::new(context)?;
+    let mut pinned = PinnedBuffer::new(context, LEN)?;
     pinned.copy_from_slice(&pattern(LEN, 4));
     let mut pageable = vec![0u8; LEN];
     let before = owned_record_counts();
     let abandoned_before = hostcopy_driver::abandoned_records();
-    let launched = stream.handle().scope(|scope| -> Result<(), Failed> {
+    let launched = stream.as_stream().scope(|scope| -> Result<(), Failed> {
         for (i, chunk) in pageable.chunks_mut(64 << 10).enumerate() {
             let len = chunk.len();
-            scope.launch(Record::pack_range(chunk, 0, &*pinned, i * (64 << 10), len)?)?;
+            scope.launch(
+                HostCopy::Single,
+                Record::pack_range(chunk, 0, &*pinned, i * (64 << 10), len)?,
+            )?;
         }
         Ok(())
     })?;
@@ -271,11 +280,11 @@ fn scope_with_borrowed_buffers(_: &Context) -> Result<(), Failed> {
     )
 }
 
-fn scope_refuses_capture(_: &Context) -> Result<(), Failed> {
-    let stream = Stream::new()?;
-    stream.handle().begin_capture(CaptureMode::ThreadLocal)?;
-    let refused = stream.handle().scope(|_| ());
-    let graph = stream.handle().end_capture()?;
+fn scope_refuses_capture(context: &Context) -> Result<(), Failed> {
+    let stream = Stream::new(context)?;
+    stream.as_stream().begin_capture(CaptureMode::ThreadLocal)?;
+    let refused = stream.as_stream().scope(|_| ());
+    let graph = stream.as_stream().end_capture()?;
     drop(graph);
     check(matches!(refused, Err(Error::Capturing)), || {
         format!("scope on a capturing stream: {refused:?}")
@@ -284,9 +293,9 @@ fn scope_refuses_capture(_: &Context) -> Result<(), Failed> {
     // Capture begun inside the scope: the next scoped launch is refused.
     let src = [1u8; 8];
     let mut dst = [0u8; 8];
-    let inner = stream.handle().scope(|scope| {
+    let inner = stream.as_stream().scope(|scope| {
         scope.stream().begin_capture(CaptureMode::ThreadLocal)?;
-        let launched = scope.launch(Record::pack(&mut dst, &src)?);
+        let launched = scope.launch(HostCopy::Single, Record::pack(&mut dst, &src)?);
         scope.stream().end_capture()?;
         Ok::<_, Failed>(launched)
     })??;
@@ -295,18 +304,22 @@ fn scope_refuses_capture(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn graph_replays(_: &Context) -> Result<(), Failed> {
+fn graph_replays(context: &Context) -> Result<(), Failed> {
     const LEN: usize = 1 << 20;
     let baseline = owned_alive();
     let mut src = RawBuffer::new(vec![0u8; LEN]);
     let mid = RawBuffer::new(vec![0u8; LEN]);
     let dst = RawBuffer::new(vec![0u8; LEN]);
     let other = RawBuffer::new(vec![0u8; LEN]);
-    let stream = Stream::new()?;
+    let stream = Stream::new(context)?;
 
-    let mut graph = Graph::new()?;
-    let first = graph.add_host_copy(raw_record(&mid, 0, &src, 0, LEN)?, &[])?;
-    let second = graph.add_host_copy(raw_record(&dst, 0, &mid, 0, LEN)?, &[first])?;
+    let mut graph = Graph::new(context)?;
+    let first = graph.add_host_copy(HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN)?, &[])?;
+    let second = graph.add_host_copy(
+        HostCopy::Single,
+        raw_record(&dst, 0, &mid, 0, LEN)?,
+        &[first],
+    )?;
     let mut exec = graph.instantiate()?;
     for replay in 0..100u32 {
         let data = replay_once(&mut exec, &stream, &mut src, 100 + replay)?;
@@ -322,7 +335,11 @@ fn graph_replays(_: &Context) -> Result<(), Failed> {
     })?;
 
     // Point the second node somewhere else, from the next launch on.
-    exec.set_host_copy(second, raw_record(&other, 0, &mid, 0, LEN)?)?;
+    exec.set_host_copy(
+        second,
+        HostCopy::Single,
+        raw_record(&other, 0, &mid, 0, LEN)?,
+    )?;
     let data = replay_once(&mut exec, &stream, &mut src, 999)?;
     check(other.read() == &data[..], || {
         "updated node did not copy to its new destination".into()
@@ -344,22 +361,22 @@ fn graph_replays(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn captured_graph(_: &Context) -> Result<(), Failed> {
+fn captured_graph(context: &Context) -> Result<(), Failed> {
     const LEN: usize = 1 << 20;
     let baseline = owned_alive();
     let mut src = RawBuffer::new(vec![0u8; LEN]);
     let mid = RawBuffer::new(vec![0u8; LEN]);
     let dst = RawBuffer::new(vec![0u8; LEN]);
-    let stream = Stream::new()?;
+    let stream = Stream::new(context)?;
 
-    stream.handle().begin_capture(CaptureMode::ThreadLocal)?;
+    stream.as_stream().begin_capture(CaptureMode::ThreadLocal)?;
     stream
-        .handle()
-        .launch_owned(raw_record(&mid, 0, &src, 0, LEN)?)?;
+        .as_stream()
+        .launch_owned(HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN)?)?;
     stream
-        .handle()
-        .launch_owned(raw_record(&dst, 0, &mid, 0, LEN)?)?;
-    let graph = stream.handle().end_capture()?;
+        .as_stream()
+        .launch_owned(HostCopy::Single, raw_record(&dst, 0, &mid, 0, LEN)?)?;
+    let graph = stream.as_stream().end_capture()?;
     check(owned_alive() == baseline + 2, || {
         "the captured graph does not hold its two records".into()
     })?;
@@ -389,21 +406,23 @@ fn captured_graph(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn captured_graph_pool(_: &Context) -> Result<(), Failed> {
+fn captured_graph_pool(context: &Context) -> Result<(), Failed> {
     static POOL: RecordPool<8> = RecordPool::new();
     let src = RawBuffer::new(pattern(4096, 5));
     let dst = RawBuffer::new(vec![0u8; 4096]);
-    let stream = Stream::new()?;
-    stream.handle().begin_capture(CaptureMode::Global)?;
-    stream
-        .handle()
-        .launch_owned_in(&POOL, raw_record(&dst, 0, &src, 0, 4096)?)?;
-    let graph = stream.handle().end_capture()?;
+    let stream = Stream::new(context)?;
+    stream.as_stream().begin_capture(CaptureMode::Global)?;
+    stream.as_stream().launch_owned_in(
+        &POOL,
+        HostCopy::Single,
+        raw_record(&dst, 0, &src, 0, 4096)?,
+    )?;
+    let graph = stream.as_stream().end_capture()?;
     let mut exec = graph.instantiate()?;
     for _ in 0..3 {
-        exec.launch(stream.handle())?;
+        exec.launch(stream.as_stream())?;
     }
-    stream.handle().synchronize()?;
+    stream.as_stream().synchronize()?;
     check(dst.read() == src.read(), || {
         "captured pool record did not copy".into()
     })?;
@@ -421,26 +440,26 @@ fn captured_graph_pool(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn pinned_round_trip(_: &Context) -> Result<(), Failed> {
+fn pinned_round_trip(context: &Context) -> Result<(), Failed> {
     const LEN: usize = 8 << 20;
-    let stream = Stream::new()?;
+    let stream = Stream::new(context)?;
     let data = pattern(LEN, 6);
-    let mut pinned = PinnedBuffer::new(LEN)?;
+    let mut pinned = PinnedBuffer::new(context, LEN)?;
     pinned.copy_from_slice(&data);
-    let device = DeviceBuffer::new(LEN)?;
+    let device = DeviceBuffer::new(context, LEN)?;
     let mut pageable = vec![0u8; LEN];
     {
-        let mut registered = HostRegistration::new(&mut pageable)?;
+        let mut registered = HostRegistration::new(context, &mut pageable)?;
         // SAFETY: both host buffers outlive the synchronize below.
         unsafe {
             stream
-                .handle()
+                .as_stream()
                 .copy_host_to_device(&device, 0, pinned.as_ptr(), LEN)?;
             stream
-                .handle()
+                .as_stream()
                 .copy_device_to_host(registered.as_mut_ptr(), &device, 0, LEN)?;
         }
-        stream.handle().synchronize()?;
+        stream.as_stream().synchronize()?;
     }
     check(pageable == data, || {
         "pinned -> device -> registered pageable differs".into()
@@ -455,17 +474,17 @@ fn pinned_round_trip(_: &Context) -> Result<(), Failed> {
     })
 }
 
-fn pool_backed_launches(_: &Context) -> Result<(), Failed> {
+fn pool_backed_launches(context: &Context) -> Result<(), Failed> {
     static POOL: RecordPool<8> = RecordPool::new();
     const LEN: usize = 64 << 10;
-    let stream = Stream::new()?;
+    let stream = Stream::new(context)?;
 
     // A scope whose record copies live in the pool, not on the heap.
     let src = pattern(LEN, 8);
     let mut dst = vec![0u8; LEN];
     let before = owned_record_counts();
-    stream.handle().scope_in(&POOL, |scope| {
-        scope.launch(Record::pack(&mut dst[..], &src[..])?)
+    stream.as_stream().scope_in(&POOL, |scope| {
+        scope.launch(HostCopy::Single, Record::pack(&mut dst[..], &src[..])?)
     })??;
     check(dst == src, || "pool-backed scope did not copy".into())?;
     check(POOL.available() == 8, || {
@@ -479,17 +498,23 @@ fn pool_backed_launches(_: &Context) -> Result<(), Failed> {
     let a = RawBuffer::new(pattern(LEN, 9));
     let b = RawBuffer::new(vec![0u8; LEN]);
     let c = RawBuffer::new(vec![0u8; LEN]);
-    let mut graph = Graph::new()?;
-    let node = graph.add_host_copy_in(&POOL, raw_record(&b, 0, &a, 0, LEN)?, &[])?;
+    let mut graph = Graph::new(context)?;
+    let node =
+        graph.add_host_copy_in(&POOL, HostCopy::Single, raw_record(&b, 0, &a, 0, LEN)?, &[])?;
     let mut exec = graph.instantiate()?;
-    exec.launch(stream.handle())?;
-    stream.handle().synchronize()?;
+    exec.launch(stream.as_stream())?;
+    stream.as_stream().synchronize()?;
     check(b.read() == a.read(), || {
         "pool-owned graph node did not copy".into()
     })?;
-    exec.set_host_copy_in(&POOL, node, raw_record(&c, 0, &a, 0, LEN)?)?;
-    exec.launch(stream.handle())?;
-    stream.handle().synchronize()?;
+    exec.set_host_copy_in(
+        &POOL,
+        node,
+        HostCopy::Single,
+        raw_record(&c, 0, &a, 0, LEN)?,
+    )?;
+    exec.launch(stream.as_stream())?;
+    stream.as_stream().synchronize()?;
     check(c.read() == a.read(), || {
         "pool-owned node update did not copy".into()
     })?;
@@ -507,22 +532,67 @@ fn pool_backed_launches(_: &Context) -> Result<(), Failed> {
     })?;
 
     // Timing events around a transfer.
-    let device = DeviceBuffer::new(64 << 20)?;
+    let device = DeviceBuffer::new(context, 64 << 20)?;
     let mut host = vec![0u8; 64 << 20];
-    let (start, end) = (Event::timing()?, Event::timing()?);
-    start.record(stream.handle())?;
-    let mut registered = HostRegistration::new(&mut host)?;
+    let (start, end) = (Event::timing(context)?, Event::timing(context)?);
+    start.record(stream.as_stream())?;
+    let mut registered = HostRegistration::new(context, &mut host)?;
     // SAFETY: the registered buffer outlives the synchronize below.
     unsafe {
         stream
-            .handle()
+            .as_stream()
             .copy_device_to_host(registered.as_mut_ptr(), &device, 0, 64 << 20)
     }?;
-    end.record(stream.handle())?;
+    end.record(stream.as_stream())?;
     end.synchronize()?;
     drop(registered);
     let ms = end.elapsed_ms_since(&start)?;
     check(ms > 0.0 && ms < 1000.0, || {
         format!("a 64 MiB transfer timed at {ms} ms")
     })
+}
+
+/// Scoped, owned, graph node and node update, each running
+/// `hostcopy_parallel_fn` on records large enough to split across workers.
+fn parallel_launch_forms(context: &Context) -> Result<(), Failed> {
+    const LEN: usize = 8 << 20;
+    if let Err(error) = hostcopy_driver::parallel::CopyWorkers::start(4) {
+        eprintln!("    {error}");
+    }
+    let stream = Stream::new(context)?;
+    let src = RawBuffer::new(pattern(LEN, 21));
+    let scoped = RawBuffer::new(vec![0u8; LEN]);
+    let owned = RawBuffer::new(vec![0u8; LEN]);
+    let node_dst = RawBuffer::new(vec![0u8; LEN]);
+    let update_dst = RawBuffer::new(vec![0u8; LEN]);
+    let s = stream.as_stream();
+    let record = raw_record(&scoped, 0, &src, 0, LEN)?;
+    s.scope(|scope| scope.launch(HostCopy::Parallel, record))??;
+    s.launch_owned(HostCopy::Parallel, raw_record(&owned, 0, &src, 0, LEN)?)?;
+    let mut graph = Graph::new(context)?;
+    let node = graph.add_host_copy(
+        HostCopy::Parallel,
+        raw_record(&node_dst, 0, &src, 0, LEN)?,
+        &[],
+    )?;
+    let mut exec = graph.instantiate()?;
+    exec.launch(s)?;
+    exec.set_host_copy(
+        node,
+        HostCopy::Parallel,
+        raw_record(&update_dst, 0, &src, 0, LEN)?,
+    )?;
+    exec.launch(s)?;
+    s.synchronize()?;
+    for (what, dst) in [
+        ("scoped", &scoped),
+        ("owned", &owned),
+        ("graph node", &node_dst),
+        ("node update", &update_dst),
+    ] {
+        check(dst.read() == src.read(), || {
+            format!("{what} parallel copy differs")
+        })?;
+    }
+    Ok(())
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use gpu_support::kernel::Kernels;
 use gpu_support::{check, eventually, owned_alive, pattern};
-use hostcopy_driver::cuda::{Context, Event, Graph, Stream};
+use hostcopy_driver::cuda::{Context, Event, Graph, HostCopy, Stream};
 use hostcopy_driver::{RawRegion, Record, RecordPool, abandoned_records};
 use libtest_mimic::Failed;
 
@@ -50,9 +50,9 @@ fn watchdog(limit: Duration) {
 fn sticky_error(context: &Context) -> Result<(), Failed> {
     watchdog(Duration::from_secs(120));
     let kernels = Kernels::load()?;
-    let busy = Stream::new()?; // a slow scoped copy runs here when the trap hits
-    let queued = Stream::new()?; // host functions wait here behind a spinning kernel
-    let faulty = Stream::new()?; // the trap
+    let busy = Stream::new(context)?; // a slow scoped copy runs here when the trap hits
+    let queued = Stream::new(context)?; // host functions wait here behind a spinning kernel
+    let faulty = Stream::new(context)?; // the trap
     static POOL: RecordPool<16> = RecordPool::new();
 
     // Records queued behind a 2 s kernel: the trap comes first, so the
@@ -74,33 +74,40 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
     let big_src = pattern(BIG, 2);
     let mut big_dst = vec![0u8; BIG];
     big_dst.fill(0); // fault in every page before timing anything
-    let event = Event::ordering()?;
+    let event = Event::ordering(context)?;
     let alive_before = owned_alive();
-    kernels.spin(queued.handle(), 2_000_000_000)?;
+    kernels.spin(queued.as_stream(), 2_000_000_000)?;
     for i in 0..QUEUED {
-        queued.handle().launch_owned(record(i)?)?;
+        queued
+            .as_stream()
+            .launch_owned(HostCopy::Single, record(i)?)?;
     }
     for i in QUEUED..QUEUED + POOLED {
-        queued.handle().launch_owned_in(&POOL, record(i)?)?;
+        queued
+            .as_stream()
+            .launch_owned_in(&POOL, HostCopy::Single, record(i)?)?;
     }
     // A graph holding an owned record, launched behind the same kernel.
-    let mut graph = Graph::new()?;
-    graph.add_host_copy(record(GRAPH_RECORD)?, &[])?;
+    let mut graph = Graph::new(context)?;
+    graph.add_host_copy(HostCopy::Single, record(GRAPH_RECORD)?, &[])?;
     let mut exec = graph.instantiate()?;
-    exec.launch(queued.handle())?;
+    exec.launch(queued.as_stream())?;
     // An event behind all of it: pending when the trap hits, waited on after.
-    event.record(queued.handle())?;
+    event.record(queued.as_stream())?;
 
     let abandoned_before = abandoned_records();
     let started = Instant::now();
-    let scope_result = busy.handle().scope(|scope| -> Result<(), Failed> {
+    let scope_result = busy.as_stream().scope(|scope| -> Result<(), Failed> {
         // SAFETY: `mark_started` touches only a static.
         unsafe {
             scope
                 .stream()
                 .launch_host_fn(mark_started, core::ptr::null_mut())
         }?;
-        scope.launch(Record::pack(&mut big_dst[..], &big_src[..])?)?;
+        scope.launch(
+            HostCopy::Single,
+            Record::pack(&mut big_dst[..], &big_src[..])?,
+        )?;
         // Wait until the host-function thread is on the copy, then trap.
         let marked = eventually(Duration::from_secs(10), || {
             COPY_STARTED.load(Ordering::Acquire)
@@ -108,7 +115,7 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
         check(marked, || {
             "the host function before the copy never ran".into()
         })?;
-        kernels.trap(faulty.handle())?;
+        kernels.trap(faulty.as_stream())?;
         Ok(())
     });
     let scope_returned_after = started.elapsed();
@@ -130,8 +137,8 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
 
     // Every wait returns the error; none hangs.
     let waits: [(&str, Result<(), hostcopy_driver::cuda::DriverError>); 4] = [
-        ("queued stream", queued.handle().synchronize()),
-        ("faulty stream", faulty.handle().synchronize()),
+        ("queued stream", queued.as_stream().synchronize()),
+        ("faulty stream", faulty.as_stream().synchronize()),
         ("context", context.synchronize()),
         ("event recorded before the trap", event.synchronize()),
     ];
@@ -144,7 +151,9 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
 
     // New launches fail at once and keep nothing.
     let alive_now = owned_alive();
-    let late = queued.handle().launch_owned(record(0)?);
+    let late = queued
+        .as_stream()
+        .launch_owned(HostCopy::Single, record(0)?);
     check(late.is_err(), || {
         "an owned launch after the error succeeded".into()
     })?;
@@ -152,7 +161,9 @@ fn sticky_error(context: &Context) -> Result<(), Failed> {
         "a refused owned launch kept its record".into()
     })?;
     let free_slots = POOL.available();
-    let late = queued.handle().launch_owned_in(&POOL, record(0)?);
+    let late = queued
+        .as_stream()
+        .launch_owned_in(&POOL, HostCopy::Single, record(0)?);
     check(late.is_err() && POOL.available() == free_slots, || {
         "a refused pool launch kept its slot".into()
     })?;

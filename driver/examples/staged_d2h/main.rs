@@ -95,7 +95,7 @@ fn run(options: &Options) -> Result<(), String> {
             "hostcopy_fn".into()
         }
     );
-    let device = device_with_pattern(total, 7).map_err(|e| e.to_string())?;
+    let device = device_with_pattern(&context, total, 7).map_err(|e| e.to_string())?;
     // Host functions write `dst`: after a context error one may still be
     // running when the error comes back, so `dst` is never freed on that
     // path (the process exits).
@@ -103,7 +103,7 @@ fn run(options: &Options) -> Result<(), String> {
     // `vec![0; n]` maps untouched zero pages: fault every page in now, or
     // the copy pays for first-touch faults (a few GB/s at most).
     dst.fill(0xA5);
-    let ring = Ring::new(options.slots, chunk).map_err(|e| e.to_string())?;
+    let ring = Ring::new(&context, options.slots, chunk).map_err(|e| e.to_string())?;
     let mut last_tenth = 0;
     let timing = ring
         .device_to_host(&device, &mut dst, host_fn, |done, chunks| {

@@ -19,7 +19,7 @@ use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::{
-    CaptureMode, DeviceBuffer, Error, Event, Graph, GraphExec, PinnedBuffer, Stream,
+    CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, PinnedBuffer, Stream,
 };
 use hostcopy_driver::{HostFn, RawRegion, Record};
 
@@ -35,7 +35,7 @@ impl Drop for Ring {
         let finished = self
             .slots
             .iter()
-            .all(|(_, stream)| stream.handle().synchronize().is_ok());
+            .all(|(_, stream)| stream.as_stream().synchronize().is_ok());
         if finished {
             for (slot, _) in &mut self.slots {
                 // SAFETY: every host function that read or wrote the slot has finished.
@@ -56,9 +56,14 @@ pub struct Timing {
 
 impl Ring {
     /// `slots` pinned slots of `chunk` bytes, each with a new stream.
-    pub fn new(slots: usize, chunk: usize) -> Result<Ring, Error> {
+    pub fn new(context: &Context, slots: usize, chunk: usize) -> Result<Ring, Error> {
         let slots = (0..slots)
-            .map(|_| Ok((ManuallyDrop::new(PinnedBuffer::new(chunk)?), Stream::new()?)))
+            .map(|_| {
+                Ok((
+                    ManuallyDrop::new(PinnedBuffer::new(context, chunk)?),
+                    Stream::new(context)?,
+                ))
+            })
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(Ring { slots, chunk })
     }
@@ -125,11 +130,15 @@ impl Ring {
         // the slot follows the host copy that last read it.
         unsafe {
             stream
-                .handle()
+                .as_stream()
                 .copy_device_to_host(slot.raw_ptr(), device, offset, len)
         }?;
         // SAFETY: the record and both its ranges outlive the work (our caller).
-        unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+        unsafe {
+            stream
+                .as_stream()
+                .launch_host_fn(host_fn, record.user_data())
+        }?;
         Ok(enqueue.elapsed())
     }
 
@@ -162,12 +171,16 @@ impl Ring {
             // SAFETY: the record and both its ranges outlive the stream's
             // work; the host copy into the slot follows the previous transfer
             // out of it in this stream's order.
-            unsafe { stream.handle().launch_host_fn(host_fn, record.user_data()) }?;
+            unsafe {
+                stream
+                    .as_stream()
+                    .launch_host_fn(host_fn, record.user_data())
+            }?;
             // SAFETY: the slot is pinned; in stream order this transfer
             // follows the host copy that filled it.
             unsafe {
                 stream
-                    .handle()
+                    .as_stream()
                     .copy_host_to_device(device, offset, slot.raw_ptr(), len)
             }?;
             blocked += enqueue.elapsed();
@@ -188,7 +201,7 @@ impl Ring {
         let synchronized = self
             .slots
             .iter()
-            .try_for_each(|(_, stream)| stream.handle().synchronize());
+            .try_for_each(|(_, stream)| stream.as_stream().synchronize());
         match (queued, synchronized) {
             (Ok(()), Ok(())) => Ok(Timing {
                 total: start.elapsed(),
@@ -236,15 +249,15 @@ impl Ring {
         );
         let dst = RawRegion::host(dst.as_mut_ptr().expose_provenance(), dst.len());
         let chunks = dst.len.div_ceil(self.chunk);
-        let main = self.slots[0].1.handle();
+        let main = self.slots[0].1.as_stream();
         let mut records = Vec::with_capacity(chunks);
         main.begin_capture(CaptureMode::ThreadLocal)?;
         let mut events = Vec::new();
         let captured = (|| -> Result<(), Error> {
-            let fork = Event::ordering()?;
+            let fork = Event::ordering(main.context())?;
             fork.record(main)?;
             for (_, stream) in &self.slots[1..] {
-                stream.handle().wait_event(&fork)?;
+                stream.as_stream().wait_event(&fork)?;
             }
             events.push(fork);
             for chunk in 0..chunks {
@@ -253,8 +266,8 @@ impl Ring {
                 unsafe { self.queue_device_to_host(chunk, device, dst, host_fn, &mut records) }?;
             }
             for (_, stream) in &self.slots[1..] {
-                let join = Event::ordering()?;
-                join.record(stream.handle())?;
+                let join = Event::ordering(main.context())?;
+                join.record(stream.as_stream())?;
                 main.wait_event(&join)?;
                 events.push(join);
             }
@@ -284,7 +297,7 @@ impl Ring {
 impl CapturedTransfer<'_> {
     /// Runs the captured transfer once and waits for it.
     pub fn run(&mut self) -> Result<Timing, Error> {
-        let main = self.ring.slots[0].1.handle();
+        let main = self.ring.slots[0].1.as_stream();
         let start = Instant::now();
         let launched = self.exec.launch(main);
         let blocked = start.elapsed();
@@ -326,8 +339,12 @@ pub fn fill_pattern(bytes: &mut [u8], seed: u32) {
 }
 
 /// A device buffer holding `pattern(len, seed)`.
-pub fn device_with_pattern(len: usize, seed: u32) -> Result<DeviceBuffer, Error> {
-    let mut device = DeviceBuffer::new(len)?;
+pub fn device_with_pattern(
+    context: &Context,
+    len: usize,
+    seed: u32,
+) -> Result<DeviceBuffer, Error> {
+    let mut device = DeviceBuffer::new(context, len)?;
     let piece = 64 << 20;
     let mut host = vec![0u8; piece.min(len)];
     let mut offset = 0;

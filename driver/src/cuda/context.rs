@@ -1,7 +1,10 @@
-//! The device's primary context: what every call of this layer runs in.
+//! The device's primary context: what every resource of this layer lives in
+//! and keeps alive.
 
 use core::ffi::{c_char, c_int};
 use core::fmt;
+
+use alloc::sync::Arc;
 
 use super::error::DriverError;
 use super::ffi::{self, CUcontext, CUdevice};
@@ -14,22 +17,33 @@ pub fn driver_version() -> Result<i32, DriverError> {
     Ok(version)
 }
 
-/// A device's primary context, retained for as long as this value lives.
+/// A device's primary context, retained for as long as any clone of this
+/// value, or any resource made in it, lives.
 ///
+/// Cloning is cheap (a shared reference count, as cudarc's
+/// `Arc<CudaContext>`). Every stream, event, buffer and graph of this layer
+/// holds a clone, so the driver cannot free a resource while safe code can
+/// still reach it, and every call on a resource first makes the resource's
+/// context current on the calling thread: resources work from any thread.
 /// The primary context is the one the CUDA runtime and most libraries share,
-/// so streams and buffers made here work with theirs. Driver calls run in the
-/// calling thread's current context: call [`make_current`](Self::make_current)
-/// on each thread that uses this layer.
+/// so streams and buffers made here work with theirs.
+#[derive(Clone)]
 pub struct Context {
+    inner: Arc<Retained>,
+}
+
+/// The one retain of the primary context that all clones share.
+struct Retained {
+    ordinal: usize,
     device: CUdevice,
     raw: CUcontext,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread; the driver
 // serializes what needs serializing.
-unsafe impl Send for Context {}
-// SAFETY: as above; every method takes `&self` and makes driver calls only.
-unsafe impl Sync for Context {}
+unsafe impl Send for Retained {}
+// SAFETY: as above; only driver calls go through the handle.
+unsafe impl Sync for Retained {}
 
 impl Context {
     /// Initializes the driver, retains the primary context of device
@@ -41,13 +55,19 @@ impl Context {
         // SAFETY: plain driver initialization.
         unsafe { ffi::cuInit(0) }.ok()?;
         let mut device: CUdevice = 0;
-        let ordinal = c_int::try_from(ordinal).unwrap_or(c_int::MAX);
+        let index = c_int::try_from(ordinal).unwrap_or(c_int::MAX);
         // SAFETY: writes one device handle.
-        unsafe { ffi::cuDeviceGet(&mut device, ordinal) }.ok()?;
+        unsafe { ffi::cuDeviceGet(&mut device, index) }.ok()?;
         let mut raw: CUcontext = core::ptr::null_mut();
-        // SAFETY: writes one context handle; released in `Drop`.
+        // SAFETY: writes one context handle; released when the last clone goes.
         unsafe { ffi::cuDevicePrimaryCtxRetain(&mut raw, device) }.ok()?;
-        let context = Context { device, raw };
+        let context = Context {
+            inner: Arc::new(Retained {
+                ordinal,
+                device,
+                raw,
+            }),
+        };
         context.make_current()?;
         Ok(context)
     }
@@ -62,17 +82,35 @@ impl Context {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
-    /// Makes this context current on the calling thread.
+    /// Makes this context current on the calling thread, for driver calls
+    /// this layer does not wrap. The layer's own calls do this themselves.
     pub fn make_current(&self) -> Result<(), DriverError> {
         // SAFETY: the context is retained while `self` lives.
-        unsafe { ffi::cuCtxSetCurrent(self.raw) }.ok()
+        unsafe { ffi::cuCtxSetCurrent(self.inner.raw) }.ok()
     }
 
-    /// Waits for all work of the context current on this thread.
+    /// Makes this context current on the calling thread unless it already is:
+    /// what every call of this layer on a resource does first.
+    pub(crate) fn bind(&self) -> Result<(), DriverError> {
+        let mut current: CUcontext = core::ptr::null_mut();
+        // SAFETY: writes one handle.
+        unsafe { ffi::cuCtxGetCurrent(&mut current) }.ok()?;
+        if current == self.inner.raw {
+            return Ok(());
+        }
+        self.make_current()
+    }
+
+    /// Waits for all work of the context.
     pub fn synchronize(&self) -> Result<(), DriverError> {
-        self.make_current()?;
-        // SAFETY: no arguments.
+        self.bind()?;
+        // SAFETY: no arguments; the context is current.
         unsafe { ffi::cuCtxSynchronize() }.ok()
+    }
+
+    /// The device ordinal given to [`primary`](Self::primary).
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
     }
 
     /// The device's name, such as `NVIDIA H200`.
@@ -83,7 +121,7 @@ impl Context {
             ffi::cuDeviceGetName(
                 bytes.as_mut_ptr().cast::<c_char>(),
                 bytes.len() as c_int,
-                self.device,
+                self.inner.device,
             )
         }
         .ok()?;
@@ -95,16 +133,18 @@ impl Context {
         Ok(name)
     }
 
-    /// The raw context handle, for calls this layer does not wrap.
+    /// The raw context handle, for calls this layer does not wrap. Valid
+    /// while `self` (or any resource of the context) lives.
     pub fn raw(&self) -> CUcontext {
-        self.raw
+        self.inner.raw
     }
 }
 
-impl Drop for Context {
+impl Drop for Retained {
     fn drop(&mut self) {
-        // SAFETY: releases the reference `primary` retained. An error here
-        // (a context already failed) leaves nothing to do.
+        // SAFETY: releases the one reference `primary` retained, after every
+        // clone and every resource holding one is gone. An error here (a
+        // context already failed) leaves nothing to do.
         let _ = unsafe { ffi::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
 }
@@ -112,8 +152,8 @@ impl Drop for Context {
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
-            .field("device", &self.device)
-            .field("raw", &self.raw)
+            .field("ordinal", &self.inner.ordinal)
+            .field("raw", &self.inner.raw)
             .finish()
     }
 }

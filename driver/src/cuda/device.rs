@@ -4,11 +4,12 @@
 
 use core::fmt;
 
+use super::context::Context;
 use super::error::{DriverError, Error};
 use super::ffi::{self, CUdeviceptr};
 use crate::RawRegion;
 
-/// Device memory from `cuMemAlloc`, freed on drop.
+/// Device memory from `cuMemAlloc` in a context it keeps alive, freed on drop.
 ///
 /// ```compile_fail
 /// # fn f(device: &hostcopy_driver::cuda::DeviceBuffer, dst: &mut [u8]) {
@@ -17,6 +18,7 @@ use crate::RawRegion;
 /// # }
 /// ```
 pub struct DeviceBuffer {
+    context: Context,
     ptr: CUdeviceptr,
     len: usize,
 }
@@ -27,14 +29,24 @@ unsafe impl Send for DeviceBuffer {}
 unsafe impl Sync for DeviceBuffer {}
 
 impl DeviceBuffer {
-    /// `len` bytes of device memory in the current context (uninitialized).
-    pub fn new(len: usize) -> Result<DeviceBuffer, DriverError> {
+    /// `len` bytes of device memory in `context` (uninitialized).
+    pub fn new(context: &Context, len: usize) -> Result<DeviceBuffer, DriverError> {
         let mut ptr: CUdeviceptr = 0;
         if len > 0 {
+            context.bind()?;
             // SAFETY: writes one device pointer, freed in `Drop`.
             unsafe { ffi::cuMemAlloc_v2(&mut ptr, len) }.ok()?;
         }
-        Ok(DeviceBuffer { ptr, len })
+        Ok(DeviceBuffer {
+            context: context.clone(),
+            ptr,
+            len,
+        })
+    }
+
+    /// The context the buffer belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
     }
 
     /// Length in bytes.
@@ -75,6 +87,7 @@ impl DeviceBuffer {
         if src.is_empty() {
             return Ok(());
         }
+        self.context.bind()?;
         // SAFETY: `dst` is in bounds; `src` is a live slice; synchronous.
         unsafe { ffi::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }.ok()?;
         Ok(())
@@ -86,6 +99,7 @@ impl DeviceBuffer {
         if dst.is_empty() {
             return Ok(());
         }
+        self.context.bind()?;
         // SAFETY: `src` is in bounds; `dst` is a live slice; synchronous.
         unsafe { ffi::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }.ok()?;
         Ok(())
@@ -95,6 +109,7 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if self.len > 0 {
+            let _ = self.context.bind();
             // SAFETY: frees the allocation made in `new`. After a context
             // error this fails and the context's teardown frees it.
             let _ = unsafe { ffi::cuMemFree_v2(self.ptr) };

@@ -99,11 +99,12 @@ pub enum Error {
         /// Length of the buffer in bytes.
         len: usize,
     },
-    /// A launch scope without a heap tracks at most this many launches at once.
-    ScopeFull {
-        /// Launches a scope can track.
-        capacity: usize,
-    },
+    /// A graph node of another graph than the one (or the executable of the
+    /// one) it was given to.
+    ForeignNode,
+    /// The stream has an open launch scope, whose borrowed records must not
+    /// become graph nodes: it cannot begin capturing until the scope returns.
+    ScopeOpen,
 }
 
 impl From<DriverError> for Error {
@@ -141,12 +142,10 @@ impl fmt::Display for Error {
                 f,
                 "device range of {nbytes} bytes at offset {offset} is out of bounds of a {len}-byte buffer"
             ),
-            Error::ScopeFull { capacity } => {
-                write!(
-                    f,
-                    "a launch scope without a heap tracks at most {capacity} launches"
-                )
-            }
+            Error::ForeignNode => f.write_str("the node belongs to another graph"),
+            Error::ScopeOpen => f.write_str(
+                "a launch scope is open on the stream: it cannot begin capturing until the scope returns",
+            ),
         }
     }
 }

@@ -2,65 +2,106 @@
 
 use core::fmt;
 
+use super::capture::{self, CaptureState};
+use super::context::Context;
 use super::error::DriverError;
 use super::ffi::{self, CUevent};
-use super::stream::StreamRef;
+use super::stream::{CUDA_ERROR_NOT_READY, StreamRef};
 
-/// A CUDA event, destroyed on drop.
+/// A CUDA event in a context it keeps alive, destroyed on drop.
 pub struct Event {
+    context: Context,
     raw: CUevent,
 }
 
-// SAFETY: event handles may be used from any thread.
+// SAFETY: event handles may be used from any thread; every call binds the
+// event's context first.
 unsafe impl Send for Event {}
 // SAFETY: as above; the driver serializes calls on one event.
 unsafe impl Sync for Event {}
 
 impl Event {
     /// An event that can time the work between two records.
-    pub fn timing() -> Result<Event, DriverError> {
-        Self::with_flags(ffi::CU_EVENT_DEFAULT)
+    pub fn timing(context: &Context) -> Result<Event, DriverError> {
+        Self::with_flags(context, ffi::CU_EVENT_DEFAULT)
     }
 
     /// An event for ordering only (cheaper to record).
-    pub fn ordering() -> Result<Event, DriverError> {
-        Self::with_flags(ffi::CU_EVENT_DISABLE_TIMING)
+    pub fn ordering(context: &Context) -> Result<Event, DriverError> {
+        Self::with_flags(context, ffi::CU_EVENT_DISABLE_TIMING)
     }
 
-    fn with_flags(flags: core::ffi::c_uint) -> Result<Event, DriverError> {
+    fn with_flags(context: &Context, flags: core::ffi::c_uint) -> Result<Event, DriverError> {
+        context.bind()?;
         let mut raw: CUevent = core::ptr::null_mut();
         // SAFETY: writes one handle, destroyed in `Drop`.
         unsafe { ffi::cuEventCreate(&mut raw, flags) }.ok()?;
-        Ok(Event { raw })
+        Ok(Event {
+            context: context.clone(),
+            raw,
+        })
     }
 
     /// Records the event at the current end of `stream`.
     pub fn record(&self, stream: StreamRef<'_>) -> Result<(), DriverError> {
+        // A record on a capturing stream adds to its capture graph.
+        self.record_locked(&capture::lock(), stream)
+    }
+
+    /// [`record`](Self::record) for a caller that holds the capture lock.
+    pub(crate) fn record_locked(
+        &self,
+        _locked: &CaptureState,
+        stream: StreamRef<'_>,
+    ) -> Result<(), DriverError> {
+        stream.context().bind()?;
         // SAFETY: both handles are alive.
         unsafe { ffi::cuEventRecord(self.raw, stream.raw()) }.ok()
     }
 
     /// Waits until the work before the last record has finished.
     pub fn synchronize(&self) -> Result<(), DriverError> {
+        self.context.bind()?;
         // SAFETY: the handle is alive.
         unsafe { ffi::cuEventSynchronize(self.raw) }.ok()
     }
 
+    /// Whether the work before the last record has finished, without waiting.
+    pub fn query(&self) -> Result<bool, DriverError> {
+        self.context.bind()?;
+        // SAFETY: the handle is alive.
+        let result = unsafe { ffi::cuEventQuery(self.raw) };
+        match result.ok() {
+            Ok(()) => Ok(true),
+            Err(error) if error.code() == CUDA_ERROR_NOT_READY => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Milliseconds between `start` and `self`, both recorded and finished.
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32, DriverError> {
+        self.context.bind()?;
         let mut ms = 0f32;
         // SAFETY: writes one float; both handles are alive.
         unsafe { ffi::cuEventElapsedTime(&mut ms, start.raw, self.raw) }.ok()?;
         Ok(ms)
     }
+}
 
-    pub(crate) fn raw(&self) -> CUevent {
-        self.raw
+impl StreamRef<'_> {
+    /// Makes later work on this stream wait for `event`'s last record. If
+    /// that record was captured, this joins the stream to the capture.
+    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
+        let _locked = capture::lock();
+        self.context().bind()?;
+        // SAFETY: both handles are alive.
+        unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw, 0) }.ok()
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
+        let _ = self.context.bind();
         // SAFETY: destroys the handle created in `with_flags`; a pending
         // record finishes on its own.
         let _ = unsafe { ffi::cuEventDestroy_v2(self.raw) };

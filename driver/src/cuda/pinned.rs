@@ -7,19 +7,22 @@ use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;
 
+use super::context::Context;
 use super::error::DriverError;
 use super::ffi;
 use crate::RawRegion;
 use crate::memory::{HostMemory, HostMemoryMut, HostRange};
 
 /// Page-locked host memory from `cuMemHostAlloc` (portable to every
-/// context), zeroed, freed on drop.
+/// context), zeroed, freed on drop. It keeps its context alive: the driver
+/// frees a context's pinned memory with the context.
 ///
 /// It is host memory: records pack from and into it like any slice. In a
 /// staged pipeline the GPU writes a pinned slot between host copies, which
 /// the borrow checker cannot follow; such pipelines build records from
 /// [`raw_region`](Self::raw_region) and answer for the stream order.
 pub struct PinnedBuffer {
+    context: Context,
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -31,20 +34,31 @@ unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
     /// `len` zeroed bytes of pinned host memory.
-    pub fn new(len: usize) -> Result<PinnedBuffer, DriverError> {
+    pub fn new(context: &Context, len: usize) -> Result<PinnedBuffer, DriverError> {
         if len == 0 {
             return Ok(PinnedBuffer {
+                context: context.clone(),
                 ptr: NonNull::dangling(),
                 len,
             });
         }
+        context.bind()?;
         let mut raw: *mut core::ffi::c_void = core::ptr::null_mut();
         // SAFETY: writes one pointer to `len` bytes, freed in `Drop`.
         unsafe { ffi::cuMemHostAlloc(&mut raw, len, ffi::CU_MEMHOSTALLOC_PORTABLE) }.ok()?;
         let ptr = NonNull::new(raw.cast::<u8>()).expect("cuMemHostAlloc returned success and null");
         // SAFETY: `len` writable bytes; zeroed so the slice views are initialized.
         unsafe { ptr.as_ptr().write_bytes(0, len) };
-        Ok(PinnedBuffer { ptr, len })
+        Ok(PinnedBuffer {
+            context: context.clone(),
+            ptr,
+            len,
+        })
+    }
+
+    /// The context the buffer belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
     }
 
     /// The first byte's address, for transfers whose order the caller
@@ -99,7 +113,9 @@ unsafe impl HostMemoryMut for PinnedBuffer {
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         if self.len > 0 {
-            // SAFETY: frees the allocation made in `new`.
+            let _ = self.context.bind();
+            // SAFETY: frees the allocation made in `new`, while the context
+            // (held by `self`) still lives.
             let _ = unsafe { ffi::cuMemFreeHost(self.ptr.as_ptr().cast()) };
         }
     }
@@ -117,14 +133,19 @@ impl fmt::Debug for PinnedBuffer {
 /// Pageable memory pinned in place with `cuMemHostRegister` for as long as
 /// this value lives; unregistered on drop.
 pub struct HostRegistration<'a> {
+    context: Context,
     ptr: NonNull<u8>,
     len: usize,
     _buffer: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> HostRegistration<'a> {
-    /// Pins `buffer` (it must not be empty).
-    pub fn new(buffer: &'a mut [u8]) -> Result<HostRegistration<'a>, DriverError> {
+    /// Pins `buffer` in `context` (it must not be empty).
+    pub fn new(
+        context: &Context,
+        buffer: &'a mut [u8],
+    ) -> Result<HostRegistration<'a>, DriverError> {
+        context.bind()?;
         let len = buffer.len();
         let ptr = NonNull::from(buffer).cast::<u8>();
         // SAFETY: `len` bytes of live memory, borrowed for 'a; unregistered in `Drop`.
@@ -133,6 +154,7 @@ impl<'a> HostRegistration<'a> {
         }
         .ok()?;
         Ok(HostRegistration {
+            context: context.clone(),
             ptr,
             len,
             _buffer: PhantomData,
@@ -157,6 +179,7 @@ impl<'a> HostRegistration<'a> {
 
 impl Drop for HostRegistration<'_> {
     fn drop(&mut self) {
+        let _ = self.context.bind();
         // SAFETY: unregisters what `new` registered.
         let _ = unsafe { ffi::cuMemHostUnregister(self.ptr.as_ptr().cast()) };
     }

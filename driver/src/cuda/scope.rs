@@ -10,6 +10,11 @@
 //! host function, should it ever run. Synchronizing alone would not do:
 //! after a context error the driver returns from it while a host function
 //! may still be running.
+//!
+//! A scoped record must never become a graph node (a replay would run it
+//! after the scope returned): the scope is opened, and each launch made,
+//! under the capture lock with the stream seen not capturing, and the
+//! stream cannot begin capturing while the scope is open.
 
 use core::cell::{Cell, RefCell};
 use core::fmt;
@@ -17,46 +22,93 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
+use alloc::collections::VecDeque;
+
+use super::capture::{self, capture_graph};
 use super::error::{DriverError, Error};
 use super::ffi;
-use super::host_fns;
-use super::list::List;
 use super::stream::StreamRef;
-use crate::Record;
-use crate::owned::{self, Slot, SlotSource};
+use crate::owned::{self, HostCopy, Slot, SlotSource};
+use crate::{Record, RecordPool};
 
-/// Launches a scope without a heap tracks at once.
-const SCOPE_CAPACITY: usize = 256;
 /// Finished launches are freed once this many are tracked, so the list is
 /// as long as the launches in flight, not as all launches.
 const REAP_AT: usize = 64;
-
-type Launched = List<NonNull<Slot>, SCOPE_CAPACITY>;
 
 /// Launches whose records borrow buffers for `'scope`; see
 /// [`StreamRef::scope`].
 pub struct LaunchScope<'scope, 'env: 'scope> {
     stream: StreamRef<'scope>,
     source: SlotSource,
-    launched: RefCell<Launched>,
+    launched: RefCell<VecDeque<NonNull<Slot>>>,
     finished: Cell<bool>,
     /// Invariant in both lifetimes, as `std::thread::Scope` is.
     _lifetimes: PhantomData<(&'scope mut &'scope (), &'env mut &'env ())>,
 }
 
+impl<'a> StreamRef<'a> {
+    /// Runs `f` with a scope whose launches may borrow buffers that outlive
+    /// the scope, then waits for every host function the scope launched.
+    ///
+    /// Each launch copies its record to the heap; the scope frees the copies
+    /// when it returns. After a context error it returns the error without
+    /// waiting for host functions the driver skipped, but not before a host
+    /// function of the scope that is running has finished: the borrowed
+    /// buffers are never touched after the scope returns. Refused on a
+    /// capturing stream ([`Error::Capturing`]); while the scope is open, the
+    /// stream cannot begin capturing ([`Error::ScopeOpen`]).
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::Record;
+    /// use hostcopy_driver::cuda::{Context, HostCopy, PinnedBuffer, Stream};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let context = Context::primary(0)?;
+    /// let stream = Stream::new(&context)?;
+    /// let staging = PinnedBuffer::new(&context, 1 << 20)?;
+    /// let mut pageable = vec![0u8; 1 << 20];
+    /// stream.as_stream().scope(|scope| {
+    ///     scope.launch(HostCopy::Parallel, Record::pack(&mut pageable[..], &*staging)?)
+    /// })??;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scope<'env, F, T>(&self, f: F) -> Result<T, Error>
+    where
+        F: for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> T,
+    {
+        run(*self, SlotSource::Heap, f)
+    }
+
+    /// [`scope`](Self::scope) with the record copies in slots of `pool`.
+    pub fn scope_in<'env, const N: usize, F, T>(
+        &self,
+        pool: &'static RecordPool<N>,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> T,
+    {
+        run(*self, SlotSource::Pool(pool), f)
+    }
+}
+
 /// Runs `f` with a new scope on `stream`, then finishes the scope.
-pub(crate) fn run<'env, F, T>(stream: StreamRef<'_>, source: SlotSource, f: F) -> Result<T, Error>
+fn run<'env, F, T>(stream: StreamRef<'_>, source: SlotSource, f: F) -> Result<T, Error>
 where
     F: for<'scope> FnOnce(&'scope LaunchScope<'scope, 'env>) -> T,
 {
-    if stream.capture_graph()?.is_some() {
-        return Err(Error::Capturing);
+    {
+        let mut locked = capture::lock();
+        if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
+            return Err(Error::Capturing);
+        }
+        locked.open_scope(stream.raw());
     }
     let scope = LaunchScope {
-        // SAFETY: the scope lives inside this call, within the stream's borrow.
-        stream: unsafe { StreamRef::from_raw(stream.raw()) },
+        stream,
         source,
-        launched: RefCell::new(Launched::new()),
+        launched: RefCell::new(VecDeque::new()),
         finished: Cell::new(false),
         _lifetimes: PhantomData,
     };
@@ -70,32 +122,51 @@ where
 }
 
 impl<'scope, 'env> LaunchScope<'scope, 'env> {
-    /// Launches `hostcopy_fn` on a copy of `record`, in stream order.
-    pub fn launch(&self, record: Record<'scope>) -> Result<(), Error> {
-        if self.stream.capture_graph()?.is_some() {
-            return Err(Error::Capturing);
+    /// Launches `copy` on a copy of `record`, in stream order.
+    ///
+    /// Refused with [`Error::Capturing`] if the stream was joined to a
+    /// capture (through an event wait) since the scope opened.
+    pub fn launch(&self, copy: HostCopy, record: Record<'scope>) -> Result<(), Error> {
+        if self.launched.borrow().len() >= REAP_AT {
+            self.reap();
         }
-        self.make_room()?;
-        let slot = self.source.take(record.args())?;
+        let slot = self.source.take(record.args(), copy)?;
         // SAFETY: the slot is held by us and not shared yet.
-        let (state, user_data) = unsafe { (&slot.as_ref().state, slot.as_ref().user_data()) };
-        state.store(owned::PENDING, Ordering::Relaxed);
-        // SAFETY: `run_scoped` reads the slot until it stores DONE or finds
-        // it abandoned; the record's buffers outlive the scope, which waits
-        // for a running host function before it returns.
-        let launched = unsafe {
-            ffi::cuLaunchHostFunc(self.stream.raw(), Some(host_fns::run_scoped), user_data)
-        }
-        .ok();
+        unsafe {
+            (*slot.as_ptr())
+                .state
+                .store(owned::PENDING, Ordering::Relaxed)
+        };
+        let launched = {
+            let locked = capture::lock();
+            match capture_graph(&locked, self.stream.context(), self.stream.raw()) {
+                Ok(Some(_)) => Err(Error::Capturing),
+                Ok(None) => {
+                    // SAFETY: `run_scoped` reads the slot until it stores
+                    // DONE or finds it abandoned; the record's buffers
+                    // outlive the scope, which waits for a running host
+                    // function before it returns; the stream is not
+                    // capturing and cannot start to under the lock.
+                    unsafe {
+                        ffi::cuLaunchHostFunc(
+                            self.stream.raw(),
+                            Some(owned::run_scoped),
+                            Slot::user_data(slot),
+                        )
+                    }
+                    .ok()
+                    .map_err(Error::from)
+                }
+                Err(error) => Err(error.into()),
+            }
+        };
         if let Err(error) = launched {
             // Not queued: still ours.
             // SAFETY: no host function has the slot.
             unsafe { Slot::release(slot) };
-            return Err(error.into());
+            return Err(error);
         }
-        // `make_room` left a free place.
-        let tracked = self.launched.borrow_mut().push(slot);
-        debug_assert!(tracked.is_ok());
+        self.launched.borrow_mut().push_back(slot);
         Ok(())
     }
 
@@ -108,43 +179,29 @@ impl<'scope, 'env> LaunchScope<'scope, 'env> {
     /// Slots finish in stream order, so this stops at the first that has not.
     fn reap(&self) {
         let mut launched = self.launched.borrow_mut();
-        let done = launched
-            .iter()
-            .take_while(|slot| {
-                // SAFETY: tracked slots stay allocated until freed here or settled.
-                let slot = unsafe { slot.as_ref() };
-                slot.state.load(Ordering::Acquire) == owned::DONE
-            })
-            .count();
-        for slot in launched.drain_front(done) {
+        while let Some(&slot) = launched.front() {
+            // SAFETY: tracked slots stay allocated until freed here or settled.
+            let state = unsafe { &(*slot.as_ptr()).state };
+            if state.load(Ordering::Acquire) != owned::DONE {
+                break;
+            }
+            launched.pop_front();
             // SAFETY: DONE: the host function is finished with the slot.
             unsafe { Slot::release(slot) };
         }
     }
 
-    fn make_room(&self) -> Result<(), Error> {
-        let tracked = self.launched.borrow().len();
-        if tracked >= REAP_AT || self.launched.borrow().is_full() {
-            self.reap();
-        }
-        if self.launched.borrow().is_full() {
-            return Err(Error::ScopeFull {
-                capacity: SCOPE_CAPACITY,
-            });
-        }
-        Ok(())
-    }
-
-    /// Synchronizes, then settles every slot. Runs once.
+    /// Synchronizes, then settles every slot, then closes the scope. Runs once.
     fn finish(&self) -> Result<(), DriverError> {
         if self.finished.replace(true) {
             return Ok(());
         }
         let synchronized = self.stream.synchronize();
-        for slot in self.launched.borrow_mut().drain_all() {
+        for slot in self.launched.borrow_mut().drain(..) {
             // SAFETY: every tracked slot was launched by this scope.
             unsafe { settle(slot) };
         }
+        capture::lock().close_scope(self.stream.raw());
         synchronized
     }
 }
@@ -158,7 +215,7 @@ impl<'scope, 'env> LaunchScope<'scope, 'env> {
 unsafe fn settle(slot: NonNull<Slot>) {
     // SAFETY: the slot stays allocated until freed here or, once abandoned,
     // by the host function.
-    let state = unsafe { &slot.as_ref().state };
+    let state = unsafe { &(*slot.as_ptr()).state };
     loop {
         match state.load(Ordering::Acquire) {
             owned::DONE => {
@@ -182,16 +239,9 @@ unsafe fn settle(slot: NonNull<Slot>) {
             }
             // A host function is copying into the borrowed buffers right
             // now: wait for that one copy.
-            _ => wait_a_moment(),
+            _ => std::thread::yield_now(),
         }
     }
-}
-
-fn wait_a_moment() {
-    #[cfg(feature = "std")]
-    std::thread::yield_now();
-    #[cfg(not(feature = "std"))]
-    core::hint::spin_loop();
 }
 
 struct SettleOnDrop<'a, 'scope, 'env>(&'a LaunchScope<'scope, 'env>);

@@ -9,7 +9,6 @@
 
 pub mod kernel;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::{CUDA_ERROR_NO_DEVICE, Context};
@@ -27,12 +26,11 @@ pub fn run(binary: &str, tests: &[(&'static str, GpuTest)]) -> ! {
     args.test_threads = Some(1);
     let trials = match Context::primary(0) {
         Ok(context) => {
-            let context = Arc::new(context);
             describe(binary, &context);
             tests
                 .iter()
                 .map(|&(name, test)| {
-                    let context = Arc::clone(&context);
+                    let context = context.clone();
                     Trial::test(name, move || {
                         context.make_current()?;
                         test(&context)
