@@ -10,7 +10,17 @@
 //! graph, instantiate with flags) are declared here by hand, by the names
 //! `cuda.h` binds them to; libcuda 580 exports all of them.
 //!
-//! `build.rs` builds the stub libcuda from the `fn cu…(` names in this file.
+//! The list below is the one place an entry point is named: a macro makes of
+//! each line a private `extern "C"` declaration and a `pub(crate) unsafe fn`
+//! of the same name and signature that the layer calls. The wrapper forwards
+//! to libcuda or, with feature `simulator` once [`super::sim::install`] has
+//! run, to the simulator's function of that name (one atomic load decides).
+//! Under Miri, which cannot call libcuda, a wrapper the simulator does not
+//! answer returns CUDA_ERROR_STUB_LIBRARY (34), as a machine without a
+//! driver would.
+//!
+//! `build.rs` builds the stub libcuda from the `fn cu…(` names in this file:
+//! each entry keeps that text.
 
 #![allow(non_snake_case)]
 
@@ -42,8 +52,63 @@ pub(crate) const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
 /// Moves the caller's reference into the graph instead of adding one.
 pub(crate) const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
 
-#[link(name = "cuda")]
-unsafe extern "C" {
+/// Declares each driver entry point once and wraps it; see the module docs.
+macro_rules! entry_points {
+    ($(
+        pub(crate) fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> CuResult;
+    )*) => {
+        /// The name of every entry point in the list.
+        #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
+        pub(crate) const ENTRY_POINT_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// The raw libcuda symbols; only the wrappers below call them.
+        mod libcuda {
+            #[allow(clippy::wildcard_imports)]
+            use super::*;
+
+            #[link(name = "cuda")]
+            #[cfg_attr(miri, allow(dead_code))]
+            unsafe extern "C" {
+                $(pub(super) fn $name($($arg: $ty),*) -> CuResult;)*
+            }
+        }
+
+        $(
+            /// Calls the driver entry point of this name (or the simulator's,
+            /// once installed).
+            ///
+            /// # Safety
+            ///
+            /// The driver's contract for this entry point: every pointer is
+            /// valid for what the driver reads or writes through it, every
+            /// handle is alive, and a host function or user data handed over
+            /// stays valid for as long as the driver may use it.
+            #[inline]
+            // Declared for the layer; not every build calls every one.
+            #[allow(dead_code)]
+            pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
+                #[cfg(feature = "simulator")]
+                if super::sim::installed() {
+                    // SAFETY: the simulator's function of this name has this
+                    // entry point's contract, which our caller upholds.
+                    return unsafe { super::sim::entry::$name($($arg),*) };
+                }
+                #[cfg(miri)]
+                {
+                    $(let _ = $arg;)*
+                    CuResult(34)
+                }
+                #[cfg(not(miri))]
+                // SAFETY: forwarded: our caller upholds the driver's contract.
+                unsafe {
+                    libcuda::$name($($arg),*)
+                }
+            }
+        )*
+    };
+}
+
+entry_points! {
     pub(crate) fn cuInit(flags: c_uint) -> CuResult;
     pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> CuResult;
     pub(crate) fn cuGetErrorName(error: c_uint, name: *mut *const c_char) -> CuResult;

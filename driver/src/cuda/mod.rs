@@ -72,6 +72,9 @@ mod graph;
 mod launch;
 mod pinned;
 mod scope;
+#[cfg(feature = "simulator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulator")))]
+pub mod sim;
 mod stream;
 
 pub use context::{Context, driver_version};

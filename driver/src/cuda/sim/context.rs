@@ -1,0 +1,366 @@
+//! Devices, primary contexts and the calling thread's current context.
+//!
+//! A device's primary context exists while it is retained. When its last
+//! retain goes it is destroyed: queued ops are dropped, its allocations are
+//! really freed, and every handle made in it becomes invalid. A later retain
+//! makes a new context with a new handle, so a stale handle is recognized.
+
+use core::ffi::{c_char, c_int, c_uint};
+use std::collections::VecDeque;
+use std::format;
+use std::vec::Vec;
+
+use super::super::ffi::{CUcontext, CUdevice, CuResult};
+use super::codes::{self, result};
+use super::execution::spawn_worker;
+use super::objects::settle_destructors;
+use super::registry::{
+    Context, Guard, Kind, State, current, handle, id_of, lock, notify, set_current,
+};
+use std::thread::JoinHandle;
+
+/// The CUDA version the simulator reports (12.8).
+const DRIVER_VERSION: c_int = 12080;
+
+impl State {
+    /// A device ordinal: `CUDA_ERROR_INVALID_DEVICE` if no such device.
+    fn device(&self, ordinal: CUdevice) -> Result<usize, u32> {
+        usize::try_from(ordinal)
+            .ok()
+            .filter(|&d| d < self.devices.len())
+            .ok_or(codes::INVALID_DEVICE)
+    }
+
+    /// Creates `device`'s primary context, with its default stream and worker.
+    fn create_context(&mut self, device: usize) -> u64 {
+        let ctx = self.new_id();
+        let default_stream = self.new_id();
+        self.contexts.insert(
+            ctx,
+            Context {
+                device,
+                sticky: None,
+                queue: VecDeque::new(),
+                running: None,
+                submitted: 0,
+                completed: 0,
+                default_stream,
+            },
+        );
+        self.streams.insert(
+            default_stream,
+            super::registry::Stream {
+                ctx,
+                device,
+                last_seq: 0,
+                capture: None,
+                tail: Vec::new(),
+                handed_out: Default::default(),
+            },
+        );
+        self.devices[device].context = Some(ctx);
+        let worker = spawn_worker(ctx, device);
+        self.workers.insert(ctx, worker);
+        ctx
+    }
+
+    /// Destroys a context: see the module docs. An op running now
+    /// finishes on its own; the worker then ends. Returns the worker, to
+    /// join once the lock is released.
+    pub(super) fn destroy_context(&mut self, ctx: u64) -> Option<JoinHandle<()>> {
+        let device = self.contexts[&ctx].device;
+        let worker = self.workers.remove(&ctx);
+        self.discard_queue(ctx);
+        let captures: Vec<u64> = self
+            .captures
+            .iter()
+            .filter(|(_, c)| c.ctx == ctx)
+            .map(|(id, _)| *id)
+            .collect();
+        for capture in captures {
+            self.captures.remove(&capture);
+        }
+        let streams: Vec<u64> = owned_by(&self.streams, ctx, |s| s.ctx);
+        for stream in streams {
+            self.streams.remove(&stream);
+            self.bury(stream, Kind::Stream, device);
+        }
+        for event in owned_by(&self.events, ctx, |e| e.ctx) {
+            self.events.remove(&event);
+            self.bury(event, Kind::Event, device);
+        }
+        for graph in owned_by(&self.graphs, ctx, |g| g.ctx) {
+            self.destroy_graph(graph);
+        }
+        for exec in owned_by(&self.execs, ctx, |e| e.ctx) {
+            let entry = self.execs.get_mut(&exec).expect("listed");
+            if !entry.destroyed {
+                entry.destroyed = true;
+                self.bury(exec, Kind::Exec, device);
+            }
+            if self.execs[&exec].in_flight == 0 {
+                self.free_exec(exec);
+            }
+        }
+        self.free_context_memory(ctx);
+        self.contexts.remove(&ctx);
+        self.bury(ctx, Kind::Context, device);
+        self.devices[device].context = None;
+        notify();
+        worker
+    }
+}
+
+/// The ids of the entries of `map` that belong to `ctx`.
+fn owned_by<T>(
+    map: &std::collections::BTreeMap<u64, T>,
+    ctx: u64,
+    of: impl Fn(&T) -> u64,
+) -> Vec<u64> {
+    map.iter()
+        .filter(|(_, v)| of(v) == ctx)
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// Looks up a live context for `entry` (`CUDA_ERROR_INVALID_CONTEXT` and a
+/// violation if it is not one).
+fn context(state: &mut Guard, entry: &str, raw: CUcontext) -> Result<u64, u32> {
+    let ctx = id_of(raw);
+    if state.contexts.contains_key(&ctx) {
+        return Ok(ctx);
+    }
+    let device = state.dead.get(&ctx).map(|&(_, d)| d);
+    let what = match state.dead.get(&ctx) {
+        Some((Kind::Context, _)) => "destroyed",
+        _ => "unknown",
+    };
+    state.violation(device, format!("{entry}: {what} context {ctx:#x}"));
+    Err(codes::INVALID_CONTEXT)
+}
+
+/// `cuInit`: always succeeds (flags must be 0).
+///
+/// # Safety
+///
+/// Nothing to uphold (`unsafe` as the entry point it stands in for).
+pub(crate) unsafe fn cuInit(flags: c_uint) -> CuResult {
+    CuResult(if flags == 0 {
+        codes::SUCCESS
+    } else {
+        codes::INVALID_VALUE
+    })
+}
+
+/// `cuDriverGetVersion`: 12080.
+///
+/// # Safety
+///
+/// `version` is writable.
+pub(crate) unsafe fn cuDriverGetVersion(version: *mut c_int) -> CuResult {
+    if version.is_null() {
+        return CuResult(codes::INVALID_VALUE);
+    }
+    // SAFETY: non-null and writable (our caller).
+    unsafe { version.write(DRIVER_VERSION) };
+    CuResult(codes::SUCCESS)
+}
+
+/// `cuDeviceGetCount`: the devices made so far by `new_device`.
+///
+/// # Safety
+///
+/// `count` is writable.
+pub(crate) unsafe fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
+    if count.is_null() {
+        return CuResult(codes::INVALID_VALUE);
+    }
+    let devices = lock().devices.len();
+    // SAFETY: non-null and writable (our caller).
+    unsafe { count.write(c_int::try_from(devices).unwrap_or(c_int::MAX)) };
+    CuResult(codes::SUCCESS)
+}
+
+/// `cuDeviceGet`: the device handle is the ordinal.
+///
+/// # Safety
+///
+/// `device` is writable.
+pub(crate) unsafe fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        let found = state.device(ordinal)?;
+        state.fault(found, "cuDeviceGet")?;
+        if device.is_null() {
+            return Err(codes::INVALID_VALUE);
+        }
+        // SAFETY: non-null and writable (our caller).
+        unsafe { device.write(ordinal) };
+        Ok(())
+    })())
+}
+
+/// `cuDeviceGetName`: `hostcopy simulated device N`.
+///
+/// # Safety
+///
+/// `name` is writable for `len` bytes.
+pub(crate) unsafe fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CUdevice) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        let found = state.device(device)?;
+        state.fault(found, "cuDeviceGetName")?;
+        let len = usize::try_from(len).map_err(|_| codes::INVALID_VALUE)?;
+        if name.is_null() || len == 0 {
+            return Err(codes::INVALID_VALUE);
+        }
+        let text = format!("hostcopy simulated device {found}");
+        let n = text.len().min(len - 1);
+        // SAFETY: `len` writable bytes (our caller); `n + 1 <= len`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(text.as_ptr(), name.cast::<u8>(), n);
+            name.add(n).write(0);
+        }
+        Ok(())
+    })())
+}
+
+/// `cuDevicePrimaryCtxRetain`: creates the context on the first retain.
+///
+/// # Safety
+///
+/// `context` is writable.
+pub(crate) unsafe fn cuDevicePrimaryCtxRetain(
+    context: *mut CUcontext,
+    device: CUdevice,
+) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        let device = state.device(device)?;
+        state.off_driver_threads(device, "cuDevicePrimaryCtxRetain")?;
+        state.fault(device, "cuDevicePrimaryCtxRetain")?;
+        if context.is_null() {
+            return Err(codes::INVALID_VALUE);
+        }
+        let ctx = match state.devices[device].context {
+            Some(ctx) => ctx,
+            None => state.create_context(device),
+        };
+        state.devices[device].retains += 1;
+        // SAFETY: non-null and writable (our caller).
+        unsafe { context.write(handle(ctx)) };
+        Ok(())
+    })())
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`: the last release destroys the context.
+/// Works after a sticky error, as in the driver. It returns once the
+/// context's worker has ended (after the host function it runs, if any:
+/// one that never returns blocks the release) and the destructors due have
+/// run, so that no simulator thread outlives a test.
+///
+/// # Safety
+///
+/// Nothing made in the context is used after its last release.
+pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CuResult {
+    let mut state = lock();
+    result((move || {
+        let device = state.device(device)?;
+        state.off_driver_threads(device, "cuDevicePrimaryCtxRelease_v2")?;
+        state.fault(device, "cuDevicePrimaryCtxRelease_v2")?;
+        let Some(ctx) = state.devices[device].context else {
+            state.violation(
+                Some(device),
+                "cuDevicePrimaryCtxRelease_v2: released more often than retained".into(),
+            );
+            return Err(codes::INVALID_CONTEXT);
+        };
+        state.devices[device].retains -= 1;
+        if state.devices[device].retains > 0 {
+            return Ok(());
+        }
+        let worker = state.destroy_context(ctx);
+        drop(state);
+        if let Some(worker) = worker {
+            let _ = worker.join();
+        }
+        settle_destructors();
+        Ok(())
+    })())
+}
+
+/// `cuCtxSetCurrent`: binds the context to the calling thread (null unbinds).
+///
+/// # Safety
+///
+/// Nothing to uphold: the handle is checked.
+pub(crate) unsafe fn cuCtxSetCurrent(context: CUcontext) -> CuResult {
+    const ENTRY: &str = "cuCtxSetCurrent";
+    let mut state = lock();
+    result((|| {
+        if context.is_null() {
+            set_current(0);
+            return Ok(());
+        }
+        let ctx = self::context(&mut state, ENTRY, context)?;
+        let device = state.contexts[&ctx].device;
+        state.fault(device, ENTRY)?;
+        set_current(ctx);
+        Ok(())
+    })())
+}
+
+/// `cuCtxGetCurrent`: the calling thread's context, null if none (a
+/// destroyed one is returned as it is, as the driver does).
+///
+/// # Safety
+///
+/// `context` is writable.
+pub(crate) unsafe fn cuCtxGetCurrent(context: *mut CUcontext) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        if context.is_null() {
+            return Err(codes::INVALID_VALUE);
+        }
+        let ctx = current();
+        if let Some(device) = state.contexts.get(&ctx).map(|c| c.device) {
+            state.fault(device, "cuCtxGetCurrent")?;
+        }
+        // SAFETY: non-null and writable (our caller).
+        unsafe { context.write(handle(ctx)) };
+        Ok(())
+    })())
+}
+
+/// `cuCtxSynchronize`: waits for every queued op of the current context;
+/// the sticky error at once. Refused while a stream of it is capturing
+/// (which invalidates the capture).
+///
+/// # Safety
+///
+/// Nothing to uphold (`unsafe` as the entry point it stands in for).
+pub(crate) unsafe fn cuCtxSynchronize() -> CuResult {
+    const ENTRY: &str = "cuCtxSynchronize";
+    let mut state = lock();
+    let ctx = match state
+        .current_context(ENTRY)
+        .and_then(|ctx| state.enter(ctx, ENTRY, false).map(|()| ctx))
+    {
+        Ok(ctx) => ctx,
+        Err(code) => return CuResult(code),
+    };
+    let capturing: Vec<u64> = state
+        .captures
+        .iter()
+        .filter(|(_, c)| c.ctx == ctx)
+        .map(|(id, _)| *id)
+        .collect();
+    if !capturing.is_empty() {
+        for capture in capturing {
+            state.invalidate_capture(capture);
+        }
+        return CuResult(codes::STREAM_CAPTURE_UNSUPPORTED);
+    }
+    let seq = state.contexts[&ctx].submitted;
+    result(State::wait_for(state, ctx, seq).1)
+}

@@ -1,0 +1,165 @@
+//! The test-side controls: install the simulator, make devices, read their
+//! state, hold and release their workers, wait for them, read violations.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::string::String;
+use std::vec::Vec;
+
+use super::registry::{Device, lock, notify, wait};
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Routes this process's driver calls to the simulator from now on.
+/// Idempotent. Install before the first driver call: handles from a real
+/// driver mean nothing to the simulator.
+pub fn install() {
+    INSTALLED.store(true, Ordering::Release);
+}
+
+/// Whether [`install`] has run: the one check each driver call makes.
+#[inline]
+pub(crate) fn installed() -> bool {
+    INSTALLED.load(Ordering::Acquire)
+}
+
+/// A fresh device; its ordinal works with `cuDeviceGet` (and so
+/// `Context::primary`). Tests in one process run in parallel: each takes
+/// devices of its own, whose state and controls no other test touches.
+pub fn new_device() -> usize {
+    let mut state = lock();
+    state.devices.push(Device::default());
+    state.devices.len() - 1
+}
+
+/// What a device holds and has done, for assertions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    /// References to the primary context.
+    pub primary_retains: u32,
+    /// Whether the primary context exists.
+    pub context_alive: bool,
+    /// Live `cuMemHostAlloc` allocations.
+    pub host_allocations: usize,
+    /// Live `cuMemAlloc` allocations.
+    pub device_allocations: usize,
+    /// Live `cuMemHostRegister` registrations.
+    pub registrations: usize,
+    /// Live streams (the default stream not counted).
+    pub streams: usize,
+    /// Live events.
+    pub events: usize,
+    /// Live graphs (capture graphs included).
+    pub graphs: usize,
+    /// Executables not destroyed by their owner.
+    pub graph_execs: usize,
+    /// User objects whose destructor has not run yet.
+    pub user_objects: usize,
+    /// Ops queued and not yet started.
+    pub queued: usize,
+    /// Host functions (and host nodes) run.
+    pub host_fns_run: u64,
+    /// Host functions dropped unrun (sticky error, context destroyed).
+    pub host_fns_skipped: u64,
+    /// User object destructors run.
+    pub destructors_run: u64,
+}
+
+/// The state of device `ordinal`.
+///
+/// # Panics
+///
+/// If there is no such device.
+pub fn device_state(ordinal: usize) -> DeviceState {
+    let state = lock();
+    let device = &state.devices[ordinal];
+    let context = device.context.map(|ctx| &state.contexts[&ctx]);
+    let default_stream = context.map(|c| c.default_stream);
+    DeviceState {
+        primary_retains: device.retains,
+        context_alive: context.is_some(),
+        host_allocations: count(state.host_allocations.values().map(|a| a.device), ordinal),
+        device_allocations: count(state.device_allocations.values().map(|a| a.device), ordinal),
+        registrations: count(state.registrations.values().map(|r| r.device), ordinal),
+        streams: state
+            .streams
+            .iter()
+            .filter(|(id, s)| s.device == ordinal && Some(**id) != default_stream)
+            .count(),
+        events: count(state.events.values().map(|e| e.device), ordinal),
+        graphs: count(state.graphs.values().map(|g| g.device), ordinal),
+        graph_execs: count(
+            state
+                .execs
+                .values()
+                .filter(|e| !e.destroyed)
+                .map(|e| e.device),
+            ordinal,
+        ),
+        user_objects: count(state.objects.values().map(|o| o.device), ordinal)
+            + device.destructors_pending,
+        queued: context.map_or(0, |c| c.queue.len()),
+        host_fns_run: device.host_fns_run,
+        host_fns_skipped: device.host_fns_skipped,
+        destructors_run: device.destructors_run,
+    }
+}
+
+fn count(devices: impl Iterator<Item = usize>, ordinal: usize) -> usize {
+    devices.filter(|&d| d == ordinal).count()
+}
+
+/// Device `ordinal`'s worker starts no new op until [`release`] (an op
+/// running now finishes). Ops keep queueing meanwhile.
+pub fn hold(ordinal: usize) {
+    lock().devices[ordinal].held = true;
+}
+
+/// Lets device `ordinal`'s worker run again after [`hold`].
+pub fn release(ordinal: usize) {
+    lock().devices[ordinal].held = false;
+    notify();
+}
+
+/// Waits until device `ordinal`'s queue is empty, no op runs, and every
+/// destructor due has run. Not a driver call. Returns at once if the
+/// context has a sticky error.
+///
+/// # Panics
+///
+/// If the device is held with ops queued (it would wait forever).
+pub fn drain(ordinal: usize) {
+    let mut state = lock();
+    loop {
+        let device = &state.devices[ordinal];
+        let context = device.context.map(|ctx| &state.contexts[&ctx]);
+        if context.is_some_and(|c| c.sticky.is_some()) {
+            return;
+        }
+        let queued = context.is_some_and(|c| !c.queue.is_empty());
+        let running = context.is_some_and(|c| c.running.is_some());
+        assert!(
+            !(device.held && queued),
+            "drain: device {ordinal} is held with ops queued"
+        );
+        if !queued && !running && device.destructors_pending == 0 {
+            return;
+        }
+        state = wait(state);
+    }
+}
+
+/// Every misuse recorded so far in the process, each naming its device
+/// (`device N: ...`; `device ?` where no device could be told).
+pub fn violations() -> Vec<String> {
+    lock().violations.iter().map(|(_, v)| v.clone()).collect()
+}
+
+/// Removes and returns the misuse recorded on device `ordinal`.
+pub fn take_violations(ordinal: usize) -> Vec<String> {
+    let mut state = lock();
+    let (taken, kept) = core::mem::take(&mut state.violations)
+        .into_iter()
+        .partition(|(device, _)| *device == Some(ordinal));
+    state.violations = kept;
+    taken.into_iter().map(|(_, v)| v).collect()
+}

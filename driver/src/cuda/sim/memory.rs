@@ -1,0 +1,392 @@
+//! Memory: pinned host and device allocations are real allocations of host
+//! memory (a device pointer is its address), freed for real; host
+//! registrations are recorded; copies really copy bytes.
+
+use core::alloc::Layout;
+use core::ffi::{c_uint, c_void};
+use std::format;
+
+use super::super::ffi::{CUdeviceptr, CUstream, CuResult};
+use super::codes::{self, result};
+use super::registry::{
+    Allocation, DeviceSide, Guard, MemCopy, OpKind, Registration, SendPtr, State, Work, current,
+    lock,
+};
+
+/// The driver aligns allocations to at least 256 bytes.
+const ALIGN: usize = 256;
+
+/// Which allocation table a call works on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Space {
+    Host,
+    Device,
+}
+
+impl State {
+    /// Allocates `bytes` in the current context.
+    fn allocate(
+        &mut self,
+        entry: &'static str,
+        space: Space,
+        bytes: usize,
+    ) -> Result<*mut u8, u32> {
+        let ctx = self.current_context(entry)?;
+        self.enter(ctx, entry, false)?;
+        let layout = Layout::from_size_align(bytes, ALIGN).map_err(|_| codes::OUT_OF_MEMORY)?;
+        if bytes == 0 {
+            return Err(codes::INVALID_VALUE);
+        }
+        // SAFETY: the layout has a nonzero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return Err(codes::OUT_OF_MEMORY);
+        }
+        let device = self.contexts[&ctx].device;
+        let allocation = Allocation {
+            ctx,
+            device,
+            ptr: SendPtr(ptr),
+            layout,
+        };
+        match space {
+            Space::Host => self.host_allocations.insert(ptr.addr(), allocation),
+            Space::Device => self
+                .device_allocations
+                .insert(ptr.expose_provenance(), allocation),
+        };
+        Ok(ptr)
+    }
+
+    /// Frees the allocation at `addr`; misuse if a queued or running copy
+    /// still uses it.
+    fn free(&mut self, entry: &'static str, space: Space, addr: usize) -> Result<(), u32> {
+        let table = match space {
+            Space::Host => &self.host_allocations,
+            Space::Device => &self.device_allocations,
+        };
+        let Some(allocation) = table.get(&addr) else {
+            let device = self.current_device();
+            self.violation(
+                device,
+                format!("{entry}: {addr:#x} is not the start of a live allocation"),
+            );
+            return Err(codes::INVALID_VALUE);
+        };
+        let (ctx, device, len) = (allocation.ctx, allocation.device, allocation.layout.size());
+        self.enter(ctx, entry, true)?;
+        let context = &self.contexts[&ctx];
+        let in_use = context
+            .queue
+            .iter()
+            .map(|op| op.kind)
+            .chain(context.running)
+            .any(|kind| matches!(kind, OpKind::Work(Work::Copy(c)) if c.touches(addr, len)));
+        if in_use {
+            self.violation(
+                Some(device),
+                format!("{entry}: {addr:#x} is freed while a queued copy still uses it"),
+            );
+        }
+        let allocation = match space {
+            Space::Host => self.host_allocations.remove(&addr),
+            Space::Device => self.device_allocations.remove(&addr),
+        };
+        deallocate(allocation.expect("checked"));
+        Ok(())
+    }
+
+    /// Checks that `[addr, addr + bytes)` is live device memory of the
+    /// current context.
+    fn device_range(
+        &mut self,
+        entry: &str,
+        addr: CUdeviceptr,
+        bytes: usize,
+    ) -> Result<*mut u8, u32> {
+        let addr = addr as usize;
+        let owner = self
+            .device_allocations
+            .range(..=addr)
+            .next_back()
+            .filter(|(start, a)| addr.saturating_add(bytes) <= *start + a.layout.size())
+            .map(|(_, a)| (a.ctx, a.device));
+        let Some((ctx, device)) = owner else {
+            let device = self.current_device();
+            self.violation(
+                device,
+                format!("{entry}: {bytes} bytes at {addr:#x} are not in a live device allocation"),
+            );
+            return Err(codes::INVALID_VALUE);
+        };
+        if ctx != current() {
+            self.violation(
+                Some(device),
+                format!("{entry}: device memory of context {ctx:#x} used from another context"),
+            );
+            return Err(codes::INVALID_CONTEXT);
+        }
+        Ok(core::ptr::with_exposed_provenance_mut(addr))
+    }
+
+    /// Frees what a destroyed context allocated.
+    pub(super) fn free_context_memory(&mut self, ctx: u64) {
+        for table in [&mut self.host_allocations, &mut self.device_allocations] {
+            let gone: std::vec::Vec<usize> = table
+                .iter()
+                .filter(|(_, a)| a.ctx == ctx)
+                .map(|(addr, _)| *addr)
+                .collect();
+            for addr in gone {
+                deallocate(table.remove(&addr).expect("listed"));
+            }
+        }
+        self.registrations.retain(|_, r| r.ctx != ctx);
+    }
+}
+
+/// A copy on `stream`, or, for a synchronous copy (`None`), on the current
+/// context's default stream, waited for.
+fn copy(
+    mut guard: Guard,
+    entry: &'static str,
+    stream: Option<CUstream>,
+    copy: impl FnOnce(&mut State) -> Result<MemCopy, u32>,
+) -> CuResult {
+    let sync = stream.is_none();
+    let state = &mut *guard;
+    let stream = match stream {
+        Some(stream) => state.stream_call(entry, stream),
+        None => state.current_context(entry).and_then(|ctx| {
+            state.enter(ctx, entry, false)?;
+            Ok(state.contexts[&ctx].default_stream)
+        }),
+    };
+    let outcome = stream.and_then(|stream| {
+        let work = Work::Copy(copy(state)?);
+        if state.capture_work(stream, work)? {
+            return Ok(None);
+        }
+        let seq = state.enqueue(stream, OpKind::Work(work), None);
+        Ok(Some((state.streams[&stream].ctx, seq)))
+    });
+    match outcome {
+        Ok(Some((ctx, seq))) if sync => result(State::wait_for(guard, ctx, seq).1),
+        Ok(_) => CuResult(codes::SUCCESS),
+        Err(code) => CuResult(code),
+    }
+}
+
+fn deallocate(allocation: Allocation) {
+    // SAFETY: allocated in `allocate` with this layout, freed once (removed
+    // from its table first).
+    unsafe { std::alloc::dealloc(allocation.ptr.0, allocation.layout) };
+}
+
+/// `cuMemHostAlloc`: uninitialized host memory, in the current context.
+///
+/// # Safety
+///
+/// `ptr` is writable.
+pub(crate) unsafe fn cuMemHostAlloc(
+    ptr: *mut *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        if ptr.is_null() {
+            return Err(codes::INVALID_VALUE);
+        }
+        let allocated = state.allocate("cuMemHostAlloc", Space::Host, bytes)?;
+        // SAFETY: non-null and writable (our caller).
+        unsafe { ptr.write(allocated.cast()) };
+        Ok(())
+    })())
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+///
+/// Nothing uses the memory after the call.
+pub(crate) unsafe fn cuMemFreeHost(ptr: *mut c_void) -> CuResult {
+    result(lock().free("cuMemFreeHost", Space::Host, ptr.addr()))
+}
+
+/// `cuMemAlloc_v2`: device memory is host memory addressed as a
+/// `CUdeviceptr`, in the current context.
+///
+/// # Safety
+///
+/// `ptr` is writable.
+pub(crate) unsafe fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        if ptr.is_null() {
+            return Err(codes::INVALID_VALUE);
+        }
+        let allocated = state.allocate("cuMemAlloc_v2", Space::Device, bytes)?;
+        // SAFETY: non-null and writable (our caller).
+        unsafe { ptr.write(allocated.addr() as CUdeviceptr) };
+        Ok(())
+    })())
+}
+
+/// `cuMemFree_v2`.
+///
+/// # Safety
+///
+/// Nothing uses the memory after the call.
+pub(crate) unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> CuResult {
+    result(lock().free("cuMemFree_v2", Space::Device, ptr as usize))
+}
+
+/// `cuMemHostRegister_v2`: recorded (the memory stays the caller's), in the
+/// current context.
+///
+/// # Safety
+///
+/// `bytes` bytes at `ptr` stay allocated until unregistered.
+pub(crate) unsafe fn cuMemHostRegister_v2(
+    ptr: *mut c_void,
+    bytes: usize,
+    _flags: c_uint,
+) -> CuResult {
+    const ENTRY: &str = "cuMemHostRegister_v2";
+    let mut state = lock();
+    result((|| {
+        let ctx = state.current_context(ENTRY)?;
+        state.enter(ctx, ENTRY, false)?;
+        let addr = ptr.addr();
+        if ptr.is_null() || bytes == 0 {
+            return Err(codes::INVALID_VALUE);
+        }
+        let overlaps = state
+            .registrations
+            .range(..addr.saturating_add(bytes))
+            .next_back()
+            .is_some_and(|(start, r)| addr < start + r.len);
+        if overlaps {
+            return Err(codes::HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        let device = state.contexts[&ctx].device;
+        state.registrations.insert(
+            addr,
+            Registration {
+                ctx,
+                device,
+                len: bytes,
+            },
+        );
+        Ok(())
+    })())
+}
+
+/// `cuMemHostUnregister`.
+///
+/// # Safety
+///
+/// Takes an address only, checked (`unsafe` as the entry point it stands in for).
+pub(crate) unsafe fn cuMemHostUnregister(ptr: *mut c_void) -> CuResult {
+    const ENTRY: &str = "cuMemHostUnregister";
+    let mut state = lock();
+    result((|| {
+        let addr = ptr.addr();
+        let Some(registration) = state.registrations.get(&addr) else {
+            let device = state.current_device();
+            state.violation(device, format!("{ENTRY}: {addr:#x} is not registered"));
+            return Err(codes::HOST_MEMORY_NOT_REGISTERED);
+        };
+        let ctx = registration.ctx;
+        state.enter(ctx, ENTRY, true)?;
+        state.registrations.remove(&addr);
+        Ok(())
+    })())
+}
+
+/// `cuMemcpyHtoD_v2`: queued on the current context's default stream and
+/// waited for.
+///
+/// # Safety
+///
+/// `src` is readable for `bytes` bytes.
+pub(crate) unsafe fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> CuResult {
+    const ENTRY: &str = "cuMemcpyHtoD_v2";
+    copy(lock(), ENTRY, None, |state| {
+        Ok(MemCopy {
+            dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
+            src: SendPtr(src.cast::<u8>().cast_mut()),
+            bytes,
+            device_side: DeviceSide::Dst,
+        })
+    })
+}
+
+/// `cuMemcpyDtoH_v2`: queued on the current context's default stream and
+/// waited for.
+///
+/// # Safety
+///
+/// `dst` is writable for `bytes` bytes.
+pub(crate) unsafe fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult {
+    const ENTRY: &str = "cuMemcpyDtoH_v2";
+    copy(lock(), ENTRY, None, |state| {
+        Ok(MemCopy {
+            dst: SendPtr(dst.cast()),
+            src: SendPtr(state.device_range(ENTRY, src, bytes)?),
+            bytes,
+            device_side: DeviceSide::Src,
+        })
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2`: an op, or a copy node if the stream is capturing.
+///
+/// # Safety
+///
+/// `src` stays readable and unchanged for `bytes` bytes until the copy has
+/// run in stream order.
+pub(crate) unsafe fn cuMemcpyHtoDAsync_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+    stream: CUstream,
+) -> CuResult {
+    const ENTRY: &str = "cuMemcpyHtoDAsync_v2";
+    copy(lock(), ENTRY, Some(stream), |state| {
+        Ok(MemCopy {
+            dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
+            src: SendPtr(src.cast::<u8>().cast_mut()),
+            bytes,
+            device_side: DeviceSide::Dst,
+        })
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2`: an op, or a copy node if the stream is capturing.
+///
+/// # Safety
+///
+/// `dst` stays writable and untouched for `bytes` bytes until the copy has
+/// run in stream order.
+pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CuResult {
+    const ENTRY: &str = "cuMemcpyDtoHAsync_v2";
+    copy(lock(), ENTRY, Some(stream), |state| {
+        Ok(MemCopy {
+            dst: SendPtr(dst.cast()),
+            src: SendPtr(state.device_range(ENTRY, src, bytes)?),
+            bytes,
+            device_side: DeviceSide::Src,
+        })
+    })
+}

@@ -1,0 +1,113 @@
+//! A simulated CUDA driver (feature `simulator`): a deterministic,
+//! in-process test double of the libcuda entry points this crate uses, so
+//! that the CUDA layer's ownership logic runs in tests and under Miri
+//! without a GPU.
+//!
+//! After [`install`], every driver call of this process goes to the
+//! simulator instead of libcuda. Tests in one binary run in parallel, so
+//! each takes devices of its own ([`new_device`]) and every control is per
+//! device.
+//!
+//! ```
+//! use hostcopy_driver::cuda::{Context, sim};
+//!
+//! sim::install();
+//! let device = sim::new_device();
+//! let context = Context::primary(device).unwrap();
+//! assert!(sim::device_state(device).context_alive);
+//! drop(context);
+//! assert!(!sim::device_state(device).context_alive);
+//! assert!(sim::take_violations(device).is_empty());
+//! ```
+//!
+//! # What it models
+//!
+//! - Handles are ids in registries, never pointers to driver state. A
+//!   destroyed or unknown handle returns `CUDA_ERROR_INVALID_HANDLE` and is
+//!   recorded as a violation ([`violations`]): in the driver it is undefined
+//!   behaviour.
+//! - One primary context per device, retain/release counted. The last
+//!   release destroys it: queued ops are dropped (the release waits for an
+//!   op already running, and for the context's worker to end), its pinned and device
+//!   allocations are really freed (Miri sees a use after free), every
+//!   handle made in it becomes invalid.
+//! - A current context per OS thread. Calls that create something use it
+//!   (`CUDA_ERROR_INVALID_CONTEXT` if none). A call on a handle of another
+//!   context than the calling thread's current one also returns
+//!   `CUDA_ERROR_INVALID_CONTEXT` and is a violation: stricter than the
+//!   driver, so that a layer passing these tests binds a resource's context
+//!   on every call.
+//! - Per context one worker thread runs ops in submission order: host
+//!   functions (called with the real pointers, on that thread), async
+//!   copies (bytes really copied), event records, graph launches (their
+//!   nodes with the parameters the executable had at launch). Synchronous
+//!   copies, synchronize and event synchronize wait for the ops before them.
+//!   A driver call from a host function or destructor returns
+//!   `CUDA_ERROR_NOT_PERMITTED` and is a violation.
+//! - Sticky errors ([`fail_context`]) and injected failures ([`fail_call`]).
+//! - Stream capture into a graph (host and copy nodes), joining through an
+//!   event wait, `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` and invalidation;
+//!   graphs, executables, node parameter updates; user objects whose
+//!   destructors run late on a destructor thread once no graph,
+//!   executable or queued launch holds them; two threads inside calls on one
+//!   graph at once is a violation.
+//!
+//! # What it does not model
+//!
+//! Kernels, device-side execution and timing (an event's time is when the
+//! worker reached it); concurrency between streams of one context (one FIFO
+//! serializes them, which the driver's single host-function thread also
+//! does for host functions); capture modes (all act as relaxed); cross-context
+//! event waits (a violation here); pageable-memory staging; memory limits;
+//! any entry point this crate does not call.
+
+// Entry points keep the driver's names.
+#![allow(non_snake_case)]
+
+mod codes;
+mod context;
+mod control;
+mod execution;
+mod fault;
+mod graph;
+mod memory;
+mod objects;
+mod registry;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use control::installed;
+pub use control::{
+    DeviceState, device_state, drain, hold, install, new_device, release, take_violations,
+    violations,
+};
+pub use fault::{fail_call, fail_context};
+
+/// The simulator's entry points, by the driver's names and signatures:
+/// what `ffi` calls once the simulator is installed.
+pub(super) mod entry {
+    pub(crate) use super::codes::cuGetErrorName;
+    pub(crate) use super::context::{
+        cuCtxGetCurrent, cuCtxSetCurrent, cuCtxSynchronize, cuDeviceGet, cuDeviceGetCount,
+        cuDeviceGetName, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain,
+        cuDriverGetVersion, cuInit,
+    };
+    pub(crate) use super::graph::{
+        cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,
+        cuGraphExecHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch,
+        cuGraphRetainUserObject, cuStreamBeginCapture_v2, cuStreamEndCapture,
+        cuStreamGetCaptureInfo_v2,
+    };
+    pub(crate) use super::memory::{
+        cuMemAlloc_v2, cuMemFree_v2, cuMemFreeHost, cuMemHostAlloc, cuMemHostRegister_v2,
+        cuMemHostUnregister, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoD_v2,
+        cuMemcpyHtoDAsync_v2,
+    };
+    pub(crate) use super::objects::{cuUserObjectCreate, cuUserObjectRelease};
+    pub(crate) use super::stream::{
+        cuEventCreate, cuEventDestroy_v2, cuEventElapsedTime, cuEventQuery, cuEventRecord,
+        cuEventSynchronize, cuLaunchHostFunc, cuStreamCreate, cuStreamDestroy_v2, cuStreamGetCtx,
+        cuStreamQuery, cuStreamSynchronize, cuStreamWaitEvent,
+    };
+}
