@@ -73,7 +73,11 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
         for (done, transfer) in transfers.into_iter().enumerate() {
             transfer.wait()?;
-            println!("  {} of {} MiB arrived", (done + 1) * (piece >> 20), TOTAL >> 20);
+            println!(
+                "  {} of {} MiB arrived",
+                (done + 1) * (piece >> 20),
+                TOTAL >> 20
+            );
         }
         Ok(())
     })??;
@@ -84,7 +88,10 @@ fn run() -> Result<(), Box<dyn Error>> {
 
 fn report(what: &str, took: Duration) {
     let gb_per_s = TOTAL as f64 / took.as_secs_f64() / 1e9;
-    println!("{what}: {} MiB in {took:.2?}, {gb_per_s:.1} GB/s", TOTAL >> 20);
+    println!(
+        "{what}: {} MiB in {took:.2?}, {gb_per_s:.1} GB/s",
+        TOTAL >> 20
+    );
 }
 
 fn verify(host: &[u8], expected: &[u8]) -> Result<(), String> {
@@ -93,6 +100,9 @@ fn verify(host: &[u8], expected: &[u8]) -> Result<(), String> {
             println!("  verified: every byte as expected");
             Ok(())
         }
-        Some(at) => Err(format!("byte {at} is {}, expected {}", host[at], expected[at])),
+        Some(at) => Err(format!(
+            "byte {at} is {}, expected {}",
+            host[at], expected[at]
+        )),
     }
 }

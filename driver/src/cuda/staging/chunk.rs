@@ -10,7 +10,10 @@
 //! nothing and cannot panic.
 
 use core::ffi::c_void;
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::boxed::Box;
+use std::vec::Vec;
 
 use hostcopy_core::HostCopyArgs;
 
@@ -64,27 +67,15 @@ pub(super) struct Chunk {
     workers: *const Workers,
 }
 
-// SAFETY: the workers pointer is only dereferenced by the host function,
-// on the driver's thread, while the stager waits for it; everything else is
-// plain data and atomics.
-unsafe impl Send for Chunk {}
-// SAFETY: as above; the state is atomic, the rest read-only once shared.
-unsafe impl Sync for Chunk {}
-
 impl Chunk {
-    pub(super) fn new(args: HostCopyArgs, stores: Stores, workers: &Workers) -> Chunk {
+    /// `workers` stays allocated (behind an `Arc`) while the chunk may run.
+    pub(super) fn new(args: HostCopyArgs, stores: Stores, workers: *const Workers) -> Chunk {
         Chunk {
             state: AtomicU8::new(HELD),
             args,
             stores,
-            workers: workers as *const Workers,
+            workers,
         }
-    }
-
-    /// Marks the chunk launched, just before its launch; `user_data` for it.
-    pub(super) fn arm(&self) -> *mut c_void {
-        self.state.store(PENDING, Ordering::Release);
-        (self as *const Chunk).cast_mut().cast()
     }
 
     /// Undoes [`arm`](Self::arm) when the launch failed.
@@ -120,6 +111,55 @@ impl Chunk {
     /// The bytes the chunk carries.
     pub(super) fn len(&self) -> usize {
         self.args.nbytes
+    }
+}
+
+/// The chunks of one transfer: one allocation whose address never changes
+/// (host functions hold pointers into it), reached only through raw
+/// pointers so that no move or unique borrow of the owner invalidates them.
+#[derive(Debug)]
+pub(super) struct Chunks {
+    ptr: NonNull<[Chunk]>,
+}
+
+impl Chunks {
+    pub(super) fn new(chunks: Vec<Chunk>) -> Chunks {
+        Chunks {
+            ptr: NonNull::from(Box::leak(chunks.into_boxed_slice())),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ptr.len()
+    }
+
+    /// Chunk `index` (shared: every field a host function changes is atomic).
+    pub(super) fn get(&self, index: usize) -> &Chunk {
+        assert!(index < self.len());
+        // SAFETY: in bounds; the allocation lives until `free` or forever.
+        unsafe { &*self.ptr.as_ptr().cast::<Chunk>().add(index) }
+    }
+
+    /// Marks chunk `index` launched, just before its launch; its `user_data`.
+    pub(super) fn arm(&self, index: usize) -> *mut c_void {
+        self.get(index).state.store(PENDING, Ordering::Release);
+        // Derived from the allocation's raw pointer, not from a reference.
+        self.ptr.as_ptr().cast::<Chunk>().wrapping_add(index).cast()
+    }
+
+    /// Settles every chunk (see [`Chunk::settle`]), then frees them, or
+    /// leaks them if any was abandoned (its host function may still run
+    /// and read its state).
+    pub(super) fn settle_and_free(self) {
+        let mut abandoned = false;
+        for index in 0..self.len() {
+            abandoned |= self.get(index).settle();
+        }
+        if !abandoned {
+            // SAFETY: from `Box::leak` in `new`; every chunk is HELD or
+            // DONE: no host function touches them anymore. Freed once.
+            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+        }
     }
 }
 

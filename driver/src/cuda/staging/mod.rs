@@ -70,7 +70,7 @@ mod scope;
 mod workers;
 
 use core::mem::ManuallyDrop;
-use std::boxed::Box;
+use std::sync::Arc;
 use std::vec::Vec;
 
 use hostcopy_core::HostCopyArgs;
@@ -82,7 +82,7 @@ use super::event::Event;
 use super::pinned::PinnedBuffer;
 use super::stream::Stream;
 use crate::{HostMemory, HostMemoryMut, HostRange};
-use chunk::{Chunk, run_chunk};
+use chunk::{Chunk, Chunks, run_chunk};
 use workers::Workers;
 
 pub use chunk::{Leaked, leaked};
@@ -101,7 +101,9 @@ pub struct Stager {
     streams: Vec<Stream>,
     /// Freed in `Drop` unless a failed context may still touch them.
     buffers: Vec<ManuallyDrop<PinnedBuffer>>,
-    workers: Workers,
+    /// Behind an `Arc`: host functions reach it through a raw pointer that
+    /// no borrow of the stager may invalidate.
+    workers: Arc<Workers>,
     /// The buffer the next chunk goes to.
     next: usize,
     /// The error after which the context could not be drained.
@@ -160,7 +162,7 @@ fn driver_path(host: HostRange, device: DeviceSide<'_>, offset: usize) -> Result
 /// The chunks and completion events of one enqueued transfer.
 #[derive(Debug)]
 struct InFlight {
-    chunks: Box<[Chunk]>,
+    chunks: Chunks,
     events: Vec<Event>,
     /// An error while enqueuing: what was enqueued before it is waited for.
     error: Option<Error>,
@@ -189,7 +191,7 @@ impl Stager {
             options,
             streams,
             buffers,
-            workers: Workers::start(options.workers),
+            workers: Arc::new(Workers::start(options.workers)),
             next: 0,
             failed: None,
         };
@@ -302,7 +304,8 @@ impl Stager {
             Direction::DeviceToHost => Stores::Streaming,
             Direction::HostToDevice => self.options.h2d_stores,
         };
-        let chunks: Box<[Chunk]> = (0..count)
+        let workers = Arc::as_ptr(&self.workers);
+        let chunks: Vec<Chunk> = (0..count)
             .map(|index| {
                 let at = index * chunk;
                 let len = chunk.min(host.len - at);
@@ -313,19 +316,20 @@ impl Stager {
                     Direction::DeviceToHost => HostCopyArgs::new(host.addr + at, staging, len),
                     Direction::HostToDevice => HostCopyArgs::new(staging, host.addr + at, len),
                 };
-                Chunk::new(args, stores, &self.workers)
+                Chunk::new(args, stores, workers)
             })
             .collect();
         let mut in_flight = InFlight {
-            chunks,
+            chunks: Chunks::new(chunks),
             events: Vec::new(),
             error: None,
         };
-        for (index, chunk) in in_flight.chunks.iter().enumerate() {
+        for index in 0..count {
             let buffer = (self.next + index) % self.buffers.len();
             if let Err(error) = self.enqueue_chunk(
                 direction,
-                chunk,
+                &in_flight.chunks,
+                index,
                 buffer,
                 device,
                 offset + index * self.options.chunk,
@@ -356,13 +360,15 @@ impl Stager {
     fn enqueue_chunk(
         &self,
         direction: Direction,
-        chunk: &Chunk,
+        chunks: &Chunks,
+        index: usize,
         buffer: usize,
         device: &DeviceBuffer,
         device_offset: usize,
     ) -> Result<(), Error> {
         let stream = self.streams[buffer].as_stream();
         let staging = self.buffers[buffer].raw_ptr();
+        let chunk = chunks.get(index);
         let len = chunk.len();
         if direction == Direction::DeviceToHost {
             // SAFETY: the staging buffer holds `chunk` bytes and is only
@@ -370,7 +376,7 @@ impl Stager {
             // only after the stager's transfers are finished, or leaked).
             unsafe { stream.copy_device_to_host(staging, device, device_offset, len) }?;
         }
-        let user_data = chunk.arm();
+        let user_data = chunks.arm(index);
         // SAFETY: `run_chunk` with an armed chunk; the chunk array, the
         // workers, the staging buffer and the borrowed host range stay
         // alive until the chunk is settled (`finish`), which waits for a
@@ -409,14 +415,7 @@ impl Stager {
                 self.failed = Some(error);
             }
         }
-        let mut abandoned = false;
-        for chunk in chunks.iter() {
-            abandoned |= chunk.settle();
-        }
-        if abandoned {
-            // A skipped host function may still run and read its state.
-            Box::leak(chunks);
-        }
+        chunks.settle_and_free();
         result
     }
 }
