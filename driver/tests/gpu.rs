@@ -52,6 +52,10 @@ fn main() {
                 "pool_backed_scope_graph_node_and_update_return_every_slot",
                 pool_backed_launches,
             ),
+            (
+                "every_launch_form_runs_the_parallel_copy",
+                parallel_launch_forms,
+            ),
         ],
     )
 }
@@ -546,4 +550,49 @@ fn pool_backed_launches(context: &Context) -> Result<(), Failed> {
     check(ms > 0.0 && ms < 1000.0, || {
         format!("a 64 MiB transfer timed at {ms} ms")
     })
+}
+
+/// Scoped, owned, graph node and node update, each running
+/// `hostcopy_parallel_fn` on records large enough to split across workers.
+fn parallel_launch_forms(context: &Context) -> Result<(), Failed> {
+    const LEN: usize = 8 << 20;
+    if let Err(error) = hostcopy_driver::parallel::CopyWorkers::start(4) {
+        eprintln!("    {error}");
+    }
+    let stream = Stream::new(context)?;
+    let src = RawBuffer::new(pattern(LEN, 21));
+    let scoped = RawBuffer::new(vec![0u8; LEN]);
+    let owned = RawBuffer::new(vec![0u8; LEN]);
+    let node_dst = RawBuffer::new(vec![0u8; LEN]);
+    let update_dst = RawBuffer::new(vec![0u8; LEN]);
+    let s = stream.as_stream();
+    let record = raw_record(&scoped, 0, &src, 0, LEN)?;
+    s.scope(|scope| scope.launch(HostCopy::Parallel, record))??;
+    s.launch_owned(HostCopy::Parallel, raw_record(&owned, 0, &src, 0, LEN)?)?;
+    let mut graph = Graph::new(context)?;
+    let node = graph.add_host_copy(
+        HostCopy::Parallel,
+        raw_record(&node_dst, 0, &src, 0, LEN)?,
+        &[],
+    )?;
+    let mut exec = graph.instantiate()?;
+    exec.launch(s)?;
+    exec.set_host_copy(
+        node,
+        HostCopy::Parallel,
+        raw_record(&update_dst, 0, &src, 0, LEN)?,
+    )?;
+    exec.launch(s)?;
+    s.synchronize()?;
+    for (what, dst) in [
+        ("scoped", &scoped),
+        ("owned", &owned),
+        ("graph node", &node_dst),
+        ("node update", &update_dst),
+    ] {
+        check(dst.read() == src.read(), || {
+            format!("{what} parallel copy differs")
+        })?;
+    }
+    Ok(())
 }
