@@ -77,6 +77,8 @@ fn bundle(out: &Path) -> Result<u64, String> {
         "gpu",
         "--test",
         "gpu_fault",
+        "--test",
+        "gpu_staging",
     ]))?;
     let programs = built_executables(cargo().args([
         "build",
@@ -276,8 +278,9 @@ step() { # step NAME SECONDS COMMAND...
 
 step gpu-tests 240 "$here/bin/gpu" --test-threads=1
 step gpu-fault 120 "$here/bin/gpu_fault"
+step gpu-staging 240 "$here/bin/gpu_staging" --test-threads=1
 step python 90 python3 "$here/python/launch_hostcopy.py" "$here/lib/libhostcopy_core.so"
-step example 90 "$here/bin/staged_d2h" --total-mib 1024 --chunk-mib 16 --slots 3 --workers 8
+step example 90 "$here/bin/staged_d2h"
 step bench 480 "$here/bin/staged_copy" --out "$out"
 
 grep -E '^(test |test result|    )' "$log" | grep -v '^test result: ok. 0 passed' | tail -n 40
@@ -311,6 +314,7 @@ mod tests {
         for binary in [
             "bin/gpu\"",
             "bin/gpu_fault\"",
+            "bin/gpu_staging\"",
             "bin/staged_d2h\"",
             "bin/staged_copy\"",
             "launch_hostcopy.py\"",
