@@ -4,7 +4,7 @@
 //! `staged_copy`.
 //!
 //! ```text
-//! staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick]
+//! staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated]
 //! ```
 //!
 //! Groups (`groups.rs`): 1 GiB with default options (D2H; H2D with
@@ -14,7 +14,9 @@
 //! 4 KiB to 4 MiB staged vs the driver's path (to set the crossover), and
 //! two GPUs at once where there are two. A default run takes about a
 //! minute on an H200 host; `--quick` runs each group once at small sizes
-//! (CI: proves it builds and runs).
+//! (CI: proves it builds and runs); with `--simulated` (feature
+//! `simulator`) it runs against the simulated driver, which checks the
+//! benchmark's logic and byte checks but measures nothing real.
 
 mod groups;
 mod paths;
@@ -32,6 +34,9 @@ pub(crate) struct Options {
     pub(crate) small_reps: usize,
     pub(crate) out: std::path::PathBuf,
     pub(crate) quick: bool,
+    /// Against the simulated driver (feature `simulator`): checks the
+    /// benchmark's own logic without a GPU; the figures mean nothing.
+    pub(crate) simulated: bool,
 }
 
 fn parse() -> Result<Options, String> {
@@ -41,11 +46,13 @@ fn parse() -> Result<Options, String> {
         small_reps: 50,
         out: "bench-out".into(),
         quick: false,
+        simulated: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--quick" => options.quick = true,
+            "--simulated" => options.simulated = true,
             "--bench" => {} // passed by `cargo bench`
             "--out" => options.out = args.next().ok_or("--out needs a value")?.into(),
             "--runs" | "--max-gib" | "--small-reps" => {
@@ -78,11 +85,25 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(message) => {
             eprintln!(
-                "staged_copy: {message}\nusage: staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick]"
+                "staged_copy: {message}\nusage: staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated]"
             );
             return ExitCode::from(2);
         }
     };
+    if options.simulated {
+        #[cfg(feature = "simulator")]
+        {
+            use hostcopy_driver::cuda::sim;
+            sim::install();
+            // Two devices, so the two-GPU group runs too.
+            let _ = (sim::new_device(), sim::new_device());
+        }
+        #[cfg(not(feature = "simulator"))]
+        {
+            eprintln!("staged_copy: --simulated needs the `simulator` feature");
+            return ExitCode::from(2);
+        }
+    }
     let context = match Context::primary(0) {
         Ok(context) => context,
         Err(error) => {
