@@ -8,7 +8,7 @@
 
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores};
-use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer};
 
 /// `n` normally, `miri` under Miri.
 const fn scaled(n: usize, miri: usize) -> usize {
@@ -312,4 +312,81 @@ fn the_default_options_come_from_the_machine() {
     assert!(staging::default_workers(1_000) >= 1);
     let cores = std::thread::available_parallelism().unwrap().get();
     assert!(staging::default_workers(1) < cores.max(2));
+}
+
+#[test]
+fn pinned_memory_takes_one_driver_copy_each_way() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 2 * CHUNK + 3;
+    let expected = pattern(len, 4);
+    let mut source = DeviceBuffer::new(&device.context, len + 1).unwrap();
+    source.copy_from_host(1, &expected).unwrap();
+    let mut pinned = PinnedBuffer::new(&device.context, len).unwrap();
+    stager.device_to_pinned(&mut pinned, &source, 1).unwrap();
+    assert!(pinned[..] == expected[..]);
+    let mut target = DeviceBuffer::new(&device.context, len).unwrap();
+    stager.pinned_to_device(&mut target, 0, &pinned).unwrap();
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back).unwrap();
+    assert!(back == expected);
+    assert_eq!(
+        sim::device_state(device.ordinal).host_fns_run,
+        0,
+        "no staging"
+    );
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn the_drivers_thread_copies_alone_with_no_workers() {
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(2)
+        .workers(0)
+        .driver_path_below(0)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    assert_eq!(stager.workers(), 0);
+    let len = 3 * CHUNK + 1;
+    let expected = pattern(len, 6);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    stager.device_to_host(&mut host, &source).unwrap();
+    assert!(host == expected);
+}
+
+#[test]
+fn two_devices_stage_at_once_each_with_its_own_workers() {
+    let devices = [device(), device()];
+    std::thread::scope(|scope| {
+        for (index, device) in devices.iter().enumerate() {
+            scope.spawn(move || {
+                let options = StagingOptions::builder()
+                    .chunk(CHUNK)
+                    .buffers(2)
+                    .stagers(2)
+                    .driver_path_below(0)
+                    .build();
+                assert_eq!(options.workers(), staging::default_workers(2));
+                let mut stager = Stager::with_options(&device.context, options).unwrap();
+                let len = scaled(5, 3) * CHUNK + index;
+                let expected = pattern(len, index as u8);
+                let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+                source.copy_from_host(0, &expected).unwrap();
+                let mut host = vec![0u8; len];
+                for _ in 0..scaled(4, 1) {
+                    host.fill(0);
+                    stager.device_to_host(&mut host, &source).unwrap();
+                    assert!(host == expected, "device {index}");
+                }
+            });
+        }
+    });
+    for device in &devices {
+        device.assert_no_violations();
+    }
 }

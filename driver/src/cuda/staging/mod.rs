@@ -60,11 +60,12 @@
 //!    GPUs, so each pool gets its share of the cores.
 //! 5. Small transfers take the driver's path below
 //!    [`StagingOptions::driver_path_below`] (see [`DRIVER_PATH_BELOW`] for
-//!    how that crossover is measured). A pinned destination needs no
-//!    staging at all: copy into it with
-//!    [`StreamRef::copy_device_to_host`](super::StreamRef::copy_device_to_host).
+//!    how that crossover is measured). Pinned memory needs no staging at
+//!    all: [`Stager::device_to_pinned`] and [`Stager::pinned_to_device`]
+//!    make one asynchronous driver copy at the link's speed.
 
 mod chunk;
+mod driver_path;
 mod options;
 mod scope;
 mod workers;
@@ -83,6 +84,7 @@ use super::pinned::PinnedBuffer;
 use super::stream::Stream;
 use crate::{HostMemory, HostMemoryMut, HostRange};
 use chunk::{Chunk, Chunks, run_chunk};
+use driver_path::{DeviceSide, driver_path};
 use workers::Workers;
 
 pub use chunk::{Leaked, leaked};
@@ -115,48 +117,6 @@ pub struct Stager {
 enum Direction {
     DeviceToHost,
     HostToDevice,
-}
-
-/// The device side of a transfer: read from, or written to.
-#[derive(Debug)]
-enum DeviceSide<'a> {
-    Source(&'a DeviceBuffer),
-    Destination(&'a mut DeviceBuffer),
-}
-
-impl DeviceSide<'_> {
-    fn buffer(&self) -> &DeviceBuffer {
-        match self {
-            DeviceSide::Source(buffer) => buffer,
-            DeviceSide::Destination(buffer) => buffer,
-        }
-    }
-
-    fn direction(&self) -> Direction {
-        match self {
-            DeviceSide::Source(_) => Direction::DeviceToHost,
-            DeviceSide::Destination(_) => Direction::HostToDevice,
-        }
-    }
-}
-
-/// A small transfer on the driver's own synchronous path (no staging).
-fn driver_path(host: HostRange, device: DeviceSide<'_>, offset: usize) -> Result<(), Error> {
-    let addr = core::ptr::with_exposed_provenance_mut::<u8>(host.addr);
-    match device {
-        DeviceSide::Source(device) => {
-            // SAFETY: `host` comes from a `HostMemoryMut` borrow our caller
-            // holds for the call: `len` writable bytes no one else touches.
-            let bytes = unsafe { core::slice::from_raw_parts_mut(addr, host.len) };
-            device.copy_to_host(offset, bytes)
-        }
-        DeviceSide::Destination(device) => {
-            // SAFETY: `host` comes from a `HostMemory` borrow our caller
-            // holds for the call: `len` initialized bytes no one writes.
-            let bytes = unsafe { core::slice::from_raw_parts(addr.cast_const(), host.len) };
-            device.copy_from_host(offset, bytes)
-        }
-    }
 }
 
 /// The chunks and completion events of one enqueued transfer.
@@ -274,9 +234,7 @@ impl Stager {
         device: DeviceSide<'_>,
         offset: usize,
     ) -> Result<Option<InFlight>, Error> {
-        if let Some(error) = self.failed {
-            return Err(error.into());
-        }
+        self.check_usable()?;
         device.buffer().range(offset, host.len)?;
         if host.len == 0 {
             return Ok(None);
@@ -394,6 +352,24 @@ impl Stager {
         Ok(())
     }
 
+    /// The error after which the stager refuses work, if any.
+    fn check_usable(&self) -> Result<(), Error> {
+        match self.failed {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// After a failed wait: drains what is still queued, so that no copy
+    /// touches a buffer after we return. A context that cannot be drained
+    /// (a sticky error) keeps the staging buffers forever, and the stager
+    /// refuses further work with that error.
+    fn drain_after_error(&mut self) {
+        if let Err(error) = self.context.synchronize() {
+            self.failed = Some(error);
+        }
+    }
+
     /// Waits for a transfer, then settles its chunks; returns the first error.
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let InFlight {
@@ -408,12 +384,7 @@ impl Stager {
             }
         }
         if result.is_err() {
-            // Drain what is still queued, so no copy touches a buffer after
-            // we return; a context that cannot be drained keeps the staging
-            // buffers forever.
-            if let Err(error) = self.context.synchronize() {
-                self.failed = Some(error);
-            }
+            self.drain_after_error();
         }
         chunks.settle_and_free();
         result
