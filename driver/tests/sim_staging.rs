@@ -172,7 +172,18 @@ fn every_staging_buffer_stream_and_event_is_returned() {
             before.host_fns_run + 5,
             "one host function per chunk"
         );
-        assert_eq!(state.events, before.events, "completion events destroyed");
+        assert_eq!(
+            state.events,
+            before.events + 3,
+            "one completion event per stream"
+        );
+        stager.device_to_host(&mut host, &source).unwrap();
+        let state = sim::device_state(device.ordinal);
+        assert_eq!(
+            state.events,
+            before.events + 3,
+            "events reused, not made per transfer"
+        );
     }
     let after = sim::device_state(device.ordinal);
     assert_eq!(after.host_allocations, before.host_allocations);

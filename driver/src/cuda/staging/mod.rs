@@ -106,6 +106,9 @@ pub struct Stager {
     /// Behind an `Arc`: host functions reach it through a raw pointer that
     /// no borrow of the stager may invalidate.
     workers: Arc<Workers>,
+    /// Completion events of finished transfers, reused: no event is
+    /// created or destroyed per transfer once the stager is warm.
+    spare_events: Vec<Event>,
     /// The buffer the next chunk goes to.
     next: usize,
     /// The error after which the context could not be drained.
@@ -152,6 +155,7 @@ impl Stager {
             streams,
             buffers,
             workers: Arc::new(Workers::start(options.workers)),
+            spare_events: Vec::new(),
             next: 0,
             failed: None,
         };
@@ -299,8 +303,11 @@ impl Stager {
         let used = count.min(self.streams.len());
         for index in 0..used {
             let stream = &self.streams[(self.next + index) % self.streams.len()];
-            let recorded = Event::ordering(&self.context)
-                .and_then(|event| event.record(stream.as_stream()).map(|()| event));
+            let event = match self.spare_events.pop() {
+                Some(event) => Ok(event),
+                None => Event::ordering(&self.context),
+            };
+            let recorded = event.and_then(|event| event.record(stream.as_stream()).map(|()| event));
             match recorded {
                 Ok(event) => in_flight.events.push(event),
                 Err(error) => {
@@ -385,6 +392,8 @@ impl Stager {
         }
         if result.is_err() {
             self.drain_after_error();
+        } else {
+            self.spare_events.extend(events);
         }
         chunks.settle_and_free();
         result
