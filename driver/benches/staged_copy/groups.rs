@@ -9,7 +9,7 @@ use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
 use crate::paths::{self, Destination, Timed};
-use crate::table::{Row, median};
+use crate::table::{Row, median, size};
 
 /// What every group is compared with: the link, and the staged default.
 struct Reference {
@@ -51,6 +51,7 @@ pub(crate) fn run_all(context: &Context, options: &Options) -> Result<Report, Er
     let headline_bytes = if options.quick { 64 << 20 } else { 1 << 30 };
     let reference = headline(context, options, headline_bytes, &mut report)?;
     never_touched(context, options, headline_bytes, &reference, &mut report)?;
+    option_sweep(context, options, headline_bytes, &reference, &mut report)?;
     sizes(context, options, &reference, &mut report)?;
     small(context, options, &mut report)?;
     two_gpus(options, headline_bytes, &reference, &mut report)?;
@@ -214,6 +215,59 @@ fn never_touched(
         reference.pinned_d2h,
         driver_gbps,
     ));
+    Ok(())
+}
+
+/// The options around the defaults, D2H: chunk size, staging buffers,
+/// workers; which configuration the defaults should be (and the caller's
+/// share in driver calls, which falls with fewer, larger chunks).
+fn option_sweep(
+    context: &Context,
+    options: &Options,
+    bytes: usize,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let source = pattern(bytes, 13);
+    let mut device = DeviceBuffer::new(context, bytes)?;
+    device.copy_from_host(0, &source)?;
+    let mut host = vec![1u8; bytes];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let defaults = StagingOptions::default();
+    let mut configs: Vec<(usize, usize, usize)> = Vec::new();
+    for chunk_mib in [8, 16, 32] {
+        for buffers in [3, 4, 6] {
+            configs.push((chunk_mib, buffers, defaults.workers()));
+        }
+    }
+    for workers in [cores / 2, cores.saturating_sub(2), cores.saturating_sub(1)] {
+        if workers != defaults.workers() {
+            configs.push((defaults.chunk() >> 20, defaults.buffers(), workers));
+        }
+    }
+    let group = "D2H, options around the defaults";
+    for (chunk_mib, buffers, workers) in configs {
+        let built = StagingOptions::builder()
+            .chunk(chunk_mib << 20)
+            .buffers(buffers)
+            .workers(workers)
+            .build();
+        let mut stager = Stager::with_options(context, built)?;
+        let staged = paths::staged_d2h(&mut stager, &device, &mut host, options.runs)?;
+        check("option sweep", &host, &source)?;
+        let path = format!("{chunk_mib} MiB x {buffers} buffers, {workers} workers");
+        report.rows.push(row(
+            group,
+            &path,
+            bytes,
+            &staged,
+            reference.pinned_d2h,
+            reference.staged_d2h,
+        ));
+    }
+    report
+        .notes
+        .push("options around the defaults: x driver there means x the staged default".into());
     Ok(())
 }
 

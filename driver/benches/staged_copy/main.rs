@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Groups (`groups.rs`): 1 GiB with default options (D2H; H2D with
-//! streaming and with cached stores), a never-touched `vec![0; n]`, sizes
+//! streaming and with cached stores), a never-touched `vec![0; n]`, the
+//! options around the defaults (chunk size, staging buffers, workers), sizes
 //! 64 MiB to `--max-gib` (default 16; sizes that do not fit the GPU or half
 //! the host's available memory are skipped with a message), small sizes
 //! 4 KiB to 4 MiB staged vs the driver's path (to set the crossover), and

@@ -34,7 +34,7 @@ pub(crate) fn median(times: &[Duration]) -> f64 {
     seconds[seconds.len() / 2]
 }
 
-fn size(bytes: usize) -> String {
+pub(crate) fn size(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
         b if b >= 1 << 20 => format!("{} MiB", b >> 20),
