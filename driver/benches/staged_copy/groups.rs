@@ -64,8 +64,8 @@ fn gbps(bytes: usize, timed: &Timed) -> f64 {
 
 fn row(group: &str, path: &str, bytes: usize, timed: &Timed, pinned: f64, driver: f64) -> Row {
     println!(
-        "  {group}: {path}, {} MiB: {:.1} GB/s",
-        bytes >> 20,
+        "  {group}: {path}, {}: {:.1} GB/s",
+        size(bytes),
         gbps(bytes, timed)
     );
     Row {
