@@ -17,16 +17,19 @@
 //!
 //! None is on by default; all are additive.
 //! - `alloc`: `Vec<T>` as host memory.
-//! - `std`: implies `alloc`; adds [`parallel`], a host function that splits
-//!   one record's copy across a pool of worker threads.
-//! - `cuda`: implies `std`; the CUDA layer ([`cuda`]): contexts, streams,
-//!   graphs, pinned and device buffers, launches with borrowed, owned and
-//!   raw records, each running `hostcopy_fn` or the parallel host function.
+//! - `std`: implies `alloc`; adds the `parallel` module, a host function
+//!   that splits one record's copy across a pool of worker threads.
+//! - `cuda`: implies `std`; the CUDA layer (the `cuda` module): contexts,
+//!   streams, graphs, pinned and device buffers, launches with borrowed,
+//!   owned and raw records, each running `hostcopy_fn` or the parallel host
+//!   function, and staged transfers (`cuda::staging`): device to host into
+//!   any host memory, and back, at the link's speed in safe code.
 //! - `simulator`: implies `cuda`; `cuda::sim`, an in-process simulated
 //!   driver that the CUDA layer's tests run against, in CI and under Miri.
 //! - `defmt`: `defmt::Format` on the error and region types.
 
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 
 #[cfg(feature = "alloc")]
@@ -35,6 +38,7 @@ extern crate alloc;
 extern crate std;
 
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod error;
 mod memory;
@@ -43,12 +47,14 @@ mod packing;
 // The parallel host function has the C calling convention, which is
 // CUDA_CB's everywhere but 32-bit x86 Windows.
 #[cfg(all(feature = "std", not(all(windows, target_arch = "x86"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub mod parallel;
 mod pool;
 
 pub use error::{PackError, PoolError, Side};
 pub use memory::{HostMemory, HostMemoryMut, HostRange, MemorySpace, Plain, RawRegion};
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub use owned::{OwnedRecordCounts, abandoned_records, owned_record_counts};
 pub use packing::Record;
 pub use pool::{PoolRecord, RecordPool};

@@ -1,18 +1,20 @@
 //! `cargo xtask bench`: builds and runs the side-by-side benchmark
-//! (`driver/benches/staged_copy.rs`) on this machine's GPU. Without a GPU it
+//! (`driver/benches/staged_copy/`) on this machine's GPU. Without a GPU it
 //! says so and exits; on a GPU host without Rust, use `cargo xtask
 //! gpu-bundle`, whose run script runs the same benchmark.
 
 use std::process::{Command, ExitCode};
 
 pub(crate) const USAGE: &str = "\
-usage: cargo xtask bench [--total-mib N] [--runs N] [--out DIR] [--quick]
+usage: cargo xtask bench [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick]
 
-Runs driver/benches/staged_copy.rs: the driver's device-to-host paths
-against staged copies with hostcopy_fn and hostcopy_parallel_fn (and the
-way back), host-function costs, and the core's copy paths by size. Prints
-a table last; writes bench.csv, bench.svg and bench.txt to DIR
-(default bench-out).";
+Runs driver/benches/staged_copy/: staged transfers (cuda::staging, default
+options) beside pinned memory (the link) and the driver's pageable path, both
+ways, with ratios: 1 GiB (H2D with streaming and with cached stores), a
+never-touched destination, sizes 64 MiB to --max-gib (default 16), small
+sizes 4 KiB to 4 MiB (the crossover), two GPUs at once where present.
+Prints a table last; writes bench.txt and bench.csv to DIR (default
+bench-out).";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     if args.iter().any(|a| a == "-h" || a == "--help") {

@@ -26,15 +26,19 @@ benchmark (profile `gpu-bundle`) and libhostcopy.so (core/capi, release) into DI
 const STEPS: &[(&str, u32, &str)] = &[
     ("gpu-tests", 240, "bin/gpu --test-threads=1"),
     ("gpu-fault", 120, "bin/gpu_fault"),
-    ("python", 90, "python3 python/launch_hostcopy.py lib/libhostcopy.so"),
-    ("example", 90, "bin/staged_d2h --total-mib 1024 --chunk-mib 16 --slots 3 --workers 8"),
+    ("gpu-staging", 240, "bin/gpu_staging --test-threads=1"),
+    ("python", 300, "python/gpu.sh python/wheels"),
+    ("example", 90, "bin/staged_d2h"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
 ];
 
 /// Files copied into the bundle as they are: (from the workspace, to the bundle).
 const FILES: &[(&str, &str)] = &[
     ("xtask/scripts/gpu-run.sh", "run.sh"),
-    ("abi-tests/python/launch_hostcopy.py", "python/launch_hostcopy.py"),
+    ("driver/python/gpu.sh", "python/gpu.sh"),
+    ("driver/python/tests/conftest.py", "python/tests/conftest.py"),
+    ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
+    ("driver/python/bench/staged_d2h.py", "python/bench/staged_d2h.py"),
     ("target/abi/capi/release/libhostcopy.so", "lib/libhostcopy.so"),
 ];
 
@@ -70,12 +74,12 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 fn bundle(out: &Path) -> Result<u64, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace");
     let _ = fs::remove_dir_all(out);
-    for dir in ["bin", "lib", "python"] {
+    for dir in ["bin", "lib", "python/tests", "python/bench", "python/wheels"] {
         fs::create_dir_all(out.join(dir)).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     println!("gpu-bundle: building (profile gpu-bundle)");
     let driver = ["-p", "hostcopy-driver", "--all-features", "--profile", "gpu-bundle"];
-    let tests = ["test", "--no-run", "--test", "gpu", "--test", "gpu_fault"];
+    let tests = ["test", "--no-run", "--test", "gpu", "--test", "gpu_fault", "--test", "gpu_staging"];
     let programs = ["build", "--example", "staged_d2h", "--bench", "staged_copy"];
     for build in [&tests[..], &programs[..]] {
         for (name, path) in executables(cargo(root).args(build).args(driver))? {
@@ -89,6 +93,9 @@ fn bundle(out: &Path) -> Result<u64, String> {
     for (from, to) in FILES {
         copy(&root.join(from), &out.join(to))?;
     }
+    // The Python package's abi3 wheel, built by maturin (from a virtual
+    // environment of its own), installed offline on the GPU host by gpu.sh.
+    command::run(Command::new(root.join("driver/python/build-wheel.sh")).arg(out.join("python/wheels")))?;
     let steps: String = STEPS.iter().map(|(name, limit, command)| format!("{name}\t{limit}\t{command}\n")).collect();
     fs::write(out.join("steps"), steps).map_err(|e| e.to_string())?;
     fs::write(out.join("MANIFEST"), manifest(out)?).map_err(|e| e.to_string())?;
@@ -149,7 +156,7 @@ fn manifest(out: &Path) -> Result<String, String> {
     let rustc = command::run(Command::new("rustc").arg("--version"));
     let mut text = format!("hostcopy GPU bundle\nrevision: {}", revision.map(|o| o.stdout).unwrap_or_default());
     text += &rustc.map(|o| o.stdout).unwrap_or_default();
-    for dir in ["bin", "lib", "python"] {
+    for dir in ["bin", "lib", "python/wheels"] {
         for entry in fs::read_dir(out.join(dir)).map_err(|e| e.to_string())?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             text += &format!("{dir}/{}: {len} bytes\n", entry.file_name().to_string_lossy());
@@ -176,9 +183,9 @@ mod tests {
         let script = include_str!("../scripts/gpu-run.sh");
         assert!(script.contains("export HOSTCOPY_REQUIRE_GPU=1"));
         assert!(script.trim_end().lines().last().unwrap().contains("summary"), "summary last");
-        let bundled = ["bin/gpu", "bin/gpu_fault", "bin/staged_d2h", "bin/staged_copy"];
+        let bundled = ["bin/gpu", "bin/gpu_fault", "bin/gpu_staging", "bin/staged_d2h", "bin/staged_copy"];
         for (name, _, command) in STEPS {
-            let program = command.split_whitespace().find(|w| !w.starts_with("python")).unwrap();
+            let program = command.split_whitespace().next().unwrap();
             let file = FILES.iter().any(|(_, to)| to == &program);
             assert!(file || bundled.contains(&program), "step {name} runs {program}");
         }

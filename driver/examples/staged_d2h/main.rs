@@ -1,132 +1,108 @@
-//! Staged device-to-host copy into pageable memory with `hostcopy_fn`: the
-//! calling thread only enqueues, the driver's host-function thread copies
-//! each pinned slot into the destination, in stream order.
+//! The classic use of hostcopy: 1 GiB from the GPU into a plain `Vec<u8>`
+//! at the speed of the link, in safe code.
 //!
 //! ```text
-//! cargo run --release --example staged_d2h --features cuda,std -- \
-//!     [--slots 3] [--chunk-mib 16] [--total-mib 1024] [--workers 0]
+//! cargo run --release --example staged_d2h --features cuda
 //! ```
 //!
-//! `--workers N` (N > 0) uses `hostcopy_parallel_fn` with N copy workers.
+//! A [`Stager`] owns pinned staging buffers (one stream each) and a pool of
+//! copy workers; the driver copies each chunk into a staging buffer and a
+//! host function copies it on into the destination, split over the
+//! workers, while the next chunk crosses the link. The defaults (chunk
+//! size, buffers, workers) come from the machine and from measurements
+//! (see `hostcopy_driver::cuda::staging`).
 
-mod pipeline;
-
+use std::error::Error;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use hostcopy_driver::cuda::Context;
-use hostcopy_driver::parallel::{CopyWorkers, hostcopy_parallel_fn};
-use hostcopy_driver::{HostFn, hostcopy_fn};
-use pipeline::{Ring, device_with_pattern, gb_per_s, pattern};
+use hostcopy_driver::cuda::staging::Stager;
+use hostcopy_driver::cuda::{Context, DeviceBuffer};
 
-struct Options {
-    slots: usize,
-    chunk_mib: usize,
-    total_mib: usize,
-    workers: usize,
-}
-
-fn parse() -> Result<Options, String> {
-    let mut options = Options {
-        slots: 3,
-        chunk_mib: 16,
-        total_mib: 1024,
-        workers: 0,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let value: usize = value
-            .parse()
-            .map_err(|_| format!("{flag}: not a number: {value}"))?;
-        match flag.as_str() {
-            "--slots" => options.slots = value,
-            "--chunk-mib" => options.chunk_mib = value,
-            "--total-mib" => options.total_mib = value,
-            "--workers" => options.workers = value,
-            _ => return Err(format!("unknown option {flag}")),
-        }
-    }
-    if options.slots == 0 || options.chunk_mib == 0 || options.total_mib == 0 {
-        return Err("--slots, --chunk-mib and --total-mib must be at least 1".into());
-    }
-    Ok(options)
-}
+const TOTAL: usize = 1 << 30;
+/// The non-blocking transfer goes in this many pieces, to show progress.
+const PIECES: usize = 8;
 
 fn main() -> ExitCode {
-    let options = match parse() {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!(
-                "staged_d2h: {message}\nusage: staged_d2h [--slots N] [--chunk-mib N] [--total-mib N] [--workers N]"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    match run(&options) {
+    match run() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("staged_d2h: {message}");
-            // Exit without unwinding: after a context error the driver may
-            // still be running a host function on the destination.
-            std::process::exit(1)
+        Err(error) => {
+            eprintln!("staged_d2h: {error}");
+            ExitCode::FAILURE
         }
     }
 }
 
-fn run(options: &Options) -> Result<(), String> {
+fn run() -> Result<(), Box<dyn Error>> {
     let context = Context::primary(0).map_err(|e| format!("no GPU: {e}"))?;
-    let name = context.device_name().map_err(|e| e.to_string())?;
-    let total = options.total_mib << 20;
-    let chunk = options.chunk_mib << 20;
-    let host_fn: HostFn = if options.workers > 0 {
-        CopyWorkers::start(options.workers).map_err(|e| format!("start copy workers: {e}"))?;
-        hostcopy_parallel_fn
-    } else {
-        hostcopy_fn
-    };
+    let mut stager = Stager::new(&context)?;
+    let options = stager.options();
     println!(
-        "{name}: {} MiB device -> pageable, {} slots of {} MiB, {}",
-        options.total_mib,
-        options.slots,
-        options.chunk_mib,
-        if options.workers > 0 {
-            format!("hostcopy_parallel_fn with {} workers", options.workers)
-        } else {
-            "hostcopy_fn".into()
+        "{}: chunks of {} MiB, {} staging buffers, {} workers",
+        context.device_name()?,
+        options.chunk() >> 20,
+        options.buffers(),
+        stager.workers(),
+    );
+
+    // A known pattern on the device, uploaded through the same stager.
+    let pattern: Vec<u8> = (0..TOTAL).map(|i| (i % 251) as u8).collect();
+    let mut device = DeviceBuffer::new(&context, TOTAL)?;
+    let start = Instant::now();
+    stager.host_to_device(&mut device, &pattern)?;
+    report("host -> device", start.elapsed());
+
+    // The classic use: one call, into memory never touched before (the
+    // workers take its page faults in parallel).
+    let mut host = vec![0u8; TOTAL];
+    let start = Instant::now();
+    stager.device_to_host(&mut host, &device)?;
+    report("device -> host", start.elapsed());
+    verify(&host, &pattern)?;
+
+    // Non-blocking: start every piece, then wait for each in turn while
+    // this thread is free for other work. The scope waits for anything
+    // still in flight before it returns, so the borrows stay sound.
+    host.fill(0);
+    let piece = TOTAL / PIECES;
+    let start = Instant::now();
+    stager.scope(|scope| -> Result<(), hostcopy_driver::cuda::Error> {
+        let mut transfers = Vec::new();
+        for (index, part) in host.chunks_mut(piece).enumerate() {
+            transfers.push(scope.device_to_host_at(part, &device, index * piece)?);
         }
-    );
-    let device = device_with_pattern(&context, total, 7).map_err(|e| e.to_string())?;
-    // Host functions write `dst`: after a context error one may still be
-    // running when the error comes back, so `dst` is never freed on that
-    // path (the process exits).
-    let mut dst = std::mem::ManuallyDrop::new(vec![0u8; total]);
-    // `vec![0; n]` maps untouched zero pages: fault every page in now, or
-    // the copy pays for first-touch faults (a few GB/s at most).
-    dst.fill(0xA5);
-    let ring = Ring::new(&context, options.slots, chunk).map_err(|e| e.to_string())?;
-    let mut last_tenth = 0;
-    let timing = ring
-        .device_to_host(&device, &mut dst, host_fn, |done, chunks| {
-            let tenth = done * 10 / chunks;
-            if tenth > last_tenth {
-                last_tenth = tenth;
-                println!("  queued {done}/{chunks} chunks");
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    let expected = pattern(total, 7);
-    let wrong = dst.iter().zip(&expected).filter(|(a, b)| a != b).count();
-    // Every host function has finished: the destination can go.
-    drop(std::mem::ManuallyDrop::into_inner(dst));
-    if wrong != 0 {
-        return Err(format!("{wrong} bytes of the destination are wrong"));
-    }
-    println!(
-        "verified; {:.1} GB/s, caller blocked {:.2?} of {:.2?} ({:.1}%)",
-        gb_per_s(total, timing.total),
-        timing.blocked,
-        timing.total,
-        100.0 * timing.blocked.as_secs_f64() / timing.total.as_secs_f64()
-    );
+        for (done, transfer) in transfers.into_iter().enumerate() {
+            transfer.wait()?;
+            println!(
+                "  {} of {} MiB arrived",
+                (done + 1) * (piece >> 20),
+                TOTAL >> 20
+            );
+        }
+        Ok(())
+    })??;
+    report("device -> host, in pieces", start.elapsed());
+    verify(&host, &pattern)?;
     Ok(())
+}
+
+fn report(what: &str, took: Duration) {
+    let gb_per_s = TOTAL as f64 / took.as_secs_f64() / 1e9;
+    println!(
+        "{what}: {} MiB in {took:.2?}, {gb_per_s:.1} GB/s",
+        TOTAL >> 20
+    );
+}
+
+fn verify(host: &[u8], expected: &[u8]) -> Result<(), String> {
+    match host.iter().zip(expected).position(|(a, b)| a != b) {
+        None => {
+            println!("  verified: every byte as expected");
+            Ok(())
+        }
+        Some(at) => Err(format!(
+            "byte {at} is {}, expected {}",
+            host[at], expected[at]
+        )),
+    }
 }

@@ -75,6 +75,7 @@ mod scope;
 #[cfg(feature = "simulator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulator")))]
 pub mod sim;
+pub mod staging;
 mod stream;
 
 pub use context::{Context, driver_version};

@@ -1,0 +1,478 @@
+//! The measured groups, each beside the pinned (link) figure and the
+//! driver's pageable path of the same run.
+
+use std::sync::Barrier;
+use std::time::Duration;
+
+use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
+
+use crate::Options;
+use crate::paths::{self, Destination, Timed};
+use crate::table::{Row, median, size};
+
+/// What every group is compared with: the link, and the staged default.
+struct Reference {
+    pinned_d2h: f64,
+    pinned_h2d: f64,
+    staged_d2h: f64,
+}
+
+/// The rows, and lines that say what they mean (crossover, two GPUs).
+pub(crate) struct Report {
+    pub(crate) rows: Vec<Row>,
+    pub(crate) notes: Vec<String>,
+}
+
+/// The machine and the default options, for the report's head.
+pub(crate) fn machine(context: &Context) -> String {
+    let name = context
+        .device_name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    let driver = hostcopy_driver::cuda::driver_version().unwrap_or(0);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let defaults = StagingOptions::default();
+    format!(
+        "{name}, driver {driver}, {cores} host cores; default options: {} MiB chunks, {} staging buffers, {} workers, H2D {:?} stores, driver path below {} KiB\n",
+        defaults.chunk() >> 20,
+        defaults.buffers(),
+        defaults.workers(),
+        defaults.h2d_stores(),
+        defaults.driver_path_below() >> 10,
+    )
+}
+
+pub(crate) fn run_all(context: &Context, options: &Options) -> Result<Report, Error> {
+    let mut report = Report {
+        rows: Vec::new(),
+        notes: Vec::new(),
+    };
+    let headline_bytes = if options.quick { 64 << 20 } else { 1 << 30 };
+    let reference = headline(context, options, headline_bytes, &mut report)?;
+    never_touched(context, options, headline_bytes, &reference, &mut report)?;
+    option_sweep(context, options, headline_bytes, &reference, &mut report)?;
+    sizes(context, options, &reference, &mut report)?;
+    small(context, options, &mut report)?;
+    two_gpus(options, headline_bytes, &reference, &mut report)?;
+    Ok(report)
+}
+
+fn gbps(bytes: usize, timed: &Timed) -> f64 {
+    bytes as f64 / median(&timed.times) / 1e9
+}
+
+fn row(group: &str, path: &str, bytes: usize, timed: &Timed, pinned: f64, driver: f64) -> Row {
+    println!(
+        "  {group}: {path}, {}: {:.1} GB/s",
+        size(bytes),
+        gbps(bytes, timed)
+    );
+    Row {
+        group: group.into(),
+        path: path.into(),
+        bytes,
+        seconds: median(&timed.times),
+        pinned_gbps: pinned,
+        driver_gbps: driver,
+        caller_share: timed.caller_share,
+    }
+}
+
+/// A host buffer with a known pattern (every page touched).
+fn pattern(bytes: usize, seed: u8) -> Vec<u8> {
+    (0..bytes).map(|i| (i % 251) as u8 ^ seed).collect()
+}
+
+fn check(what: &str, got: &[u8], expected: &[u8]) -> Result<(), Error> {
+    if got != expected {
+        eprintln!("staged_copy: {what}: wrong bytes");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// 1 GiB, default options, both directions; H2D with both store kinds.
+fn headline(
+    context: &Context,
+    options: &Options,
+    bytes: usize,
+    report: &mut Report,
+) -> Result<Reference, Error> {
+    let runs = options.runs;
+    let source = pattern(bytes, 7);
+    let mut device = DeviceBuffer::new(context, bytes)?;
+    device.copy_from_host(0, &source)?;
+    let mut host = vec![1u8; bytes];
+    let mut stager = Stager::new(context)?;
+
+    let group = "D2H, default options";
+    let pinned = paths::pinned_d2h(context, &device, bytes, runs)?;
+    let pinned_d2h = gbps(bytes, &pinned);
+    let driver = paths::driver_d2h(&device, &mut host, runs)?;
+    let driver_d2h = gbps(bytes, &driver);
+    let staged = paths::staged_d2h(&mut stager, &device, &mut host, runs)?;
+    check("staged D2H", &host, &source)?;
+    let staged_d2h = gbps(bytes, &staged);
+    report.rows.push(row(
+        group,
+        "pinned (link)",
+        bytes,
+        &pinned,
+        pinned_d2h,
+        driver_d2h,
+    ));
+    report.rows.push(row(
+        group,
+        "driver pageable",
+        bytes,
+        &driver,
+        pinned_d2h,
+        driver_d2h,
+    ));
+    report.rows.push(row(
+        group,
+        "staged, defaults",
+        bytes,
+        &staged,
+        pinned_d2h,
+        driver_d2h,
+    ));
+
+    let group = "H2D, default options, streaming vs cached stores";
+    let pinned = paths::pinned_h2d(context, &device, bytes, runs)?;
+    let pinned_h2d = gbps(bytes, &pinned);
+    let driver = paths::driver_h2d(&mut device, &source, runs)?;
+    let driver_h2d = gbps(bytes, &driver);
+    report.rows.push(row(
+        group,
+        "pinned (link)",
+        bytes,
+        &pinned,
+        pinned_h2d,
+        driver_h2d,
+    ));
+    report.rows.push(row(
+        group,
+        "driver pageable",
+        bytes,
+        &driver,
+        pinned_h2d,
+        driver_h2d,
+    ));
+    drop(stager);
+    for (stores, path) in [
+        (Stores::Streaming, "staged, streaming stores"),
+        (Stores::Cached, "staged, cached stores"),
+    ] {
+        let mut stager = Stager::with_options(
+            context,
+            StagingOptions::builder().h2d_stores(stores).build(),
+        )?;
+        let staged = paths::staged_h2d(&mut stager, &mut device, &source, runs)?;
+        device.copy_to_host(0, &mut host)?;
+        check(path, &host, &source)?;
+        report
+            .rows
+            .push(row(group, path, bytes, &staged, pinned_h2d, driver_h2d));
+    }
+    Ok(Reference {
+        pinned_d2h,
+        pinned_h2d,
+        staged_d2h,
+    })
+}
+
+/// Into `vec![0; n]` never touched before: the driver's thread takes every
+/// page fault on its own; the stager's workers take them in parallel.
+fn never_touched(
+    context: &Context,
+    options: &Options,
+    bytes: usize,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let device = DeviceBuffer::new(context, bytes)?;
+    let mut stager = Stager::new(context)?;
+    let runs = options.runs.min(3);
+    let driver = paths::never_touched_d2h(&mut stager, &device, bytes, runs, Destination::Driver)?;
+    let staged = paths::never_touched_d2h(&mut stager, &device, bytes, runs, Destination::Staged)?;
+    let group = "D2H into a never-touched vec![0; n] (x driver: its path into the same)";
+    let driver_gbps = gbps(bytes, &driver);
+    report.rows.push(row(
+        group,
+        "driver pageable",
+        bytes,
+        &driver,
+        reference.pinned_d2h,
+        driver_gbps,
+    ));
+    report.rows.push(row(
+        group,
+        "staged, defaults",
+        bytes,
+        &staged,
+        reference.pinned_d2h,
+        driver_gbps,
+    ));
+    Ok(())
+}
+
+/// The options around the defaults, D2H: chunk size, staging buffers,
+/// workers; which configuration the defaults should be (and the caller's
+/// share in driver calls, which falls with fewer, larger chunks).
+fn option_sweep(
+    context: &Context,
+    options: &Options,
+    bytes: usize,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let source = pattern(bytes, 13);
+    let mut device = DeviceBuffer::new(context, bytes)?;
+    device.copy_from_host(0, &source)?;
+    let mut host = vec![1u8; bytes];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let defaults = StagingOptions::default();
+    let mut configs: Vec<(usize, usize, usize)> = Vec::new();
+    for chunk_mib in [8, 16, 32] {
+        for buffers in [3, 4, 6] {
+            configs.push((chunk_mib, buffers, defaults.workers()));
+        }
+    }
+    for workers in [cores / 2, cores.saturating_sub(2), cores.saturating_sub(1)] {
+        if workers != defaults.workers() {
+            configs.push((defaults.chunk() >> 20, defaults.buffers(), workers));
+        }
+    }
+    let group = "D2H, options around the defaults";
+    for (chunk_mib, buffers, workers) in configs {
+        let built = StagingOptions::builder()
+            .chunk(chunk_mib << 20)
+            .buffers(buffers)
+            .workers(workers)
+            .build();
+        let mut stager = Stager::with_options(context, built)?;
+        let staged = paths::staged_d2h(&mut stager, &device, &mut host, options.runs)?;
+        check("option sweep", &host, &source)?;
+        let path = format!("{chunk_mib} MiB x {buffers} buffers, {workers} workers");
+        report.rows.push(row(
+            group,
+            &path,
+            bytes,
+            &staged,
+            reference.pinned_d2h,
+            reference.staged_d2h,
+        ));
+    }
+    report
+        .notes
+        .push("options around the defaults: x driver there means x the staged default".into());
+    Ok(())
+}
+
+/// Bytes of host memory available, from /proc/meminfo (unbounded if unknown).
+fn host_available() -> usize {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(usize::MAX, |kib| kib << 10)
+}
+
+/// 64 MiB to `--max-gib`, both directions, staged vs the driver's path.
+fn sizes(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let mut stager = Stager::new(context)?;
+    let mut h2d_rows = Vec::new();
+    let mut bytes = 64usize << 20;
+    while bytes <= options.max_bytes {
+        let size = bytes;
+        bytes *= 4;
+        if size > host_available() / 2 {
+            println!(
+                "  sizes: {} MiB skipped: more than half the host's available memory",
+                size >> 20
+            );
+            continue;
+        }
+        let mut device = match DeviceBuffer::new(context, size) {
+            Ok(device) => device,
+            Err(error) => {
+                println!(
+                    "  sizes: {} MiB skipped: no device memory ({error})",
+                    size >> 20
+                );
+                continue;
+            }
+        };
+        let runs = if size > 1 << 30 { 2 } else { options.runs };
+        let source = pattern(size, 3);
+        device.copy_from_host(0, &source)?;
+        let mut host = vec![1u8; size];
+        let driver = paths::driver_d2h(&device, &mut host, runs)?;
+        let staged = paths::staged_d2h(&mut stager, &device, &mut host, runs)?;
+        check("sizes D2H", &host, &source)?;
+        let d = gbps(size, &driver);
+        report.rows.push(row(
+            "sizes, D2H",
+            "driver pageable",
+            size,
+            &driver,
+            reference.pinned_d2h,
+            d,
+        ));
+        report.rows.push(row(
+            "sizes, D2H",
+            "staged, defaults",
+            size,
+            &staged,
+            reference.pinned_d2h,
+            d,
+        ));
+        let driver = paths::driver_h2d(&mut device, &source, runs)?;
+        let staged = paths::staged_h2d(&mut stager, &mut device, &source, runs)?;
+        let d = gbps(size, &driver);
+        h2d_rows.push(row(
+            "sizes, H2D",
+            "driver pageable",
+            size,
+            &driver,
+            reference.pinned_h2d,
+            d,
+        ));
+        h2d_rows.push(row(
+            "sizes, H2D",
+            "staged, defaults",
+            size,
+            &staged,
+            reference.pinned_h2d,
+            d,
+        ));
+    }
+    report.rows.extend(h2d_rows);
+    Ok(())
+}
+
+/// 4 KiB to 4 MiB, staged (no crossover) vs the driver's path, per call.
+fn small(context: &Context, options: &Options, report: &mut Report) -> Result<(), Error> {
+    let all_staged = StagingOptions::builder().driver_path_below(0).build();
+    let mut stager = Stager::with_options(context, all_staged)?;
+    let device = DeviceBuffer::new(context, 4 << 20)?;
+    let mut host = vec![1u8; 4 << 20];
+    let mut never_slower_from = None;
+    let mut size = 4usize << 10;
+    while size <= 4 << 20 {
+        let dst = &mut host[..size];
+        let driver = paths::driver_d2h(&device, dst, options.small_reps)?;
+        let staged = paths::staged_d2h(&mut stager, &device, dst, options.small_reps)?;
+        let (d, s) = (gbps(size, &driver), gbps(size, &staged));
+        report.rows.push(row(
+            "small, D2H (crossover)",
+            "driver pageable",
+            size,
+            &driver,
+            f64::NAN,
+            d,
+        ));
+        report.rows.push(row(
+            "small, D2H (crossover)",
+            "staged, all sizes",
+            size,
+            &staged,
+            f64::NAN,
+            d,
+        ));
+        match (s >= d, never_slower_from) {
+            (true, None) => never_slower_from = Some(size),
+            (false, _) => never_slower_from = None,
+            _ => {}
+        }
+        size *= 2;
+    }
+    report.notes.push(match never_slower_from {
+        Some(size) => format!(
+            "crossover: staging is never slower than the driver's path from {} KiB up (DRIVER_PATH_BELOW is {} KiB)",
+            size >> 10,
+            hostcopy_driver::cuda::staging::DRIVER_PATH_BELOW >> 10
+        ),
+        None => "crossover: staging is slower than the driver's path at 4 MiB: above this table".into(),
+    });
+    Ok(())
+}
+
+/// Two GPUs at once, one stager each (options `stagers(2)`: half the
+/// cores each), on their own threads: the aggregate over the slower time.
+fn two_gpus(
+    options: &Options,
+    bytes: usize,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    if Context::device_count()? < 2 {
+        report
+            .notes
+            .push("two GPUs: one GPU here, not measured".into());
+        return Ok(());
+    }
+    let runs = options.runs;
+    let barrier = Barrier::new(2);
+    let results: Vec<Result<Vec<Duration>, Error>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..2)
+            .map(|ordinal| {
+                let barrier = &barrier;
+                scope.spawn(move || -> Result<Vec<Duration>, Error> {
+                    let context = Context::primary(ordinal)?;
+                    let source = pattern(bytes, 5);
+                    let mut device = DeviceBuffer::new(&context, bytes)?;
+                    device.copy_from_host(0, &source)?;
+                    let mut host = vec![1u8; bytes];
+                    let options = StagingOptions::builder().stagers(2).build();
+                    let mut stager = Stager::with_options(&context, options)?;
+                    let mut times = Vec::new();
+                    for _ in 0..=runs {
+                        barrier.wait();
+                        let start = std::time::Instant::now();
+                        stager.device_to_host(&mut host, &device)?;
+                        times.push(start.elapsed());
+                    }
+                    check("two GPUs", &host, &source)?;
+                    Ok(times[1..].to_vec())
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("GPU thread"))
+            .collect()
+    });
+    let mut results = results.into_iter();
+    let (first, second) = (results.next().unwrap()?, results.next().unwrap()?);
+    let slower: Vec<Duration> = first.iter().zip(&second).map(|(a, b)| *a.max(b)).collect();
+    let aggregate = Timed {
+        times: slower,
+        caller_share: f64::NAN,
+    };
+    let total = 2 * bytes;
+    report.rows.push(row(
+        "two GPUs at once, D2H (x pinned: of two links)",
+        "staged, stagers(2), aggregate",
+        total,
+        &aggregate,
+        2.0 * reference.pinned_d2h,
+        f64::NAN,
+    ));
+    report.notes.push(format!(
+        "two GPUs: aggregate {:.1} GB/s = {:.2}x one GPU's staged default ({:.1} GB/s)",
+        gbps(total, &aggregate),
+        gbps(total, &aggregate) / reference.staged_d2h,
+        reference.staged_d2h
+    ));
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The side-by-side benchmark of staged transfers (`cuda::staging`) against
+//! the link (pinned memory) and the driver's own pageable path, in one
+//! process, with ratios. `cargo xtask bench`, or the GPU bundle's
+//! `staged_copy`.
+//!
+//! ```text
+//! staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated]
+//! ```
+//!
+//! Groups (`groups.rs`): 1 GiB with default options (D2H; H2D with
+//! streaming and with cached stores), a never-touched `vec![0; n]`, the
+//! options around the defaults (chunk size, staging buffers, workers), sizes
+//! 64 MiB to `--max-gib` (default 16; sizes that do not fit the GPU or half
+//! the host's available memory are skipped with a message), small sizes
+//! 4 KiB to 4 MiB staged vs the driver's path (to set the crossover), and
+//! two GPUs at once where there are two. A default run takes about a
+//! minute on an H200 host; `--quick` runs each group once at small sizes
+//! (CI: proves it builds and runs); with `--simulated` (feature
+//! `simulator`) it runs against the simulated driver, which checks the
+//! benchmark's logic and byte checks but measures nothing real.
+
+mod groups;
+mod paths;
+mod table;
+
+use std::process::ExitCode;
+
+use hostcopy_driver::cuda::Context;
+
+/// What to run.
+#[derive(Debug)]
+pub(crate) struct Options {
+    pub(crate) runs: usize,
+    pub(crate) max_bytes: usize,
+    pub(crate) small_reps: usize,
+    pub(crate) out: std::path::PathBuf,
+    pub(crate) quick: bool,
+    /// Against the simulated driver (feature `simulator`): checks the
+    /// benchmark's own logic without a GPU; the figures mean nothing.
+    pub(crate) simulated: bool,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut options = Options {
+        runs: 5,
+        max_bytes: 16 << 30,
+        small_reps: 50,
+        out: "bench-out".into(),
+        quick: false,
+        simulated: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--quick" => options.quick = true,
+            "--simulated" => options.simulated = true,
+            "--bench" => {} // passed by `cargo bench`
+            "--out" => options.out = args.next().ok_or("--out needs a value")?.into(),
+            "--runs" | "--max-gib" | "--small-reps" => {
+                let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+                let n: usize = value
+                    .parse()
+                    .map_err(|_| format!("{flag}: not a number: {value}"))?;
+                if n == 0 {
+                    return Err(format!("{flag} must be at least 1"));
+                }
+                match flag.as_str() {
+                    "--runs" => options.runs = n,
+                    "--max-gib" => options.max_bytes = n << 30,
+                    _ => options.small_reps = n,
+                }
+            }
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if options.quick {
+        options.runs = 1;
+        options.max_bytes = 64 << 20;
+        options.small_reps = 3;
+    }
+    Ok(options)
+}
+
+fn main() -> ExitCode {
+    let options = match parse() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!(
+                "staged_copy: {message}\nusage: staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated]"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    if options.simulated {
+        #[cfg(feature = "simulator")]
+        {
+            use hostcopy_driver::cuda::sim;
+            sim::install();
+            // Two devices, so the two-GPU group runs too.
+            let _ = (sim::new_device(), sim::new_device());
+        }
+        #[cfg(not(feature = "simulator"))]
+        {
+            eprintln!("staged_copy: --simulated needs the `simulator` feature");
+            return ExitCode::from(2);
+        }
+    }
+    let context = match Context::primary(0) {
+        Ok(context) => context,
+        Err(error) => {
+            eprintln!("staged_copy: skipped: no GPU ({error})");
+            let required = std::env::var_os("HOSTCOPY_REQUIRE_GPU").is_some_and(|v| v == "1");
+            return if required {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match groups::run_all(&context, &options) {
+        Ok(report) => {
+            let rows = report.rows;
+            let header = groups::machine(&context);
+            let text = format!(
+                "{header}{}\n{}\n",
+                table::text(&rows),
+                report.notes.join("\n")
+            );
+            println!("{text}");
+            let written = std::fs::create_dir_all(&options.out)
+                .and_then(|()| std::fs::write(options.out.join("bench.txt"), &text))
+                .and_then(|()| std::fs::write(options.out.join("bench.csv"), table::csv(&rows)));
+            if let Err(error) = written {
+                eprintln!("staged_copy: writing {}: {error}", options.out.display());
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("staged_copy: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The transfer paths being compared, each timed the same way: one warm-up,
+//! then `runs` timed transfers of `bytes`, all through the library's API.
+//!
+//! - pinned: `cuMemcpy*Async` to or from a pinned buffer (the link's limit);
+//! - driver: the driver's own pageable path (`cuMemcpyDtoH`/`HtoD`), which
+//!   stages internally and blocks the caller for the whole copy;
+//! - staged: a [`Stager`], started in a scope so the time the caller spends
+//!   enqueuing (in driver calls) is measured apart from the wait.
+
+use std::time::{Duration, Instant};
+
+use hostcopy_driver::cuda::staging::Stager;
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer, Stream};
+
+/// Times of the runs, and for staged paths the caller's share in driver calls.
+pub(crate) struct Timed {
+    pub(crate) times: Vec<Duration>,
+    pub(crate) caller_share: f64,
+}
+
+impl Timed {
+    fn plain(times: Vec<Duration>) -> Timed {
+        Timed {
+            times,
+            caller_share: f64::NAN,
+        }
+    }
+}
+
+/// Runs `once` `runs + 1` times, dropping the first (warm-up) time.
+fn timed(
+    runs: usize,
+    mut once: impl FnMut() -> Result<Duration, Error>,
+) -> Result<Vec<Duration>, Error> {
+    once()?;
+    (0..runs).map(|_| once()).collect()
+}
+
+/// Device to pinned host memory: the link.
+pub(crate) fn pinned_d2h(
+    context: &Context,
+    device: &DeviceBuffer,
+    bytes: usize,
+    runs: usize,
+) -> Result<Timed, Error> {
+    let pinned = PinnedBuffer::new(context, bytes)?;
+    let stream = Stream::new(context)?;
+    let times = timed(runs, || {
+        let start = Instant::now();
+        // SAFETY: `pinned` holds `bytes` writable bytes, outlives the copy
+        // (synchronized before it is touched or dropped), and nothing else
+        // touches it meanwhile.
+        unsafe {
+            stream
+                .as_stream()
+                .copy_device_to_host(pinned.raw_ptr(), device, 0, bytes)
+        }?;
+        stream.as_stream().synchronize()?;
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
+}
+
+/// Pinned host memory to the device: the link.
+pub(crate) fn pinned_h2d(
+    context: &Context,
+    device: &DeviceBuffer,
+    bytes: usize,
+    runs: usize,
+) -> Result<Timed, Error> {
+    let pinned = PinnedBuffer::new(context, bytes)?;
+    let stream = Stream::new(context)?;
+    let times = timed(runs, || {
+        let start = Instant::now();
+        // SAFETY: `pinned` holds `bytes` readable bytes that nothing writes
+        // until the synchronize below.
+        unsafe {
+            stream
+                .as_stream()
+                .copy_host_to_device(device, 0, pinned.raw_ptr(), bytes)
+        }?;
+        stream.as_stream().synchronize()?;
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
+}
+
+/// The driver's pageable device-to-host path into `host`.
+pub(crate) fn driver_d2h(
+    device: &DeviceBuffer,
+    host: &mut [u8],
+    runs: usize,
+) -> Result<Timed, Error> {
+    let times = timed(runs, || {
+        let start = Instant::now();
+        device.copy_to_host(0, host)?;
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
+}
+
+/// The driver's pageable host-to-device path from `host`.
+pub(crate) fn driver_h2d(
+    device: &mut DeviceBuffer,
+    host: &[u8],
+    runs: usize,
+) -> Result<Timed, Error> {
+    let times = timed(runs, || {
+        let start = Instant::now();
+        device.copy_from_host(0, host)?;
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
+}
+
+/// Staged device to host into `host`.
+pub(crate) fn staged_d2h(
+    stager: &mut Stager,
+    device: &DeviceBuffer,
+    host: &mut [u8],
+    runs: usize,
+) -> Result<Timed, Error> {
+    let mut enqueue = Vec::new();
+    let times = timed(runs, || {
+        let start = Instant::now();
+        let mut enqueued = Duration::ZERO;
+        stager.scope(|scope| {
+            let transfer = scope.device_to_host(&mut *host, device)?;
+            enqueued = start.elapsed();
+            transfer.wait()
+        })??;
+        enqueue.push(enqueued);
+        Ok(start.elapsed())
+    })?;
+    Ok(with_share(times, &enqueue[1..]))
+}
+
+/// Staged host to device from `host`.
+pub(crate) fn staged_h2d(
+    stager: &mut Stager,
+    device: &mut DeviceBuffer,
+    host: &[u8],
+    runs: usize,
+) -> Result<Timed, Error> {
+    let mut enqueue = Vec::new();
+    let times = timed(runs, || {
+        let start = Instant::now();
+        let mut enqueued = Duration::ZERO;
+        stager.scope(|scope| {
+            let transfer = scope.host_to_device(&mut *device, host)?;
+            enqueued = start.elapsed();
+            transfer.wait()
+        })??;
+        enqueue.push(enqueued);
+        Ok(start.elapsed())
+    })?;
+    Ok(with_share(times, &enqueue[1..]))
+}
+
+fn with_share(times: Vec<Duration>, enqueue: &[Duration]) -> Timed {
+    let spent: f64 = enqueue.iter().map(Duration::as_secs_f64).sum();
+    let total: f64 = times.iter().map(Duration::as_secs_f64).sum();
+    Timed {
+        caller_share: spent / total,
+        times,
+    }
+}
+
+/// Which path copies into a never-touched destination.
+#[derive(Clone, Copy)]
+pub(crate) enum Destination {
+    Driver,
+    Staged,
+}
+
+/// Device to host into a fresh `vec![0; bytes]` per run: zero pages mapped
+/// lazily, so every page faults on first touch. Allocation is not timed.
+pub(crate) fn never_touched_d2h(
+    stager: &mut Stager,
+    device: &DeviceBuffer,
+    bytes: usize,
+    runs: usize,
+    path: Destination,
+) -> Result<Timed, Error> {
+    let times = timed(runs, || {
+        let mut host = vec![0u8; bytes];
+        let start = Instant::now();
+        match path {
+            Destination::Driver => device.copy_to_host(0, &mut host)?,
+            Destination::Staged => stager.device_to_host(&mut host, device)?,
+        }
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
+}

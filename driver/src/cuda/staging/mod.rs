@@ -1,0 +1,416 @@
+//! Staged transfers between device memory and any host memory, at the
+//! link's speed, in safe code: a [`Stager`] owns pinned staging buffers
+//! (buffer `k` on stream `k`) and a worker pool of its own.
+//!
+//! Device to host, per chunk: the driver copies the chunk into a staging
+//! buffer, then a host function copies the staging buffer into the
+//! destination with the stager's workers. Host to device is the mirror: a
+//! host function fills the staging buffer, then the driver copies it to the
+//! device. The chunks go round the buffers, so the host copy of chunk `i`
+//! overlaps the transfer of chunk `i + 1`, and the workers split each host
+//! copy, so a destination never touched before (`vec![0; n]`, mapped
+//! lazily) takes its page faults on many cores at once, not on the driver's
+//! one thread (nothing before the host function touches the destination).
+//!
+//! ```no_run
+//! use hostcopy_driver::cuda::{Context, DeviceBuffer, staging::Stager};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let context = Context::primary(0)?;
+//! let device = DeviceBuffer::new(&context, 1 << 30)?;
+//! let mut host = vec![0u8; 1 << 30];
+//! let mut stager = Stager::new(&context)?;
+//! stager.device_to_host(&mut host, &device)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Blocking calls ([`Stager::device_to_host`], [`Stager::host_to_device`])
+//! return when the bytes have arrived. [`Stager::scope`] gives handles
+//! ([`Transfer`]) that the caller waits on later while it keeps enqueuing;
+//! like [`std::thread::scope`], the scope waits for every transfer it
+//! started before it returns, so forgetting a handle cannot free a borrowed
+//! buffer under a running host function.
+//!
+//! # Errors
+//!
+//! A failed wait returns the driver's error; it never hangs. Before it
+//! returns, every host function that is copying has finished and every one
+//! the driver skipped is abandoned (it touches nothing if it ever runs, and
+//! its record is leaked, never freed: [`leaked`]). If the context cannot be
+//! synchronized afterwards (a sticky error), queued copies may still touch
+//! the staging buffers: the stager refuses further transfers with that
+//! error and leaks its staging buffers when dropped, counted in [`leaked`].
+//!
+//! # The fastest transfer on a new machine
+//!
+//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks, 4 staging
+//!    buffers, workers = cores - 4 (measured on a 16-core H200 host: 98% of
+//!    pinned D2H; 4 workers reached only 59%). Each default's documentation
+//!    in [`options`](StagingOptions) says where it comes from.
+//! 2. Run the benchmark there: `cargo xtask bench` (or the bundle's
+//!    `staged_copy`). It prints, side by side, pinned D2H/H2D (the link),
+//!    the driver's pageable path and the stager, with ratios.
+//! 3. If the stager trails the pinned figure, try more workers (up to the
+//!    cores less one), 3 to 6 buffers, 8 to 32 MiB chunks; for host to
+//!    device compare [`Stores::Streaming`] and [`Stores::Cached`] (the
+//!    benchmark prints both).
+//! 4. Several GPUs at once: one stager per GPU, each on its own thread,
+//!    built with [`StagingOptionsBuilder::stagers`] set to the number of
+//!    GPUs, so each pool gets its share of the cores.
+//! 5. Small transfers take the driver's path below
+//!    [`StagingOptions::driver_path_below`] (see [`DRIVER_PATH_BELOW`] for
+//!    how that crossover is measured). Pinned memory needs no staging at
+//!    all: [`Stager::device_to_pinned`] and [`Stager::pinned_to_device`]
+//!    make one asynchronous driver copy at the link's speed.
+
+mod chunk;
+mod driver_path;
+mod options;
+mod scope;
+mod workers;
+
+use core::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::vec::Vec;
+
+use hostcopy_core::HostCopyArgs;
+
+use super::context::Context;
+use super::device::DeviceBuffer;
+use super::error::{DriverError, Error};
+use super::event::Event;
+use super::pinned::PinnedBuffer;
+use super::stream::Stream;
+use crate::{HostMemory, HostMemoryMut, HostRange};
+use chunk::{Chunk, Chunks, run_chunk};
+use driver_path::{DeviceSide, driver_path};
+use workers::Workers;
+
+pub use chunk::{Leaked, leaked};
+pub use options::{
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, RESERVED_CORES, StagingOptions,
+    StagingOptionsBuilder, Stores, default_workers,
+};
+pub use scope::{StagingScope, Transfer};
+
+/// Pinned staging buffers, one stream per buffer and a worker pool: see
+/// the [module documentation](self).
+#[derive(Debug)]
+pub struct Stager {
+    context: Context,
+    options: StagingOptions,
+    streams: Vec<Stream>,
+    /// Freed in `Drop` unless a failed context may still touch them.
+    buffers: Vec<ManuallyDrop<PinnedBuffer>>,
+    /// Behind an `Arc`: host functions reach it through a raw pointer that
+    /// no borrow of the stager may invalidate.
+    workers: Arc<Workers>,
+    /// Completion events of finished transfers, reused: no event is
+    /// created or destroyed per transfer once the stager is warm.
+    spare_events: Vec<Event>,
+    /// The buffer the next chunk goes to.
+    next: usize,
+    /// The error after which the context could not be drained.
+    failed: Option<DriverError>,
+}
+
+/// Which way a transfer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    DeviceToHost,
+    HostToDevice,
+}
+
+/// The chunks and completion events of one enqueued transfer.
+#[derive(Debug)]
+struct InFlight {
+    chunks: Chunks,
+    events: Vec<Event>,
+    /// An error while enqueuing: what was enqueued before it is waited for.
+    error: Option<Error>,
+}
+
+impl Stager {
+    /// A stager on `context` with the default options.
+    pub fn new(context: &Context) -> Result<Stager, DriverError> {
+        Self::with_options(context, StagingOptions::default())
+    }
+
+    /// A stager on `context` with `options`: allocates the staging buffers,
+    /// creates their streams and starts the workers.
+    pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, DriverError> {
+        let mut streams = Vec::with_capacity(options.buffers);
+        let mut buffers = Vec::with_capacity(options.buffers);
+        for _ in 0..options.buffers {
+            streams.push(Stream::new(context)?);
+            buffers.push(ManuallyDrop::new(PinnedBuffer::new(
+                context,
+                options.chunk,
+            )?));
+        }
+        let stager = Stager {
+            context: context.clone(),
+            options,
+            streams,
+            buffers,
+            workers: Arc::new(Workers::start(options.workers)),
+            spare_events: Vec::new(),
+            next: 0,
+            failed: None,
+        };
+        Ok(stager)
+    }
+
+    /// The context the stager transfers in.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> &StagingOptions {
+        &self.options
+    }
+
+    /// Worker threads running (fewer than asked if the system refused some).
+    pub fn workers(&self) -> usize {
+        self.workers.count()
+    }
+
+    /// Copies `dst.len()` bytes from the start of `src` into `dst`, and
+    /// waits for them.
+    pub fn device_to_host<D>(&mut self, dst: &mut D, src: &DeviceBuffer) -> Result<(), Error>
+    where
+        D: HostMemoryMut + ?Sized,
+    {
+        self.device_to_host_at(dst, src, 0)
+    }
+
+    /// Copies `dst.len()` bytes from byte `offset` of `src` into `dst`, and
+    /// waits for them.
+    pub fn device_to_host_at<D>(
+        &mut self,
+        dst: &mut D,
+        src: &DeviceBuffer,
+        offset: usize,
+    ) -> Result<(), Error>
+    where
+        D: HostMemoryMut + ?Sized,
+    {
+        match self.start(dst.host_range_mut(), DeviceSide::Source(src), offset)? {
+            Some(in_flight) => self.finish(in_flight),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies `src` to the start of `dst`, and waits for it.
+    pub fn host_to_device<S>(&mut self, dst: &mut DeviceBuffer, src: &S) -> Result<(), Error>
+    where
+        S: HostMemory + ?Sized,
+    {
+        self.host_to_device_at(dst, 0, src)
+    }
+
+    /// Copies `src` to byte `offset` of `dst`, and waits for it.
+    pub fn host_to_device_at<S>(
+        &mut self,
+        dst: &mut DeviceBuffer,
+        offset: usize,
+        src: &S,
+    ) -> Result<(), Error>
+    where
+        S: HostMemory + ?Sized,
+    {
+        match self.start(src.host_range(), DeviceSide::Destination(dst), offset)? {
+            Some(in_flight) => self.finish(in_flight),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a transfer and either completes it on the driver's path
+    /// (`None`) or enqueues it (`Some`, to be finished).
+    ///
+    /// The caller holds the borrow that `host` came from until the transfer
+    /// is finished; `host` is writable if `device` is the source.
+    fn start(
+        &mut self,
+        host: HostRange,
+        device: DeviceSide<'_>,
+        offset: usize,
+    ) -> Result<Option<InFlight>, Error> {
+        self.check_usable()?;
+        device.buffer().range(offset, host.len)?;
+        if host.len == 0 {
+            return Ok(None);
+        }
+        if host.len < self.options.driver_path_below {
+            driver_path(host, device, offset)?;
+            return Ok(None);
+        }
+        let direction = device.direction();
+        Ok(Some(self.enqueue(direction, host, device.buffer(), offset)))
+    }
+
+    /// Enqueues every chunk of a transfer; stops at the first error, which
+    /// the returned transfer carries.
+    fn enqueue(
+        &mut self,
+        direction: Direction,
+        host: HostRange,
+        device: &DeviceBuffer,
+        offset: usize,
+    ) -> InFlight {
+        let chunk = self.options.chunk;
+        let count = host.len.div_ceil(chunk);
+        let stores = match direction {
+            Direction::DeviceToHost => Stores::Streaming,
+            Direction::HostToDevice => self.options.h2d_stores,
+        };
+        let workers = Arc::as_ptr(&self.workers);
+        let chunks: Vec<Chunk> = (0..count)
+            .map(|index| {
+                let at = index * chunk;
+                let len = chunk.min(host.len - at);
+                let staging = self.buffers[(self.next + index) % self.buffers.len()]
+                    .raw_ptr()
+                    .expose_provenance();
+                let args = match direction {
+                    Direction::DeviceToHost => HostCopyArgs::new(host.addr + at, staging, len),
+                    Direction::HostToDevice => HostCopyArgs::new(staging, host.addr + at, len),
+                };
+                Chunk::new(args, stores, workers)
+            })
+            .collect();
+        let mut in_flight = InFlight {
+            chunks: Chunks::new(chunks),
+            events: Vec::new(),
+            error: None,
+        };
+        for index in 0..count {
+            let buffer = (self.next + index) % self.buffers.len();
+            if let Err(error) = self.enqueue_chunk(
+                direction,
+                &in_flight.chunks,
+                index,
+                buffer,
+                device,
+                offset + index * self.options.chunk,
+            ) {
+                in_flight.error = Some(error);
+                break;
+            }
+        }
+        let used = count.min(self.streams.len());
+        for index in 0..used {
+            let stream = &self.streams[(self.next + index) % self.streams.len()];
+            let event = match self.spare_events.pop() {
+                Some(event) => Ok(event),
+                None => Event::ordering(&self.context),
+            };
+            let recorded = event.and_then(|event| event.record(stream.as_stream()).map(|()| event));
+            match recorded {
+                Ok(event) => in_flight.events.push(event),
+                Err(error) => {
+                    in_flight.error.get_or_insert(error.into());
+                    break;
+                }
+            }
+        }
+        self.next = (self.next + count) % self.buffers.len();
+        in_flight
+    }
+
+    /// Queues one chunk on its buffer's stream: the driver's copy and the
+    /// host function, in the direction's order.
+    fn enqueue_chunk(
+        &self,
+        direction: Direction,
+        chunks: &Chunks,
+        index: usize,
+        buffer: usize,
+        device: &DeviceBuffer,
+        device_offset: usize,
+    ) -> Result<(), Error> {
+        let stream = self.streams[buffer].as_stream();
+        let staging = self.buffers[buffer].raw_ptr();
+        let chunk = chunks.get(index);
+        let len = chunk.len();
+        if direction == Direction::DeviceToHost {
+            // SAFETY: the staging buffer holds `chunk` bytes and is only
+            // touched in this stream's order, and outlives the copy (freed
+            // only after the stager's transfers are finished, or leaked).
+            unsafe { stream.copy_device_to_host(staging, device, device_offset, len) }?;
+        }
+        let user_data = chunks.arm(index);
+        // SAFETY: `run_chunk` with an armed chunk; the chunk array, the
+        // workers, the staging buffer and the borrowed host range stay
+        // alive until the chunk is settled (`finish`), which waits for a
+        // running host function and abandons a pending one. The stager's
+        // streams are its own: no one can capture them into a graph.
+        if let Err(error) = unsafe { stream.launch_host_fn(run_chunk, user_data) } {
+            chunk.disarm();
+            return Err(error.into());
+        }
+        if direction == Direction::HostToDevice {
+            // SAFETY: as above; the host function before it in stream order
+            // has filled the staging buffer.
+            unsafe { stream.copy_host_to_device(device, device_offset, staging, len) }?;
+        }
+        Ok(())
+    }
+
+    /// The error after which the stager refuses work, if any.
+    fn check_usable(&self) -> Result<(), Error> {
+        match self.failed {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// After a failed wait: drains what is still queued, so that no copy
+    /// touches a buffer after we return. A context that cannot be drained
+    /// (a sticky error) keeps the staging buffers forever, and the stager
+    /// refuses further work with that error.
+    fn drain_after_error(&mut self) {
+        if let Err(error) = self.context.synchronize() {
+            self.failed = Some(error);
+        }
+    }
+
+    /// Waits for a transfer, then settles its chunks; returns the first error.
+    fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
+        let InFlight {
+            chunks,
+            events,
+            error,
+        } = in_flight;
+        let mut result = error.map_or(Ok(()), Err);
+        for event in &events {
+            if let Err(error) = event.synchronize() {
+                result = result.and(Err(error.into()));
+            }
+        }
+        if result.is_err() {
+            self.drain_after_error();
+        } else {
+            self.spare_events.extend(events);
+        }
+        chunks.settle_and_free();
+        result
+    }
+}
+
+impl Drop for Stager {
+    fn drop(&mut self) {
+        if self.failed.is_some() {
+            chunk::count_leaked_buffers(self.buffers.len());
+            return;
+        }
+        for buffer in &mut self.buffers {
+            // SAFETY: every transfer is finished (they borrow the stager)
+            // and the context was drained after any failure: nothing
+            // queued touches the buffer. Dropped once, here.
+            unsafe { ManuallyDrop::drop(buffer) };
+        }
+    }
+}

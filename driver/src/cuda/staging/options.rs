@@ -1,0 +1,207 @@
+//! How a [`Stager`](super::Stager) stages: chunk size, staging buffers,
+//! worker threads, the store kind of host-to-device copies, and the size
+//! below which the driver's own path is used. Every default is chosen from
+//! the machine or from a measurement named in its documentation.
+
+/// Default chunk: the bytes one staging buffer carries per copy.
+///
+/// Measured on an H200 host (PCIe Gen5, 16-core VM), 1 GiB device to
+/// pageable memory: 16 MiB chunks reached 52 to 54 GB/s (95 to 98% of
+/// pinned D2H). Smaller chunks fill the driver's queue (at 1 MiB the
+/// enqueuing thread waited 84 to 99% of the time, at 4 MiB 11 to 64%, at
+/// 16 MiB under 2%); larger chunks fall out of the host's cache between the
+/// GPU's write and the host copy (64 MiB: 37 to 40 GB/s).
+pub const DEFAULT_CHUNK: usize = 16 << 20;
+
+/// Default number of pinned staging buffers, each on its own stream.
+///
+/// Buffer `k` on stream `k` is what overlaps the host copy of chunk `i`
+/// with the transfer of chunk `i + 1`; on the H200 host 3 and 4 buffers of
+/// 16 MiB both reached 95 to 98% of pinned D2H. Four keep the link busy
+/// while one host copy runs late.
+pub const DEFAULT_BUFFERS: usize = 4;
+
+/// Cores left to the rest of the process (the enqueuing thread, the
+/// driver's own threads) by the default worker count.
+///
+/// On the 16-core H200 host, 12 workers (cores - 4) reached 98% of pinned
+/// D2H, 4 workers only 59%.
+pub const RESERVED_CORES: usize = 4;
+
+/// Transfers smaller than this take the driver's own path (a synchronous
+/// `cuMemcpyDtoH`/`cuMemcpyHtoD`), not the staging buffers.
+///
+/// **Provisional**: 1 MiB is an estimate from the launch costs measured on
+/// the H200 host (`cuLaunchHostFunc` 2.5 us to enqueue, 10.6 us from launch
+/// to run: a staged transfer pays two enqueues and one host-function
+/// latency, about 15 us, which the driver's pageable path at 10 to 15 GB/s
+/// spends on about 150 to 200 KiB). The benchmark's small-size table
+/// (`staged_copy --small`, 4 KiB to 4 MiB, staged vs driver path) measures
+/// the real crossover; set this to the smallest size from which staging is
+/// never slower.
+pub const DRIVER_PATH_BELOW: usize = 1 << 20;
+
+/// How a host-to-device chunk is written into its staging buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Stores {
+    /// Non-temporal stores (`hostcopy_fn`'s path for large copies on
+    /// x86_64): the staging buffer's lines go to memory, not to the cache.
+    Streaming,
+    /// Plain cached stores (`copy_nonoverlapping`): the lines may still be
+    /// in the host's cache when the DMA engine reads them.
+    Cached,
+}
+
+/// The options of a [`Stager`](super::Stager); build with
+/// [`StagingOptions::builder`], or take [`StagingOptions::default`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagingOptions {
+    pub(super) chunk: usize,
+    pub(super) buffers: usize,
+    pub(super) workers: usize,
+    pub(super) h2d_stores: Stores,
+    pub(super) driver_path_below: usize,
+}
+
+impl Default for StagingOptions {
+    /// [`DEFAULT_CHUNK`], [`DEFAULT_BUFFERS`], [`default_workers`]`(1)`,
+    /// streaming stores for host-to-device, [`DRIVER_PATH_BELOW`].
+    fn default() -> Self {
+        StagingOptions {
+            chunk: DEFAULT_CHUNK,
+            buffers: DEFAULT_BUFFERS,
+            workers: default_workers(1),
+            h2d_stores: Stores::Streaming,
+            driver_path_below: DRIVER_PATH_BELOW,
+        }
+    }
+}
+
+impl StagingOptions {
+    /// A builder that starts from the defaults.
+    ///
+    /// ```
+    /// use hostcopy_driver::cuda::staging::{Stores, StagingOptions};
+    ///
+    /// let options = StagingOptions::builder()
+    ///     .chunk(8 << 20)
+    ///     .buffers(3)
+    ///     .stagers(2) // two GPUs at once: each stager gets half the cores
+    ///     .h2d_stores(Stores::Cached)
+    ///     .build();
+    /// assert_eq!(options.chunk(), 8 << 20);
+    /// ```
+    pub fn builder() -> StagingOptionsBuilder {
+        StagingOptionsBuilder {
+            options: StagingOptions::default(),
+            workers: None,
+            stagers: 1,
+        }
+    }
+
+    /// Bytes per chunk (one staging buffer's size).
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Pinned staging buffers, each on its own stream.
+    pub fn buffers(&self) -> usize {
+        self.buffers
+    }
+
+    /// Worker threads of the stager's own pool.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// How host-to-device chunks are written into staging buffers.
+    pub fn h2d_stores(&self) -> Stores {
+        self.h2d_stores
+    }
+
+    /// Transfers below this many bytes take the driver's own path.
+    pub fn driver_path_below(&self) -> usize {
+        self.driver_path_below
+    }
+}
+
+/// Builds [`StagingOptions`]; every setter overrides one default.
+#[derive(Clone, Copy, Debug)]
+pub struct StagingOptionsBuilder {
+    options: StagingOptions,
+    workers: Option<usize>,
+    stagers: usize,
+}
+
+impl StagingOptionsBuilder {
+    /// Bytes per chunk, at least 1 (default [`DEFAULT_CHUNK`]).
+    pub fn chunk(mut self, bytes: usize) -> Self {
+        self.options.chunk = bytes.max(1);
+        self
+    }
+
+    /// Staging buffers, at least 1 (default [`DEFAULT_BUFFERS`]).
+    pub fn buffers(mut self, buffers: usize) -> Self {
+        self.options.buffers = buffers.max(1);
+        self
+    }
+
+    /// Worker threads, exactly (0: the driver's thread copies alone).
+    /// Overrides [`stagers`](Self::stagers).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = Some(workers.min(crate::parallel::MAX_WORKERS));
+        self
+    }
+
+    /// How many stagers will transfer at once (one per GPU), so that the
+    /// default worker count is this stager's share of the cores:
+    /// [`default_workers`]`(stagers)`. Default 1.
+    pub fn stagers(mut self, stagers: usize) -> Self {
+        self.stagers = stagers.max(1);
+        self
+    }
+
+    /// Stores for host-to-device copies into staging buffers (default
+    /// [`Stores::Streaming`], provisional until the benchmark's H2D
+    /// comparison has run on the GPU host).
+    pub fn h2d_stores(mut self, stores: Stores) -> Self {
+        self.options.h2d_stores = stores;
+        self
+    }
+
+    /// Transfers below `bytes` take the driver's own path (default
+    /// [`DRIVER_PATH_BELOW`]); 0 stages every transfer.
+    pub fn driver_path_below(mut self, bytes: usize) -> Self {
+        self.options.driver_path_below = bytes;
+        self
+    }
+
+    /// The options.
+    pub fn build(self) -> StagingOptions {
+        StagingOptions {
+            workers: self
+                .workers
+                .unwrap_or_else(|| default_workers(self.stagers)),
+            ..self.options
+        }
+    }
+}
+
+/// The default worker count for one of `stagers` stagers transferring at
+/// once: the available cores less [`RESERVED_CORES`] (on machines of more
+/// than 8 cores; less one core on smaller ones), split evenly between the
+/// stagers, at least 1.
+///
+/// Each stager has a pool of its own, so stagers never wait for each
+/// other's copies; splitting the cores keeps them from oversubscribing the
+/// machine (on a 32-core host with two GPUs, 14 workers each).
+pub fn default_workers(stagers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+    let usable = if cores > 8 {
+        cores - RESERVED_CORES
+    } else {
+        cores.saturating_sub(1)
+    };
+    (usable / stagers.max(1)).max(1)
+}

@@ -1,0 +1,214 @@
+//! Non-blocking staged transfers: a scope, modelled on
+//! [`std::thread::scope`], whose transfers borrow their buffers and return
+//! handles the caller waits on later while it keeps enqueuing.
+//!
+//! The scope, not the handle, owns every transfer's chunks: a handle that
+//! is dropped or forgotten (`mem::forget`) leaves its transfer to the
+//! scope, which waits for it before it returns (also on unwind). A handle
+//! that waited only in `Drop` would be unsound: forgetting it would end the
+//! borrow of a buffer a host function is still copying into.
+
+use core::cell::RefCell;
+use core::fmt;
+use core::marker::PhantomData;
+use std::vec::Vec;
+
+use super::{DeviceSide, InFlight, Stager};
+use crate::cuda::device::DeviceBuffer;
+use crate::cuda::error::Error;
+use crate::{HostMemory, HostMemoryMut};
+
+/// Transfers whose buffers are borrowed for `'scope`; see [`Stager::scope`].
+pub struct StagingScope<'scope, 'env: 'scope> {
+    stager: RefCell<&'env mut Stager>,
+    /// Enqueued transfers not waited for yet, by handle index.
+    in_flight: RefCell<Vec<Option<InFlight>>>,
+    /// Invariant in both lifetimes, as `std::thread::Scope` is.
+    _lifetimes: PhantomData<(&'scope mut &'scope (), &'env mut &'env ())>,
+}
+
+/// A transfer started in a [`StagingScope`]: wait for it with
+/// [`wait`](Self::wait), or let the scope wait for it when it returns.
+#[must_use = "a transfer is waited for by `wait` or, at the latest, when its scope returns"]
+pub struct Transfer<'scope, 'env: 'scope> {
+    scope: &'scope StagingScope<'scope, 'env>,
+    /// `None`: finished when started (empty, or on the driver's path).
+    index: Option<usize>,
+}
+
+impl Stager {
+    /// Runs `f` with a scope whose transfers may borrow buffers that
+    /// outlive the scope, then waits for every transfer not yet waited for.
+    ///
+    /// Returns `f`'s value, or the first error of a transfer the scope
+    /// waited for (errors of transfers waited for through their handles
+    /// are returned by [`Transfer::wait`]).
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::cuda::{Context, DeviceBuffer, staging::Stager};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let context = Context::primary(0)?;
+    /// let device = DeviceBuffer::new(&context, 256 << 20)?;
+    /// let (mut first, mut second) = (vec![0u8; 128 << 20], vec![0u8; 128 << 20]);
+    /// let mut stager = Stager::new(&context)?;
+    /// stager.scope(|scope| -> Result<(), hostcopy_driver::cuda::Error> {
+    ///     let a = scope.device_to_host_at(&mut first, &device, 0)?;
+    ///     let b = scope.device_to_host_at(&mut second, &device, 128 << 20)?;
+    ///     // ... the caller keeps working while both are copied ...
+    ///     a.wait()?;
+    ///     b.wait()
+    /// })??;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scope<'env, F, T>(&'env mut self, f: F) -> Result<T, Error>
+    where
+        F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
+    {
+        let scope = StagingScope {
+            stager: RefCell::new(self),
+            in_flight: RefCell::new(Vec::new()),
+            _lifetimes: PhantomData,
+        };
+        // Waits on unwind too: a panic in `f` must not end the borrows
+        // while host functions copy.
+        let finish_on_unwind = FinishOnDrop(&scope);
+        let value = f(&scope);
+        core::mem::forget(finish_on_unwind);
+        scope.finish_all()?;
+        Ok(value)
+    }
+}
+
+impl<'scope, 'env> StagingScope<'scope, 'env> {
+    /// Starts copying `dst.len()` bytes from byte `offset` of `src` into `dst`.
+    pub fn device_to_host_at<D>(
+        &'scope self,
+        dst: &'scope mut D,
+        src: &'scope DeviceBuffer,
+        offset: usize,
+    ) -> Result<Transfer<'scope, 'env>, Error>
+    where
+        D: HostMemoryMut + ?Sized,
+    {
+        self.start(dst.host_range_mut(), DeviceSide::Source(src), offset)
+    }
+
+    /// Starts copying `dst.len()` bytes from the start of `src` into `dst`.
+    pub fn device_to_host<D>(
+        &'scope self,
+        dst: &'scope mut D,
+        src: &'scope DeviceBuffer,
+    ) -> Result<Transfer<'scope, 'env>, Error>
+    where
+        D: HostMemoryMut + ?Sized,
+    {
+        self.device_to_host_at(dst, src, 0)
+    }
+
+    /// Starts copying `src` to byte `offset` of `dst`.
+    pub fn host_to_device_at<S>(
+        &'scope self,
+        dst: &'scope mut DeviceBuffer,
+        offset: usize,
+        src: &'scope S,
+    ) -> Result<Transfer<'scope, 'env>, Error>
+    where
+        S: HostMemory + ?Sized,
+    {
+        self.start(src.host_range(), DeviceSide::Destination(dst), offset)
+    }
+
+    /// Starts copying `src` to the start of `dst`.
+    pub fn host_to_device<S>(
+        &'scope self,
+        dst: &'scope mut DeviceBuffer,
+        src: &'scope S,
+    ) -> Result<Transfer<'scope, 'env>, Error>
+    where
+        S: HostMemory + ?Sized,
+    {
+        self.host_to_device_at(dst, 0, src)
+    }
+
+    fn start(
+        &'scope self,
+        host: crate::HostRange,
+        device: DeviceSide<'scope>,
+        offset: usize,
+    ) -> Result<Transfer<'scope, 'env>, Error> {
+        let mut stager = self.stager.borrow_mut();
+        let Some(in_flight) = stager.start(host, device, offset)? else {
+            return Ok(Transfer {
+                scope: self,
+                index: None,
+            });
+        };
+        if in_flight.error.is_some() {
+            // Partly enqueued: wait for what was, and report the error
+            // (`finish` returns it first).
+            stager.finish(in_flight)?;
+            return Ok(Transfer {
+                scope: self,
+                index: None,
+            });
+        }
+        let mut list = self.in_flight.borrow_mut();
+        list.push(Some(in_flight));
+        Ok(Transfer {
+            scope: self,
+            index: Some(list.len() - 1),
+        })
+    }
+
+    /// Waits for every transfer not waited for yet; the first error.
+    fn finish_all(&self) -> Result<(), Error> {
+        let pending: Vec<InFlight> = self.in_flight.borrow_mut().drain(..).flatten().collect();
+        let mut stager = self.stager.borrow_mut();
+        let mut result = Ok(());
+        for in_flight in pending {
+            result = result.and(stager.finish(in_flight));
+        }
+        result
+    }
+}
+
+impl Transfer<'_, '_> {
+    /// Waits until the transfer's bytes have arrived; its error, if any.
+    pub fn wait(self) -> Result<(), Error> {
+        let Some(index) = self.index else {
+            return Ok(());
+        };
+        let taken = self.scope.in_flight.borrow_mut()[index].take();
+        match taken {
+            Some(in_flight) => self.scope.stager.borrow_mut().finish(in_flight),
+            None => Ok(()),
+        }
+    }
+}
+
+struct FinishOnDrop<'a, 'scope, 'env>(&'a StagingScope<'scope, 'env>);
+
+impl Drop for FinishOnDrop<'_, '_, '_> {
+    fn drop(&mut self) {
+        let _ = self.0.finish_all();
+    }
+}
+
+impl fmt::Debug for StagingScope<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let in_flight = self.in_flight.borrow().iter().flatten().count();
+        f.debug_struct("StagingScope")
+            .field("in_flight", &in_flight)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Transfer<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transfer")
+            .field("index", &self.index)
+            .finish()
+    }
+}

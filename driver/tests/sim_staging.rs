@@ -1,0 +1,403 @@
+//! The staging module (`cuda::staging`) against the simulated driver:
+//! byte-exact transfers both ways for every awkward size, ordering, every
+//! staging buffer and stream returned, and errors in the middle of a
+//! transfer (reported, never a hang, nothing freed under a host function).
+//! Runs under Miri with small sizes.
+
+#![cfg(all(feature = "cuda", feature = "simulator"))]
+
+use hostcopy_driver::cuda::sim;
+use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer};
+
+/// `n` normally, `miri` under Miri.
+const fn scaled(n: usize, miri: usize) -> usize {
+    if cfg!(miri) { miri } else { n }
+}
+
+/// Chunk size of the tests: large enough for the workers to split each
+/// chunk outside Miri (parts are at least 256 KiB).
+const CHUNK: usize = scaled(1 << 20, 256);
+
+/// An arbitrary error code for injected faults (CUDA_ERROR_LAUNCH_FAILED).
+const LAUNCH_FAILED: u32 = 719;
+
+struct Device {
+    ordinal: usize,
+    context: Context,
+}
+
+fn device() -> Device {
+    sim::install();
+    let ordinal = sim::new_device();
+    let context = Context::primary(ordinal).expect("the simulated device's primary context");
+    Device { ordinal, context }
+}
+
+impl Device {
+    fn assert_no_violations(&self) {
+        sim::drain(self.ordinal);
+        let violations = sim::take_violations(self.ordinal);
+        assert!(violations.is_empty(), "driver misuse: {violations:#?}");
+    }
+}
+
+fn options(stores: Stores) -> StagingOptions {
+    StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(3)
+        .workers(2)
+        .h2d_stores(stores)
+        .driver_path_below(0)
+        .build()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+/// Sizes around the chunk: none, one byte, one short, exact, one over, and
+/// several chunks with a ragged tail.
+fn sizes() -> Vec<usize> {
+    vec![
+        0,
+        1,
+        CHUNK - 1,
+        CHUNK,
+        CHUNK + 1,
+        3 * CHUNK + 17,
+        scaled(7, 4) * CHUNK + 5,
+    ]
+}
+
+#[test]
+fn device_to_host_is_byte_exact_for_sizes_not_multiples_of_the_chunk() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    for len in sizes() {
+        let expected = pattern(len, 3);
+        let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+        source.copy_from_host(0, &expected).unwrap();
+        let mut host = vec![0u8; len];
+        stager.device_to_host(&mut host, &source).unwrap();
+        assert!(host == expected, "{len} bytes differ");
+    }
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn host_to_device_is_byte_exact_with_either_store_kind() {
+    let device = device();
+    for stores in [Stores::Streaming, Stores::Cached] {
+        let mut stager = Stager::with_options(&device.context, options(stores)).unwrap();
+        for len in sizes() {
+            let source = pattern(len, 7);
+            let mut target = DeviceBuffer::new(&device.context, len).unwrap();
+            stager.host_to_device(&mut target, &source).unwrap();
+            let mut back = vec![0u8; len];
+            target.copy_to_host(0, &mut back).unwrap();
+            assert!(back == source, "{len} bytes differ with {stores:?}");
+        }
+    }
+    device.assert_no_violations();
+}
+
+#[test]
+fn unaligned_host_buffers_and_device_offsets_copy_exactly() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 2 * CHUNK + 13;
+    let expected = pattern(len + 5, 9);
+    let mut source = DeviceBuffer::new(&device.context, len + 5).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len + 3];
+    stager
+        .device_to_host_at(&mut host[3..], &source, 5)
+        .unwrap();
+    assert!(host[3..] == expected[5..], "device to host at odd offsets");
+    assert_eq!(
+        host[..3],
+        [0, 0, 0],
+        "bytes before the destination untouched"
+    );
+
+    let upload = pattern(len + 1, 11);
+    let mut target = DeviceBuffer::new(&device.context, len + 7).unwrap();
+    stager
+        .host_to_device_at(&mut target, 7, &upload[1..])
+        .unwrap();
+    let mut back = vec![0u8; len];
+    target.copy_to_host(7, &mut back).unwrap();
+    assert!(back == upload[1..], "host to device at odd offsets");
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_range_past_the_device_buffer_is_refused_before_anything_runs() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let source = DeviceBuffer::new(&device.context, CHUNK).unwrap();
+    let mut host = vec![0u8; CHUNK + 1];
+    let refused = stager.device_to_host(&mut host, &source);
+    assert!(
+        matches!(refused, Err(Error::DeviceOutOfBounds { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(sim::device_state(device.ordinal).host_fns_run, 0);
+}
+
+#[test]
+fn every_staging_buffer_stream_and_event_is_returned() {
+    let device = device();
+    let before = sim::device_state(device.ordinal);
+    {
+        let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+        let state = sim::device_state(device.ordinal);
+        assert_eq!(
+            state.host_allocations,
+            before.host_allocations + 3,
+            "3 staging buffers"
+        );
+        assert_eq!(state.streams, before.streams + 3, "one stream per buffer");
+        let source = DeviceBuffer::new(&device.context, 5 * CHUNK).unwrap();
+        let mut host = vec![0u8; 5 * CHUNK];
+        stager.device_to_host(&mut host, &source).unwrap();
+        let state = sim::device_state(device.ordinal);
+        assert_eq!(
+            state.host_fns_run,
+            before.host_fns_run + 5,
+            "one host function per chunk"
+        );
+        assert_eq!(
+            state.events,
+            before.events + 3,
+            "one completion event per stream"
+        );
+        stager.device_to_host(&mut host, &source).unwrap();
+        let state = sim::device_state(device.ordinal);
+        assert_eq!(
+            state.events,
+            before.events + 3,
+            "events reused, not made per transfer"
+        );
+    }
+    let after = sim::device_state(device.ordinal);
+    assert_eq!(after.host_allocations, before.host_allocations);
+    assert_eq!(after.streams, before.streams);
+    assert_eq!(after.events, before.events);
+    device.assert_no_violations();
+}
+
+#[test]
+fn transfers_below_the_crossover_take_the_drivers_path() {
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(2)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let expected = pattern(CHUNK - 1, 1);
+    let mut source = DeviceBuffer::new(&device.context, CHUNK - 1).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; CHUNK - 1];
+    stager.device_to_host(&mut host, &source).unwrap();
+    assert!(host == expected);
+    assert_eq!(
+        sim::device_state(device.ordinal).host_fns_run,
+        0,
+        "no staging"
+    );
+}
+
+#[test]
+fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_handles() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 2 * CHUNK + 1;
+    let expected = pattern(2 * len, 5);
+    let mut source = DeviceBuffer::new(&device.context, 2 * len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let (mut first, mut second) = (vec![0u8; len], vec![0u8; len]);
+    sim::hold(device.ordinal);
+    let ordinal = device.ordinal;
+    stager
+        .scope(|scope| {
+            let a = scope.device_to_host_at(&mut first, &source, 0).unwrap();
+            let b = scope.device_to_host_at(&mut second, &source, len).unwrap();
+            // Both enqueued, nothing has run: the caller was not blocked.
+            assert_eq!(sim::device_state(ordinal).host_fns_run, 0);
+            sim::release(ordinal);
+            b.wait().unwrap();
+            // Forgotten: the scope still waits for it before returning
+            // (the handle has no `Drop` to skip; the scope owns the transfer).
+            #[allow(clippy::forget_non_drop)]
+            std::mem::forget(a);
+        })
+        .unwrap();
+    assert!(first == expected[..len] && second == expected[len..]);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_failed_launch_mid_transfer_is_reported_and_the_stager_stays_usable() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 5 * CHUNK;
+    let expected = pattern(len, 2);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    sim::fail_call(device.ordinal, "cuLaunchHostFunc", 3, LAUNCH_FAILED);
+    let failed = stager.device_to_host(&mut host, &source);
+    match failed {
+        Err(Error::Driver(error)) => assert_eq!(error.code(), LAUNCH_FAILED),
+        other => panic!("expected the injected error, got {other:?}"),
+    }
+    // The two chunks launched before the failure finished before it returned.
+    assert!(host[..2 * CHUNK] == expected[..2 * CHUNK]);
+    stager.device_to_host(&mut host, &source).unwrap();
+    assert!(host == expected);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_freed() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 4 * CHUNK;
+    let source = DeviceBuffer::new(&device.context, len).unwrap();
+    let mut host = vec![0u8; len];
+    let leaked_before = staging::leaked();
+    sim::hold(device.ordinal);
+    let ordinal = device.ordinal;
+    let result = stager.scope(|scope| {
+        let transfer = scope.device_to_host(&mut host, &source).unwrap();
+        sim::fail_context(ordinal, LAUNCH_FAILED);
+        sim::release(ordinal);
+        transfer.wait()
+    });
+    match result {
+        Ok(Err(Error::Driver(error))) => assert_eq!(error.code(), LAUNCH_FAILED),
+        other => panic!("expected the context's error, got {other:?}"),
+    }
+    let state = sim::device_state(device.ordinal);
+    assert_eq!(
+        state.host_fns_run, 0,
+        "the driver skipped every host function"
+    );
+    // The stager refuses further work with the same error...
+    match stager.device_to_host(&mut host, &source) {
+        Err(Error::Driver(error)) => assert_eq!(error.code(), LAUNCH_FAILED),
+        other => panic!("expected the stored error, got {other:?}"),
+    }
+    drop(stager);
+    // ... and never frees what a queued copy might still touch.
+    let leaked = staging::leaked();
+    assert!(
+        leaked.chunks >= leaked_before.chunks + 4,
+        "4 skipped chunks abandoned"
+    );
+    assert!(
+        leaked.buffers >= leaked_before.buffers + 3,
+        "3 staging buffers leaked"
+    );
+    assert_eq!(sim::device_state(device.ordinal).host_allocations, 3);
+    device.assert_no_violations();
+}
+
+#[test]
+fn the_default_options_come_from_the_machine() {
+    let options = StagingOptions::default();
+    assert_eq!(options.chunk(), staging::DEFAULT_CHUNK);
+    assert_eq!(options.buffers(), staging::DEFAULT_BUFFERS);
+    assert_eq!(options.workers(), staging::default_workers(1));
+    assert!(staging::default_workers(2) <= staging::default_workers(1));
+    assert!(staging::default_workers(1_000) >= 1);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert!(staging::default_workers(1) < cores.max(2));
+}
+
+#[test]
+fn pinned_memory_takes_one_driver_copy_each_way() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 2 * CHUNK + 3;
+    let expected = pattern(len, 4);
+    let mut source = DeviceBuffer::new(&device.context, len + 1).unwrap();
+    source.copy_from_host(1, &expected).unwrap();
+    let mut pinned = PinnedBuffer::new(&device.context, len).unwrap();
+    stager.device_to_pinned(&mut pinned, &source, 1).unwrap();
+    assert!(pinned[..] == expected[..]);
+    let mut target = DeviceBuffer::new(&device.context, len).unwrap();
+    stager.pinned_to_device(&mut target, 0, &pinned).unwrap();
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back).unwrap();
+    assert!(back == expected);
+    assert_eq!(
+        sim::device_state(device.ordinal).host_fns_run,
+        0,
+        "no staging"
+    );
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn the_drivers_thread_copies_alone_with_no_workers() {
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(2)
+        .workers(0)
+        .driver_path_below(0)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    assert_eq!(stager.workers(), 0);
+    let len = 3 * CHUNK + 1;
+    let expected = pattern(len, 6);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    stager.device_to_host(&mut host, &source).unwrap();
+    assert!(host == expected);
+}
+
+#[test]
+fn two_devices_stage_at_once_each_with_its_own_workers() {
+    let devices = [device(), device()];
+    std::thread::scope(|scope| {
+        for (index, device) in devices.iter().enumerate() {
+            scope.spawn(move || {
+                let options = StagingOptions::builder()
+                    .chunk(CHUNK)
+                    .buffers(2)
+                    .stagers(2)
+                    .driver_path_below(0)
+                    .build();
+                assert_eq!(options.workers(), staging::default_workers(2));
+                let mut stager = Stager::with_options(&device.context, options).unwrap();
+                let len = scaled(5, 3) * CHUNK + index;
+                let expected = pattern(len, index as u8);
+                let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+                source.copy_from_host(0, &expected).unwrap();
+                let mut host = vec![0u8; len];
+                for _ in 0..scaled(4, 1) {
+                    host.fill(0);
+                    stager.device_to_host(&mut host, &source).unwrap();
+                    assert!(host == expected, "device {index}");
+                }
+            });
+        }
+    });
+    for device in &devices {
+        device.assert_no_violations();
+    }
+}
