@@ -290,17 +290,20 @@ fn scope_refuses_capture(context: &Context) -> Result<(), Failed> {
         format!("scope on a capturing stream: {refused:?}")
     })?;
 
-    // Capture begun inside the scope: the next scoped launch is refused.
+    // While the scope is open its stream cannot begin capturing, so every
+    // scoped launch runs on the live stream and the scope waits for it.
     let src = [1u8; 8];
     let mut dst = [0u8; 8];
-    let inner = stream.as_stream().scope(|scope| {
-        scope.stream().begin_capture(CaptureMode::ThreadLocal)?;
-        let launched = scope.launch(HostCopy::Single, Record::pack(&mut dst, &src)?);
-        scope.stream().end_capture()?;
-        Ok::<_, Failed>(launched)
+    let began = stream.as_stream().scope(|scope| {
+        let began = scope.stream().begin_capture(CaptureMode::ThreadLocal);
+        scope.launch(HostCopy::Single, Record::pack(&mut dst, &src)?)?;
+        Ok::<_, Failed>(began)
     })??;
-    check(matches!(inner, Err(Error::Capturing)), || {
-        format!("launch after capture began: {inner:?}")
+    check(matches!(began, Err(Error::ScopeOpen)), || {
+        format!("capture begun inside a scope: {began:?}")
+    })?;
+    check(dst == src, || {
+        format!("scoped copy after the refused capture: {dst:?}")
     })
 }
 
