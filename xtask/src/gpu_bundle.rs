@@ -1,6 +1,6 @@
 //! `cargo xtask gpu-bundle`: builds what runs on a GPU host that has no Rust
-//! toolchain (the GPU test binaries, the staged example, the benchmark, the C
-//! library for the Python consumer) into one folder with `run.sh`
+//! toolchain (the GPU test binaries, the staged example, the benchmark, the
+//! Python package's wheel and its GPU tests) into one folder with `run.sh`
 //! (`xtask/scripts/gpu-run.sh`), which runs each of [`STEPS`] and prints a
 //! summary table last.
 //!
@@ -17,7 +17,7 @@ pub(crate) const USAGE: &str = "\
 usage: cargo xtask gpu-bundle [--out DIR]
 
 Builds the GPU test binaries, the staged_d2h example, the staged_copy
-benchmark (profile `gpu-bundle`) and libhostcopy.so (core/capi, release) into DIR
+benchmark (profile `gpu-bundle`) and the Python wheel (driver/python) into DIR
 (default target/hostcopy-gpu-bundle) with run.sh. On the GPU host:
     sh DIR/run.sh        # results in $OUT, or DIR/out";
 
@@ -39,7 +39,6 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/tests/conftest.py", "python/tests/conftest.py"),
     ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
     ("driver/python/bench/staged_d2h.py", "python/bench/staged_d2h.py"),
-    ("target/abi/capi/release/libhostcopy.so", "lib/libhostcopy.so"),
 ];
 
 /// The bundle must travel to the GPU host in one call.
@@ -60,8 +59,8 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     };
     match bundle(&out) {
         Ok(size) => {
-            let mib = size as f64 / f64::from(1 << 20);
-            println!("gpu-bundle: {} ({mib:.1} MiB); run `sh {0}/run.sh` on the GPU host", out.display());
+            let (mib, out) = (size as f64 / f64::from(1 << 20), out.display());
+            println!("gpu-bundle: {out} ({mib:.1} MiB); run `sh {out}/run.sh` on the GPU host");
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -74,7 +73,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 fn bundle(out: &Path) -> Result<u64, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace");
     let _ = fs::remove_dir_all(out);
-    for dir in ["bin", "lib", "python/tests", "python/bench", "python/wheels"] {
+    for dir in ["bin", "python/tests", "python/bench", "python/wheels"] {
         fs::create_dir_all(out.join(dir)).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     println!("gpu-bundle: building (profile gpu-bundle)");
@@ -86,15 +85,10 @@ fn bundle(out: &Path) -> Result<u64, String> {
             copy(&path, &out.join("bin").join(name))?;
         }
     }
-    // The C library's own workspace aborts on panic in every profile; its
-    // release profile is what `cargo xtask dist` ships.
-    let capi = ["build", "--release", "--manifest-path", "core/capi/Cargo.toml"];
-    command::run(cargo(root).args(capi).env("CARGO_TARGET_DIR", root.join("target/abi/capi")))?;
     for (from, to) in FILES {
         copy(&root.join(from), &out.join(to))?;
     }
-    // The Python package's abi3 wheel, built by maturin (from a virtual
-    // environment of its own), installed offline on the GPU host by gpu.sh.
+    // The Python package's abi3 wheel (maturin); gpu.sh installs it offline.
     command::run(Command::new(root.join("driver/python/build-wheel.sh")).arg(out.join("python/wheels")))?;
     let steps: String = STEPS.iter().map(|(name, limit, command)| format!("{name}\t{limit}\t{command}\n")).collect();
     fs::write(out.join("steps"), steps).map_err(|e| e.to_string())?;
@@ -120,10 +114,7 @@ fn executables(command: &mut Command) -> Result<Vec<(String, PathBuf)>, String> 
         .filter(|line| line.contains("\"reason\":\"compiler-artifact\""))
         .filter_map(|line| Some((json_string(line, "\"target\":{")?, json_string(line, "\"executable\":")?.into())))
         .collect();
-    match built.is_empty() {
-        true => Err(format!("`{command:?}` made no executables")),
-        false => Ok(built),
-    }
+    if built.is_empty() { Err(format!("`{command:?}` made no executables")) } else { Ok(built) }
 }
 
 /// The string value after `key` in one line of cargo's JSON: `"name":"..."`
@@ -136,8 +127,7 @@ fn json_string(line: &str, key: &str) -> Option<String> {
 }
 
 fn copy(from: &Path, to: &Path) -> Result<(), String> {
-    let copied = fs::copy(from, to);
-    copied.map(drop).map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))
+    fs::copy(from, to).map(drop).map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))
 }
 
 fn folder_size(dir: &Path) -> Result<u64, String> {
@@ -156,7 +146,7 @@ fn manifest(out: &Path) -> Result<String, String> {
     let rustc = command::run(Command::new("rustc").arg("--version"));
     let mut text = format!("hostcopy GPU bundle\nrevision: {}", revision.map(|o| o.stdout).unwrap_or_default());
     text += &rustc.map(|o| o.stdout).unwrap_or_default();
-    for dir in ["bin", "lib", "python/wheels"] {
+    for dir in ["bin", "python/wheels"] {
         for entry in fs::read_dir(out.join(dir)).map_err(|e| e.to_string())?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             text += &format!("{dir}/{}: {len} bytes\n", entry.file_name().to_string_lossy());
