@@ -1018,3 +1018,54 @@ fn sticky_error_never_hangs_and_loses_track_of_no_record() {
     drop((event, queued, busy));
     device.assert_no_violations();
 }
+
+// ---------------------------------------------------------------------------
+// Review of the rebuilt layer.
+
+/// Before: an executable with no record set on it was launched into a
+/// capture; the captured host nodes pointed at records owned by the
+/// original graph's user objects, which the captured graph held no
+/// reference to, so dropping the executable and its graph freed records the
+/// captured graph still ran (a use after free under Miri). Now every
+/// capturing stream refuses a graph launch.
+#[test]
+fn an_executable_without_set_records_is_refused_on_a_capturing_stream() {
+    static POOL: RecordPool<2> = RecordPool::new();
+    let device = device();
+    let stream = Stream::new(&device.context).unwrap();
+    let src = RawBuffer::new(pattern(64, 10));
+    let dst = RawBuffer::zeroed(64);
+    let mut graph = Graph::new(&device.context).unwrap();
+    graph
+        .add_host_copy_in(
+            &POOL,
+            HostCopy::Single,
+            raw_record(&dst, 0, &src, 0, 64),
+            &[],
+        )
+        .unwrap();
+    let mut exec = graph.instantiate().unwrap();
+    let s = stream.as_stream();
+    s.begin_capture(CaptureMode::Global).unwrap();
+    let launched = exec.launch(s);
+    let captured = s.end_capture().unwrap();
+    assert_eq!(
+        launched,
+        Err(Error::Capturing),
+        "a graph launch into a capture was accepted"
+    );
+    drop((exec, graph));
+    sim::drain(device.ordinal);
+    assert_eq!(
+        POOL.available(),
+        2,
+        "the graph's record was not freed with it"
+    );
+    // The captured graph holds nothing of the dropped one.
+    let mut replay = captured.instantiate().unwrap();
+    replay.launch(s).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(dst.read(), &[0u8; 64][..], "the dropped graph's record ran");
+    drop((replay, captured, stream));
+    device.assert_no_violations();
+}

@@ -87,8 +87,10 @@ pub enum Error {
     Pool(PoolError),
     /// A record could not be packed.
     Pack(PackError),
-    /// The stream is capturing a graph, and a record borrowed for a scope
-    /// cannot become a graph node that outlives the scope.
+    /// The stream is capturing a graph, and the launch cannot become part of
+    /// it: a record borrowed for a scope cannot become a graph node that
+    /// outlives the scope, and an executable's records are not owned by the
+    /// graph being captured.
     Capturing,
     /// A range of device memory is outside its buffer.
     DeviceOutOfBounds {
@@ -132,7 +134,7 @@ impl fmt::Display for Error {
             Error::Pool(error) => error.fmt(f),
             Error::Pack(error) => error.fmt(f),
             Error::Capturing => f.write_str(
-                "the stream is capturing a graph: launch an owned record, not a scoped one",
+                "the stream is capturing a graph: launch an owned record, not a scoped one or an executable graph",
             ),
             Error::DeviceOutOfBounds {
                 offset,
