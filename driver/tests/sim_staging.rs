@@ -401,3 +401,31 @@ fn two_devices_stage_at_once_each_with_its_own_workers() {
         device.assert_no_violations();
     }
 }
+
+/// Before: each staging buffer was wrapped to be freed only by the stager's
+/// `Drop` as soon as it was made, so a later allocation (a buffer or a
+/// stream) that failed left the earlier buffers allocated for good.
+#[test]
+fn a_stager_that_fails_to_start_frees_what_it_allocated() {
+    let device = device();
+    for (entry, nth) in [
+        ("cuMemHostAlloc", 2),
+        ("cuMemHostAlloc", 3),
+        ("cuStreamCreate", 2),
+        ("cuStreamCreate", 3),
+    ] {
+        sim::fail_call(device.ordinal, entry, nth, LAUNCH_FAILED);
+        let made = Stager::with_options(&device.context, options(Stores::Streaming));
+        assert!(
+            made.is_err(),
+            "{entry} #{nth} failed, yet the stager was made"
+        );
+        let state = sim::device_state(device.ordinal);
+        assert_eq!(
+            (state.host_allocations, state.streams),
+            (0, 0),
+            "{entry} #{nth} failed: staging buffers or streams left allocated"
+        );
+    }
+    device.assert_no_violations();
+}

@@ -144,11 +144,11 @@ impl Stager {
         let mut buffers = Vec::with_capacity(options.buffers);
         for _ in 0..options.buffers {
             streams.push(Stream::new(context)?);
-            buffers.push(ManuallyDrop::new(PinnedBuffer::new(
-                context,
-                options.chunk,
-            )?));
+            // Plain buffers until every one exists: an error here drops
+            // (frees) those made before it, which nothing has touched yet.
+            buffers.push(PinnedBuffer::new(context, options.chunk)?);
         }
+        let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let stager = Stager {
             context: context.clone(),
             options,
