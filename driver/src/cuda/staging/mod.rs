@@ -88,6 +88,7 @@ use driver_path::{DeviceSide, driver_path};
 use workers::Workers;
 
 pub use chunk::{Leaked, leaked};
+pub use driver_path::PinnedTransferError;
 pub use options::{
     DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, RESERVED_CORES, StagingOptions,
     StagingOptionsBuilder, Stores, default_workers,
