@@ -105,7 +105,9 @@ pub enum Error {
     /// one) it was given to.
     ForeignNode,
     /// The stream has an open launch scope, whose borrowed records must not
-    /// become graph nodes: it cannot begin capturing until the scope returns.
+    /// become graph nodes: until the scope returns it can neither begin
+    /// capturing nor wait for an event recorded in a capture (which would
+    /// join it to that capture).
     ScopeOpen,
 }
 
@@ -146,7 +148,7 @@ impl fmt::Display for Error {
             ),
             Error::ForeignNode => f.write_str("the node belongs to another graph"),
             Error::ScopeOpen => f.write_str(
-                "a launch scope is open on the stream: it cannot begin capturing until the scope returns",
+                "a launch scope is open on the stream: it cannot begin or join a capture until the scope returns",
             ),
         }
     }

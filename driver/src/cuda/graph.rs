@@ -455,7 +455,9 @@ impl GraphExec {
             Some(event) => Ok(event),
             None => Event::ordering(&self.graph.context),
         };
-        let recorded = event.and_then(|event| event.record_locked(locked, stream).map(|()| event));
+        // The stream was seen not capturing under this hold of the lock.
+        let recorded =
+            event.and_then(|event| event.record_known(locked, stream, false).map(|()| event));
         match recorded {
             Ok(event) => {
                 self.in_flight.push_back((self.launches, Some(event)));
