@@ -1073,3 +1073,27 @@ fn an_executable_without_set_records_is_refused_on_a_capturing_stream() {
     drop((replay, captured, stream));
     device.assert_no_violations();
 }
+
+/// `mem::forget` of a registration leaks it: the range stays registered
+/// and the context stays alive (the registration holds it), and the
+/// buffer, whose borrow ended, can be used and freed without any misuse
+/// the driver could see.
+#[test]
+#[cfg_attr(miri, ignore = "leaks a context on purpose, which Miri reports")]
+fn a_forgotten_registration_stays_registered_and_keeps_its_context() {
+    let device = device();
+    let mut buffer = vec![0u8; 4096];
+    std::mem::forget(HostRegistration::new(&device.context, &mut buffer).unwrap());
+    buffer[0] = 1;
+    drop(buffer);
+    let Device { ordinal, context } = device;
+    drop(context);
+    sim::drain(ordinal);
+    let state = sim::device_state(ordinal);
+    assert_eq!(state.registrations, 1, "the range was unregistered");
+    assert!(
+        state.context_alive,
+        "the forgotten registration's context went"
+    );
+    assert!(sim::take_violations(ordinal).is_empty());
+}
