@@ -13,7 +13,8 @@ use std::thread::{self, ThreadId};
 
 use hostcopy_driver::Record;
 use hostcopy_driver::cuda::{
-    CaptureMode, Context, DeviceBuffer, Event, Graph, PinnedBuffer, Stream, driver_version, sim,
+    CaptureMode, Context, DeviceBuffer, Event, Graph, HostCopy, PinnedBuffer, Stream,
+    driver_version, sim,
 };
 
 /// A fresh device of this test, with its primary context current here.
@@ -116,20 +117,23 @@ unsafe extern "C" fn block_on_gate(data: *mut c_void) {
 #[test]
 fn host_functions_run_in_submission_order_on_one_worker_thread_per_context() {
     let (device, context) = context();
-    let streams = [Stream::new().unwrap(), Stream::new().unwrap()];
+    let streams = [
+        Stream::new(&context).unwrap(),
+        Stream::new(&context).unwrap(),
+    ];
     let log: &'static Log = leak(Mutex::new(Vec::new()));
     for tag in 0..6 {
-        let stream = streams[tag % 2].handle();
+        let stream = streams[tag % 2].as_stream();
         // SAFETY: the entry and its log are leaked.
         unsafe { stream.launch_host_fn(log_entry, entry(log, tag)) }.unwrap();
     }
     context.synchronize().unwrap();
 
     let (other, other_context) = self::context();
-    let stream = Stream::new().unwrap();
+    let stream = Stream::new(&other_context).unwrap();
     // SAFETY: as above.
-    unsafe { stream.handle().launch_host_fn(log_entry, entry(log, 6)) }.unwrap();
-    stream.handle().synchronize().unwrap();
+    unsafe { stream.as_stream().launch_host_fn(log_entry, entry(log, 6)) }.unwrap();
+    stream.as_stream().synchronize().unwrap();
     drop(stream);
     finish(other, other_context);
 
@@ -149,18 +153,18 @@ fn host_functions_run_in_submission_order_on_one_worker_thread_per_context() {
 #[test]
 fn a_held_device_queues_work_until_released() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
+    let stream = Stream::new(&context).unwrap();
     let (counter, data) = counter();
     sim::hold(device);
     for _ in 0..3 {
         // SAFETY: the counter is leaked.
-        unsafe { stream.handle().launch_host_fn(count, data) }.unwrap();
+        unsafe { stream.as_stream().launch_host_fn(count, data) }.unwrap();
     }
     let state = sim::device_state(device);
     assert_eq!((state.queued, state.host_fns_run), (3, 0));
     assert_eq!(counter.load(Ordering::SeqCst), 0);
     sim::release(device);
-    stream.handle().synchronize().unwrap();
+    stream.as_stream().synchronize().unwrap();
     assert_eq!(counter.load(Ordering::SeqCst), 3);
     assert_eq!(sim::device_state(device).queued, 0);
     drop(stream);
@@ -170,20 +174,20 @@ fn a_held_device_queues_work_until_released() {
 #[test]
 fn a_sticky_error_skips_queued_host_functions_and_synchronize_does_not_wait() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
+    let stream = Stream::new(&context).unwrap();
     let gate: &'static Gate = leak(Gate::default());
     let gate_data: *const Gate = gate;
     let (counter, data) = counter();
     // SAFETY: the gate and the counter are leaked.
     unsafe {
         stream
-            .handle()
+            .as_stream()
             .launch_host_fn(block_on_gate, gate_data.cast_mut().cast())
     }
     .unwrap();
     for _ in 0..2 {
         // SAFETY: as above.
-        unsafe { stream.handle().launch_host_fn(count, data) }.unwrap();
+        unsafe { stream.as_stream().launch_host_fn(count, data) }.unwrap();
     }
     {
         let mut state = gate.state.lock().unwrap();
@@ -193,7 +197,7 @@ fn a_sticky_error_skips_queued_host_functions_and_synchronize_does_not_wait() {
     }
     sim::fail_context(device, 719);
     // The gate's host function is still running.
-    let error = stream.handle().synchronize().unwrap_err();
+    let error = stream.as_stream().synchronize().unwrap_err();
     assert_eq!(error.code(), 719);
     assert_eq!(error.name(), "CUDA_ERROR_LAUNCH_FAILED");
     assert_eq!(context.synchronize().unwrap_err().code(), 719);
@@ -215,13 +219,13 @@ fn a_sticky_error_skips_queued_host_functions_and_synchronize_does_not_wait() {
 fn an_injected_failure_reaches_the_caller_once() {
     let (device, context) = context();
     sim::fail_call(device, "cuStreamCreate", 2, 2);
-    let first = Stream::new().unwrap();
-    let error = Stream::new().unwrap_err();
+    let first = Stream::new(&context).unwrap();
+    let error = Stream::new(&context).unwrap_err();
     assert_eq!(
         (error.code(), error.name()),
         (2, "CUDA_ERROR_OUT_OF_MEMORY")
     );
-    let third = Stream::new().unwrap();
+    let third = Stream::new(&context).unwrap();
     assert_eq!(sim::device_state(device).streams, 2);
     drop((first, third));
     finish(device, context);
@@ -230,26 +234,29 @@ fn an_injected_failure_reaches_the_caller_once() {
 #[test]
 fn a_captured_graph_replays_its_owned_records_and_frees_them_with_it() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
+    let stream = Stream::new(&context).unwrap();
     let (src, len) = leak_bytes((0..64).collect());
     let (dst, _) = leak_bytes(vec![0; 64]);
-    stream.handle().begin_capture(CaptureMode::Relaxed).unwrap();
-    assert!(stream.handle().is_capturing().unwrap());
+    stream
+        .as_stream()
+        .begin_capture(CaptureMode::Relaxed)
+        .unwrap();
+    assert!(stream.as_stream().is_capturing().unwrap());
     for half in [0, 32] {
         stream
-            .handle()
-            .launch_owned(record(dst + half, src + half, 32))
+            .as_stream()
+            .launch_owned(HostCopy::Single, record(dst + half, src + half, 32))
             .unwrap();
     }
     assert_eq!(sim::device_state(device).queued, 0, "captured, not queued");
-    let graph = stream.handle().end_capture().unwrap();
-    assert!(!stream.handle().is_capturing().unwrap());
+    let graph = stream.as_stream().end_capture().unwrap();
+    assert!(!stream.as_stream().is_capturing().unwrap());
     let mut exec = graph.instantiate().unwrap();
     let replays = if cfg!(miri) { 3 } else { 100 };
     for _ in 0..replays {
-        exec.launch(stream.handle()).unwrap();
+        exec.launch(stream.as_stream()).unwrap();
     }
-    stream.handle().synchronize().unwrap();
+    stream.as_stream().synchronize().unwrap();
     assert_eq!(read(dst, len), read(src, len));
     assert_eq!(sim::device_state(device).host_fns_run, 2 * replays as u64);
     let state = sim::device_state(device);
@@ -271,25 +278,28 @@ fn a_captured_graph_replays_its_owned_records_and_frees_them_with_it() {
 #[test]
 fn graph_nodes_replay_and_updates_apply_to_later_launches_only() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
+    let stream = Stream::new(&context).unwrap();
     let (src, len) = leak_bytes(vec![1; 16]);
     let (other, _) = leak_bytes(vec![2; 16]);
     let (dst, _) = leak_bytes(vec![0; 16]);
-    let mut graph = Graph::new().unwrap();
-    let node = graph.add_host_copy(record(dst, src, len), &[]).unwrap();
+    let mut graph = Graph::new(&context).unwrap();
+    let node = graph
+        .add_host_copy(HostCopy::Single, record(dst, src, len), &[])
+        .unwrap();
     let mut exec = graph.instantiate().unwrap();
     sim::hold(device);
-    exec.launch(stream.handle()).unwrap();
-    exec.set_host_copy(node, record(dst, other, len)).unwrap();
+    exec.launch(stream.as_stream()).unwrap();
+    exec.set_host_copy(node, HostCopy::Single, record(dst, other, len))
+        .unwrap();
     sim::release(device);
-    stream.handle().synchronize().unwrap();
+    stream.as_stream().synchronize().unwrap();
     assert_eq!(
         read(dst, len),
         vec![1; 16],
         "the queued launch kept its record"
     );
-    exec.launch(stream.handle()).unwrap();
-    stream.handle().synchronize().unwrap();
+    exec.launch(stream.as_stream()).unwrap();
+    stream.as_stream().synchronize().unwrap();
     assert_eq!(read(dst, len), vec![2; 16]);
     drop(exec);
     drop(graph);
@@ -300,21 +310,16 @@ fn graph_nodes_replay_and_updates_apply_to_later_launches_only() {
 }
 
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "issue 9 item 7: the layer derives a scoped slot's user_data from its record \
-              field, then reads the whole slot through it (Stacked Borrows flags it)"
-)]
 fn a_scope_waits_for_its_host_copies() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
+    let stream = Stream::new(&context).unwrap();
     let src: Vec<u8> = (0..=255).collect();
     let mut dst = vec![0u8; 256];
     sim::hold(device);
     let releaser = thread::spawn(move || sim::release(device));
     stream
-        .handle()
-        .scope(|scope| scope.launch(Record::pack(&mut dst[..], &src[..])?))
+        .as_stream()
+        .scope(|scope| scope.launch(HostCopy::Single, Record::pack(&mut dst[..], &src[..])?))
         .unwrap()
         .unwrap();
     releaser.join().unwrap();
@@ -326,10 +331,10 @@ fn a_scope_waits_for_its_host_copies() {
 #[test]
 fn pinned_and_device_memory_round_trip_through_streams() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
-    let mut pinned = PinnedBuffer::new(64).unwrap();
-    let mut back = PinnedBuffer::new(64).unwrap();
-    let mut on_device = DeviceBuffer::new(64).unwrap();
+    let stream = Stream::new(&context).unwrap();
+    let mut pinned = PinnedBuffer::new(&context, 64).unwrap();
+    let mut back = PinnedBuffer::new(&context, 64).unwrap();
+    let mut on_device = DeviceBuffer::new(&context, 64).unwrap();
     let state = sim::device_state(device);
     assert_eq!((state.host_allocations, state.device_allocations), (2, 1));
     pinned
@@ -343,11 +348,11 @@ fn pinned_and_device_memory_round_trip_through_streams() {
     // SAFETY: `back` is pinned, untouched until the stream is synchronized.
     unsafe {
         stream
-            .handle()
+            .as_stream()
             .copy_device_to_host(back.raw_ptr(), &on_device, 0, 64)
     }
     .unwrap();
-    stream.handle().synchronize().unwrap();
+    stream.as_stream().synchronize().unwrap();
     assert_eq!(&back[..], &pinned[..]);
     back[0] = 9;
     drop((pinned, back, on_device));
@@ -360,13 +365,16 @@ fn pinned_and_device_memory_round_trip_through_streams() {
 #[test]
 fn events_order_and_time_work_on_a_stream() {
     let (device, context) = context();
-    let stream = Stream::new().unwrap();
-    let (start, end) = (Event::timing().unwrap(), Event::timing().unwrap());
+    let stream = Stream::new(&context).unwrap();
+    let (start, end) = (
+        Event::timing(&context).unwrap(),
+        Event::timing(&context).unwrap(),
+    );
     let (counter, data) = counter();
-    start.record(stream.handle()).unwrap();
+    start.record(stream.as_stream()).unwrap();
     // SAFETY: the counter is leaked.
-    unsafe { stream.handle().launch_host_fn(count, data) }.unwrap();
-    end.record(stream.handle()).unwrap();
+    unsafe { stream.as_stream().launch_host_fn(count, data) }.unwrap();
+    end.record(stream.as_stream()).unwrap();
     end.synchronize().unwrap();
     assert_eq!(counter.load(Ordering::SeqCst), 1);
     assert!(end.elapsed_ms_since(&start).unwrap() >= 0.0);

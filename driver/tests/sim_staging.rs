@@ -333,11 +333,12 @@ fn pinned_memory_takes_one_driver_copy_each_way() {
     let expected = pattern(len, 4);
     let mut source = DeviceBuffer::new(&device.context, len + 1).unwrap();
     source.copy_from_host(1, &expected).unwrap();
-    let mut pinned = PinnedBuffer::new(&device.context, len).unwrap();
-    stager.device_to_pinned(&mut pinned, &source, 1).unwrap();
+    let pinned = PinnedBuffer::new(&device.context, len).unwrap();
+    let pinned = stager.device_to_pinned(pinned, &source, 1).unwrap();
     assert!(pinned[..] == expected[..]);
     let mut target = DeviceBuffer::new(&device.context, len).unwrap();
-    stager.pinned_to_device(&mut target, 0, &pinned).unwrap();
+    let pinned = stager.pinned_to_device(&mut target, 0, pinned).unwrap();
+    assert_eq!(pinned.len(), len, "the buffer given back is the one given");
     let mut back = vec![0u8; len];
     target.copy_to_host(0, &mut back).unwrap();
     assert!(back == expected);
@@ -400,4 +401,99 @@ fn two_devices_stage_at_once_each_with_its_own_workers() {
     for device in &devices {
         device.assert_no_violations();
     }
+}
+
+/// Before: each staging buffer was wrapped to be freed only by the stager's
+/// `Drop` as soon as it was made, so a later allocation (a buffer or a
+/// stream) that failed left the earlier buffers allocated for good.
+#[test]
+fn a_stager_that_fails_to_start_frees_what_it_allocated() {
+    let device = device();
+    for (entry, nth) in [
+        ("cuMemHostAlloc", 2),
+        ("cuMemHostAlloc", 3),
+        ("cuStreamCreate", 2),
+        ("cuStreamCreate", 3),
+    ] {
+        sim::fail_call(device.ordinal, entry, nth, LAUNCH_FAILED);
+        let made = Stager::with_options(&device.context, options(Stores::Streaming));
+        assert!(
+            made.is_err(),
+            "{entry} #{nth} failed, yet the stager was made"
+        );
+        let state = sim::device_state(device.ordinal);
+        assert_eq!(
+            (state.host_allocations, state.streams),
+            (0, 0),
+            "{entry} #{nth} failed: staging buffers or streams left allocated"
+        );
+    }
+    device.assert_no_violations();
+}
+
+/// Before: `device_to_pinned` and `pinned_to_device` borrowed the pinned
+/// buffer and returned after a sticky error, while the driver's copy could
+/// still be writing or reading it: the caller had it back (to read, write or
+/// free) under a running copy. Now the buffer is given back only when no
+/// copy can touch it; otherwise it is leaked and counted.
+#[test]
+fn a_pinned_buffer_a_copy_may_still_use_is_never_given_back() {
+    for to_device in [false, true] {
+        let device = device();
+        let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+        let mut on_device = DeviceBuffer::new(&device.context, CHUNK).unwrap();
+        let pinned = PinnedBuffer::new(&device.context, CHUNK).unwrap();
+        let leaked_before = staging::leaked().buffers;
+        sim::hold(device.ordinal);
+        let ordinal = device.ordinal;
+        let failer = std::thread::spawn(move || {
+            // The copy is queued: the stager is waiting for it.
+            while sim::device_state(ordinal).queued == 0 {
+                std::thread::yield_now();
+            }
+            sim::fail_context(ordinal, LAUNCH_FAILED);
+            sim::release(ordinal);
+        });
+        let result = if to_device {
+            stager.pinned_to_device(&mut on_device, 0, pinned)
+        } else {
+            stager.device_to_pinned(pinned, &on_device, 0)
+        };
+        failer.join().unwrap();
+        let failed = result.expect_err("the context failed under the copy");
+        assert!(
+            matches!(failed.error(), Error::Driver(e) if e.code() == LAUNCH_FAILED),
+            "{failed}"
+        );
+        assert!(
+            failed.into_buffer().is_none(),
+            "a pinned buffer the copy may still use was given back"
+        );
+        assert!(
+            staging::leaked().buffers > leaked_before,
+            "the leak is not counted"
+        );
+        drop(stager);
+        device.assert_no_violations();
+    }
+}
+
+/// An error before the copy is queued, or one after which the context
+/// drains, gives the pinned buffer back.
+#[test]
+fn a_pinned_buffer_no_copy_uses_is_given_back_with_the_error() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let source = DeviceBuffer::new(&device.context, 16).unwrap();
+    let pinned = PinnedBuffer::new(&device.context, 32).unwrap();
+    let failed = stager.device_to_pinned(pinned, &source, 0).unwrap_err();
+    assert!(matches!(failed.error(), Error::DeviceOutOfBounds { .. }));
+    let pinned = failed.into_buffer().expect("nothing was queued");
+    sim::fail_call(device.ordinal, "cuStreamSynchronize", 1, LAUNCH_FAILED);
+    let mut target = DeviceBuffer::new(&device.context, 32).unwrap();
+    let failed = stager.pinned_to_device(&mut target, 0, pinned).unwrap_err();
+    let pinned = failed.into_buffer().expect("the context drained");
+    let pinned = stager.pinned_to_device(&mut target, 0, pinned).unwrap();
+    drop((pinned, target, source, stager));
+    device.assert_no_violations();
 }

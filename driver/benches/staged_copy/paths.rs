@@ -36,6 +36,14 @@ fn timed(
     (0..runs).map(|_| once()).collect()
 }
 
+/// After a failed wait (a sticky error returns at once) a copy may still
+/// use `pinned`: it is leaked rather than freed under the copy.
+fn keep_after_error<T>(pinned: PinnedBuffer, result: &Result<T, Error>) {
+    if result.is_err() {
+        core::mem::forget(pinned);
+    }
+}
+
 /// Device to pinned host memory: the link.
 pub(crate) fn pinned_d2h(
     context: &Context,
@@ -48,8 +56,8 @@ pub(crate) fn pinned_d2h(
     let times = timed(runs, || {
         let start = Instant::now();
         // SAFETY: `pinned` holds `bytes` writable bytes, outlives the copy
-        // (synchronized before it is touched or dropped), and nothing else
-        // touches it meanwhile.
+        // (synchronized before it is touched or dropped, leaked if the wait
+        // fails), and nothing else touches it meanwhile.
         unsafe {
             stream
                 .as_stream()
@@ -57,8 +65,9 @@ pub(crate) fn pinned_d2h(
         }?;
         stream.as_stream().synchronize()?;
         Ok(start.elapsed())
-    })?;
-    Ok(Timed::plain(times))
+    });
+    keep_after_error(pinned, &times);
+    Ok(Timed::plain(times?))
 }
 
 /// Pinned host memory to the device: the link.
@@ -73,7 +82,7 @@ pub(crate) fn pinned_h2d(
     let times = timed(runs, || {
         let start = Instant::now();
         // SAFETY: `pinned` holds `bytes` readable bytes that nothing writes
-        // until the synchronize below.
+        // until the synchronize below (and never, leaked, if it fails).
         unsafe {
             stream
                 .as_stream()
@@ -81,8 +90,9 @@ pub(crate) fn pinned_h2d(
         }?;
         stream.as_stream().synchronize()?;
         Ok(start.elapsed())
-    })?;
-    Ok(Timed::plain(times))
+    });
+    keep_after_error(pinned, &times);
+    Ok(Timed::plain(times?))
 }
 
 /// The driver's pageable device-to-host path into `host`.

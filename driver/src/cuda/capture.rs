@@ -18,8 +18,11 @@
 //! allows across contexts. It costs one uncontended mutex per launch (a
 //! launch itself is a few microseconds). Host functions never take it.
 //!
-//! The lock also keeps the set of streams with an open launch scope: such a
-//! stream cannot begin capturing until its scope returns. And every other
+//! The lock also keeps the set of streams with an open launch scope: until
+//! its scope returns, such a stream can neither begin capturing nor wait
+//! for an event whose last record was captured (the wait would join it to
+//! that capture); each event remembers, under the lock, whether its last
+//! record was made on a capturing stream. And every other
 //! call of this layer that can add a node to a capture graph (an event
 //! record, an asynchronous copy, a raw host function) holds it too, so no
 //! call on a capture graph overlaps another thread's capture into it.

@@ -87,8 +87,10 @@ pub enum Error {
     Pool(PoolError),
     /// A record could not be packed.
     Pack(PackError),
-    /// The stream is capturing a graph, and a record borrowed for a scope
-    /// cannot become a graph node that outlives the scope.
+    /// The stream is capturing a graph, and the launch cannot become part of
+    /// it: a record borrowed for a scope cannot become a graph node that
+    /// outlives the scope, and an executable's records are not owned by the
+    /// graph being captured.
     Capturing,
     /// A range of device memory is outside its buffer.
     DeviceOutOfBounds {
@@ -103,7 +105,9 @@ pub enum Error {
     /// one) it was given to.
     ForeignNode,
     /// The stream has an open launch scope, whose borrowed records must not
-    /// become graph nodes: it cannot begin capturing until the scope returns.
+    /// become graph nodes: until the scope returns it can neither begin
+    /// capturing nor wait for an event recorded in a capture (which would
+    /// join it to that capture).
     ScopeOpen,
 }
 
@@ -132,7 +136,7 @@ impl fmt::Display for Error {
             Error::Pool(error) => error.fmt(f),
             Error::Pack(error) => error.fmt(f),
             Error::Capturing => f.write_str(
-                "the stream is capturing a graph: launch an owned record, not a scoped one",
+                "the stream is capturing a graph: launch an owned record, not a scoped one or an executable graph",
             ),
             Error::DeviceOutOfBounds {
                 offset,
@@ -144,7 +148,7 @@ impl fmt::Display for Error {
             ),
             Error::ForeignNode => f.write_str("the node belongs to another graph"),
             Error::ScopeOpen => f.write_str(
-                "a launch scope is open on the stream: it cannot begin capturing until the scope returns",
+                "a launch scope is open on the stream: it cannot begin or join a capture until the scope returns",
             ),
         }
     }

@@ -1,10 +1,11 @@
 //! Events: points in a stream to wait for or to time.
 
 use core::fmt;
+use core::sync::atomic::{AtomicBool, Ordering};
 
-use super::capture::{self, CaptureState};
+use super::capture::{self, CaptureState, capture_graph};
 use super::context::Context;
-use super::error::DriverError;
+use super::error::{DriverError, Error};
 use super::ffi::{self, CUevent};
 use super::stream::{CUDA_ERROR_NOT_READY, StreamRef};
 
@@ -12,6 +13,10 @@ use super::stream::{CUDA_ERROR_NOT_READY, StreamRef};
 pub struct Event {
     context: Context,
     raw: CUevent,
+    /// Whether the last record was made on a capturing stream (a wait for
+    /// it joins the waiting stream to that capture). Written and read
+    /// under the capture lock.
+    captured: AtomicBool,
 }
 
 // SAFETY: event handles may be used from any thread; every call binds the
@@ -39,6 +44,7 @@ impl Event {
         Ok(Event {
             context: context.clone(),
             raw,
+            captured: AtomicBool::new(false),
         })
     }
 
@@ -51,12 +57,27 @@ impl Event {
     /// [`record`](Self::record) for a caller that holds the capture lock.
     pub(crate) fn record_locked(
         &self,
+        locked: &CaptureState,
+        stream: StreamRef<'_>,
+    ) -> Result<(), DriverError> {
+        let capturing = capture_graph(locked, stream.context(), stream.raw())?.is_some();
+        self.record_known(locked, stream, capturing)
+    }
+
+    /// [`record_locked`](Self::record_locked) for a caller that has seen,
+    /// under the same hold of the capture lock, whether `stream` is
+    /// capturing.
+    pub(crate) fn record_known(
+        &self,
         _locked: &CaptureState,
         stream: StreamRef<'_>,
+        capturing: bool,
     ) -> Result<(), DriverError> {
         stream.context().bind()?;
         // SAFETY: both handles are alive.
-        unsafe { ffi::cuEventRecord(self.raw, stream.raw()) }.ok()
+        unsafe { ffi::cuEventRecord(self.raw, stream.raw()) }.ok()?;
+        self.captured.store(capturing, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Waits until the work before the last record has finished.
@@ -91,11 +112,20 @@ impl Event {
 impl StreamRef<'_> {
     /// Makes later work on this stream wait for `event`'s last record. If
     /// that record was captured, this joins the stream to the capture.
-    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
-        let _locked = capture::lock();
+    ///
+    /// Refused with [`Error::ScopeOpen`] when a launch scope is open on this
+    /// stream and the event's last record was made on a capturing stream:
+    /// the wait would join the scope's stream to a capture, and the scope's
+    /// borrowed records must never become graph nodes.
+    pub fn wait_event(&self, event: &Event) -> Result<(), Error> {
+        let locked = capture::lock();
+        if locked.has_scope(self.raw()) && event.captured.load(Ordering::Relaxed) {
+            return Err(Error::ScopeOpen);
+        }
         self.context().bind()?;
         // SAFETY: both handles are alive.
-        unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw, 0) }.ok()
+        unsafe { ffi::cuStreamWaitEvent(self.raw(), event.raw, 0) }.ok()?;
+        Ok(())
     }
 }
 

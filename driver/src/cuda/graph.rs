@@ -422,14 +422,16 @@ unsafe impl Send for GraphExec {}
 impl GraphExec {
     /// Launches the executable on `stream`.
     ///
-    /// Refused on a capturing stream once a node's record was set here
-    /// ([`Error::Capturing`]): the captured graph would point at records this
-    /// executable frees.
+    /// Refused on a capturing stream ([`Error::Capturing`]), checked under
+    /// the capture lock together with the launch: the captured copy of the
+    /// executable's host nodes would point at records owned by this
+    /// executable or by its graph's user objects, which the captured graph
+    /// holds no reference to, so they could be freed while it still runs.
     pub fn launch(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
         let tracked = !self.current.is_empty();
         {
             let locked = capture::lock();
-            if tracked && capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
+            if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
                 return Err(Error::Capturing);
             }
             stream.context().bind()?;
@@ -453,7 +455,9 @@ impl GraphExec {
             Some(event) => Ok(event),
             None => Event::ordering(&self.graph.context),
         };
-        let recorded = event.and_then(|event| event.record_locked(locked, stream).map(|()| event));
+        // The stream was seen not capturing under this hold of the lock.
+        let recorded =
+            event.and_then(|event| event.record_known(locked, stream, false).map(|()| event));
         match recorded {
             Ok(event) => {
                 self.in_flight.push_back((self.launches, Some(event)));

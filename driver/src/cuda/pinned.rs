@@ -132,6 +132,15 @@ impl fmt::Debug for PinnedBuffer {
 
 /// Pageable memory pinned in place with `cuMemHostRegister` for as long as
 /// this value lives; unregistered on drop.
+///
+/// Forgetting it ([`core::mem::forget`]) is a leak, not undefined
+/// behaviour: the range stays registered (page-locked), and since the
+/// forgotten value holds a clone of its [`Context`], the context is never
+/// destroyed either, so the range stays registered for the rest of the
+/// process. The borrow of the buffer still ends: nothing of this layer
+/// reaches the range through the forgotten registration, so the buffer may
+/// be used, moved or freed; registering an overlapping range again fails
+/// (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`).
 pub struct HostRegistration<'a> {
     context: Context,
     ptr: NonNull<u8>,

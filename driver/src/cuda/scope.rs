@@ -13,8 +13,9 @@
 //!
 //! A scoped record must never become a graph node (a replay would run it
 //! after the scope returned): the scope is opened, and each launch made,
-//! under the capture lock with the stream seen not capturing, and the
-//! stream cannot begin capturing while the scope is open.
+//! under the capture lock with the stream seen not capturing, and while the
+//! scope is open the stream can neither begin capturing nor be joined to
+//! a capture through an event wait (both refused with `Error::ScopeOpen`).
 
 use core::cell::{Cell, RefCell};
 use core::fmt;
@@ -56,7 +57,8 @@ impl<'a> StreamRef<'a> {
     /// function of the scope that is running has finished: the borrowed
     /// buffers are never touched after the scope returns. Refused on a
     /// capturing stream ([`Error::Capturing`]); while the scope is open, the
-    /// stream cannot begin capturing ([`Error::ScopeOpen`]).
+    /// stream can neither begin capturing nor wait for an event recorded in
+    /// a capture, which would join it to that capture ([`Error::ScopeOpen`]).
     ///
     /// ```no_run
     /// use hostcopy_driver::Record;
@@ -124,8 +126,10 @@ where
 impl<'scope, 'env> LaunchScope<'scope, 'env> {
     /// Launches `copy` on a copy of `record`, in stream order.
     ///
-    /// Refused with [`Error::Capturing`] if the stream was joined to a
-    /// capture (through an event wait) since the scope opened.
+    /// Refused with [`Error::Capturing`] if the stream is capturing. This
+    /// layer never lets a scope's stream begin or join a capture; the
+    /// check guards a stream from [`StreamRef::from_raw`] whose capture
+    /// state changed outside it, against that promise.
     pub fn launch(&self, copy: HostCopy, record: Record<'scope>) -> Result<(), Error> {
         if self.launched.borrow().len() >= REAP_AT {
             self.reap();

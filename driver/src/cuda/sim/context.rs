@@ -1,8 +1,9 @@
 //! Devices, primary contexts and the calling thread's current context.
 //!
 //! A device's primary context exists while it is retained. When its last
-//! retain goes it is destroyed: queued ops are dropped, its allocations are
-//! really freed, and every handle made in it becomes invalid. A later retain
+//! retain goes it is destroyed: queued ops are dropped, the op running then
+//! (if any) finishes, and only then are its allocations really freed and
+//! every handle made in it invalid. A later retain
 //! makes a new context with a new handle, so a stale handle is recognized.
 
 use core::ffi::{c_char, c_int, c_uint};
@@ -45,6 +46,7 @@ impl State {
                 submitted: 0,
                 completed: 0,
                 default_stream,
+                closing: false,
             },
         );
         self.streams.insert(
@@ -64,12 +66,26 @@ impl State {
         ctx
     }
 
-    /// Destroys a context: see the module docs. An op running now
-    /// finishes on its own; the worker then ends. Returns the worker, to
-    /// join once the lock is released.
-    pub(super) fn destroy_context(&mut self, ctx: u64) -> Option<JoinHandle<()>> {
+    /// Starts destroying a context after its last release: queued ops are
+    /// dropped and the device has no context any more (a new retain makes
+    /// a new one), but an op running now finishes on its own, with the
+    /// context's memory still there. Returns the worker, which ends after
+    /// that op: join it with the lock released, then call
+    /// [`destroy_context`](Self::destroy_context).
+    pub(super) fn close_context(&mut self, ctx: u64) -> Option<JoinHandle<()>> {
+        let context = self.contexts.get_mut(&ctx).expect("a live context");
+        context.closing = true;
+        let device = context.device;
+        self.discard_queue(ctx);
+        self.devices[device].context = None;
+        notify();
+        self.workers.remove(&ctx)
+    }
+
+    /// Destroys a closed context whose worker has ended: see the module
+    /// docs. Ops queued after the last release (a misuse) are dropped.
+    pub(super) fn destroy_context(&mut self, ctx: u64) {
         let device = self.contexts[&ctx].device;
-        let worker = self.workers.remove(&ctx);
         self.discard_queue(ctx);
         let captures: Vec<u64> = self
             .captures
@@ -105,9 +121,7 @@ impl State {
         self.free_context_memory(ctx);
         self.contexts.remove(&ctx);
         self.bury(ctx, Kind::Context, device);
-        self.devices[device].context = None;
         notify();
-        worker
     }
 }
 
@@ -279,11 +293,14 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CuResult 
         if state.devices[device].retains > 0 {
             return Ok(());
         }
-        let worker = state.destroy_context(ctx);
+        // The memory goes only once the worker has ended: a host function
+        // running now may still use it.
+        let worker = state.close_context(ctx);
         drop(state);
         if let Some(worker) = worker {
             let _ = worker.join();
         }
+        lock().destroy_context(ctx);
         settle_destructors();
         Ok(())
     })())

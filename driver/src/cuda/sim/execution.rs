@@ -137,7 +137,7 @@ fn worker(ctx: u64) {
     mark_driver_thread();
     let mut state = lock();
     loop {
-        let Some(context) = state.contexts.get_mut(&ctx) else {
+        let Some(context) = state.contexts.get_mut(&ctx).filter(|c| !c.closing) else {
             return;
         };
         let device = context.device;

@@ -153,6 +153,9 @@ pub(super) struct Context {
     pub(super) completed: u64,
     /// The legacy default stream (`NULL`).
     pub(super) default_stream: u64,
+    /// The last retain went: the worker ends after the op it runs now, and
+    /// the context is destroyed once it has.
+    pub(super) closing: bool,
 }
 
 #[derive(Debug)]

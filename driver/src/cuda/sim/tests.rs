@@ -255,6 +255,76 @@ fn last_release_frees_memory_and_invalidates_handles() {
     finish(device);
 }
 
+/// What `use_memory_after_release` is given.
+struct LateUse {
+    device: usize,
+    /// A pinned allocation of the context, 64 bytes.
+    host: usize,
+    entered: core::sync::atomic::AtomicBool,
+    /// Live pinned allocations the host function saw once the last
+    /// release had begun.
+    seen: AtomicUsize,
+}
+
+/// Waits for the context's last release to begin, then uses its memory.
+unsafe extern "C" fn use_memory_after_release(data: *mut c_void) {
+    // SAFETY: the test passes a leaked `LateUse`.
+    let late = unsafe { &*data.cast::<LateUse>() };
+    late.entered.store(true, Ordering::SeqCst);
+    while device_state(late.device).primary_retains > 0 {
+        thread::yield_now();
+    }
+    let seen = device_state(late.device).host_allocations;
+    late.seen.store(seen, Ordering::SeqCst);
+    if seen == 1 {
+        let host = core::ptr::with_exposed_provenance_mut::<u8>(late.host);
+        // SAFETY: the allocation is still there, and the context frees it
+        // only after this host function has returned.
+        unsafe { host.write_bytes(0x5A, 64) };
+    }
+}
+
+/// Before: the last release freed the context's memory while the worker
+/// still ran a host function using it (it joined the worker afterwards).
+#[test]
+fn a_host_function_running_at_the_last_release_keeps_the_context_memory() {
+    let (device, _ctx) = setup();
+    let stream = new_stream();
+    let mut host: *mut c_void = null_mut();
+    // SAFETY: writes one pointer.
+    ok(unsafe { ffi::cuMemHostAlloc(&mut host, 64, 0) });
+    let late = leak(LateUse {
+        device,
+        host: host.expose_provenance(),
+        entered: core::sync::atomic::AtomicBool::new(false),
+        seen: AtomicUsize::new(usize::MAX),
+    });
+    let data: *const LateUse = late;
+    // SAFETY: `late` is leaked; the memory stays until the function ran.
+    ok(unsafe {
+        ffi::cuLaunchHostFunc(
+            stream,
+            Some(use_memory_after_release),
+            data.cast_mut().cast(),
+        )
+    });
+    while !late.entered.load(Ordering::SeqCst) {
+        thread::yield_now();
+    }
+    // SAFETY: releases the retain of `setup`; nothing made in the context
+    // is used by this thread afterwards.
+    ok(unsafe { ffi::cuDevicePrimaryCtxRelease_v2(device as i32) });
+    assert_eq!(
+        late.seen.load(Ordering::SeqCst),
+        1,
+        "the context's memory was freed under a running host function"
+    );
+    let state = device_state(device);
+    assert!(!state.context_alive);
+    assert_eq!(state.host_allocations, 0, "freed once the worker ended");
+    assert!(take_violations(device).is_empty());
+}
+
 #[test]
 fn a_handle_used_from_a_thread_bound_elsewhere_is_refused() {
     let (device, ctx) = setup();

@@ -41,8 +41,10 @@ pub struct Leaked {
     /// Chunk records whose host function the driver skipped (each held by
     /// a leaked array, so a late run still finds its state).
     pub chunks: usize,
-    /// Pinned staging buffers never freed because a queued copy or host
-    /// function could still have touched them.
+    /// Pinned buffers never freed because a queued copy or host function
+    /// could still have touched them: staging buffers, and buffers given to
+    /// [`Stager::device_to_pinned`](super::Stager::device_to_pinned) or
+    /// [`Stager::pinned_to_device`](super::Stager::pinned_to_device).
     pub buffers: usize,
 }
 

@@ -54,60 +54,147 @@ pub(super) fn driver_path(
     }
 }
 
+/// A failed [`Stager::device_to_pinned`] or [`Stager::pinned_to_device`]:
+/// the error, and the pinned buffer if no copy can touch it any more.
+///
+/// The buffer is given back when the copy was never queued, or when the
+/// context could be drained after the error. Otherwise (a sticky error:
+/// the driver's copy may still be reading or writing it) the buffer is
+/// leaked, never freed nor handed out again, and counted in
+/// [`leaked`](super::leaked)`().buffers`.
+#[derive(Debug)]
+pub struct PinnedTransferError {
+    error: Error,
+    buffer: Option<PinnedBuffer>,
+}
+
+impl PinnedTransferError {
+    /// Why the transfer failed.
+    pub fn error(&self) -> Error {
+        self.error
+    }
+
+    /// The pinned buffer, unless it was leaked.
+    pub fn into_buffer(self) -> Option<PinnedBuffer> {
+        self.buffer
+    }
+}
+
+impl core::fmt::Display for PinnedTransferError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)?;
+        if self.buffer.is_none() {
+            f.write_str(" (the pinned buffer was leaked: a copy may still use it)")?;
+        }
+        Ok(())
+    }
+}
+
+impl core::error::Error for PinnedTransferError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PinnedTransferError> for Error {
+    fn from(error: PinnedTransferError) -> Error {
+        error.error
+    }
+}
+
 impl Stager {
     /// Copies `dst.len()` bytes from byte `offset` of `src` into pinned
     /// memory with one asynchronous driver copy (the link's speed, no
-    /// staging), and waits for it.
+    /// staging), waits for it, and gives `dst` back.
     ///
-    /// If waiting fails and the context cannot be drained either (a sticky
-    /// error), the stager refuses further work, as after a failed staged
-    /// transfer.
+    /// `dst` is taken by value because after a sticky context error the
+    /// wait returns at once while the driver's copy may still be writing
+    /// it: it is then leaked ([`PinnedTransferError`]), never handed back
+    /// to safe code. If the context cannot be drained after an error, the
+    /// stager also refuses further work, as after a failed staged transfer.
     pub fn device_to_pinned(
         &mut self,
-        dst: &mut PinnedBuffer,
+        dst: PinnedBuffer,
         src: &DeviceBuffer,
         offset: usize,
-    ) -> Result<(), Error> {
-        self.check_usable()?;
-        src.range(offset, dst.len())?;
+    ) -> Result<PinnedBuffer, PinnedTransferError> {
+        if let Err(error) = self
+            .check_usable()
+            .and_then(|()| src.range(offset, dst.len()))
+        {
+            return Err(PinnedTransferError {
+                error,
+                buffer: Some(dst),
+            });
+        }
         if dst.is_empty() {
-            return Ok(());
+            return Ok(dst);
         }
         let stream = self.streams[0].as_stream();
-        // SAFETY: `dst` is pinned, `len` writable bytes, mutably borrowed
-        // until the copy has finished: `settle_pinned` waits for it (or
-        // drains the context) before the borrow ends.
+        // SAFETY: `dst` is pinned, `len` writable bytes, owned here until
+        // `settle_pinned` has seen the copy finish; if it cannot, the
+        // buffer is leaked, so nothing reads, writes or frees it while the
+        // copy may still write it.
         let queued = unsafe { stream.copy_device_to_host(dst.raw_ptr(), src, offset, dst.len()) };
-        self.settle_pinned(queued)
+        self.settle_pinned(queued, dst)
     }
 
     /// Copies all of pinned `src` to byte `offset` of `dst` with one
-    /// asynchronous driver copy, and waits for it.
+    /// asynchronous driver copy, waits for it, and gives `src` back.
+    ///
+    /// `src` is taken by value for the reason given in
+    /// [`device_to_pinned`](Self::device_to_pinned): after a sticky error
+    /// the copy may still be reading it, and it is leaked.
     pub fn pinned_to_device(
         &mut self,
         dst: &mut DeviceBuffer,
         offset: usize,
-        src: &PinnedBuffer,
-    ) -> Result<(), Error> {
-        self.check_usable()?;
-        dst.range(offset, src.len())?;
+        src: PinnedBuffer,
+    ) -> Result<PinnedBuffer, PinnedTransferError> {
+        if let Err(error) = self
+            .check_usable()
+            .and_then(|()| dst.range(offset, src.len()))
+        {
+            return Err(PinnedTransferError {
+                error,
+                buffer: Some(src),
+            });
+        }
         if src.is_empty() {
-            return Ok(());
+            return Ok(src);
         }
         let stream = self.streams[0].as_stream();
-        // SAFETY: `src` is pinned and borrowed until the copy has finished
-        // (`settle_pinned` waits or drains); `dst` is mutably borrowed.
+        // SAFETY: `src` is pinned and owned here until `settle_pinned` has
+        // seen the copy finish; if it cannot, the buffer is leaked, so no
+        // one writes or frees it while the copy may still read it. `dst`
+        // is mutably borrowed.
         let queued = unsafe { stream.copy_host_to_device(dst, offset, src.raw_ptr(), src.len()) };
-        self.settle_pinned(queued)
+        self.settle_pinned(queued, src)
     }
 
-    /// Waits for a copy queued on stream 0 (if it was), draining the
-    /// context after an error.
-    fn settle_pinned(&mut self, queued: Result<(), Error>) -> Result<(), Error> {
+    /// Waits for a copy queued on stream 0 into or out of `pinned` (if it
+    /// was queued), draining the context after an error. Gives `pinned`
+    /// back unless a copy may still use it.
+    fn settle_pinned(
+        &mut self,
+        queued: Result<(), Error>,
+        pinned: PinnedBuffer,
+    ) -> Result<PinnedBuffer, PinnedTransferError> {
+        let was_queued = queued.is_ok();
         let result = queued.and_then(|()| Ok(self.streams[0].as_stream().synchronize()?));
-        if result.is_err() {
-            self.drain_after_error();
-        }
-        result
+        let Err(error) = result else {
+            return Ok(pinned);
+        };
+        self.drain_after_error();
+        // A copy the driver refused was never queued; a drained context
+        // has finished every copy. Otherwise the copy may still run.
+        let buffer = if !was_queued || self.failed.is_none() {
+            Some(pinned)
+        } else {
+            super::chunk::count_leaked_buffers(1);
+            core::mem::forget(pinned);
+            None
+        };
+        Err(PinnedTransferError { error, buffer })
     }
 }

@@ -88,6 +88,7 @@ use driver_path::{DeviceSide, driver_path};
 use workers::Workers;
 
 pub use chunk::{Leaked, leaked};
+pub use driver_path::PinnedTransferError;
 pub use options::{
     DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, MIN_ADAPTED_CHUNK, MIN_CHUNKS,
     RESERVED_CORES, StagingOptions, StagingOptionsBuilder, Stores, default_workers,
@@ -144,11 +145,11 @@ impl Stager {
         let mut buffers = Vec::with_capacity(options.buffers);
         for _ in 0..options.buffers {
             streams.push(Stream::new(context)?);
-            buffers.push(ManuallyDrop::new(PinnedBuffer::new(
-                context,
-                options.chunk,
-            )?));
+            // Plain buffers until every one exists: an error here drops
+            // (frees) those made before it, which nothing has touched yet.
+            buffers.push(PinnedBuffer::new(context, options.chunk)?);
         }
+        let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let stager = Stager {
             context: context.clone(),
             options,
