@@ -313,9 +313,14 @@ def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False)
     has run (synchronize the stream or an event recorded after the launch
     before reading, freeing or resizing them); in a capture, until the graph
     and its executables are destroyed. Whether the stream is capturing is
-    read just before the launch (``cuStreamGetCaptureInfo``): no other thread
-    may begin or end a capture of this stream, or join it to one through an
-    event wait, while this call runs. After a context error the driver skips
+    read just before the launch (``cuStreamGetCaptureInfo``). A process-wide
+    lock, held from that check to ``cuLaunchHostFunc`` and by
+    ``add_host_copy_node``, keeps these calls from changing one graph at
+    once, so threads may launch on several streams of one capture. What
+    stays the caller's promise, as CUDA graphs are not thread-safe: while
+    this call runs, no other code (cuda-python, another library) begins or
+    ends a capture of this stream, joins it to one through an event wait, or
+    adds work to the graph it captures into. After a context error the driver skips
     host functions: the copy never happens and its record stays allocated
     (see ``owned_record_counts``). Raises ``CudaUnavailable`` without a
     driver and ``CudaError`` when a driver call fails.
@@ -360,6 +365,10 @@ def add_host_copy_node(
     is freed when the graph and every executable instantiated from it are
     destroyed, so every replay finds it. The caller keeps ``dst`` and ``src``
     alive and in place that long.
+
+    Calls from several threads on one graph are serialized by the lock
+    ``launch_host_copy_args`` takes; no other code may change the graph
+    (add or remove nodes, instantiate or destroy it) while this call runs.
     """
     record = pack_host_copy_args(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset)
     handles = [_handle(node, "dependency", "CUgraphNode") for node in dependencies]

@@ -5,6 +5,7 @@
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
 use hostcopy_driver::parallel::hostcopy_parallel_fn;
@@ -15,6 +16,23 @@ use crate::driver::{self, CudaError, Driver, Handle, HostFn, HostNodeParams};
 
 static CREATED: AtomicUsize = AtomicUsize::new(0);
 static FREED: AtomicUsize = AtomicUsize::new(0);
+
+/// Held around every driver call of a launch (capture check, user object,
+/// `cuLaunchHostFunc`) and of a graph node (user object, `cuGraphAddHostNode`).
+/// CUDA graphs are not thread-safe: two Python threads launching on two
+/// streams of one capture, or adding nodes to one graph, would otherwise
+/// change the same graph at once. One lock for the process, because from a
+/// stream handle alone we cannot tell which graph it captures into before
+/// asking the driver, and the answer must still hold when we launch.
+static GRAPH_CALLS: Mutex<()> = Mutex::new(());
+
+/// Takes [`GRAPH_CALLS`]. Nothing panics while holding it, and the `()` it
+/// guards cannot be left half-changed, so a poisoned lock is still sound.
+fn lock_graph_calls() -> MutexGuard<'static, ()> {
+    GRAPH_CALLS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// A record on the heap, its address the `user_data` of a host function.
 fn new_record(args: HostCopyArgs) -> *mut c_void {
@@ -152,18 +170,25 @@ unsafe fn give_to_graph(
 /// Launches a copy of `args` on `stream`. Whether it went into a captured
 /// graph.
 ///
+/// Holds [`GRAPH_CALLS`] from the capture check to the launch, so launches
+/// through this package never change one captured graph at once. Code
+/// outside it may still begin, end or join a capture of `stream`: that is
+/// the caller's to rule out.
+///
 /// # Safety
 ///
 /// `stream` is a valid stream (or 0, the legacy default stream of the
 /// current context), and the record's ranges stay valid until the host
 /// function has run (until the captured graph and its executables are
-/// destroyed, when the stream is capturing).
+/// destroyed, when the stream is capturing). No other thread changes the
+/// capture state of `stream`, or the graph it captures into, during the call.
 unsafe fn launch(
     driver: &Driver,
     stream: Handle,
     args: HostCopyArgs,
     parallel: bool,
 ) -> Result<bool, CudaError> {
+    let _graph_calls = lock_graph_calls();
     let capture = capture_graph(driver, stream)?;
     let record = new_record(args);
     match capture {
@@ -199,7 +224,9 @@ unsafe fn launch(
 /// Launches the packed `record` on the stream whose handle is `stream`; the
 /// package owns a copy until the host function has run, or, on a capturing
 /// stream, gives it to the captured graph. Returns whether the stream was
-/// capturing. The GIL is released for the driver calls.
+/// capturing. The GIL is released for the driver calls; the launch lock is
+/// held for them, so launches from several threads into one capture are
+/// serialized.
 #[pyfunction]
 pub(crate) fn launch_owned(
     py: Python<'_>,
@@ -217,7 +244,10 @@ pub(crate) fn launch_owned(
 
 /// Adds a host node running a copy of `record` to the graph whose handle is
 /// `graph`, after the nodes in `dependencies`; the graph owns the copy.
-/// Returns the node's handle.
+/// Returns the node's handle. Holds the launch lock for the driver calls,
+/// so several threads may add nodes to one graph through this package; any
+/// other code changing the graph at the same time is the caller's to rule
+/// out.
 #[pyfunction]
 pub(crate) fn add_host_node(
     py: Python<'_>,
@@ -229,6 +259,8 @@ pub(crate) fn add_host_node(
     let args = record_from_bytes(record)?;
     let driver = driver::driver(py)?;
     let add = || -> Result<usize, CudaError> {
+        // The user object and the node change the graph: one caller at a time.
+        let _graph_calls = lock_graph_calls();
         let graph = graph as Handle;
         let record = new_record(args);
         // SAFETY: the record is ours to give.

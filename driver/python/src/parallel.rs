@@ -1,6 +1,6 @@
 //! The parallel host function and its worker pool (`hostcopy_driver::parallel`).
 
-use hostcopy_driver::parallel::{CopyWorkers, hostcopy_parallel_fn};
+use hostcopy_driver::parallel::{CopyWorkers, StartError, hostcopy_parallel_fn};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
@@ -16,9 +16,18 @@ pub(crate) fn host_copy_parallel_fn_address() -> usize {
 /// Returns `(started, active)`.
 #[pyfunction]
 pub(crate) fn set_parallel_workers(py: Python<'_>, workers: usize) -> PyResult<(usize, usize)> {
-    let pool = py
-        .detach(|| CopyWorkers::start(workers))
-        .map_err(|error| PyOSError::new_err(format!("starting {workers} copy workers: {error}")))?;
+    let pool = match py.detach(|| CopyWorkers::start(workers)) {
+        Ok(pool) => pool,
+        // A running pool keeps its threads; only the active count changes.
+        Err(StartError::AlreadyStarted { .. }) => CopyWorkers::get().ok_or_else(|| {
+            PyOSError::new_err("the copy worker pool reported itself running but is not")
+        })?,
+        Err(error) => {
+            return Err(PyOSError::new_err(format!(
+                "starting {workers} copy workers: {error}"
+            )));
+        }
+    };
     pool.set_active(workers);
     Ok((pool.workers(), pool.active()))
 }

@@ -1,12 +1,13 @@
 """Launch cases against tests/libcuda_standin.c (run by test_standin_driver.py).
 
 Handles the stand-in knows: any ordinary stream runs host functions at once;
-CAPTURING captures into GRAPH; FAILING fails every call; REFUSING fails only
+CAPTURING and CAPTURING_TOO capture into GRAPH; FAILING fails every call; REFUSING fails only
 cuLaunchHostFunc; FAILING_GRAPH refuses user objects.
 """
 
 import ctypes
 import os
+import threading
 
 import pytest
 
@@ -14,6 +15,7 @@ import hostcopy
 
 STREAM = 0x5
 CAPTURING = 0xCA9
+CAPTURING_TOO = 0xCAA
 FAILING = 0xBAD
 REFUSING = 0xBAE
 GRAPH = 0x6A
@@ -22,6 +24,7 @@ FAILING_GRAPH = 0xBAD
 standin = ctypes.CDLL(os.environ["HOSTCOPY_LIBCUDA"])
 standin.standin_replay.argtypes = [ctypes.c_void_p]
 standin.standin_destroy_graph.argtypes = [ctypes.c_void_p]
+standin.standin_set_rendezvous_us.argtypes = [ctypes.c_long]
 
 
 def alive() -> int:
@@ -158,3 +161,49 @@ def test_no_growth_over_100000_stream_launches():
     assert hostcopy.owned_record_counts()[0] == created_before + 100_000
     assert alive() == before
     assert dst == src
+
+
+def test_threads_never_change_one_graph_at_once():
+    # Two threads launch on two streams of one capture and add nodes to one
+    # raw graph. In the stand-in, each call that changes a graph waits for
+    # another thread to join it on that graph and counts it if one does; the
+    # launch lock must keep the count at zero (every call then waits its full
+    # rendezvous alone, hence the few iterations).
+    graph = 0x78
+    launches = 3
+    before = alive()
+    overlaps = standin.standin_overlaps()
+    start = threading.Barrier(2)
+    failures = []
+    buffers = [(bytearray(64), pattern(64, 30 + i)) for i in range(2)]
+
+    def work(stream, dst, src):
+        try:
+            start.wait()
+            for _ in range(launches):
+                assert hostcopy.launch_host_copy(stream, dst, src) is True
+                hostcopy.add_host_copy_node(graph, dst, src)
+        except BaseException as failure:
+            failures.append(failure)
+
+    threads = [
+        threading.Thread(target=work, args=(stream, dst, src))
+        for stream, (dst, src) in zip((CAPTURING, CudaCoreStream(CAPTURING_TOO)), buffers)
+    ]
+    standin.standin_set_rendezvous_us(20_000)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        standin.standin_set_rendezvous_us(0)
+    assert failures == []
+    assert standin.standin_overlaps() == overlaps, "two threads changed one graph at once"
+    assert alive() == before + 4 * launches
+    assert standin.standin_replay(GRAPH) == 2 * launches
+    assert standin.standin_replay(graph) == 2 * launches
+    assert all(dst == src for dst, src in buffers)
+    assert standin.standin_destroy_graph(GRAPH) == 2 * launches
+    assert standin.standin_destroy_graph(graph) == 2 * launches
+    assert alive() == before

@@ -2,6 +2,8 @@
 
 import ctypes
 import mmap
+import subprocess
+import sys
 
 import pytest
 
@@ -150,6 +152,25 @@ def test_set_parallel_workers_caps_at_the_started_count():
     assert hostcopy.set_parallel_workers(started + 100) == started
     assert hostcopy.set_parallel_workers(0) == 0
     assert hostcopy.set_parallel_workers(started) == started
+
+
+def test_later_set_parallel_workers_calls_change_the_active_count(tmp_path):
+    # In a fresh interpreter: the pool is started once per process, and the
+    # first call here must be the one that starts it.
+    script = """
+import hostcopy
+assert hostcopy.parallel_workers() == (0, 0)
+assert hostcopy.set_parallel_workers(3) == 3
+assert hostcopy.parallel_workers() == (3, 3)
+assert hostcopy.set_parallel_workers(1) == 1
+assert hostcopy.parallel_workers() == (3, 1)
+assert hostcopy.set_parallel_workers(10) == 3
+assert hostcopy.parallel_workers() == (3, 3)
+assert hostcopy.set_parallel_workers(0) == 0
+assert hostcopy.parallel_workers() == (3, 0)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_pack_into_a_ring_at_an_odd_offset_returns_a_user_data_address():

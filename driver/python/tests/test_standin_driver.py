@@ -24,7 +24,7 @@ def test_owned_records_with_a_stand_in_driver(tmp_path):
         pytest.skip("no C compiler to build the stand-in libcuda (set CC)")
     library = tmp_path / "libcuda_standin.so"
     subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(HERE / "libcuda_standin.c")], check=True
+        [compiler, "-shared", "-fPIC", "-pthread", "-O1", "-o", str(library), str(HERE / "libcuda_standin.c")], check=True
     )
     env = dict(os.environ, HOSTCOPY_LIBCUDA=str(library))
     done = subprocess.run(
