@@ -290,10 +290,6 @@ fn sizes(
     report: &mut Report,
 ) -> Result<(), Error> {
     let mut stager = Stager::new(context)?;
-    let mut full_chunks = Stager::with_options(
-        context,
-        StagingOptions::builder().adapt_chunk(false).build(),
-    )?;
     let mut h2d_rows = Vec::new();
     let mut bytes = 64usize << 20;
     while bytes <= options.max_bytes {
@@ -340,20 +336,6 @@ fn sizes(
             reference.pinned_d2h,
             d,
         ));
-        if stager.options().chunk_for(size) < stager.options().chunk() {
-            // Side by side: the chunk the defaults adapt to, and the full one.
-            let fixed = paths::staged_d2h(&mut full_chunks, &device, &mut host, runs)?;
-            check("sizes D2H, full chunks", &host, &source)?;
-            let path = format!("staged, {} MiB chunks", full_chunks.options().chunk() >> 20);
-            report.rows.push(row(
-                "sizes, D2H",
-                &path,
-                size,
-                &fixed,
-                reference.pinned_d2h,
-                d,
-            ));
-        }
         let driver = paths::driver_h2d(&mut device, &source, runs)?;
         let staged = paths::staged_h2d(&mut stager, &mut device, &source, runs)?;
         let d = gbps(size, &driver);

@@ -90,8 +90,8 @@ use workers::Workers;
 pub use chunk::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
-    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, MIN_ADAPTED_CHUNK, MIN_CHUNKS,
-    RESERVED_CORES, StagingOptions, StagingOptionsBuilder, Stores, default_workers,
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, RESERVED_CORES, StagingOptions,
+    StagingOptionsBuilder, Stores, default_workers,
 };
 pub use scope::{StagingScope, Transfer};
 
@@ -261,7 +261,7 @@ impl Stager {
         device: &DeviceBuffer,
         offset: usize,
     ) -> InFlight {
-        let chunk = self.options.chunk_for(host.len);
+        let chunk = self.options.chunk;
         let count = host.len.div_ceil(chunk);
         let stores = match direction {
             Direction::DeviceToHost => Stores::Streaming,
@@ -295,7 +295,7 @@ impl Stager {
                 index,
                 buffer,
                 device,
-                offset + index * chunk,
+                offset + index * self.options.chunk,
             ) {
                 in_flight.error = Some(error);
                 break;

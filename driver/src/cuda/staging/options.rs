@@ -13,20 +13,6 @@
 /// GPU's write and the host copy (64 MiB: 37 to 40 GB/s).
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
-/// A transfer is cut into at least this many chunks when its chunks can
-/// stay at least [`MIN_ADAPTED_CHUNK`] long (see
-/// [`StagingOptionsBuilder::adapt_chunk`]).
-///
-/// Why: a staged transfer takes the time of its chunks' device copies plus
-/// one host copy that nothing overlaps (the last). On the H200 host a
-/// 64 MiB transfer in four 16 MiB chunks ran at 44 GB/s (80% of the link)
-/// against 54 GB/s at 1 GiB (GPU_RUNS.md, run 9); shorter chunks shorten
-/// that tail.
-pub const MIN_CHUNKS: usize = 16;
-
-/// The shortest chunk [`MIN_CHUNKS`] cuts a transfer into.
-pub const MIN_ADAPTED_CHUNK: usize = 2 << 20;
-
 /// Default number of pinned staging buffers, each on its own stream.
 ///
 /// Buffer `k` on stream `k` is what overlaps the host copy of chunk `i`
@@ -82,7 +68,6 @@ pub struct StagingOptions {
     pub(super) workers: usize,
     pub(super) h2d_stores: Stores,
     pub(super) driver_path_below: usize,
-    pub(super) adapt_chunk: bool,
 }
 
 impl Default for StagingOptions {
@@ -95,7 +80,6 @@ impl Default for StagingOptions {
             workers: default_workers(1),
             h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
-            adapt_chunk: true,
         }
     }
 }
@@ -146,30 +130,6 @@ impl StagingOptions {
     pub fn driver_path_below(&self) -> usize {
         self.driver_path_below
     }
-
-    /// Whether short transfers use shorter chunks ([`MIN_CHUNKS`]).
-    pub fn adapt_chunk(&self) -> bool {
-        self.adapt_chunk
-    }
-
-    /// The chunk a transfer of `len` bytes is cut into: [`chunk`](Self::chunk),
-    /// or with [`adapt_chunk`](Self::adapt_chunk) `len / MIN_CHUNKS` where
-    /// that is shorter, but not under [`MIN_ADAPTED_CHUNK`].
-    ///
-    /// ```
-    /// use hostcopy_driver::cuda::staging::StagingOptions;
-    ///
-    /// let options = StagingOptions::default();
-    /// assert_eq!(options.chunk_for(1 << 30), 16 << 20);
-    /// assert_eq!(options.chunk_for(64 << 20), 4 << 20);
-    /// assert_eq!(options.chunk_for(8 << 20), 2 << 20);
-    /// ```
-    pub fn chunk_for(&self, len: usize) -> usize {
-        if !self.adapt_chunk {
-            return self.chunk;
-        }
-        (len / MIN_CHUNKS).clamp(MIN_ADAPTED_CHUNK.min(self.chunk), self.chunk)
-    }
 }
 
 /// Builds [`StagingOptions`]; every setter overrides one default.
@@ -184,14 +144,6 @@ impl StagingOptionsBuilder {
     /// Bytes per chunk, at least 1 (default [`DEFAULT_CHUNK`]).
     pub fn chunk(mut self, bytes: usize) -> Self {
         self.options.chunk = bytes.max(1);
-        self
-    }
-
-    /// Whether transfers shorter than [`MIN_CHUNKS`] full chunks are cut
-    /// into shorter chunks (default `true`; see
-    /// [`StagingOptions::chunk_for`]).
-    pub fn adapt_chunk(mut self, adapt: bool) -> Self {
-        self.options.adapt_chunk = adapt;
         self
     }
 
