@@ -10,7 +10,10 @@
 /// pinned D2H). Smaller chunks fill the driver's queue (at 1 MiB the
 /// enqueuing thread waited 84 to 99% of the time, at 4 MiB 11 to 64%, at
 /// 16 MiB under 2%); larger chunks fall out of the host's cache between the
-/// GPU's write and the host copy (64 MiB: 37 to 40 GB/s).
+/// GPU's write and the host copy (64 MiB: 37 to 40 GB/s). Short transfers
+/// keep the full chunk too: cutting a 64 MiB transfer into sixteen 4 MiB
+/// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks
+/// (GPU_RUNS.md, run 10).
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
 /// Default number of pinned staging buffers, each on its own stream.
