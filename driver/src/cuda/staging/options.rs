@@ -34,14 +34,15 @@ pub const RESERVED_CORES: usize = 4;
 /// Transfers smaller than this take the driver's own path (a synchronous
 /// `cuMemcpyDtoH`/`cuMemcpyHtoD`), not the staging buffers.
 ///
-/// Measured on the H200 host (GPU_RUNS.md, run 9; the benchmark's small-size
-/// table, staged vs the driver's path, D2H into pre-faulted pageable
-/// memory): staging ran at 0.46 to 0.86x of the driver's path from 4 KiB to
-/// 512 KiB, where a staged transfer's fixed cost (two enqueues and one
-/// host-function latency, about 15 us) dominates, and at 1.22x at 1 MiB,
-/// 1.60x at 2 MiB and 2.23x at 4 MiB. So 1 MiB is the smallest size from
-/// which staging was never slower.
-pub const DRIVER_PATH_BELOW: usize = 1 << 20;
+/// Measured with the benchmark's small-size table (staged vs the driver's
+/// path, D2H into pre-faulted pageable memory; GPU_RUNS.md): below 1 MiB a
+/// staged transfer's fixed cost (two enqueues and one host-function
+/// latency, about 15 us) makes it 0.40 to 0.86x of the driver's path on
+/// both H200 hosts. At 1 MiB staging was 1.22 to 1.24x on the 16-core host
+/// (runs 9, 10) but 0.95x on the 32-core two-GPU host (run 11); from 2 MiB
+/// it was faster on both (1.60x and 1.09x; 4 MiB: 1.77x and 1.36x). So
+/// 2 MiB is the smallest size from which staging was never slower.
+pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 
 /// How a host-to-device chunk is written into its staging buffer.
 ///
