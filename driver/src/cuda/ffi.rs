@@ -13,8 +13,10 @@
 //! The list below is the one place an entry point is named: a macro makes of
 //! each line a private `extern "C"` declaration and a `pub(crate) unsafe fn`
 //! of the same name and signature that the layer calls. The wrapper forwards
-//! to libcuda or, with feature `simulator` once [`super::sim::install`] has
-//! run, to the simulator's function of that name (one atomic load decides).
+//! to libcuda or, with feature `simulator` once the simulator has given this
+//! module its [`Simulated`] table (`sim::install`), to the simulator's
+//! function of that name (one atomic load decides). The simulator hands the
+//! table in, so this module never names it: the layers stay one-way.
 //! Under Miri, which cannot call libcuda, a wrapper the simulator does not
 //! answer returns CUDA_ERROR_STUB_LIBRARY (34), as a machine without a
 //! driver would.
@@ -53,10 +55,31 @@ pub(crate) const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
 pub(crate) const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
 
 /// Declares each driver entry point once and wraps it; see the module docs.
+///
+/// The first token is `$`, passed in so that the macro it defines for the
+/// simulator (`simulated_entry_points!`) can have parameters of its own.
 macro_rules! entry_points {
-    ($(
+    ($d:tt $(
         pub(crate) fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> CuResult;
     )*) => {
+        /// The simulator's entry points, one per driver entry point, by name.
+        #[cfg(feature = "simulator")]
+        #[allow(non_snake_case)]
+        pub(crate) struct Simulated {
+            $(pub(crate) $name: unsafe fn($($ty),*) -> CuResult,)*
+        }
+
+        /// `Simulated` with every entry point taken from module `$module`,
+        /// which defines each under the driver's name and signature.
+        #[cfg(feature = "simulator")]
+        macro_rules! simulated_entry_points {
+            ($d module:ident) => {
+                $crate::cuda::ffi::Simulated { $($name: $d module::$name,)* }
+            };
+        }
+        #[cfg(feature = "simulator")]
+        pub(crate) use simulated_entry_points;
+
         /// The name of every entry point in the list.
         #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
         pub(crate) const ENTRY_POINT_NAMES: &[&str] = &[$(stringify!($name)),*];
@@ -88,10 +111,10 @@ macro_rules! entry_points {
             #[allow(dead_code)]
             pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
                 #[cfg(feature = "simulator")]
-                if super::sim::installed() {
+                if let Some(simulated) = SIMULATED.get() {
                     // SAFETY: the simulator's function of this name has this
                     // entry point's contract, which our caller upholds.
-                    return unsafe { super::sim::entry::$name($($arg),*) };
+                    return unsafe { (simulated.$name)($($arg),*) };
                 }
                 #[cfg(miri)]
                 {
@@ -108,7 +131,19 @@ macro_rules! entry_points {
     };
 }
 
-entry_points! {
+/// The simulator's table once it is installed: every later driver call of
+/// the process goes there.
+#[cfg(feature = "simulator")]
+static SIMULATED: std::sync::OnceLock<&'static Simulated> = std::sync::OnceLock::new();
+
+/// Routes every later driver call of this process to `table`. The first
+/// table installed stays.
+#[cfg(feature = "simulator")]
+pub(crate) fn route_to_simulator(table: &'static Simulated) {
+    let _ = SIMULATED.set(table);
+}
+
+entry_points! { $
     pub(crate) fn cuInit(flags: c_uint) -> CuResult;
     pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> CuResult;
     pub(crate) fn cuGetErrorName(error: c_uint, name: *mut *const c_char) -> CuResult;

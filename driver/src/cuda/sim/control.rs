@@ -1,25 +1,21 @@
 //! The test-side controls: install the simulator, make devices, read their
 //! state, hold and release their workers, wait for them, read violations.
 
-use core::sync::atomic::{AtomicBool, Ordering};
 use std::string::String;
 use std::vec::Vec;
 
+use super::super::ffi::{Simulated, route_to_simulator, simulated_entry_points};
+use super::entry;
 use super::registry::{Device, lock, notify, wait};
 
-static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Every entry point of the simulator, by the driver's names.
+static ENTRY_POINTS: Simulated = simulated_entry_points!(entry);
 
 /// Routes this process's driver calls to the simulator from now on.
 /// Idempotent. Install before the first driver call: handles from a real
 /// driver mean nothing to the simulator.
 pub fn install() {
-    INSTALLED.store(true, Ordering::Release);
-}
-
-/// Whether [`install`] has run: the one check each driver call makes.
-#[inline]
-pub(crate) fn installed() -> bool {
-    INSTALLED.load(Ordering::Acquire)
+    route_to_simulator(&ENTRY_POINTS);
 }
 
 /// A fresh device; its ordinal works with `cuDeviceGet` (and so

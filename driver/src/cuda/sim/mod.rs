@@ -77,7 +77,6 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use control::installed;
 pub use control::{
     DeviceState, device_state, drain, hold, install, new_device, release, take_violations,
     violations,
@@ -85,7 +84,8 @@ pub use control::{
 pub use fault::{fail_call, fail_context};
 
 /// The simulator's entry points, by the driver's names and signatures:
-/// what `ffi` calls once the simulator is installed.
+/// what `ffi` calls once the simulator is installed (`control::install`
+/// hands them over as one table).
 pub(super) mod entry {
     pub(crate) use super::codes::cuGetErrorName;
     pub(crate) use super::context::{
