@@ -1,6 +1,6 @@
 //! A second host function, [`hostcopy_parallel_fn`], that reads the same
 //! record as `hostcopy_fn` and splits its copy across a persistent pool of
-//! worker threads (feature `std`).
+//! worker threads (feature `std`), and the pool type itself, [`CopyPool`].
 //!
 //! Why: one host thread copies pinned memory into pageable memory at a few
 //! GB/s, slower than the driver's own pageable path; a staged copy beats that
@@ -8,11 +8,13 @@
 //! function of a context runs on one driver thread, so a faster copy also
 //! shortens the wait of every other host function of the context.
 //!
-//! The pool is started once ([`CopyWorkers::start`]) before any launch: the
-//! host function never spawns threads, allocates, or calls CUDA. The driver's
-//! thread takes part in the copy and returns only when every part is copied
-//! and visible to other threads (each part ends in `hostcopy_fn`'s fence; the
-//! parts are counted with release and acquire).
+//! The process-wide pool is started once ([`CopyWorkers::start`]) before any
+//! launch: the host function never spawns threads, allocates, or calls CUDA.
+//! A [`CopyPool`] of one's own (the CUDA layer's stager has one) is the same
+//! pool, with threads that end when it is dropped. The calling thread takes
+//! part in the copy and returns only when every part is copied and visible
+//! to other threads (each part ends in `hostcopy_fn`'s fence or, for cached
+//! stores, needs none; the parts are counted with release and acquire).
 //!
 //! A record is split into parts claimed with one atomic word holding the job
 //! number and the next part, so a worker that wakes late can never claim a
@@ -21,11 +23,12 @@
 //! rejects go to `hostcopy_fn` whole, unchanged: the contract is the same.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::format;
-use std::sync::{Condvar, Mutex, OnceLock};
-use std::thread;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+use std::vec::Vec;
 
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
 
@@ -36,34 +39,71 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 20;
 /// Smallest part a record is split into.
 const MIN_PART: usize = 256 << 10;
 
-/// Most worker threads a pool starts: [`CopyWorkers::start`] clamps to it.
-/// Far above any useful count (one per core), and low enough that part
-/// arithmetic never comes near overflow.
+/// Most worker threads a pool starts: [`CopyWorkers::start`] and
+/// [`CopyPool::new`] clamp to it. Far above any useful count (one per core),
+/// and low enough that part arithmetic never comes near overflow.
 pub const MAX_WORKERS: usize = 1024;
 
 /// How long a worker spins for the next job before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// Worker threads of every pool in the process that have not ended.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
 static WORKERS: OnceLock<CopyWorkers> = OnceLock::new();
 
-/// The worker pool behind [`hostcopy_parallel_fn`]: one per process.
-#[derive(Debug)]
-pub struct CopyWorkers {
-    /// Worker threads running (fewer than asked if spawning one failed).
-    workers: AtomicUsize,
-    /// Workers that take part in copies (the rest sleep): `set_active`.
-    active: AtomicUsize,
-    job: Job,
-    /// Serializes callers: the host-function threads of several contexts.
-    caller: Mutex<()>,
-    /// Sleeping workers wait here for the next job number.
-    sleep: Mutex<u32>,
-    wake: Condvar,
+/// How a copy's bytes are written.
+///
+/// Measured on the H200 host (GPU_RUNS.md, run 9), 1 GiB host to device
+/// through the CUDA layer's stager with its default options: cached stores
+/// 53.2 GB/s (96% of pinned H2D), streaming stores 41.5 GB/s (75%). The DMA
+/// engine reads the staging buffer right after the host copy wrote it;
+/// lines still in the host's cache reach it faster than lines the streaming
+/// stores sent to memory. The stager's default is [`Stores::Cached`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Stores {
+    /// Non-temporal stores (`hostcopy_fn`'s path for large copies on
+    /// x86_64): the destination's lines go to memory, not to the cache.
+    Streaming,
+    /// Plain cached stores (`copy_nonoverlapping`): the lines may still be
+    /// in the host's cache when the DMA engine reads them.
+    Cached,
 }
 
-/// The copy being split, published by bumping the job number in `claim`.
+/// A pool of copy worker threads that splits one record's copy across its
+/// threads and the calling thread. Its threads end when it is dropped.
+///
+/// [`hostcopy_parallel_fn`]'s process-wide pool ([`CopyWorkers`]) is one of
+/// these that is never dropped; the CUDA layer's stager owns another, so two
+/// GPUs staging at once never wait for each other's copies.
+///
+/// ```
+/// use hostcopy_driver::HostCopyArgs;
+/// use hostcopy_driver::parallel::{CopyPool, Stores};
+///
+/// let pool = CopyPool::new(2);
+/// let src = vec![7u8; 3 << 20];
+/// let mut dst = vec![0u8; 3 << 20];
+/// let record = HostCopyArgs::new(
+///     dst.as_mut_ptr().expose_provenance(),
+///     src.as_ptr().expose_provenance(),
+///     src.len(),
+/// );
+/// // SAFETY: two live, disjoint vectors of `src.len()` bytes.
+/// unsafe { pool.copy(&record, Stores::Cached) };
+/// assert!(dst == src);
+/// ```
 #[derive(Debug)]
-struct Job {
+pub struct CopyPool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What the workers and the caller share: the copy being split, published
+/// by bumping the job number in `claim`.
+#[derive(Debug)]
+struct Shared {
     /// High 32 bits: job number. Low 32 bits: next part to claim.
     claim: AtomicU64,
     dst: AtomicUsize,
@@ -71,8 +111,318 @@ struct Job {
     nbytes: AtomicUsize,
     part: AtomicUsize,
     parts: AtomicUsize,
+    /// A [`Stores`] as `usize`.
+    stores: AtomicUsize,
     /// Parts copied so far.
     done: AtomicUsize,
+    /// Workers that take part in copies (the rest sleep): `set_active`.
+    active: AtomicUsize,
+    /// Serializes callers: for the process-wide pool, the host-function
+    /// threads of several contexts.
+    caller: Mutex<()>,
+    /// Sleeping workers wait here for the next job number.
+    sleep: Mutex<u32>,
+    wake: Condvar,
+    /// Set when the pool is dropped: workers return.
+    stop: AtomicBool,
+}
+
+impl CopyPool {
+    /// Starts a pool with `workers` threads besides the calling thread,
+    /// clamped to [`MAX_WORKERS`]; fewer if spawning one fails
+    /// ([`workers`](Self::workers) says how many). With 0 workers the
+    /// calling thread copies alone.
+    pub fn new(workers: usize) -> CopyPool {
+        CopyPool::spawn(workers, "hostcopy-pool").0
+    }
+
+    /// Starts up to `workers` threads named `name-{index}`, and why the next
+    /// one did not start if spawning failed.
+    pub(crate) fn spawn(workers: usize, name: &str) -> (CopyPool, Option<std::io::Error>) {
+        let workers = workers.min(MAX_WORKERS);
+        let shared = Arc::new(Shared {
+            claim: AtomicU64::new(0),
+            dst: AtomicUsize::new(0),
+            src: AtomicUsize::new(0),
+            nbytes: AtomicUsize::new(0),
+            part: AtomicUsize::new(0),
+            parts: AtomicUsize::new(0),
+            stores: AtomicUsize::new(Stores::Streaming as usize),
+            done: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            caller: Mutex::new(()),
+            sleep: Mutex::new(0),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let mut threads = Vec::with_capacity(workers);
+        let mut failed = None;
+        for index in 0..workers {
+            let worker = Arc::clone(&shared);
+            // Counted before the thread runs, so its end is never counted first.
+            RUNNING.fetch_add(1, Ordering::Relaxed);
+            let spawned = thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || {
+                    worker.work(index);
+                    // Release: whoever joined this thread, or sees the count
+                    // drop, sees that it has left the pool's state alone.
+                    RUNNING.fetch_sub(1, Ordering::Release);
+                });
+            match spawned {
+                Ok(handle) => threads.push(handle),
+                Err(error) => {
+                    RUNNING.fetch_sub(1, Ordering::Relaxed);
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        shared.active.store(threads.len(), Ordering::Relaxed);
+        (CopyPool { shared, threads }, failed)
+    }
+
+    /// Number of worker threads started (the calling thread copies too).
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Number of workers that take part in copies.
+    pub fn active(&self) -> usize {
+        self.shared.active.load(Ordering::Relaxed)
+    }
+
+    /// Lets only the first `active` workers take part in later copies (at
+    /// most the number started): for measuring, or for sharing the machine.
+    pub fn set_active(&self, active: usize) {
+        self.shared
+            .active
+            .store(active.min(self.workers()), Ordering::Relaxed);
+    }
+
+    /// Copies what `args` says with `stores`, split over the active workers
+    /// and the calling thread, and returns once every byte is copied and
+    /// visible to the calling thread. Callers take turns. Never panics,
+    /// allocates or calls CUDA, so it may run inside a host function.
+    ///
+    /// # Safety
+    ///
+    /// `args` is valid for `hostcopy_fn` and not rejected by it
+    /// ([`HostCopyArgs::is_rejected`]): its source is readable and its
+    /// destination writable for `nbytes` bytes until this returns, through
+    /// exposed provenance. The two ranges do not overlap.
+    pub unsafe fn copy(&self, args: &HostCopyArgs, stores: Stores) {
+        let shared = &*self.shared;
+        // At most MAX_WORKERS + 1: no overflow below.
+        let participants = self.active().min(MAX_WORKERS) + 1;
+        let part = (args.nbytes / (2 * participants))
+            .next_multiple_of(64 << 10)
+            .max(MIN_PART);
+        let parts = args.nbytes.div_ceil(part);
+        if participants == 1 || parts < 2 || parts >= u32::MAX as usize {
+            // SAFETY: our caller's contract.
+            unsafe { copy_part(args, stores) };
+            return;
+        }
+        let _one_caller = shared
+            .caller
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        shared.dst.store(args.dst, Ordering::Relaxed);
+        shared.src.store(args.src, Ordering::Relaxed);
+        shared.nbytes.store(args.nbytes, Ordering::Relaxed);
+        shared.part.store(part, Ordering::Relaxed);
+        shared.parts.store(parts, Ordering::Relaxed);
+        shared.stores.store(stores as usize, Ordering::Relaxed);
+        shared.done.store(0, Ordering::Relaxed);
+        let number = (shared.claim.load(Ordering::Relaxed) >> 32).wrapping_add(1) as u32;
+        // Publishes the fields above to every worker that sees this number.
+        shared
+            .claim
+            .store(u64::from(number) << 32, Ordering::Release);
+        {
+            let mut latest = shared
+                .sleep
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            *latest = number;
+        }
+        shared.wake.notify_all();
+
+        // The calling thread copies parts too, then waits for the rest.
+        // SAFETY: the caller's contract covers every part of the record.
+        while unsafe { shared.copy_one_part(number) } {}
+        // Acquire: pairs with each part's Release count, so every part's
+        // bytes happen before the return.
+        while shared.done.load(Ordering::Acquire) < parts {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+impl Drop for CopyPool {
+    /// Stops the workers and joins them: no copy is running (`copy` borrows
+    /// the pool), so each is waiting for a job.
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        {
+            // Under the lock: a worker between its check and its wait
+            // cannot miss the notification.
+            let _latest = self
+                .shared
+                .sleep
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for handle in self.threads.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Worker threads of every [`CopyPool`] in the process (the process-wide
+/// pool's included) that have not ended: a dropped pool's are gone.
+pub fn running_workers() -> usize {
+    RUNNING.load(Ordering::Acquire)
+}
+
+/// Copies one range with the chosen stores.
+///
+/// # Safety
+///
+/// As for [`CopyPool::copy`].
+unsafe fn copy_part(args: &HostCopyArgs, stores: Stores) {
+    match stores {
+        // SAFETY: valid for `hostcopy_fn` (our caller); it ends with the
+        // fence its streaming stores need.
+        Stores::Streaming => unsafe { hostcopy_fn(args.user_data()) },
+        // Plain stores need no fence: the Release count after the part (or
+        // the calling thread's own program order) publishes them.
+        Stores::Cached => {
+            if args.nbytes > 0 {
+                // SAFETY: readable and writable, non-overlapping, non-null
+                // ranges of `nbytes` bytes (our caller: not rejected).
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        core::ptr::with_exposed_provenance::<u8>(args.src),
+                        core::ptr::with_exposed_provenance_mut::<u8>(args.dst),
+                        args.nbytes,
+                    )
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Claims and copies one part of job `number`. Whether there was one.
+    ///
+    /// # Safety
+    ///
+    /// Job `number`'s record is valid for [`CopyPool::copy`] until all its
+    /// parts are done.
+    unsafe fn copy_one_part(&self, number: u32) -> bool {
+        let mut claim = self.claim.load(Ordering::Acquire);
+        loop {
+            if (claim >> 32) as u32 != number {
+                return false;
+            }
+            // Read before the claim; used only if the claim succeeds, which
+            // proves the job was still `number` and these fields its own.
+            let parts = self.parts.load(Ordering::Relaxed);
+            let index = (claim & u64::from(u32::MAX)) as usize;
+            if index >= parts {
+                return false;
+            }
+            let (dst, src, nbytes, part, stores) = (
+                self.dst.load(Ordering::Relaxed),
+                self.src.load(Ordering::Relaxed),
+                self.nbytes.load(Ordering::Relaxed),
+                self.part.load(Ordering::Relaxed),
+                self.stores.load(Ordering::Relaxed),
+            );
+            match self.claim.compare_exchange_weak(
+                claim,
+                claim + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    let offset = index * part;
+                    let piece =
+                        HostCopyArgs::new(dst + offset, src + offset, part.min(nbytes - offset));
+                    let stores = if stores == Stores::Cached as usize {
+                        Stores::Cached
+                    } else {
+                        Stores::Streaming
+                    };
+                    // SAFETY: a part of a record valid for `CopyPool::copy`
+                    // (our caller).
+                    unsafe { copy_part(&piece, stores) };
+                    // Release: the part's bytes happen before the caller's
+                    // Acquire load that counts it.
+                    self.done.fetch_add(1, Ordering::Release);
+                    return true;
+                }
+                Err(now) => claim = now,
+            }
+        }
+    }
+
+    /// A worker's life: wait for a job, copy parts of it, repeat until the
+    /// pool is dropped.
+    fn work(&self, index: usize) {
+        let mut seen = 0u32;
+        while let Some(number) = self.next_job(seen) {
+            seen = number;
+            if index >= self.active.load(Ordering::Relaxed) {
+                continue;
+            }
+            // SAFETY: parts of job `number` are valid until all are done,
+            // and the caller waits for that.
+            while unsafe { self.copy_one_part(number) } {}
+        }
+    }
+
+    /// Waits for a job numbered other than `seen` (spins a little, then
+    /// sleeps); `None` once the pool is dropped.
+    fn next_job(&self, seen: u32) -> Option<u32> {
+        let start = Instant::now();
+        while start.elapsed() < SPIN {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            let number = (self.claim.load(Ordering::Acquire) >> 32) as u32;
+            if number != seen {
+                return Some(number);
+            }
+            core::hint::spin_loop();
+        }
+        let mut latest = self
+            .sleep
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            if *latest != seen {
+                return Some(*latest);
+            }
+            latest = self
+                .wake
+                .wait(latest)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}
+
+/// The worker pool behind [`hostcopy_parallel_fn`]: one per process, a
+/// [`CopyPool`] that is never dropped.
+#[derive(Debug)]
+pub struct CopyWorkers {
+    pool: CopyPool,
 }
 
 impl CopyWorkers {
@@ -85,47 +435,26 @@ impl CopyWorkers {
     /// ([`CopyWorkers::get`] returns it). If spawning a thread fails, the
     /// pool keeps the workers already started and says how many.
     pub fn start(workers: usize) -> Result<&'static CopyWorkers, StartError> {
-        let workers = workers.min(MAX_WORKERS);
         let mut first = false;
-        let pool = WORKERS.get_or_init(|| {
+        let mut failed = None;
+        let started = WORKERS.get_or_init(|| {
             first = true;
-            CopyWorkers {
-                workers: AtomicUsize::new(0),
-                active: AtomicUsize::new(0),
-                job: Job {
-                    claim: AtomicU64::new(0),
-                    dst: AtomicUsize::new(0),
-                    src: AtomicUsize::new(0),
-                    nbytes: AtomicUsize::new(0),
-                    part: AtomicUsize::new(0),
-                    parts: AtomicUsize::new(0),
-                    done: AtomicUsize::new(0),
-                },
-                caller: Mutex::new(()),
-                sleep: Mutex::new(0),
-                wake: Condvar::new(),
-            }
+            let (pool, error) = CopyPool::spawn(workers, "hostcopy-worker");
+            failed = error;
+            CopyWorkers { pool }
         });
         if !first {
             return Err(StartError::AlreadyStarted {
-                workers: pool.workers(),
+                workers: started.workers(),
             });
         }
-        for index in 0..workers {
-            let spawned = thread::Builder::new()
-                .name(format!("hostcopy-worker-{index}"))
-                .spawn(move || pool.work(index));
-            if let Err(error) = spawned {
-                return Err(StartError::Spawn {
-                    started: index,
-                    error,
-                });
-            }
-            // Counted once running: a worker index below `workers` exists.
-            pool.workers.store(index + 1, Ordering::Release);
-            pool.active.store(index + 1, Ordering::Relaxed);
+        match failed {
+            Some(error) => Err(StartError::Spawn {
+                started: started.workers(),
+                error,
+            }),
+            None => Ok(started),
         }
-        Ok(pool)
     }
 
     /// The running pool, if started.
@@ -135,146 +464,18 @@ impl CopyWorkers {
 
     /// Number of worker threads started (the driver's thread copies too).
     pub fn workers(&self) -> usize {
-        self.workers.load(Ordering::Acquire)
+        self.pool.workers()
     }
 
     /// Number of workers that take part in copies.
     pub fn active(&self) -> usize {
-        self.active.load(Ordering::Relaxed)
+        self.pool.active()
     }
 
     /// Lets only the first `active` workers take part in later copies (at
     /// most the number started): for measuring, or for sharing the machine.
     pub fn set_active(&self, active: usize) {
-        self.active
-            .store(active.min(self.workers()), Ordering::Relaxed);
-    }
-
-    /// Copies what `args` says, split over the workers and the calling thread.
-    ///
-    /// # Safety
-    ///
-    /// As for `hostcopy_fn` with the record's address as `user_data`.
-    unsafe fn copy(&self, args: &HostCopyArgs) {
-        // At most MAX_WORKERS + 1: no overflow below.
-        let participants = self.active().min(MAX_WORKERS) + 1;
-        let part = (args.nbytes / (2 * participants))
-            .next_multiple_of(64 << 10)
-            .max(MIN_PART);
-        let parts = args.nbytes.div_ceil(part);
-        let _one_caller = self
-            .caller
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let job = &self.job;
-        job.dst.store(args.dst, Ordering::Relaxed);
-        job.src.store(args.src, Ordering::Relaxed);
-        job.nbytes.store(args.nbytes, Ordering::Relaxed);
-        job.part.store(part, Ordering::Relaxed);
-        job.parts.store(parts, Ordering::Relaxed);
-        job.done.store(0, Ordering::Relaxed);
-        let number = (job.claim.load(Ordering::Relaxed) >> 32).wrapping_add(1) as u32;
-        // Publishes the fields above to every worker that sees this number.
-        job.claim.store(u64::from(number) << 32, Ordering::Release);
-        {
-            let mut latest = self
-                .sleep
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            *latest = number;
-        }
-        self.wake.notify_all();
-
-        // The driver's thread copies parts too, then waits for the rest.
-        // SAFETY: the caller's contract covers every part of the record.
-        while unsafe { self.copy_one_part(number) } {}
-        while job.done.load(Ordering::Acquire) < parts {
-            core::hint::spin_loop();
-        }
-    }
-
-    /// Claims and copies one part of job `number`. Whether there was one.
-    ///
-    /// # Safety
-    ///
-    /// Job `number`'s record is valid for `hostcopy_fn` until all its parts are done.
-    unsafe fn copy_one_part(&self, number: u32) -> bool {
-        let job = &self.job;
-        let mut claim = job.claim.load(Ordering::Acquire);
-        loop {
-            if (claim >> 32) as u32 != number {
-                return false;
-            }
-            // Read before the claim; used only if the claim succeeds, which
-            // proves the job was still `number` and these fields its own.
-            let parts = job.parts.load(Ordering::Relaxed);
-            let index = (claim & u64::from(u32::MAX)) as usize;
-            if index >= parts {
-                return false;
-            }
-            let (dst, src, nbytes, part) = (
-                job.dst.load(Ordering::Relaxed),
-                job.src.load(Ordering::Relaxed),
-                job.nbytes.load(Ordering::Relaxed),
-                job.part.load(Ordering::Relaxed),
-            );
-            match job.claim.compare_exchange_weak(
-                claim,
-                claim + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    let offset = index * part;
-                    let piece =
-                        HostCopyArgs::new(dst + offset, src + offset, part.min(nbytes - offset));
-                    // SAFETY: a part of a record valid for `hostcopy_fn`
-                    // (our caller); it ends with the stores' fence.
-                    unsafe { hostcopy_fn(piece.user_data()) };
-                    job.done.fetch_add(1, Ordering::Release);
-                    return true;
-                }
-                Err(now) => claim = now,
-            }
-        }
-    }
-
-    /// A worker's life: wait for a job, copy parts of it, repeat.
-    fn work(&self, index: usize) {
-        let mut seen = 0u32;
-        loop {
-            let number = self.next_job(seen);
-            seen = number;
-            if index >= self.active() {
-                continue;
-            }
-            // SAFETY: parts of job `number` are valid until all are done,
-            // and the caller waits for that.
-            while unsafe { self.copy_one_part(number) } {}
-        }
-    }
-
-    /// Waits for a job numbered other than `seen`: spins a little, then sleeps.
-    fn next_job(&self, seen: u32) -> u32 {
-        let start = std::time::Instant::now();
-        while start.elapsed() < SPIN {
-            let number = (self.job.claim.load(Ordering::Acquire) >> 32) as u32;
-            if number != seen {
-                return number;
-            }
-            core::hint::spin_loop();
-        }
-        let mut latest = self
-            .sleep
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        while *latest == seen {
-            latest = self
-                .wake
-                .wait(latest)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        *latest
+        self.pool.set_active(active)
     }
 }
 
@@ -337,9 +538,10 @@ pub unsafe extern "C" fn hostcopy_parallel_fn(user_data: *mut c_void) {
     // SAFETY: `user_data` is null or a record (our caller).
     let args = unsafe { HostCopyArgs::read(user_data) };
     match (args, WORKERS.get()) {
-        (Some(args), Some(pool)) if pool.active() > 0 && splittable(&args) => {
-            // SAFETY: the record is valid for `hostcopy_fn` (our caller).
-            unsafe { pool.copy(&args) }
+        (Some(args), Some(workers)) if workers.active() > 0 && splittable(&args) => {
+            // SAFETY: the record is valid for `hostcopy_fn` (our caller), not
+            // rejected and free of overlap (`splittable`).
+            unsafe { workers.pool.copy(&args, Stores::Streaming) }
         }
         // SAFETY: forwarded unchanged.
         _ => unsafe { hostcopy_fn(user_data) },

@@ -5,7 +5,9 @@
 
 use std::sync::Once;
 
-use hostcopy_driver::parallel::{CopyWorkers, PARALLEL_THRESHOLD, hostcopy_parallel_fn};
+use hostcopy_driver::parallel::{
+    CopyPool, CopyWorkers, PARALLEL_THRESHOLD, Stores, hostcopy_parallel_fn,
+};
 use hostcopy_driver::{HostCopyArgs, hostcopy_rejected};
 
 fn workers() -> &'static CopyWorkers {
@@ -154,4 +156,31 @@ fn a_copy_above_the_threshold_splits_across_the_workers() {
     // SAFETY: the record describes two live, disjoint vectors.
     unsafe { hostcopy_parallel_fn(record.user_data()) };
     assert!(dst == src, "the split copy differs");
+}
+
+#[test]
+fn an_own_pool_copies_with_either_store_kind_and_any_active_count() {
+    // A pool of its own, beside the process-wide one; runs under Miri too.
+    let pool = CopyPool::new(3);
+    assert_eq!(pool.workers(), 3);
+    let len = (3 << 18) + 4096 + 13;
+    let mut src = vec![0x5Au8; len];
+    for (i, byte) in src.iter_mut().enumerate().step_by(4093) {
+        *byte = (i / 4093) as u8;
+    }
+    for stores in [Stores::Streaming, Stores::Cached] {
+        for active in [3, 1, 0] {
+            pool.set_active(active);
+            assert_eq!(pool.active(), active);
+            let mut dst = vec![0u8; len];
+            let record = HostCopyArgs::new(
+                dst.as_mut_ptr().expose_provenance(),
+                src.as_ptr().expose_provenance(),
+                len,
+            );
+            // SAFETY: the record describes two live, disjoint vectors.
+            unsafe { pool.copy(&record, stores) };
+            assert!(dst == src, "{stores:?} with {active} active: wrong copy");
+        }
+    }
 }

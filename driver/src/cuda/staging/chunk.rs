@@ -17,8 +17,7 @@ use std::vec::Vec;
 
 use hostcopy_core::HostCopyArgs;
 
-use super::options::Stores;
-use super::workers::Workers;
+use crate::parallel::{CopyPool, Stores};
 
 /// Not launched: no host function will look at it.
 pub(super) const HELD: u8 = 1;
@@ -66,12 +65,12 @@ pub(super) struct Chunk {
     state: AtomicU8,
     args: HostCopyArgs,
     stores: Stores,
-    workers: *const Workers,
+    workers: *const CopyPool,
 }
 
 impl Chunk {
     /// `workers` stays allocated (behind an `Arc`) while the chunk may run.
-    pub(super) fn new(args: HostCopyArgs, stores: Stores, workers: *const Workers) -> Chunk {
+    pub(super) fn new(args: HostCopyArgs, stores: Stores, workers: *const CopyPool) -> Chunk {
         Chunk {
             state: AtomicU8::new(HELD),
             args,
@@ -184,7 +183,8 @@ pub(super) unsafe extern "C" fn run_chunk(user_data: *mut c_void) {
         return;
     }
     // SAFETY: RUNNING keeps the stager (workers, staging buffer) and the
-    // borrowed host buffer waiting for us; ranges checked when packed.
+    // borrowed host buffer waiting for us; its ranges, checked when packed,
+    // are non-null, live and disjoint, as `CopyPool::copy` asks.
     unsafe { (*chunk.workers).copy(&chunk.args, chunk.stores) };
     // Last touch: after this store the chunk may be freed.
     chunk.state.store(DONE, Ordering::Release);

@@ -68,7 +68,6 @@ mod chunk;
 mod driver_path;
 mod options;
 mod scope;
-mod workers;
 
 use core::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -82,10 +81,10 @@ use super::error::{DriverError, Error};
 use super::event::Event;
 use super::pinned::PinnedBuffer;
 use super::stream::Stream;
+use crate::parallel::CopyPool;
 use crate::{HostMemory, HostMemoryMut, HostRange};
 use chunk::{Chunk, Chunks, run_chunk};
 use driver_path::{DeviceSide, driver_path};
-use workers::Workers;
 
 pub use chunk::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
@@ -106,7 +105,7 @@ pub struct Stager {
     buffers: Vec<ManuallyDrop<PinnedBuffer>>,
     /// Behind an `Arc`: host functions reach it through a raw pointer that
     /// no borrow of the stager may invalidate.
-    workers: Arc<Workers>,
+    workers: Arc<CopyPool>,
     /// Completion events of finished transfers, reused: no event is
     /// created or destroyed per transfer once the stager is warm.
     spare_events: Vec<Event>,
@@ -155,7 +154,7 @@ impl Stager {
             options,
             streams,
             buffers,
-            workers: Arc::new(Workers::start(options.workers)),
+            workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
             spare_events: Vec::new(),
             next: 0,
             failed: None,
@@ -175,7 +174,7 @@ impl Stager {
 
     /// Worker threads running (fewer than asked if the system refused some).
     pub fn workers(&self) -> usize {
-        self.workers.count()
+        self.workers.workers()
     }
 
     /// Copies `dst.len()` bytes from the start of `src` into `dst`, and

@@ -3,6 +3,8 @@
 //! below which the driver's own path is used. Every default is chosen from
 //! the machine or from a measurement named in its documentation.
 
+pub use crate::parallel::Stores;
+
 /// Default chunk: the bytes one staging buffer carries per copy.
 ///
 /// Measured on an H200 host (PCIe Gen5, 16-core VM), 1 GiB device to
@@ -43,25 +45,6 @@ pub const RESERVED_CORES: usize = 4;
 /// it was faster on both (1.60x and 1.09x; 4 MiB: 1.77x and 1.36x). So
 /// 2 MiB is the smallest size from which staging was never slower.
 pub const DRIVER_PATH_BELOW: usize = 2 << 20;
-
-/// How a host-to-device chunk is written into its staging buffer.
-///
-/// Measured on the H200 host (GPU_RUNS.md, run 9), 1 GiB host to device
-/// with the default options: cached stores 53.2 GB/s (96% of pinned H2D),
-/// streaming stores 41.5 GB/s (75%). The DMA engine reads the staging
-/// buffer right after the host copy wrote it; lines still in the host's
-/// cache reach it faster than lines the streaming stores sent to memory.
-/// [`Stores::Cached`] is the default.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Stores {
-    /// Non-temporal stores (`hostcopy_fn`'s path for large copies on
-    /// x86_64): the staging buffer's lines go to memory, not to the cache.
-    Streaming,
-    /// Plain cached stores (`copy_nonoverlapping`): the lines may still be
-    /// in the host's cache when the DMA engine reads them.
-    Cached,
-}
 
 /// The options of a [`Stager`](super::Stager); build with
 /// [`StagingOptions::builder`], or take [`StagingOptions::default`].
