@@ -409,6 +409,8 @@ fn small(context: &Context, options: &Options, report: &mut Report) -> Result<()
 
 /// Two GPUs at once, one stager each (options `stagers(2)`: half the
 /// cores each), on their own threads: the aggregate over the slower time.
+/// Beside the default split, fewer workers per stager, to show how much
+/// of the machine two stagers need.
 fn two_gpus(
     options: &Options,
     bytes: usize,
@@ -421,7 +423,40 @@ fn two_gpus(
             .push("two GPUs: one GPU here, not measured".into());
         return Ok(());
     }
-    let runs = options.runs;
+    let default = hostcopy_driver::cuda::staging::default_workers(2);
+    let mut splits = vec![default];
+    splits.extend(
+        [default * 3 / 4, default / 2]
+            .into_iter()
+            .filter(|&w| w > 0 && w != default),
+    );
+    let total = 2 * bytes;
+    for (index, workers) in splits.into_iter().enumerate() {
+        let aggregate = two_gpus_once(options.runs, bytes, workers)?;
+        let path = format!("staged, {workers} workers each, aggregate");
+        report.rows.push(row(
+            "two GPUs at once, D2H (x pinned: of two links)",
+            &path,
+            total,
+            &aggregate,
+            2.0 * reference.pinned_d2h,
+            f64::NAN,
+        ));
+        if index == 0 {
+            report.notes.push(format!(
+                "two GPUs: aggregate {:.1} GB/s = {:.2}x one GPU's staged default ({:.1} GB/s)",
+                gbps(total, &aggregate),
+                gbps(total, &aggregate) / reference.staged_d2h,
+                reference.staged_d2h
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One stager per GPU with `workers` workers each, both transferring
+/// `bytes` at once, `runs` times after a warm-up: the slower of each pair.
+fn two_gpus_once(runs: usize, bytes: usize, workers: usize) -> Result<Timed, Error> {
     let barrier = Barrier::new(2);
     let results: Vec<Result<Vec<Duration>, Error>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..2)
@@ -433,7 +468,7 @@ fn two_gpus(
                     let mut device = DeviceBuffer::new(&context, bytes)?;
                     device.copy_from_host(0, &source)?;
                     let mut host = vec![1u8; bytes];
-                    let options = StagingOptions::builder().stagers(2).build();
+                    let options = StagingOptions::builder().workers(workers).build();
                     let mut stager = Stager::with_options(&context, options)?;
                     let mut times = Vec::new();
                     for _ in 0..=runs {
@@ -455,24 +490,8 @@ fn two_gpus(
     let mut results = results.into_iter();
     let (first, second) = (results.next().unwrap()?, results.next().unwrap()?);
     let slower: Vec<Duration> = first.iter().zip(&second).map(|(a, b)| *a.max(b)).collect();
-    let aggregate = Timed {
+    Ok(Timed {
         times: slower,
         caller_share: f64::NAN,
-    };
-    let total = 2 * bytes;
-    report.rows.push(row(
-        "two GPUs at once, D2H (x pinned: of two links)",
-        "staged, stagers(2), aggregate",
-        total,
-        &aggregate,
-        2.0 * reference.pinned_d2h,
-        f64::NAN,
-    ));
-    report.notes.push(format!(
-        "two GPUs: aggregate {:.1} GB/s = {:.2}x one GPU's staged default ({:.1} GB/s)",
-        gbps(total, &aggregate),
-        gbps(total, &aggregate) / reference.staged_d2h,
-        reference.staged_d2h
-    ));
-    Ok(())
+    })
 }
