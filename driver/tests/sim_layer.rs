@@ -1076,8 +1076,10 @@ fn an_executable_without_set_records_is_refused_on_a_capturing_stream() {
 
 /// `mem::forget` of a registration leaks it: the range stays registered
 /// and the context stays alive (the registration holds it), and the
-/// buffer, whose borrow ended, can be used and freed without any misuse
-/// the driver could see.
+/// buffer, whose borrow ended, can be used without any misuse the driver
+/// could see. The buffer is leaked too: the range stays registered for the
+/// process, so an allocation reusing its address could not be registered
+/// by another test running beside this one.
 #[test]
 #[cfg_attr(miri, ignore = "leaks a context on purpose, which Miri reports")]
 fn a_forgotten_registration_stays_registered_and_keeps_its_context() {
@@ -1085,7 +1087,7 @@ fn a_forgotten_registration_stays_registered_and_keeps_its_context() {
     let mut buffer = vec![0u8; 4096];
     std::mem::forget(HostRegistration::new(&device.context, &mut buffer).unwrap());
     buffer[0] = 1;
-    drop(buffer);
+    std::mem::forget(buffer);
     let Device { ordinal, context } = device;
     drop(context);
     sim::drain(ordinal);
