@@ -283,8 +283,7 @@ pub(crate) unsafe extern "C" fn run_scoped(user_data: *mut c_void) {
     // SAFETY: the slot stays allocated until DONE is stored (then its scope
     // frees it) or, once abandoned, until this function frees it.
     let state = unsafe { &(*slot.as_ptr()).state };
-    let claimed = state.compare_exchange(PENDING, RUNNING, Ordering::Acquire, Ordering::Acquire);
-    if claimed.is_err() {
+    if !start_running(state) {
         // Abandoned: the scope has returned and its buffers may be gone.
         // The slot is ours now; free it and touch nothing else.
         // SAFETY: the scope gave the slot up for this function to free.
@@ -293,8 +292,56 @@ pub(crate) unsafe extern "C" fn run_scoped(user_data: *mut c_void) {
     }
     // SAFETY: RUNNING keeps the scope (and so the borrowed buffers) waiting.
     unsafe { run_copy(slot) };
-    // Last touch: after this store the scope may free the slot.
+    // Last touch: after this the scope may free the slot.
+    finish_running(state);
+}
+
+/// How the launching side's claim on a launched record ended ([`settle`]).
+#[cfg(feature = "cuda")]
+pub(crate) enum Settled {
+    /// Never run, or run to the end: no host function touches it anymore.
+    Finished,
+    /// Given up on while PENDING: a host function that still runs must
+    /// touch nothing but the record's own memory, which is never freed by
+    /// the launching side.
+    Abandoned,
+}
+
+/// The host function's side of a launched record: PENDING -> RUNNING.
+/// `false` if the launching side abandoned it (its buffers may be gone).
+#[cfg(feature = "cuda")]
+pub(crate) fn start_running(state: &AtomicU8) -> bool {
+    state
+        .compare_exchange(PENDING, RUNNING, Ordering::Acquire, Ordering::Acquire)
+        .is_ok()
+}
+
+/// The host function's last touch of a launched record: RUNNING -> DONE.
+/// After it the launching side may free the record.
+#[cfg(feature = "cuda")]
+pub(crate) fn finish_running(state: &AtomicU8) {
     state.store(DONE, Ordering::Release);
+}
+
+/// The launching side gives up its claim, after synchronizing (or failing
+/// to): a RUNNING record is a copy in progress, waited for (one bounded
+/// copy, never an unbounded wait); a PENDING one, which the driver skipped
+/// or may still run late, is abandoned.
+#[cfg(feature = "cuda")]
+pub(crate) fn settle(state: &AtomicU8) -> Settled {
+    loop {
+        match state.load(Ordering::Acquire) {
+            PENDING => {
+                let abandoned =
+                    state.compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+                if abandoned.is_ok() {
+                    return Settled::Abandoned;
+                }
+            }
+            RUNNING => std::thread::yield_now(),
+            _ => return Settled::Finished,
+        }
+    }
 }
 
 /// Destructor of the user object that gives a graph its record.

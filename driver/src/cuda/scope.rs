@@ -29,7 +29,7 @@ use super::capture::{self, capture_graph};
 use super::error::{DriverError, Error};
 use super::ffi;
 use super::stream::StreamRef;
-use crate::owned::{self, HostCopy, Slot, SlotSource};
+use crate::owned::{self, HostCopy, Settled, Slot, SlotSource};
 use crate::{Record, RecordPool};
 
 /// Finished launches are freed once this many are tracked, so the list is
@@ -210,7 +210,8 @@ impl<'scope, 'env> LaunchScope<'scope, 'env> {
     }
 }
 
-/// Ends the scope's claim on one launched slot.
+/// Ends the scope's claim on one launched slot: frees it once no host
+/// function touches it, or leaves an abandoned one to its host function.
 ///
 /// # Safety
 ///
@@ -220,31 +221,12 @@ unsafe fn settle(slot: NonNull<Slot>) {
     // SAFETY: the slot stays allocated until freed here or, once abandoned,
     // by the host function.
     let state = unsafe { &(*slot.as_ptr()).state };
-    loop {
-        match state.load(Ordering::Acquire) {
-            owned::DONE => {
-                // SAFETY: the host function is finished with it.
-                unsafe { Slot::release(slot) };
-                return;
-            }
-            owned::PENDING => {
-                let abandoned = state.compare_exchange(
-                    owned::PENDING,
-                    owned::ABANDONED,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-                if abandoned.is_ok() {
-                    // Skipped by the driver after a context error, or never
-                    // to run: the host function frees it if it ever runs.
-                    Slot::count_abandoned();
-                    return;
-                }
-            }
-            // A host function is copying into the borrowed buffers right
-            // now: wait for that one copy.
-            _ => std::thread::yield_now(),
-        }
+    match owned::settle(state) {
+        // SAFETY: the host function is finished with it.
+        Settled::Finished => unsafe { Slot::release(slot) },
+        // Skipped by the driver after a context error, or never to run:
+        // the host function frees it if it ever runs.
+        Settled::Abandoned => Slot::count_abandoned(),
     }
 }
 

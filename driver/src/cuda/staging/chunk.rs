@@ -2,11 +2,11 @@
 //!
 //! A chunk's `user_data` points at a [`Chunk`]: the copy to make, the
 //! stager's worker pool, and a state that tells the enqueuing side whether
-//! the host function may still touch the borrowed buffers:
-//! HELD (never launched) -> PENDING (launched) -> RUNNING -> DONE, or
-//! PENDING -> ABANDONED when the stager gave up on it after a failed wait
-//! (the host function, should the driver still run it, then touches
-//! nothing but the state). The host function makes no CUDA call, allocates
+//! the host function may still touch the borrowed buffers. The states are
+//! those of every launched record (`crate::owned`): HELD (never launched)
+//! -> PENDING (launched) -> RUNNING -> DONE, or PENDING -> ABANDONED when
+//! the stager gave up on it after a failed wait (the host function, should
+//! the driver still run it, then touches nothing but the state). The host function makes no CUDA call, allocates
 //! nothing and cannot panic.
 
 use core::ffi::c_void;
@@ -17,18 +17,8 @@ use std::vec::Vec;
 
 use hostcopy_core::HostCopyArgs;
 
+use crate::owned::{self, HELD, PENDING, Settled};
 use crate::parallel::{CopyPool, Stores};
-
-/// Not launched: no host function will look at it.
-pub(super) const HELD: u8 = 1;
-/// Launched; its host function has not started.
-pub(super) const PENDING: u8 = 2;
-/// Its host function is copying now.
-pub(super) const RUNNING: u8 = 3;
-/// Its host function has finished with it.
-pub(super) const DONE: u8 = 4;
-/// Given up on while PENDING: the host function must touch nothing else.
-pub(super) const ABANDONED: u8 = 5;
 
 static ABANDONED_CHUNKS: AtomicUsize = AtomicUsize::new(0);
 static LEAKED_BUFFERS: AtomicUsize = AtomicUsize::new(0);
@@ -84,27 +74,15 @@ impl Chunk {
         self.state.store(HELD, Ordering::Release);
     }
 
-    /// Ends the enqueuing side's claim: returns once no host function will
-    /// touch the chunk's buffers. `true` if the chunk was abandoned (then
-    /// its memory must never be freed).
-    ///
-    /// A RUNNING chunk is a copy in progress: waiting for it is one bounded
-    /// copy, never an unbounded wait.
+    /// Ends the enqueuing side's claim ([`owned::settle`]): returns once no
+    /// host function will touch the chunk's buffers. `true` if the chunk was
+    /// abandoned (then its memory must never be freed).
     pub(super) fn settle(&self) -> bool {
-        loop {
-            match self.state.load(Ordering::Acquire) {
-                HELD | DONE | ABANDONED => return false,
-                PENDING => {
-                    if self
-                        .state
-                        .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        ABANDONED_CHUNKS.fetch_add(1, Ordering::Relaxed);
-                        return true;
-                    }
-                }
-                _ => std::thread::yield_now(),
+        match owned::settle(&self.state) {
+            Settled::Finished => false,
+            Settled::Abandoned => {
+                ABANDONED_CHUNKS.fetch_add(1, Ordering::Relaxed);
+                true
             }
         }
     }
@@ -174,11 +152,7 @@ impl Chunks {
 pub(super) unsafe extern "C" fn run_chunk(user_data: *mut c_void) {
     // SAFETY: an armed chunk, allocated (our caller).
     let chunk = unsafe { &*user_data.cast::<Chunk>() };
-    if chunk
-        .state
-        .compare_exchange(PENDING, RUNNING, Ordering::Acquire, Ordering::Acquire)
-        .is_err()
-    {
+    if !owned::start_running(&chunk.state) {
         // Abandoned: the buffers may be gone; touch nothing else.
         return;
     }
@@ -186,6 +160,6 @@ pub(super) unsafe extern "C" fn run_chunk(user_data: *mut c_void) {
     // borrowed host buffer waiting for us; its ranges, checked when packed,
     // are non-null, live and disjoint, as `CopyPool::copy` asks.
     unsafe { (*chunk.workers).copy(&chunk.args, chunk.stores) };
-    // Last touch: after this store the chunk may be freed.
-    chunk.state.store(DONE, Ordering::Release);
+    // Last touch: after this the chunk may be freed.
+    owned::finish_running(&chunk.state);
 }
