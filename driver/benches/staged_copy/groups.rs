@@ -121,30 +121,15 @@ fn headline(
     let staged = paths::staged_d2h(&mut stager, &device, &mut host, runs)?;
     check("staged D2H", &host, &source)?;
     let staged_d2h = gbps(bytes, &staged);
-    report.rows.push(row(
-        group,
-        "pinned (link)",
-        bytes,
-        &pinned,
-        pinned_d2h,
-        driver_d2h,
-    ));
-    report.rows.push(row(
-        group,
-        "driver pageable",
-        bytes,
-        &driver,
-        pinned_d2h,
-        driver_d2h,
-    ));
-    report.rows.push(row(
-        group,
-        "staged, defaults",
-        bytes,
-        &staged,
-        pinned_d2h,
-        driver_d2h,
-    ));
+    for (path, timed) in [
+        ("pinned (link)", &pinned),
+        ("driver pageable", &driver),
+        ("staged, defaults", &staged),
+    ] {
+        report
+            .rows
+            .push(row(group, path, bytes, timed, pinned_d2h, driver_d2h));
+    }
 
     let group = "H2D, default options, streaming vs cached stores";
     let pinned = paths::pinned(
@@ -158,22 +143,11 @@ fn headline(
     let pinned_h2d = gbps(bytes, &pinned);
     let driver = paths::driver_h2d(&mut device, &source, runs)?;
     let driver_h2d = gbps(bytes, &driver);
-    report.rows.push(row(
-        group,
-        "pinned (link)",
-        bytes,
-        &pinned,
-        pinned_h2d,
-        driver_h2d,
-    ));
-    report.rows.push(row(
-        group,
-        "driver pageable",
-        bytes,
-        &driver,
-        pinned_h2d,
-        driver_h2d,
-    ));
+    for (path, timed) in [("pinned (link)", &pinned), ("driver pageable", &driver)] {
+        report
+            .rows
+            .push(row(group, path, bytes, timed, pinned_h2d, driver_h2d));
+    }
     drop(stager);
     for (stores, path) in [
         (Stores::Streaming, "staged, streaming stores"),
