@@ -29,6 +29,8 @@
 
 #![cfg(all(feature = "cuda", feature = "simulator"))]
 
+mod sim_support;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hostcopy_driver::cuda::sim;
@@ -37,42 +39,7 @@ use hostcopy_driver::cuda::{
     PinnedBuffer, Stream,
 };
 use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool};
-
-/// `n` normally, `miri` under Miri (same scenario, fewer iterations).
-const fn scaled(n: usize, miri: usize) -> usize {
-    if cfg!(miri) { miri } else { n }
-}
-
-/// A simulated device with its primary context.
-struct Device {
-    ordinal: usize,
-    context: Context,
-}
-
-fn device() -> Device {
-    sim::install();
-    let ordinal = sim::new_device();
-    let context = Context::primary(ordinal).expect("the simulated device's primary context");
-    Device { ordinal, context }
-}
-
-impl Device {
-    fn state(&self) -> sim::DeviceState {
-        sim::device_state(self.ordinal)
-    }
-
-    /// Waits for the queue and late destructors, then fails on any misuse
-    /// the simulator saw on this device.
-    fn assert_no_violations(&self) {
-        sim::drain(self.ordinal);
-        let violations = sim::take_violations(self.ordinal);
-        assert!(
-            violations.is_empty(),
-            "driver misuse on device {}: {violations:#?}",
-            self.ordinal
-        );
-    }
-}
+use sim_support::{Device, device, scaled};
 
 /// Host memory the tests reach only through raw addresses once records
 /// point into it, so that no Rust borrow is live while host functions write.

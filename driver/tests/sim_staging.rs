@@ -6,14 +6,12 @@
 
 #![cfg(all(feature = "cuda", feature = "simulator"))]
 
+mod sim_support;
+
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores};
-use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer};
-
-/// `n` normally, `miri` under Miri.
-const fn scaled(n: usize, miri: usize) -> usize {
-    if cfg!(miri) { miri } else { n }
-}
+use hostcopy_driver::cuda::{DeviceBuffer, Error, PinnedBuffer};
+use sim_support::{device, scaled};
 
 /// Chunk size of the tests: large enough for the workers to split each
 /// chunk outside Miri (parts are at least 256 KiB).
@@ -21,26 +19,6 @@ const CHUNK: usize = scaled(1 << 20, 256);
 
 /// An arbitrary error code for injected faults (CUDA_ERROR_LAUNCH_FAILED).
 const LAUNCH_FAILED: u32 = 719;
-
-struct Device {
-    ordinal: usize,
-    context: Context,
-}
-
-fn device() -> Device {
-    sim::install();
-    let ordinal = sim::new_device();
-    let context = Context::primary(ordinal).expect("the simulated device's primary context");
-    Device { ordinal, context }
-}
-
-impl Device {
-    fn assert_no_violations(&self) {
-        sim::drain(self.ordinal);
-        let violations = sim::take_violations(self.ordinal);
-        assert!(violations.is_empty(), "driver misuse: {violations:#?}");
-    }
-}
 
 fn options(stores: Stores) -> StagingOptions {
     StagingOptions::builder()

@@ -8,7 +8,7 @@ use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
-use crate::paths::{self, Destination, Timed};
+use crate::paths::{self, Destination, Direction, Timed};
 use crate::table::{Row, median, size};
 
 /// What every group is compared with: the link, and the staged default.
@@ -107,59 +107,47 @@ fn headline(
     let mut stager = Stager::new(context)?;
 
     let group = "D2H, default options";
-    let pinned = paths::pinned_d2h(context, &device, bytes, runs)?;
+    let pinned = paths::pinned(
+        context,
+        &mut stager,
+        &mut device,
+        Direction::D2H,
+        bytes,
+        runs,
+    )?;
     let pinned_d2h = gbps(bytes, &pinned);
     let driver = paths::driver_d2h(&device, &mut host, runs)?;
     let driver_d2h = gbps(bytes, &driver);
     let staged = paths::staged_d2h(&mut stager, &device, &mut host, runs)?;
     check("staged D2H", &host, &source)?;
     let staged_d2h = gbps(bytes, &staged);
-    report.rows.push(row(
-        group,
-        "pinned (link)",
-        bytes,
-        &pinned,
-        pinned_d2h,
-        driver_d2h,
-    ));
-    report.rows.push(row(
-        group,
-        "driver pageable",
-        bytes,
-        &driver,
-        pinned_d2h,
-        driver_d2h,
-    ));
-    report.rows.push(row(
-        group,
-        "staged, defaults",
-        bytes,
-        &staged,
-        pinned_d2h,
-        driver_d2h,
-    ));
+    for (path, timed) in [
+        ("pinned (link)", &pinned),
+        ("driver pageable", &driver),
+        ("staged, defaults", &staged),
+    ] {
+        report
+            .rows
+            .push(row(group, path, bytes, timed, pinned_d2h, driver_d2h));
+    }
 
     let group = "H2D, default options, streaming vs cached stores";
-    let pinned = paths::pinned_h2d(context, &device, bytes, runs)?;
+    let pinned = paths::pinned(
+        context,
+        &mut stager,
+        &mut device,
+        Direction::H2D,
+        bytes,
+        runs,
+    )?;
     let pinned_h2d = gbps(bytes, &pinned);
     let driver = paths::driver_h2d(&mut device, &source, runs)?;
     let driver_h2d = gbps(bytes, &driver);
-    report.rows.push(row(
-        group,
-        "pinned (link)",
-        bytes,
-        &pinned,
-        pinned_h2d,
-        driver_h2d,
-    ));
-    report.rows.push(row(
-        group,
-        "driver pageable",
-        bytes,
-        &driver,
-        pinned_h2d,
-        driver_h2d,
-    ));
+    for (path, timed) in [("pinned (link)", &pinned), ("driver pageable", &driver)] {
+        report
+            .rows
+            .push(row(group, path, bytes, timed, pinned_h2d, driver_h2d));
+    }
     drop(stager);
     for (stores, path) in [
         (Stores::Streaming, "staged, streaming stores"),

@@ -1,7 +1,8 @@
 //! The transfer paths being compared, each timed the same way: one warm-up,
 //! then `runs` timed transfers of `bytes`, all through the library's API.
 //!
-//! - pinned: `cuMemcpy*Async` to or from a pinned buffer (the link's limit);
+//! - pinned: one `cuMemcpy*Async` to or from a pinned buffer and a wait,
+//!   through the stager's pinned API (the link's limit);
 //! - driver: the driver's own pageable path (`cuMemcpyDtoH`/`HtoD`), which
 //!   stages internally and blocks the caller for the whole copy;
 //! - staged: a [`Stager`], started in a scope so the time the caller spends
@@ -10,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::staging::Stager;
-use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer, Stream};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer};
 
 /// Times of the runs, and for staged paths the caller's share in driver calls.
 pub(crate) struct Timed {
@@ -36,63 +37,38 @@ fn timed(
     (0..runs).map(|_| once()).collect()
 }
 
-/// After a failed wait (a sticky error returns at once) a copy may still
-/// use `pinned`: it is leaked rather than freed under the copy.
-fn keep_after_error<T>(pinned: PinnedBuffer, result: &Result<T, Error>) {
-    if result.is_err() {
-        core::mem::forget(pinned);
-    }
+/// Which way a pinned copy goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Direction {
+    D2H,
+    H2D,
 }
 
-/// Device to pinned host memory: the link.
-pub(crate) fn pinned_d2h(
+/// Device to or from pinned host memory with one asynchronous driver copy
+/// and a wait, through the stager's safe pinned API: the link.
+pub(crate) fn pinned(
     context: &Context,
-    device: &DeviceBuffer,
+    stager: &mut Stager,
+    device: &mut DeviceBuffer,
+    direction: Direction,
     bytes: usize,
     runs: usize,
 ) -> Result<Timed, Error> {
-    let pinned = PinnedBuffer::new(context, bytes)?;
-    let stream = Stream::new(context)?;
+    let mut buffer = Some(PinnedBuffer::new(context, bytes)?);
     let times = timed(runs, || {
+        let pinned = buffer
+            .take()
+            .expect("a successful copy gives the buffer back");
         let start = Instant::now();
-        // SAFETY: `pinned` holds `bytes` writable bytes, outlives the copy
-        // (synchronized before it is touched or dropped, leaked if the wait
-        // fails), and nothing else touches it meanwhile.
-        unsafe {
-            stream
-                .as_stream()
-                .copy_device_to_host(pinned.raw_ptr(), device, 0, bytes)
-        }?;
-        stream.as_stream().synchronize()?;
-        Ok(start.elapsed())
-    });
-    keep_after_error(pinned, &times);
-    Ok(Timed::plain(times?))
-}
-
-/// Pinned host memory to the device: the link.
-pub(crate) fn pinned_h2d(
-    context: &Context,
-    device: &DeviceBuffer,
-    bytes: usize,
-    runs: usize,
-) -> Result<Timed, Error> {
-    let pinned = PinnedBuffer::new(context, bytes)?;
-    let stream = Stream::new(context)?;
-    let times = timed(runs, || {
-        let start = Instant::now();
-        // SAFETY: `pinned` holds `bytes` readable bytes that nothing writes
-        // until the synchronize below (and never, leaked, if it fails).
-        unsafe {
-            stream
-                .as_stream()
-                .copy_host_to_device(device, 0, pinned.raw_ptr(), bytes)
-        }?;
-        stream.as_stream().synchronize()?;
-        Ok(start.elapsed())
-    });
-    keep_after_error(pinned, &times);
-    Ok(Timed::plain(times?))
+        let pinned = match direction {
+            Direction::D2H => stager.device_to_pinned(pinned, device, 0)?,
+            Direction::H2D => stager.pinned_to_device(device, 0, pinned)?,
+        };
+        let elapsed = start.elapsed();
+        buffer = Some(pinned);
+        Ok(elapsed)
+    })?;
+    Ok(Timed::plain(times))
 }
 
 /// The driver's pageable device-to-host path into `host`.
