@@ -1,14 +1,16 @@
 //! GPU tests of staged transfers (`cuda::staging`) against the real driver:
 //! byte-exact in both directions for sizes that are not multiples of the
 //! chunk, unaligned host buffers, zero bytes, a never-touched destination,
-//! default options and several transfers in flight. Elsewhere each reports
+//! default options and several transfers in flight, and the driver
+//! behaviour the stager's error path rests on (its streams drain while
+//! another stream captures; the context does not). Elsewhere each reports
 //! itself ignored and why.
 
 mod gpu_support;
 
 use gpu_support::{check, pattern};
 use hostcopy_driver::cuda::staging::{DEFAULT_CHUNK, Stager, StagingOptions, Stores};
-use hostcopy_driver::cuda::{Context, DeviceBuffer};
+use hostcopy_driver::cuda::{CaptureMode, Context, DeviceBuffer, Stream};
 use libtest_mimic::Failed;
 
 fn main() {
@@ -35,6 +37,10 @@ fn main() {
             (
                 "scoped_transfers_in_flight_together_all_arrive",
                 scoped_in_flight,
+            ),
+            (
+                "staging_and_its_drain_leave_another_streams_global_capture_alone",
+                beside_a_capture,
             ),
         ],
     )
@@ -179,4 +185,61 @@ fn scoped_in_flight(context: &Context) -> Result<(), Failed> {
         Ok(())
     })??;
     check(host == expected, || "scoped transfers differ".into())
+}
+
+/// What the stager's error path assumes of the driver, and the simulator
+/// models: while another stream of the context captures a graph in global
+/// mode, a staged transfer runs and the stager's own streams synchronize
+/// (its drain after an error), but `cuCtxSynchronize` is refused and
+/// breaks that capture (why the stager no longer drains with it).
+fn beside_a_capture(context: &Context) -> Result<(), Failed> {
+    let len = (64 << 20) + 4_097;
+    let expected = pattern(len, 37);
+    let source = device_with(context, &expected)?;
+    let mut target = DeviceBuffer::new(context, len)?;
+    let mut stager = Stager::new(context)?;
+    // Warm: the stager's completion events exist before the capture.
+    let mut host = vec![0u8; len];
+    stager.device_to_host(&mut host, &source)?;
+    let bystander = Stream::new(context)?;
+    let capturing = Stream::new(context)?;
+
+    capturing.as_stream().begin_capture(CaptureMode::Global)?;
+    host.fill(0);
+    let during = stager
+        .device_to_host(&mut host, &source)
+        .and_then(|()| stager.host_to_device(&mut target, &expected));
+    let drained = bystander.as_stream().synchronize();
+    let ended = capturing.as_stream().end_capture();
+    during?;
+    check(drained.is_ok(), || {
+        format!("a non-capturing stream did not synchronize beside a global capture: {drained:?}")
+    })?;
+    check(ended.is_ok(), || {
+        format!("the capture did not survive a staged transfer beside it: {ended:?}")
+    })?;
+    check(host == expected, || {
+        "device to host beside a capture differs".into()
+    })?;
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back)?;
+    check(back == expected, || {
+        "host to device beside a capture differs".into()
+    })?;
+
+    capturing.as_stream().begin_capture(CaptureMode::Global)?;
+    let whole_context = context.synchronize();
+    let ended = capturing.as_stream().end_capture();
+    check(whole_context.is_err(), || {
+        "cuCtxSynchronize was allowed during a global capture".into()
+    })?;
+    check(ended.is_err(), || {
+        "the capture survived cuCtxSynchronize".into()
+    })?;
+    // The refusal is not sticky: the context works on.
+    context.synchronize()?;
+    stager.device_to_host(&mut host, &source)?;
+    check(host == expected, || {
+        "a transfer after the refused capture differs".into()
+    })
 }

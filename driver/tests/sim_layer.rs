@@ -1066,3 +1066,51 @@ fn a_forgotten_registration_stays_registered_and_keeps_its_context() {
     );
     assert!(sim::take_violations(ordinal).is_empty());
 }
+
+/// Before: handles of two contexts could be mixed in safe calls (an event
+/// recorded on another device's stream, a device buffer copied on another
+/// device's stream, an executable launched there); the driver refused each
+/// with CUDA_ERROR_INVALID_CONTEXT, which names neither device. Now each is
+/// refused before any driver call with an error naming both.
+#[test]
+fn handles_of_another_context_are_refused_before_any_driver_call() {
+    let (first, second) = (device(), device());
+    let foreign_stream = Stream::new(&second.context).unwrap();
+    let foreign = foreign_stream.as_stream();
+    let mismatch = Error::ContextMismatch {
+        expected: first.ordinal,
+        found: second.ordinal,
+    };
+    let event = Event::ordering(&first.context).unwrap();
+    assert_eq!(event.record(foreign), Err(mismatch));
+
+    let mut graph = Graph::new(&first.context).unwrap();
+    let src = RawBuffer::zeroed(64);
+    let dst = RawBuffer::zeroed(64);
+    graph
+        .add_host_copy(HostCopy::Single, raw_record(&dst, 0, &src, 0, 64), &[])
+        .unwrap();
+    let mut exec = graph.instantiate().unwrap();
+    assert_eq!(exec.launch(foreign), Err(mismatch));
+
+    let buffer = DeviceBuffer::new(&first.context, 64).unwrap();
+    let pinned = PinnedBuffer::new(&second.context, 64).unwrap();
+    let reversed = Error::ContextMismatch {
+        expected: second.ordinal,
+        found: first.ordinal,
+    };
+    // SAFETY: refused before anything is queued (asserted).
+    let copied = unsafe { foreign.copy_device_to_host(pinned.raw_ptr(), &buffer, 0, 64) };
+    assert_eq!(copied, Err(reversed));
+    // SAFETY: as above.
+    let copied =
+        unsafe { foreign.copy_host_to_device(&buffer, 0, pinned.raw_ptr().cast_const(), 64) };
+    assert_eq!(copied, Err(reversed));
+
+    let state = (first.state(), second.state());
+    assert_eq!((state.0.queued, state.1.queued), (0, 0));
+    assert_eq!(state.0.host_fns_run, 0, "the executable never ran");
+    drop((exec, graph, event, buffer, pinned, src, dst, foreign_stream));
+    first.assert_no_violations();
+    second.assert_no_violations();
+}

@@ -10,7 +10,7 @@ mod sim_support;
 
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores};
-use hostcopy_driver::cuda::{DeviceBuffer, Error, PinnedBuffer};
+use hostcopy_driver::cuda::{CaptureMode, DeviceBuffer, Error, PinnedBuffer, Stream};
 use sim_support::{device, scaled};
 
 /// Chunk size of the tests: large enough for the workers to split each
@@ -19,6 +19,8 @@ const CHUNK: usize = scaled(1 << 20, 256);
 
 /// An arbitrary error code for injected faults (CUDA_ERROR_LAUNCH_FAILED).
 const LAUNCH_FAILED: u32 = 719;
+/// A non-sticky error for injected faults (CUDA_ERROR_OUT_OF_MEMORY).
+const OUT_OF_MEMORY: u32 = 2;
 
 fn options(stores: Stores) -> StagingOptions {
     StagingOptions::builder()
@@ -474,4 +476,189 @@ fn a_pinned_buffer_no_copy_uses_is_given_back_with_the_error() {
     let pinned = stager.pinned_to_device(&mut target, 0, pinned).unwrap();
     drop((pinned, target, source, stager));
     device.assert_no_violations();
+}
+
+/// Before: after an error the stager drained with `cuCtxSynchronize`,
+/// which the driver refuses while another stream of the context captures
+/// a graph (and which breaks that capture). The stager then gave up on the
+/// copies still queued, returned, and refused every later transfer. Now it
+/// drains its own streams: the other capture goes on, and the stager works
+/// on after a non-sticky error.
+#[test]
+fn an_error_during_another_streams_capture_leaves_that_capture_alone() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let capturing = Stream::new(&device.context).unwrap();
+    capturing
+        .as_stream()
+        .begin_capture(CaptureMode::Global)
+        .unwrap();
+    let len = 3 * CHUNK;
+    let expected = pattern(len, 8);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    // The stager's first transfer creates its completion events.
+    sim::fail_call(device.ordinal, "cuEventCreate", 1, OUT_OF_MEMORY);
+    match stager.device_to_host(&mut host, &source) {
+        Err(Error::Driver(error)) => assert_eq!(error.code(), OUT_OF_MEMORY),
+        other => panic!("expected the injected error, got {other:?}"),
+    }
+    assert!(
+        host == expected,
+        "every chunk queued before the error finished before it returned"
+    );
+    capturing
+        .as_stream()
+        .end_capture()
+        .expect("the other stream's capture survives the stager's error");
+    host.fill(0);
+    stager
+        .device_to_host(&mut host, &source)
+        .expect("a non-sticky error does not disable the stager");
+    assert!(host == expected);
+    drop((stager, source));
+    device.assert_no_violations();
+}
+
+/// Before: when the drain after an error failed, the transfer returned,
+/// ending the borrow of the device buffer, while its copies were still
+/// queued; dropping the buffer freed device memory a queued copy then read
+/// or wrote (a use after free, which Miri sees in the simulator). Now the
+/// allocation is kept for good and counted; the streams drain later and
+/// the stager works again.
+#[test]
+fn a_device_buffer_a_queued_copy_may_still_use_is_kept_not_freed() {
+    for to_device in [false, true] {
+        let device = device();
+        let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+        // One chunk, one completion event.
+        let len = CHUNK;
+        let expected = pattern(len, 12);
+        let mut on_device = DeviceBuffer::new(&device.context, len).unwrap();
+        on_device.copy_from_host(0, &expected).unwrap();
+        let mut host = expected.clone();
+        let kept_before = staging::leaked().device_buffers;
+        // The copies stay queued; the wait and the drain fail without
+        // waiting (whichever call the drain makes).
+        sim::hold(device.ordinal);
+        sim::fail_call(device.ordinal, "cuEventSynchronize", 1, LAUNCH_FAILED);
+        for drain in ["cuStreamSynchronize", "cuCtxSynchronize"] {
+            sim::fail_call(device.ordinal, drain, 1, LAUNCH_FAILED);
+        }
+        let failed = if to_device {
+            stager.host_to_device(&mut on_device, &host)
+        } else {
+            stager.device_to_host(&mut host, &on_device)
+        };
+        assert!(
+            matches!(failed, Err(Error::Driver(e)) if e.code() == LAUNCH_FAILED),
+            "{failed:?}"
+        );
+        assert!(device.state().queued > 0, "the copies are still queued");
+        drop(on_device);
+        assert_eq!(
+            device.state().device_allocations,
+            1,
+            "device memory a queued copy uses was freed"
+        );
+        assert!(
+            staging::leaked().device_buffers > kept_before,
+            "the kept allocation is not counted"
+        );
+        // The queued copies run on memory that is still allocated.
+        sim::release(device.ordinal);
+        sim::drain(device.ordinal);
+        let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+        source.copy_from_host(0, &expected).unwrap();
+        let mut back = vec![0u8; len];
+        stager
+            .device_to_host(&mut back, &source)
+            .expect("the streams drained: the stager works again");
+        assert!(back == expected);
+        drop(stager);
+        assert_eq!(device.state().host_allocations, 0, "staging buffers freed");
+        device.assert_no_violations();
+    }
+}
+
+/// A sticky error: the device allocation of the failed transfer is kept
+/// for good, as the staging buffers are.
+#[test]
+fn a_context_error_keeps_the_device_buffer_of_the_failed_transfer() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let mut target = DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap();
+    let source = vec![1u8; 2 * CHUNK];
+    let kept_before = staging::leaked().device_buffers;
+    sim::hold(device.ordinal);
+    let ordinal = device.ordinal;
+    let result = stager.scope(|scope| {
+        let transfer = scope.host_to_device(&mut target, &source).unwrap();
+        sim::fail_context(ordinal, LAUNCH_FAILED);
+        sim::release(ordinal);
+        transfer.wait()
+    });
+    assert!(matches!(result, Ok(Err(Error::Driver(_)))), "{result:?}");
+    drop(target);
+    assert_eq!(device.state().device_allocations, 1);
+    assert!(staging::leaked().device_buffers > kept_before);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// The simulator's memory is defined, as the driver's is: a fresh device
+/// buffer read back is no read of uninitialized memory (which Miri would
+/// report in the test double, not in the layer).
+#[test]
+fn a_fresh_device_buffer_reads_back_defined_bytes() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let fresh = DeviceBuffer::new(&device.context, CHUNK + 3).unwrap();
+    let mut host = vec![7u8; CHUNK + 3];
+    fresh.copy_to_host(0, &mut host).unwrap();
+    assert!(host.iter().all(|&b| b == 0), "the simulator zeroes memory");
+    host.fill(7);
+    stager.device_to_host(&mut host, &fresh).unwrap();
+    assert!(host.iter().all(|&b| b == 0));
+    let pinned = PinnedBuffer::new(&device.context, 64).unwrap();
+    let pinned = stager.device_to_pinned(pinned, &fresh, 1).unwrap();
+    assert!(pinned.iter().all(|&b| b == 0));
+    drop((pinned, stager, fresh));
+    device.assert_no_violations();
+}
+
+/// Before: a device buffer of another device's context went to the
+/// driver, which refused it with CUDA_ERROR_INVALID_CONTEXT. Now the
+/// stager refuses it first, naming both devices.
+#[test]
+fn a_device_buffer_of_another_context_is_refused_before_any_driver_call() {
+    let (first, second) = (device(), device());
+    let mut stager = Stager::with_options(&first.context, options(Stores::Streaming)).unwrap();
+    let mut foreign = DeviceBuffer::new(&second.context, 2 * CHUNK).unwrap();
+    let mut host = vec![0u8; 2 * CHUNK];
+    let mismatch = Error::ContextMismatch {
+        expected: first.ordinal,
+        found: second.ordinal,
+    };
+    assert_eq!(stager.device_to_host(&mut host, &foreign), Err(mismatch));
+    assert_eq!(stager.host_to_device(&mut foreign, &host), Err(mismatch));
+    let pinned = PinnedBuffer::new(&first.context, 16).unwrap();
+    let refused = stager.device_to_pinned(pinned, &foreign, 0).unwrap_err();
+    assert_eq!(refused.error(), mismatch);
+    let pinned = refused.into_buffer().expect("nothing was queued");
+    let refused = stager
+        .pinned_to_device(&mut foreign, 0, pinned)
+        .unwrap_err();
+    assert_eq!(refused.error(), mismatch);
+    let text = mismatch.to_string();
+    assert!(
+        text.contains(&format!("device {}", first.ordinal))
+            && text.contains(&format!("device {}", second.ordinal)),
+        "{text}"
+    );
+    assert_eq!(first.state().host_fns_run + second.state().host_fns_run, 0);
+    drop((stager, foreign));
+    first.assert_no_violations();
+    second.assert_no_violations();
 }

@@ -6,7 +6,7 @@ use core::fmt;
 
 use alloc::sync::Arc;
 
-use super::error::DriverError;
+use super::error::{DriverError, Error};
 use super::ffi::{self, CUcontext, CUdevice};
 
 /// The installed driver's CUDA version (`12080` for 12.8).
@@ -131,6 +131,22 @@ impl Context {
             let _ = name.push(c);
         }
         Ok(name)
+    }
+
+    /// `Ok` if `other` is this context (a clone, or another retain of the
+    /// same primary context); [`Error::ContextMismatch`] naming both
+    /// devices otherwise. Calls that take handles of two resources check
+    /// this before any driver call: the driver would refuse most such
+    /// calls with `CUDA_ERROR_INVALID_CONTEXT`, which says less.
+    pub(crate) fn expect_same(&self, other: &Context) -> Result<(), Error> {
+        if self.inner.raw == other.inner.raw {
+            Ok(())
+        } else {
+            Err(Error::ContextMismatch {
+                expected: self.inner.ordinal,
+                found: other.inner.ordinal,
+            })
+        }
     }
 
     /// The raw context handle, for calls this layer does not wrap. Valid

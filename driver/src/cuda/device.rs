@@ -4,12 +4,20 @@
 
 use core::fmt;
 
+use alloc::sync::Arc;
+
 use super::context::Context;
 use super::error::{DriverError, Error};
 use super::ffi::{self, CUdeviceptr};
 use crate::RawRegion;
 
 /// Device memory from `cuMemAlloc` in a context it keeps alive, freed on drop.
+///
+/// The allocation is shared with the driver work that uses it: a staged
+/// transfer that cannot be drained after an error (the driver's copy may
+/// still read or write it) keeps the allocation for good, so dropping the
+/// buffer then frees nothing (counted in
+/// [`staging::leaked`](super::staging::leaked)).
 ///
 /// ```compile_fail
 /// # fn f(device: &hostcopy_driver::cuda::DeviceBuffer, dst: &mut [u8]) {
@@ -18,18 +26,44 @@ use crate::RawRegion;
 /// # }
 /// ```
 pub struct DeviceBuffer {
+    allocation: Arc<Allocation>,
+}
+
+/// One `cuMemAlloc` allocation, freed when the buffer and every transfer
+/// that may use it are gone.
+struct Allocation {
     context: Context,
     ptr: CUdeviceptr,
     len: usize,
 }
 
+/// A share of a [`DeviceBuffer`]'s allocation, held by driver work that
+/// reads or writes it: the allocation is freed only once the buffer and
+/// every share are dropped, and never if a share is
+/// [`leak`](Self::leak)ed.
+pub(crate) struct DeviceInUse(Arc<Allocation>);
+
+impl DeviceInUse {
+    /// Keeps the allocation for the rest of the process: a copy the driver
+    /// may still run uses it.
+    pub(crate) fn leak(self) {
+        core::mem::forget(self.0);
+    }
+}
+
+impl fmt::Debug for DeviceInUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("DeviceInUse").field(&self.0.ptr).finish()
+    }
+}
+
 // SAFETY: a device pointer may be used from any thread of the process.
-unsafe impl Send for DeviceBuffer {}
-// SAFETY: `&self` methods only read device memory through the driver.
-unsafe impl Sync for DeviceBuffer {}
+unsafe impl Send for Allocation {}
+// SAFETY: only the driver reads or writes through the pointer.
+unsafe impl Sync for Allocation {}
 
 impl DeviceBuffer {
-    /// `len` bytes of device memory in `context` (uninitialized).
+    /// `len` bytes of device memory in `context`, their contents unspecified.
     pub fn new(context: &Context, len: usize) -> Result<DeviceBuffer, DriverError> {
         let mut ptr: CUdeviceptr = 0;
         if len > 0 {
@@ -38,45 +72,52 @@ impl DeviceBuffer {
             unsafe { ffi::cuMemAlloc_v2(&mut ptr, len) }.ok()?;
         }
         Ok(DeviceBuffer {
-            context: context.clone(),
-            ptr,
-            len,
+            allocation: Arc::new(Allocation {
+                context: context.clone(),
+                ptr,
+                len,
+            }),
         })
     }
 
     /// The context the buffer belongs to.
     pub fn context(&self) -> &Context {
-        &self.context
+        &self.allocation.context
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.allocation.len
     }
 
     /// Whether the buffer is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The device address.
     pub fn raw(&self) -> CUdeviceptr {
-        self.ptr
+        self.allocation.ptr
     }
 
     /// The buffer as a region in device memory: packing refuses it.
     pub fn raw_region(&self) -> RawRegion {
-        RawRegion::device(self.ptr as usize, self.len)
+        RawRegion::device(self.raw() as usize, self.len())
+    }
+
+    /// A share of the allocation for driver work queued on it.
+    pub(crate) fn in_use(&self) -> DeviceInUse {
+        DeviceInUse(Arc::clone(&self.allocation))
     }
 
     /// The device address of `nbytes` bytes at `offset`, if in bounds.
     pub(crate) fn range(&self, offset: usize, nbytes: usize) -> Result<CUdeviceptr, Error> {
         match offset.checked_add(nbytes) {
-            Some(end) if end <= self.len => Ok(self.ptr + offset as u64),
+            Some(end) if end <= self.len() => Ok(self.raw() + offset as u64),
             _ => Err(Error::DeviceOutOfBounds {
                 offset,
                 nbytes,
-                len: self.len,
+                len: self.len(),
             }),
         }
     }
@@ -87,7 +128,7 @@ impl DeviceBuffer {
         if src.is_empty() {
             return Ok(());
         }
-        self.context.bind()?;
+        self.context().bind()?;
         // SAFETY: `dst` is in bounds; `src` is a live slice; synchronous.
         unsafe { ffi::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }.ok()?;
         Ok(())
@@ -99,19 +140,20 @@ impl DeviceBuffer {
         if dst.is_empty() {
             return Ok(());
         }
-        self.context.bind()?;
+        self.context().bind()?;
         // SAFETY: `src` is in bounds; `dst` is a live slice; synchronous.
         unsafe { ffi::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }.ok()?;
         Ok(())
     }
 }
 
-impl Drop for DeviceBuffer {
+impl Drop for Allocation {
     fn drop(&mut self) {
         if self.len > 0 {
             let _ = self.context.bind();
-            // SAFETY: frees the allocation made in `new`. After a context
-            // error this fails and the context's teardown frees it.
+            // SAFETY: frees the allocation made in `DeviceBuffer::new`, once
+            // the buffer and every share of queued work are gone. After a
+            // context error this fails and the context's teardown frees it.
             let _ = unsafe { ffi::cuMemFree_v2(self.ptr) };
         }
     }
@@ -120,8 +162,8 @@ impl Drop for DeviceBuffer {
 impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceBuffer")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
+            .field("ptr", &self.raw())
+            .field("len", &self.len())
             .finish()
     }
 }

@@ -109,6 +109,18 @@ pub enum Error {
     /// capturing nor wait for an event recorded in a capture (which would
     /// join it to that capture).
     ScopeOpen,
+    /// A handle of one device's context was given to a call working in
+    /// another's (an event recorded on a stream of another device, a
+    /// device buffer copied on another device's stream or stager, an
+    /// executable launched on another device's stream). Refused before
+    /// any driver call.
+    ContextMismatch {
+        /// Device ordinal of the context the call works in (the stream's,
+        /// the stager's, the event's).
+        expected: usize,
+        /// Device ordinal of the context the handle given belongs to.
+        found: usize,
+    },
 }
 
 impl From<DriverError> for Error {
@@ -149,6 +161,11 @@ impl fmt::Display for Error {
             Error::ForeignNode => f.write_str("the node belongs to another graph"),
             Error::ScopeOpen => f.write_str(
                 "a launch scope is open on the stream: it cannot begin or join a capture until the scope returns",
+            ),
+            Error::ContextMismatch { expected, found } => write!(
+                f,
+                "a handle of device {found}'s context was given to a call in device {expected}'s context: \
+                 use streams, events, buffers and stagers of one device together"
             ),
         }
     }

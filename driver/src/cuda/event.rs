@@ -49,7 +49,10 @@ impl Event {
     }
 
     /// Records the event at the current end of `stream`.
-    pub fn record(&self, stream: StreamRef<'_>) -> Result<(), DriverError> {
+    ///
+    /// Refused with [`Error::ContextMismatch`] when the stream belongs to
+    /// another context than the event.
+    pub fn record(&self, stream: StreamRef<'_>) -> Result<(), Error> {
         // A record on a capturing stream adds to its capture graph.
         self.record_locked(&capture::lock(), stream)
     }
@@ -59,7 +62,8 @@ impl Event {
         &self,
         locked: &CaptureState,
         stream: StreamRef<'_>,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), Error> {
+        self.context.expect_same(stream.context())?;
         let capturing = capture_graph(locked, stream.context(), stream.raw())?.is_some();
         self.record_known(locked, stream, capturing)
     }
@@ -72,7 +76,8 @@ impl Event {
         _locked: &CaptureState,
         stream: StreamRef<'_>,
         capturing: bool,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), Error> {
+        self.context.expect_same(stream.context())?;
         stream.context().bind()?;
         // SAFETY: both handles are alive.
         unsafe { ffi::cuEventRecord(self.raw, stream.raw()) }.ok()?;

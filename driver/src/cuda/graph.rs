@@ -427,7 +427,11 @@ impl GraphExec {
     /// executable's host nodes would point at records owned by this
     /// executable or by its graph's user objects, which the captured graph
     /// holds no reference to, so they could be freed while it still runs.
+    ///
+    /// Refused with [`Error::ContextMismatch`] on a stream of another
+    /// context than the graph's.
     pub fn launch(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
+        self.graph.context.expect_same(stream.context())?;
         let tracked = !self.current.is_empty();
         {
             let locked = capture::lock();
@@ -456,8 +460,9 @@ impl GraphExec {
             None => Event::ordering(&self.graph.context),
         };
         // The stream was seen not capturing under this hold of the lock.
-        let recorded =
-            event.and_then(|event| event.record_known(locked, stream, false).map(|()| event));
+        let recorded = event
+            .map_err(Error::from)
+            .and_then(|event| event.record_known(locked, stream, false).map(|()| event));
         match recorded {
             Ok(event) => {
                 self.in_flight.push_back((self.launches, Some(event)));
@@ -465,7 +470,7 @@ impl GraphExec {
             }
             Err(error) => {
                 self.in_flight.push_back((self.launches, None));
-                Err(error.into())
+                Err(error)
             }
         }
     }

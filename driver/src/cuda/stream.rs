@@ -180,7 +180,8 @@ impl<'a> StreamRef<'a> {
     }
 
     /// Queues a copy of `nbytes` bytes from `offset` of `src` to host
-    /// address `dst`.
+    /// address `dst`. Refused with [`Error::ContextMismatch`] when `src`
+    /// belongs to another context than the stream.
     ///
     /// # Safety
     ///
@@ -195,6 +196,7 @@ impl<'a> StreamRef<'a> {
         offset: usize,
         nbytes: usize,
     ) -> Result<(), Error> {
+        self.context.expect_same(src.context())?;
         let src = src.range(offset, nbytes)?;
         let _locked = capture::lock();
         self.context.bind()?;
@@ -203,7 +205,9 @@ impl<'a> StreamRef<'a> {
         Ok(())
     }
 
-    /// Queues a copy of `nbytes` bytes from host address `src` to `offset` of `dst`.
+    /// Queues a copy of `nbytes` bytes from host address `src` to `offset`
+    /// of `dst`. Refused with [`Error::ContextMismatch`] when `dst` belongs
+    /// to another context than the stream.
     ///
     /// # Safety
     ///
@@ -216,6 +220,7 @@ impl<'a> StreamRef<'a> {
         src: *const u8,
         nbytes: usize,
     ) -> Result<(), Error> {
+        self.context.expect_same(dst.context())?;
         let dst = dst.range(offset, nbytes)?;
         let _locked = capture::lock();
         self.context.bind()?;

@@ -37,8 +37,11 @@ impl State {
         if bytes == 0 {
             return Err(codes::INVALID_VALUE);
         }
+        // Zeroed: the driver's memory is always defined (the OS hands it
+        // zeroed pages), so reading a fresh allocation is no undefined
+        // behaviour there, and must not be here, where Miri would see it.
         // SAFETY: the layout has a nonzero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
             return Err(codes::OUT_OF_MEMORY);
         }
@@ -183,7 +186,7 @@ fn deallocate(allocation: Allocation) {
     unsafe { std::alloc::dealloc(allocation.ptr.0, allocation.layout) };
 }
 
-/// `cuMemHostAlloc`: uninitialized host memory, in the current context.
+/// `cuMemHostAlloc`: zeroed host memory, in the current context.
 ///
 /// # Safety
 ///

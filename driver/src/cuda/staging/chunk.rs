@@ -22,6 +22,7 @@ use crate::parallel::{CopyPool, Stores};
 
 static ABANDONED_CHUNKS: AtomicUsize = AtomicUsize::new(0);
 static LEAKED_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+static LEAKED_DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 
 /// What staging has leaked after context errors, process-wide.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,6 +36,11 @@ pub struct Leaked {
     /// [`Stager::device_to_pinned`](super::Stager::device_to_pinned) or
     /// [`Stager::pinned_to_device`](super::Stager::pinned_to_device).
     pub buffers: usize,
+    /// Device allocations kept for good because a queued driver copy could
+    /// still have read or written them when their transfer returned (the
+    /// [`DeviceBuffer`](crate::cuda::DeviceBuffer) was free to drop; its
+    /// memory was not freed).
+    pub device_buffers: usize,
 }
 
 /// What staging has leaked after context errors in this process.
@@ -42,11 +48,16 @@ pub fn leaked() -> Leaked {
     Leaked {
         chunks: ABANDONED_CHUNKS.load(Ordering::Relaxed),
         buffers: LEAKED_BUFFERS.load(Ordering::Relaxed),
+        device_buffers: LEAKED_DEVICE_BUFFERS.load(Ordering::Relaxed),
     }
 }
 
 pub(super) fn count_leaked_buffers(buffers: usize) {
     LEAKED_BUFFERS.fetch_add(buffers, Ordering::Relaxed);
+}
+
+pub(super) fn count_leaked_device_buffer() {
+    LEAKED_DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// One chunk's record; `user_data` is the address of the whole chunk.

@@ -4,7 +4,7 @@
 
 use super::{Direction, Stager};
 use crate::HostRange;
-use crate::cuda::device::DeviceBuffer;
+use crate::cuda::device::{DeviceBuffer, DeviceInUse};
 use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
 
@@ -58,10 +58,11 @@ pub(super) fn driver_path(
 /// the error, and the pinned buffer if no copy can touch it any more.
 ///
 /// The buffer is given back when the copy was never queued, or when the
-/// context could be drained after the error. Otherwise (a sticky error:
-/// the driver's copy may still be reading or writing it) the buffer is
-/// leaked, never freed nor handed out again, and counted in
-/// [`leaked`](super::leaked)`().buffers`.
+/// stager's streams could be drained after the error. Otherwise (a sticky
+/// error: the driver's copy may still be reading or writing it) the buffer
+/// is leaked, never freed nor handed out again, and counted in
+/// [`leaked`](super::leaked)`().buffers`; so is the device buffer's
+/// allocation (`device_buffers`).
 #[derive(Debug)]
 pub struct PinnedTransferError {
     error: Error,
@@ -110,8 +111,9 @@ impl Stager {
     /// `dst` is taken by value because after a sticky context error the
     /// wait returns at once while the driver's copy may still be writing
     /// it: it is then leaked ([`PinnedTransferError`]), never handed back
-    /// to safe code. If the context cannot be drained after an error, the
-    /// stager also refuses further work, as after a failed staged transfer.
+    /// to safe code, and the device allocation is kept for good. If the
+    /// stager's streams cannot be drained after an error, it also refuses
+    /// further work, as after a failed staged transfer.
     pub fn device_to_pinned(
         &mut self,
         dst: PinnedBuffer,
@@ -120,6 +122,7 @@ impl Stager {
     ) -> Result<PinnedBuffer, PinnedTransferError> {
         if let Err(error) = self
             .check_usable()
+            .and_then(|()| self.context.expect_same(src.context()))
             .and_then(|()| src.range(offset, dst.len()))
         {
             return Err(PinnedTransferError {
@@ -136,7 +139,7 @@ impl Stager {
         // buffer is leaked, so nothing reads, writes or frees it while the
         // copy may still write it.
         let queued = unsafe { stream.copy_device_to_host(dst.raw_ptr(), src, offset, dst.len()) };
-        self.settle_pinned(queued, dst)
+        self.settle_pinned(queued, dst, src.in_use())
     }
 
     /// Copies all of pinned `src` to byte `offset` of `dst` with one
@@ -153,6 +156,7 @@ impl Stager {
     ) -> Result<PinnedBuffer, PinnedTransferError> {
         if let Err(error) = self
             .check_usable()
+            .and_then(|()| self.context.expect_same(dst.context()))
             .and_then(|()| dst.range(offset, src.len()))
         {
             return Err(PinnedTransferError {
@@ -169,32 +173,39 @@ impl Stager {
         // one writes or frees it while the copy may still read it. `dst`
         // is mutably borrowed.
         let queued = unsafe { stream.copy_host_to_device(dst, offset, src.raw_ptr(), src.len()) };
-        self.settle_pinned(queued, src)
+        self.settle_pinned(queued, src, dst.in_use())
     }
 
-    /// Waits for a copy queued on stream 0 into or out of `pinned` (if it
-    /// was queued), draining the context after an error. Gives `pinned`
-    /// back unless a copy may still use it.
+    /// Waits for a copy queued on stream 0 between `pinned` and `device`
+    /// (if it was queued), draining the streams after an error. Gives
+    /// `pinned` back unless a copy may still use it; keeps `device` for
+    /// good in that case.
     fn settle_pinned(
         &mut self,
         queued: Result<(), Error>,
         pinned: PinnedBuffer,
+        device: DeviceInUse,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
         let was_queued = queued.is_ok();
         let result = queued.and_then(|()| Ok(self.streams[0].as_stream().synchronize()?));
         let Err(error) = result else {
             return Ok(pinned);
         };
-        self.drain_after_error();
-        // A copy the driver refused was never queued; a drained context
-        // has finished every copy. Otherwise the copy may still run.
-        let buffer = if !was_queued || self.failed.is_none() {
-            Some(pinned)
-        } else {
-            super::chunk::count_leaked_buffers(1);
-            core::mem::forget(pinned);
-            None
-        };
-        Err(PinnedTransferError { error, buffer })
+        self.drain();
+        // A copy the driver refused was never queued; drained streams have
+        // finished every copy. Otherwise the copy may still run.
+        if !was_queued || self.undrained.is_none() {
+            return Err(PinnedTransferError {
+                error,
+                buffer: Some(pinned),
+            });
+        }
+        super::chunk::count_leaked_buffers(1);
+        core::mem::forget(pinned);
+        self.release(device);
+        Err(PinnedTransferError {
+            error,
+            buffer: None,
+        })
     }
 }

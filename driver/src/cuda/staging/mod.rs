@@ -35,12 +35,20 @@
 //! # Errors
 //!
 //! A failed wait returns the driver's error; it never hangs. Before it
-//! returns, every host function that is copying has finished and every one
-//! the driver skipped is abandoned (it touches nothing if it ever runs, and
-//! its record is leaked, never freed: [`leaked`]). If the context cannot be
-//! synchronized afterwards (a sticky error), queued copies may still touch
-//! the staging buffers: the stager refuses further transfers with that
-//! error and leaks its staging buffers when dropped, counted in [`leaked`].
+//! returns, the stager drains its own streams (never the whole context,
+//! which the driver refuses while another part of the program captures a
+//! graph, breaking that capture): every host function that is copying has
+//! finished and every one the driver skipped is abandoned (it touches
+//! nothing if it ever runs, and its record is leaked, never freed:
+//! [`leaked`]). After a non-sticky error the streams drain and the stager
+//! works on as before.
+//!
+//! If the streams cannot be drained (a sticky error), queued copies may
+//! still read or write the staging buffers and the device buffer: the
+//! device allocation is kept for good (dropping the [`DeviceBuffer`] then
+//! frees nothing), and the stager refuses further transfers with that
+//! error until its streams drain, leaking its staging buffers if it is
+//! dropped before. Each leak is counted in [`leaked`].
 //!
 //! # The fastest transfer on a new machine
 //!
@@ -76,7 +84,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use super::context::Context;
-use super::device::DeviceBuffer;
+use super::device::{DeviceBuffer, DeviceInUse};
 use super::error::{DriverError, Error};
 use super::event::Event;
 use super::pinned::PinnedBuffer;
@@ -101,7 +109,7 @@ pub struct Stager {
     context: Context,
     options: StagingOptions,
     streams: Vec<Stream>,
-    /// Freed in `Drop` unless a failed context may still touch them.
+    /// Freed in `Drop` unless queued work may still touch them.
     buffers: Vec<ManuallyDrop<PinnedBuffer>>,
     /// Behind an `Arc`: host functions reach it through a raw pointer that
     /// no borrow of the stager may invalidate.
@@ -111,8 +119,9 @@ pub struct Stager {
     spare_events: Vec<Event>,
     /// The buffer the next chunk goes to.
     next: usize,
-    /// The error after which the context could not be drained.
-    failed: Option<DriverError>,
+    /// The error with which the streams last failed to drain: until they
+    /// drain, queued work may still use the staging buffers.
+    undrained: Option<DriverError>,
 }
 
 /// Which way a transfer goes.
@@ -127,6 +136,8 @@ enum Direction {
 struct InFlight {
     chunks: Chunks,
     events: Vec<Event>,
+    /// The device allocation the queued copies use.
+    device: DeviceInUse,
     /// An error while enqueuing: what was enqueued before it is waited for.
     error: Option<Error>,
 }
@@ -157,7 +168,7 @@ impl Stager {
             workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
             spare_events: Vec::new(),
             next: 0,
-            failed: None,
+            undrained: None,
         };
         Ok(stager)
     }
@@ -239,6 +250,7 @@ impl Stager {
         offset: usize,
     ) -> Result<Option<InFlight>, Error> {
         self.check_usable()?;
+        self.context.expect_same(device.buffer().context())?;
         device.buffer().range(offset, host.len)?;
         if host.len == 0 {
             return Ok(None);
@@ -284,6 +296,7 @@ impl Stager {
         let mut in_flight = InFlight {
             chunks: Chunks::new(chunks),
             events: Vec::new(),
+            device: device.in_use(),
             error: None,
         };
         for index in 0..count {
@@ -307,11 +320,13 @@ impl Stager {
                 Some(event) => Ok(event),
                 None => Event::ordering(&self.context),
             };
-            let recorded = event.and_then(|event| event.record(stream.as_stream()).map(|()| event));
+            let recorded = event
+                .map_err(Error::from)
+                .and_then(|event| event.record(stream.as_stream()).map(|()| event));
             match recorded {
                 Ok(event) => in_flight.events.push(event),
                 Err(error) => {
-                    in_flight.error.get_or_insert(error.into());
+                    in_flight.error.get_or_insert(error);
                     break;
                 }
             }
@@ -359,57 +374,82 @@ impl Stager {
         Ok(())
     }
 
-    /// The error after which the stager refuses work, if any.
-    fn check_usable(&self) -> Result<(), Error> {
-        match self.failed {
+    /// `Ok` unless queued work may still use the staging buffers: then
+    /// the streams are drained once more, and the error is returned if
+    /// they still cannot be.
+    fn check_usable(&mut self) -> Result<(), Error> {
+        if self.undrained.is_some() {
+            self.drain();
+        }
+        match self.undrained {
             Some(error) => Err(error.into()),
             None => Ok(()),
         }
     }
 
-    /// After a failed wait: drains what is still queued, so that no copy
-    /// touches a buffer after we return. A context that cannot be drained
-    /// (a sticky error) keeps the staging buffers forever, and the stager
-    /// refuses further work with that error.
-    fn drain_after_error(&mut self) {
-        if let Err(error) = self.context.synchronize() {
-            self.failed = Some(error);
-        }
+    /// Waits for everything queued on the stager's own streams; records
+    /// the error if that fails (a sticky error). Only the stager's streams:
+    /// synchronizing the context would be refused while another stream of
+    /// it captures a graph, and would break that capture.
+    fn drain(&mut self) {
+        self.undrained = self
+            .streams
+            .iter()
+            .map(|stream| stream.as_stream().synchronize())
+            .find_map(Result::err);
     }
 
-    /// Waits for a transfer, then settles its chunks; returns the first error.
+    /// Waits for a transfer, then settles its chunks; returns the first
+    /// error. After an error the streams are drained; if they cannot be,
+    /// the device allocation is kept for good.
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let InFlight {
             chunks,
             events,
+            device,
             error,
         } = in_flight;
         let mut result = error.map_or(Ok(()), Err);
-        for event in &events {
-            if let Err(error) = event.synchronize() {
-                result = result.and(Err(error.into()));
-            }
+        // After the first error the drain waits for the rest.
+        if result.is_ok() {
+            result = events
+                .iter()
+                .try_for_each(Event::synchronize)
+                .map_err(Error::from);
         }
         if result.is_err() {
-            self.drain_after_error();
+            self.drain();
         } else {
             self.spare_events.extend(events);
         }
         chunks.settle_and_free();
+        self.release(device);
         result
+    }
+
+    /// Lets go of a device allocation that queued copies used: dropped if
+    /// the streams are drained, kept for good (and counted) if not.
+    fn release(&self, device: DeviceInUse) {
+        if self.undrained.is_some() {
+            chunk::count_leaked_device_buffer();
+            device.leak();
+        }
     }
 }
 
 impl Drop for Stager {
     fn drop(&mut self) {
-        if self.failed.is_some() {
+        if self.undrained.is_some() {
+            self.drain();
+        }
+        if self.undrained.is_some() {
             chunk::count_leaked_buffers(self.buffers.len());
             return;
         }
         for buffer in &mut self.buffers {
             // SAFETY: every transfer is finished (they borrow the stager)
-            // and the context was drained after any failure: nothing
-            // queued touches the buffer. Dropped once, here.
+            // and the streams drained after any failure (just above): no
+            // queued work touches the buffer. Dropped once, here.
             unsafe { ManuallyDrop::drop(buffer) };
         }
     }
