@@ -1,151 +1,36 @@
-//! With the `cuda` feature, makes `-lcuda` (emitted by cuda-driver-sys) link
-//! on every Linux machine:
-//! - where an NVIDIA driver is installed, links against it (adding a
-//!   `libcuda.so` link name when the driver ships only `libcuda.so.1`);
-//! - where none is, builds a stub `libcuda.so.1` into `OUT_DIR` whose every
-//!   entry point returns CUDA_ERROR_STUB_LIBRARY (34), as NVIDIA's own stub
-//!   does. `cargo test` finds it at run time through the library path cargo
-//!   sets for build-script outputs; GPU tests meet error 34 and report
-//!   themselves skipped. A binary copied to a GPU machine loads that
-//!   machine's driver: nothing points it at the stub.
+//! With the `cuda` feature, lets cuda-driver-sys's `-lcuda` link on every
+//! Linux machine without making libcuda a run-time dependency.
 //!
-//! The stub exports every `cu*` function that `src/cuda/ffi.rs` and the GPU
-//! tests declare, so the list is never kept twice.
+//! The CUDA layer never links the driver: it opens libcuda when first
+//! needed (`src/cuda/ffi.rs`), so that a binary starts anywhere and says
+//! clearly when there is no driver. cuda-driver-sys, which the layer uses
+//! for its types only, still asks the linker for `-lcuda`. With no symbol
+//! taken from it, nothing of it ends up in the binary (no `NEEDED` entry:
+//! Rust links with `--as-needed`), but the linker must find a library by
+//! that name. This script writes one into `OUT_DIR`: a linker script that
+//! adds nothing, so the link needs neither a driver nor a C compiler.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "cuda")]
-    libcuda::link();
+    link_stand_in();
 }
 
 #[cfg(feature = "cuda")]
-mod libcuda {
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
+fn link_stand_in() {
+    use std::path::PathBuf;
     use std::{env, fs};
 
-    /// Files whose `fn cu…(` declarations the stub must define.
-    const DECLARING_FILES: &[&str] = &["src/cuda/ffi.rs", "tests/gpu_support/kernel.rs"];
-
-    pub(super) fn link() {
-        println!("cargo:rerun-if-env-changed=CUDA_LIBRARY_PATH");
-        println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");
-        for file in DECLARING_FILES {
-            println!("cargo:rerun-if-changed={file}");
-        }
-        if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
-            return; // cuda-driver-sys finds the import library on Windows.
-        }
-        let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-        match installed_driver() {
-            Some(dir) => add_link_name(&dir, &out.join("driver-link")),
-            None => build_stub(&out.join("stub")),
-        }
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return; // Elsewhere cuda-driver-sys finds the toolkit's import library.
     }
-
-    /// The folder holding the installed driver's `libcuda.so.1`, if any.
-    fn installed_driver() -> Option<PathBuf> {
-        let from_env = ["CUDA_LIBRARY_PATH", "LD_LIBRARY_PATH"]
-            .iter()
-            .filter_map(env::var_os)
-            .flat_map(|paths| env::split_paths(&paths).collect::<Vec<_>>());
-        let usual = [
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib/aarch64-linux-gnu",
-            "/usr/lib64",
-            "/usr/lib",
-            "/usr/local/nvidia/lib64",
-            "/usr/lib/wsl/lib",
-        ]
-        .map(PathBuf::from);
-        let from_ldconfig = Command::new("ldconfig")
-            .arg("-p")
-            .output()
-            .ok()
-            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
-            .unwrap_or_default()
-            .lines()
-            .filter(|line| line.trim_start().starts_with("libcuda.so.1 "))
-            .filter_map(|line| line.rsplit("=> ").next())
-            .filter_map(|path| Path::new(path.trim()).parent().map(Path::to_path_buf))
-            .collect::<Vec<_>>();
-        from_env
-            .chain(usual)
-            .chain(from_ldconfig)
-            .find(|dir| dir.join("libcuda.so.1").is_file())
-    }
-
-    /// Drivers ship `libcuda.so.1`; the linker wants `libcuda.so`.
-    fn add_link_name(driver: &Path, link_dir: &Path) {
-        if !driver.join("libcuda.so").exists() {
-            fs::create_dir_all(link_dir).expect("create the link folder");
-            let link = link_dir.join("libcuda.so");
-            let _ = fs::remove_file(&link);
-            std::os::unix::fs::symlink(driver.join("libcuda.so.1"), &link)
-                .expect("link libcuda.so to the driver");
-            println!("cargo:rustc-link-search=native={}", link_dir.display());
-        }
-        println!("cargo:rustc-link-search=native={}", driver.display());
-    }
-
-    fn build_stub(dir: &Path) {
-        fs::create_dir_all(dir).expect("create the stub folder");
-        let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-        let mut names = Vec::new();
-        for file in DECLARING_FILES {
-            let text = fs::read_to_string(manifest.join(file))
-                .unwrap_or_else(|e| panic!("read {file}: {e}"));
-            names.extend(declared_entry_points(&text));
-        }
-        names.sort();
-        names.dedup();
-
-        let mut source = String::from(
-            "/* Generated by hostcopy-driver's build script: stands in for libcuda where\n \
-             * no NVIDIA driver is installed. Every entry point returns\n \
-             * CUDA_ERROR_STUB_LIBRARY (34). */\n",
-        );
-        for name in &names {
-            source.push_str(&format!("int {name}(void) {{ return 34; }}\n"));
-        }
-        let c_file = dir.join("libcuda_stub.c");
-        fs::write(&c_file, source).expect("write the stub source");
-
-        let library = dir.join("libcuda.so.1");
-        let compiler = cc::Build::new().get_compiler();
-        let status = compiler
-            .to_command()
-            .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-            .arg(&library)
-            .arg(&c_file)
-            .status()
-            .expect("run the C compiler for the stub libcuda");
-        assert!(
-            status.success(),
-            "building the stub libcuda failed: {status}"
-        );
-        let link_name = dir.join("libcuda.so");
-        let _ = fs::remove_file(&link_name);
-        fs::copy(&library, &link_name).expect("copy the stub to its link name");
-
-        println!("cargo:rustc-link-search=native={}", dir.display());
-        println!(
-            "cargo:warning=no NVIDIA driver (libcuda.so.1) found: linking a stub libcuda \
-             that returns CUDA_ERROR_STUB_LIBRARY; GPU tests will report themselves skipped"
-        );
-    }
-
-    /// Names of the `cu…` functions a Rust source file declares.
-    fn declared_entry_points(text: &str) -> Vec<String> {
-        text.split("fn ")
-            .skip(1)
-            .filter_map(|rest| {
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                (name.starts_with("cu") && rest[name.len()..].starts_with('(')).then_some(name)
-            })
-            .collect()
-    }
+    let dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("link");
+    fs::create_dir_all(&dir).expect("create the link folder");
+    fs::write(
+        dir.join("libcuda.so"),
+        "/* hostcopy-driver: stands in for libcuda at link time only; the CUDA layer\n   \
+         opens the driver at run time, so nothing is taken from here. */\n",
+    )
+    .expect("write the link-time stand-in for libcuda");
+    println!("cargo:rustc-link-search=native={}", dir.display());
 }

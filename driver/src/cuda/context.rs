@@ -49,8 +49,9 @@ impl Context {
     /// Initializes the driver, retains the primary context of device
     /// `ordinal` and makes it current on this thread.
     ///
-    /// On a machine without a driver this fails with
-    /// `CUDA_ERROR_STUB_LIBRARY` (see [`DriverError::is_stub_library`]).
+    /// On a machine without an NVIDIA driver this fails with an error whose
+    /// [`is_driver_missing`](DriverError::is_driver_missing) is true and
+    /// whose message names the library and what to install.
     pub fn primary(ordinal: usize) -> Result<Context, DriverError> {
         // SAFETY: plain driver initialization.
         unsafe { ffi::cuInit(0) }.ok()?;

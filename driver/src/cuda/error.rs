@@ -6,47 +6,69 @@ use core::fmt;
 use super::ffi::{self, CuResult};
 use crate::error::{PackError, PoolError};
 
-/// A `CUresult` other than `CUDA_SUCCESS`, with the driver's name for it.
+/// A `CUresult` other than `CUDA_SUCCESS`, with the driver's name for it;
+/// or the driver could not be loaded at all.
 ///
 /// Any code the installed driver returns is kept as it is, including codes
 /// newer than this crate. `Debug` and `Display` show the driver's name from
-/// `cuGetErrorName`.
+/// `cuGetErrorName`. Where no driver could be loaded (no NVIDIA driver on
+/// the machine, or one too old), [`is_driver_missing`](Self::is_driver_missing)
+/// is true and `Display` names the library and what to install.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DriverError {
     code: u32,
+    /// The driver library could not be loaded, or lacks an entry point.
+    not_loaded: bool,
 }
 
-/// `CUDA_ERROR_STUB_LIBRARY`: the linked libcuda is a stub, not a driver.
+/// `CUDA_ERROR_STUB_LIBRARY`: the libcuda found is a stub, not a driver;
+/// also the code of a [`DriverError`] where no libcuda could be loaded.
 pub const CUDA_ERROR_STUB_LIBRARY: u32 = 34;
+/// `CUDA_ERROR_INSUFFICIENT_DRIVER`: the driver is older than what is
+/// needed; also the code of a [`DriverError`] where the loaded libcuda
+/// lacks an entry point the layer calls.
+pub const CUDA_ERROR_INSUFFICIENT_DRIVER: u32 = 35;
 /// `CUDA_ERROR_NO_DEVICE`: a driver but no device.
 pub const CUDA_ERROR_NO_DEVICE: u32 = 100;
 
 impl DriverError {
-    /// The numeric `CUresult`.
+    /// The numeric `CUresult`: [`CUDA_ERROR_STUB_LIBRARY`] where no driver
+    /// library could be loaded, [`CUDA_ERROR_INSUFFICIENT_DRIVER`] where it
+    /// lacks an entry point.
     pub const fn code(&self) -> u32 {
         self.code
     }
 
-    /// Whether the linked libcuda is a stub (no NVIDIA driver on this machine).
+    /// Whether the libcuda found is a stub (the code a machine without an
+    /// NVIDIA driver gives). True where none could be loaded at all too.
     pub const fn is_stub_library(&self) -> bool {
         self.code == CUDA_ERROR_STUB_LIBRARY
     }
 
+    /// Whether this machine has no usable NVIDIA driver: no libcuda could
+    /// be loaded, it lacks an entry point the layer needs, or it is a stub.
+    pub const fn is_driver_missing(&self) -> bool {
+        self.not_loaded || self.is_stub_library()
+    }
+
     /// The driver's name for the code (`CUDA_ERROR_LAUNCH_FAILED`, ...).
     pub fn name(&self) -> &'static str {
-        let mut name: *const c_char = core::ptr::null();
-        // SAFETY: `cuGetErrorName` writes a pointer to a static string or
-        // fails; it needs no context and works before `cuInit`.
-        let found = unsafe { ffi::cuGetErrorName(self.code, &mut name) };
-        if found.0 == ffi::CUDA_SUCCESS && !name.is_null() {
-            // SAFETY: the driver returned a NUL-terminated static string.
-            if let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() {
-                return name;
+        if !self.not_loaded {
+            let mut name: *const c_char = core::ptr::null();
+            // SAFETY: `cuGetErrorName` writes a pointer to a static string
+            // or fails; it needs no context and works before `cuInit`.
+            let found = unsafe { ffi::cuGetErrorName(self.code, &mut name) };
+            if found.0 == ffi::CUDA_SUCCESS && !name.is_null() {
+                // SAFETY: the driver returned a NUL-terminated static string.
+                if let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() {
+                    return name;
+                }
             }
         }
         // A stub libcuda cannot name anything, not even its own code.
         match self.code {
             CUDA_ERROR_STUB_LIBRARY => "CUDA_ERROR_STUB_LIBRARY",
+            CUDA_ERROR_INSUFFICIENT_DRIVER => "CUDA_ERROR_INSUFFICIENT_DRIVER",
             _ => "unknown CUresult",
         }
     }
@@ -55,23 +77,58 @@ impl DriverError {
 impl CuResult {
     /// `Ok` for `CUDA_SUCCESS`, the error otherwise.
     pub(crate) fn ok(self) -> Result<(), DriverError> {
-        if self.0 == ffi::CUDA_SUCCESS {
-            Ok(())
-        } else {
-            Err(DriverError { code: self.0 })
+        match self.0 {
+            ffi::CUDA_SUCCESS => Ok(()),
+            ffi::NOT_LOADED => Err(DriverError {
+                code: match ffi::load_failure().and_then(|failure| failure.missing) {
+                    Some(_) => CUDA_ERROR_INSUFFICIENT_DRIVER,
+                    None => CUDA_ERROR_STUB_LIBRARY,
+                },
+                not_loaded: true,
+            }),
+            code => Err(DriverError {
+                code,
+                not_loaded: false,
+            }),
         }
     }
 }
 
 impl fmt::Debug for DriverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DriverError({} {})", self.code, self.name())
+        write!(f, "DriverError({} {}", self.code, self.name())?;
+        if self.not_loaded {
+            f.write_str(", driver not loaded")?;
+        }
+        f.write_str(")")
     }
 }
 
 impl fmt::Display for DriverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CUDA driver error {} ({})", self.code, self.name())
+        if !self.not_loaded {
+            return write!(f, "CUDA driver error {} ({})", self.code, self.name());
+        }
+        match ffi::load_failure() {
+            Some(ffi::LoadFailure {
+                library,
+                missing: Some(entry),
+                ..
+            }) => write!(
+                f,
+                "the NVIDIA driver is too old: {library} lacks {entry}; \
+                 hostcopy needs a driver for CUDA 11.4 or later"
+            ),
+            Some(ffi::LoadFailure {
+                library, detail, ..
+            }) => write!(
+                f,
+                "no NVIDIA driver: {library} could not be loaded ({detail}); \
+                 install the NVIDIA driver (it provides {library}) on a machine with an \
+                 NVIDIA GPU, or set HOSTCOPY_LIBCUDA to the library's path"
+            ),
+            None => f.write_str("no NVIDIA driver could be loaded"),
+        }
     }
 }
 

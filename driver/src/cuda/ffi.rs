@@ -1,4 +1,14 @@
-//! Every CUDA driver entry point the layer calls, declared in one place.
+//! Every CUDA driver entry point the layer calls, declared in one place,
+//! and the driver library, opened at run time.
+//!
+//! libcuda is opened the first time the layer calls the driver
+//! (`libcuda.so.1`, `nvcuda.dll` on Windows, or the path in
+//! `HOSTCOPY_LIBCUDA`), never linked: a binary built with the `cuda`
+//! feature starts on any machine, and where there is no driver, or one too
+//! old, every call fails with a [`DriverError`](super::DriverError) that
+//! says which (and what to install), not a loader error before `main`.
+//! The library stays loaded for the life of the process: host functions,
+//! user-object destructors and graphs in flight belong to it.
 //!
 //! cuda-driver-sys supplies the handle types, structs and input enums. Its
 //! functions are not called: they return its `CUresult` enum, which holds
@@ -8,25 +18,24 @@
 //! integer, and every output the driver writes is an integer or a handle.
 //! Entry points newer than CUDA 10.2 (user objects, capture info with the
 //! graph, instantiate with flags) are declared here by hand, by the names
-//! `cuda.h` binds them to; libcuda 580 exports all of them.
+//! `cuda.h` binds them to; they exist from CUDA 11.4 on.
 //!
 //! The list below is the one place an entry point is named: a macro makes of
-//! each line a private `extern "C"` declaration and a `pub(crate) unsafe fn`
-//! of the same name and signature that the layer calls. The wrapper forwards
-//! to libcuda or, with feature `simulator` once the simulator has given this
-//! module its [`Simulated`] table (`sim::install`), to the simulator's
-//! function of that name (one atomic load decides). The simulator hands the
-//! table in, so this module never names it: the layers stay one-way.
-//! Under Miri, which cannot call libcuda, a wrapper the simulator does not
-//! answer returns CUDA_ERROR_STUB_LIBRARY (34), as a machine without a
-//! driver would.
-//!
-//! `build.rs` builds the stub libcuda from the `fn cu…(` names in this file:
-//! each entry keeps that text.
+//! each line a field of the table of resolved symbols and a
+//! `pub(crate) unsafe fn` of the same name and signature that the layer
+//! calls. The wrapper forwards to libcuda or, with feature `simulator` once
+//! the simulator has given this module its [`Simulated`] table
+//! (`sim::install`), to the simulator's function of that name (one atomic
+//! load decides). The simulator hands the table in, so this module never
+//! names it: the layers stay one-way. Under Miri, which cannot load
+//! libcuda, a wrapper the simulator does not answer fails as a machine
+//! without a driver does.
 
 #![allow(non_snake_case)]
 
 use core::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::string::{String, ToString};
+use std::sync::OnceLock;
 
 pub(crate) use cuda_driver_sys::{
     CUDA_HOST_NODE_PARAMS, CUcontext, CUdevice, CUdeviceptr, CUevent, CUgraph, CUgraphExec,
@@ -84,21 +93,36 @@ macro_rules! entry_points {
         #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
         pub(crate) const ENTRY_POINT_NAMES: &[&str] = &[$(stringify!($name)),*];
 
-        /// The raw libcuda symbols; only the wrappers below call them.
-        mod libcuda {
-            #[allow(clippy::wildcard_imports)]
-            use super::*;
+        /// The driver's entry points, resolved from the loaded library.
+        struct Loaded {
+            $($name: unsafe extern "C" fn($($ty),*) -> CuResult,)*
+        }
 
-            #[link(name = "cuda")]
+        impl Loaded {
+            /// Resolves every entry point; the name of the first one the
+            /// library lacks otherwise.
             #[cfg_attr(miri, allow(dead_code))]
-            unsafe extern "C" {
-                $(pub(super) fn $name($($arg: $ty),*) -> CuResult;)*
+            fn resolve(library: &'static libloading::Library) -> Result<Loaded, &'static str> {
+                Ok(Loaded {
+                    $(
+                        // SAFETY: the type is the entry point's C prototype
+                        // in cuda.h, with `CUresult` as a plain integer of
+                        // the same size (any code allowed).
+                        $name: *unsafe {
+                            library.get::<unsafe extern "C" fn($($ty),*) -> CuResult>(
+                                concat!(stringify!($name), "\0").as_bytes(),
+                            )
+                        }
+                        .map_err(|_| stringify!($name))?,
+                    )*
+                })
             }
         }
 
         $(
             /// Calls the driver entry point of this name (or the simulator's,
-            /// once installed).
+            /// once installed). Returns [`NOT_LOADED`] where the driver
+            /// could not be loaded.
             ///
             /// # Safety
             ///
@@ -116,19 +140,87 @@ macro_rules! entry_points {
                     // entry point's contract, which our caller upholds.
                     return unsafe { (simulated.$name)($($arg),*) };
                 }
-                #[cfg(miri)]
-                {
-                    $(let _ = $arg;)*
-                    CuResult(34)
-                }
-                #[cfg(not(miri))]
-                // SAFETY: forwarded: our caller upholds the driver's contract.
-                unsafe {
-                    libcuda::$name($($arg),*)
+                match loaded() {
+                    // SAFETY: forwarded: our caller upholds the driver's
+                    // contract for this entry point.
+                    Ok(driver) => unsafe { (driver.$name)($($arg),*) },
+                    Err(_) => {
+                        $(let _ = $arg;)*
+                        CuResult(NOT_LOADED)
+                    }
                 }
             }
         )*
     };
+}
+
+/// What a wrapper returns where the driver could not be loaded: no
+/// `CUresult` (they are small), turned into a [`DriverError`](super::DriverError)
+/// that says why (see [`load_failure`]).
+pub(crate) const NOT_LOADED: c_uint = u32::MAX;
+
+/// Why the driver could not be used.
+#[derive(Debug)]
+pub(crate) struct LoadFailure {
+    /// The library asked for.
+    pub(crate) library: String,
+    /// `None`: the library did not load (`detail` says why); `Some`: it
+    /// lacks this entry point (a driver too old).
+    pub(crate) missing: Option<&'static str>,
+    /// The loader's message.
+    pub(crate) detail: String,
+}
+
+/// The library the layer opens: `HOSTCOPY_LIBCUDA` if set, else the
+/// driver's own name.
+fn library_name() -> String {
+    std::env::var("HOSTCOPY_LIBCUDA").unwrap_or_else(|_| {
+        if cfg!(windows) {
+            "nvcuda.dll".to_string()
+        } else {
+            "libcuda.so.1".to_string()
+        }
+    })
+}
+
+#[cfg(not(miri))]
+fn load() -> Result<Loaded, LoadFailure> {
+    let library = library_name();
+    // SAFETY: loading the NVIDIA driver runs its initializers, which expect
+    // nothing of the loader's caller.
+    let opened = unsafe { libloading::Library::new(&library) }.map_err(|error| LoadFailure {
+        library: library.clone(),
+        missing: None,
+        detail: error.to_string(),
+    })?;
+    // Never unloaded: work in flight points into it.
+    let opened: &'static libloading::Library = std::boxed::Box::leak(std::boxed::Box::new(opened));
+    Loaded::resolve(opened).map_err(|name| LoadFailure {
+        library,
+        missing: Some(name),
+        detail: std::format!("{name} is not exported"),
+    })
+}
+
+#[cfg(miri)]
+fn load() -> Result<Loaded, LoadFailure> {
+    Err(LoadFailure {
+        library: library_name(),
+        missing: None,
+        detail: "Miri cannot load a native library".to_string(),
+    })
+}
+
+static LOADED: OnceLock<Result<Loaded, LoadFailure>> = OnceLock::new();
+
+/// The driver's entry points, the library loaded on first use.
+fn loaded() -> Result<&'static Loaded, &'static LoadFailure> {
+    LOADED.get_or_init(load).as_ref()
+}
+
+/// Why the driver could not be loaded, once a call has tried and failed.
+pub(crate) fn load_failure() -> Option<&'static LoadFailure> {
+    LOADED.get().and_then(|loaded| loaded.as_ref().err())
 }
 
 /// The simulator's table once it is installed: every later driver call of

@@ -80,7 +80,10 @@ mod stream;
 
 pub use context::{Context, driver_version};
 pub use device::DeviceBuffer;
-pub use error::{CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY, DriverError, Error};
+pub use error::{
+    CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY, DriverError,
+    Error,
+};
 pub use event::Event;
 pub use graph::{CaptureMode, Graph, GraphExec, GraphNode};
 pub use pinned::{HostRegistration, PinnedBuffer};

@@ -2,34 +2,66 @@
 //! one that spins for a while, to keep a stream busy, and one that traps,
 //! to put the context into a sticky error.
 //!
-//! The module entry points are declared here, as the layer has no use for
-//! them; `build.rs` adds them to the stub libcuda.
+//! The module entry points are looked up here, in libcuda opened at run
+//! time as the layer opens it, since the layer has no use for them.
 
 use core::ffi::{c_char, c_uint, c_void};
+use std::sync::OnceLock;
 
 use hostcopy_driver::cuda::{CUstream, StreamRef};
 
-#[link(name = "cuda")]
-unsafe extern "C" {
-    fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> c_uint;
-    fn cuModuleGetFunction(
+type LaunchKernel = unsafe extern "C" fn(
+    function: *mut c_void,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared_bytes: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> c_uint;
+
+/// The module entry points, from the driver the layer loaded.
+struct Modules {
+    load_data: unsafe extern "C" fn(module: *mut *mut c_void, image: *const c_void) -> c_uint,
+    get_function: unsafe extern "C" fn(
         function: *mut *mut c_void,
         module: *mut c_void,
         name: *const c_char,
-    ) -> c_uint;
-    fn cuLaunchKernel(
-        function: *mut c_void,
-        grid_x: c_uint,
-        grid_y: c_uint,
-        grid_z: c_uint,
-        block_x: c_uint,
-        block_y: c_uint,
-        block_z: c_uint,
-        shared_bytes: c_uint,
-        stream: CUstream,
-        params: *mut *mut c_void,
-        extra: *mut *mut c_void,
-    ) -> c_uint;
+    ) -> c_uint,
+    launch_kernel: LaunchKernel,
+}
+
+fn modules() -> Result<&'static Modules, String> {
+    static MODULES: OnceLock<Result<Modules, String>> = OnceLock::new();
+    MODULES
+        .get_or_init(|| {
+            let name = std::env::var("HOSTCOPY_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".into());
+            // SAFETY: the driver's initializers expect nothing of us; the
+            // library is already loaded by the layer (this adds a reference).
+            let library = unsafe { libloading::Library::new(&name) }
+                .map_err(|error| format!("{name}: {error}"))?;
+            let library: &'static libloading::Library = Box::leak(Box::new(library));
+            // SAFETY: each type is the entry point's prototype in cuda.h.
+            unsafe {
+                Ok(Modules {
+                    load_data: *library
+                        .get(b"cuModuleLoadData\0")
+                        .map_err(|e| e.to_string())?,
+                    get_function: *library
+                        .get(b"cuModuleGetFunction\0")
+                        .map_err(|e| e.to_string())?,
+                    launch_kernel: *library
+                        .get(b"cuLaunchKernel\0")
+                        .map_err(|e| e.to_string())?,
+                })
+            }
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 const PTX: &str = "
@@ -65,10 +97,11 @@ pub struct Kernels {
 
 impl Kernels {
     pub fn load() -> Result<Kernels, String> {
+        let driver = modules()?;
         let mut module = core::ptr::null_mut();
         // SAFETY: a NUL-terminated PTX image; the module lives until the
         // context goes (never unloaded: the tests end with the process).
-        let code = unsafe { cuModuleLoadData(&mut module, PTX.as_ptr().cast()) };
+        let code = unsafe { (driver.load_data)(&mut module, PTX.as_ptr().cast()) };
         if code != 0 {
             return Err(format!("cuModuleLoadData: {code}"));
         }
@@ -76,7 +109,7 @@ impl Kernels {
             let name = std::ffi::CString::new(name).unwrap();
             let mut function = core::ptr::null_mut();
             // SAFETY: the module is loaded; writes one handle.
-            let code = unsafe { cuModuleGetFunction(&mut function, module, name.as_ptr()) };
+            let code = unsafe { (driver.get_function)(&mut function, module, name.as_ptr()) };
             if code == 0 {
                 Ok(function)
             } else {
@@ -91,9 +124,10 @@ impl Kernels {
 
     /// Queues a kernel that executes `trap`: the context fails for good.
     pub fn trap(&self, stream: StreamRef<'_>) -> Result<(), String> {
+        let launch = modules()?.launch_kernel;
         // SAFETY: the kernel takes no parameters.
         let code = unsafe {
-            cuLaunchKernel(
+            launch(
                 self.trap,
                 1,
                 1,
@@ -118,9 +152,10 @@ impl Kernels {
     pub fn spin(&self, stream: StreamRef<'_>, nanoseconds: u64) -> Result<(), String> {
         let mut nanoseconds = nanoseconds;
         let mut params = [(&mut nanoseconds as *mut u64).cast::<c_void>()];
+        let launch = modules()?.launch_kernel;
         // SAFETY: one u64 parameter, read at launch.
         let code = unsafe {
-            cuLaunchKernel(
+            launch(
                 self.spin,
                 1,
                 1,

@@ -1,8 +1,8 @@
 //! What the GPU test binaries share: finding the GPU or saying why there is
 //! none, running trials one at a time, and test data.
 //!
-//! Without a GPU every trial reports itself ignored with the reason (the
-//! build's stub libcuda, no device). With `HOSTCOPY_REQUIRE_GPU=1` (the GPU
+//! Without a GPU every trial reports itself ignored with the reason (no
+//! NVIDIA driver, or no device). With `HOSTCOPY_REQUIRE_GPU=1` (the GPU
 //! bundle's run script sets it) a missing GPU is a failure instead.
 
 #![allow(dead_code, unreachable_pub)]
@@ -39,8 +39,8 @@ pub fn run(binary: &str, tests: &[(&'static str, GpuTest)]) -> ! {
                 .collect()
         }
         Err(error) => {
-            let reason = if error.is_stub_library() {
-                format!("no NVIDIA driver on this machine (the linked libcuda is a stub: {error})")
+            let reason = if error.is_driver_missing() {
+                error.to_string()
             } else if error.code() == CUDA_ERROR_NO_DEVICE {
                 format!("no CUDA device ({error})")
             } else {
