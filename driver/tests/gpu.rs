@@ -216,7 +216,7 @@ fn load_owned_pool(context: &Context) -> Result<(), Failed> {
                     HostCopy::Single,
                     raw_record(&dst, at, &src, at, RECORD_BYTES)?,
                 ) {
-                    Ok(()) => break,
+                    Ok(_) => break,
                     Err(Error::Pool(PoolError::Exhausted { .. })) => {
                         // Never a wait inside the pool: the caller decides.
                         exhausted += 1;

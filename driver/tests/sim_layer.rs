@@ -396,6 +396,7 @@ fn owned_launches_racing_capture_transitions_stay_sound() {
                 stream
                     .as_stream()
                     .launch_owned(HostCopy::Single, raw_record(&dst, at, &src, at, LEN))
+                    .map(drop)
             });
             // Set on failure too, so the other thread stops.
             done.store(true, Ordering::Release);
@@ -729,7 +730,7 @@ fn sixteen_streams_of_owned_copies_return_every_slot() {
                     copy,
                     raw_record(&dst, at, &src, at, LEN),
                 ) {
-                    Ok(()) => break,
+                    Ok(_) => break,
                     Err(Error::Pool(PoolError::Exhausted { .. })) => {
                         exhausted.fetch_add(1, Ordering::Relaxed);
                         stream.as_stream().synchronize().unwrap();

@@ -10,7 +10,11 @@ mod sim_support;
 
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores};
-use hostcopy_driver::cuda::{CaptureMode, DeviceBuffer, Error, PinnedBuffer, Stream};
+use std::sync::Arc;
+
+use hostcopy_driver::cuda::{
+    CaptureMode, Context, DeviceBuffer, DeviceView, Error, PinnedBuffer, Stream,
+};
 use sim_support::{device, scaled};
 
 /// Chunk size of the tests: large enough for the workers to split each
@@ -661,4 +665,183 @@ fn a_device_buffer_of_another_context_is_refused_before_any_driver_call() {
     drop((stager, foreign));
     first.assert_no_violations();
     second.assert_no_violations();
+}
+
+/// Memory another runtime owns, as a binding wraps it: an owner value
+/// whose drop frees it (here, a `DeviceBuffer`).
+fn view_of(buffer: DeviceBuffer, offset: usize, len: usize) -> DeviceView {
+    let ptr = buffer.raw() + offset as u64;
+    let context = buffer.context().clone();
+    // SAFETY: the owner is the buffer itself; nothing else frees it.
+    unsafe { DeviceView::new(&context, ptr, len, Arc::new(buffer)) }.unwrap()
+}
+
+#[test]
+fn a_view_of_foreign_device_memory_stages_both_ways() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Cached)).unwrap();
+    let len = 2 * CHUNK + 9;
+    let expected = pattern(len, 21);
+    let mut view = view_of(
+        DeviceBuffer::new(&device.context, len + 64).unwrap(),
+        64,
+        len,
+    );
+    stager.host_to_device(&mut view, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    stager.device_to_host(&mut host, &view).unwrap();
+    assert!(host == expected);
+    drop((view, stager));
+    assert_eq!(device.state().device_allocations, 0, "the owner freed it");
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_view_is_checked_with_the_driver_before_any_transfer() {
+    let (device, other) = (sim_support::device(), sim_support::device());
+    let owner = || Arc::new(()) as Arc<dyn Send + Sync>;
+    let buffer = DeviceBuffer::new(&device.context, 4096).unwrap();
+    // SAFETY: refused before anything uses the memory (asserted).
+    let view = |ptr, len| unsafe { DeviceView::new(&device.context, ptr, len, owner()) };
+    assert!(view(buffer.raw() + 4000, 96).is_ok());
+    assert_eq!(
+        view(buffer.raw() + 4000, 97).unwrap_err(),
+        Error::DeviceOutOfBounds {
+            offset: 4000,
+            nbytes: 97,
+            len: 4096
+        }
+    );
+    let pinned = PinnedBuffer::new(&device.context, 64).unwrap();
+    let pinned_addr = pinned.raw_ptr().addr() as u64;
+    assert_eq!(
+        view(pinned_addr, 64).unwrap_err(),
+        Error::NotDeviceMemory {
+            addr: pinned_addr as usize
+        }
+    );
+    let pageable = [0u8; 64];
+    let pageable_addr = pageable.as_ptr().addr() as u64;
+    assert!(matches!(
+        view(pageable_addr, 64),
+        Err(Error::NotDeviceMemory { .. })
+    ));
+    let foreign = DeviceBuffer::new(&other.context, 64).unwrap();
+    assert_eq!(
+        view(foreign.raw(), 64).unwrap_err(),
+        Error::ContextMismatch {
+            expected: device.ordinal,
+            found: other.ordinal
+        }
+    );
+    assert_eq!(DeviceView::device_holding(foreign.raw()), Ok(other.ordinal));
+    drop((buffer, pinned, foreign));
+    device.assert_no_violations();
+    other.assert_no_violations();
+}
+
+#[test]
+fn a_pending_transfer_finishes_later_and_reports_when_it_is_done() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 3 * CHUNK + 1;
+    let expected = pattern(len, 23);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    let range = hostcopy_driver::HostMemoryMut::host_range_mut(&mut host[..]);
+    sim::hold(device.ordinal);
+    // SAFETY: `host` is not touched until the transfer is finished below.
+    let pending = unsafe { stager.start_device_to_host_unchecked(range, &source, 0) }.unwrap();
+    assert!(!pending.is_finished().unwrap(), "nothing has run yet");
+    sim::release(device.ordinal);
+    sim::drain(device.ordinal);
+    assert!(pending.is_finished().unwrap());
+    stager.finish_pending(pending).unwrap();
+    assert!(host == expected);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// A pending transfer dropped unfinished keeps the device memory its
+/// queued copies use (the owner is never dropped), instead of letting it
+/// be freed under them; and dropping the stager waits for its queued work
+/// before freeing the staging buffers (before, it freed them under the
+/// copies: heap corruption, a use after free under Miri).
+#[test]
+fn a_pending_transfer_dropped_unfinished_keeps_its_device_memory() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let host: &'static mut [u8] = vec![0u8; 2 * CHUNK].leak();
+    let range = hostcopy_driver::HostMemoryMut::host_range_mut(host);
+    let view = view_of(
+        DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap(),
+        0,
+        2 * CHUNK,
+    );
+    sim::hold(device.ordinal);
+    // SAFETY: `host` is leaked: valid for good.
+    let pending = unsafe { stager.start_device_to_host_unchecked(range, &view, 0) }.unwrap();
+    drop((pending, view));
+    assert_eq!(
+        device.state().device_allocations,
+        1,
+        "freed under a queued copy"
+    );
+    sim::release(device.ordinal);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn transfers_wait_for_a_stream_and_refuse_a_capturing_one() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    stager.wait_for(producer.as_stream()).unwrap();
+    let len = CHUNK + 5;
+    let expected = pattern(len, 25);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    stager.device_to_host(&mut host, &source).unwrap();
+    assert!(host == expected);
+
+    producer
+        .as_stream()
+        .begin_capture(CaptureMode::Relaxed)
+        .unwrap();
+    assert_eq!(stager.wait_for(producer.as_stream()), Err(Error::Capturing));
+    producer.as_stream().end_capture().unwrap();
+
+    let other = sim_support::device();
+    let foreign = Stream::new(&other.context).unwrap();
+    assert_eq!(
+        stager.wait_for(foreign.as_stream()),
+        Err(Error::ContextMismatch {
+            expected: device.ordinal,
+            found: other.ordinal
+        })
+    );
+    drop((stager, foreign));
+    device.assert_no_violations();
+    other.assert_no_violations();
+}
+
+#[test]
+fn the_primary_context_of_a_raw_stream_is_found() {
+    let device = device();
+    let stream = Stream::new(&device.context).unwrap();
+    // SAFETY: the stream is alive.
+    let found = unsafe { Context::of_stream(stream.as_stream().raw()) }.unwrap();
+    assert_eq!(found.raw(), device.context.raw());
+    device.context.make_current().unwrap();
+    assert_eq!(Context::current().unwrap().ordinal(), device.ordinal);
+    std::thread::spawn(|| {
+        assert_eq!(Context::current().unwrap_err(), Error::NoCurrentContext);
+    })
+    .join()
+    .unwrap();
+    drop(stream);
+    device.assert_no_violations();
 }

@@ -7,7 +7,7 @@ use core::fmt;
 use alloc::sync::Arc;
 
 use super::error::{DriverError, Error};
-use super::ffi::{self, CUcontext, CUdevice};
+use super::ffi::{self, CUcontext, CUdevice, CUstream};
 
 /// The installed driver's CUDA version (`12080` for 12.8).
 pub fn driver_version() -> Result<i32, DriverError> {
@@ -70,6 +70,60 @@ impl Context {
             }),
         };
         context.make_current()?;
+        Ok(context)
+    }
+
+    /// The primary context a stream belongs to: for a stream another
+    /// runtime made (cuda.core, torch, cupy and the CUDA runtime make their
+    /// streams in primary contexts). The null handle, the legacy default
+    /// stream, and the per-thread default stream (2) name the calling
+    /// thread's current context. [`Error::NotPrimaryContext`] for a stream
+    /// of any other context.
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a valid stream handle for the call.
+    pub unsafe fn of_stream(stream: CUstream) -> Result<Context, Error> {
+        // SAFETY: plain driver initialization.
+        unsafe { ffi::cuInit(0) }.ok()?;
+        let mut raw: CUcontext = core::ptr::null_mut();
+        if stream as usize <= 2 {
+            // SAFETY: writes one handle.
+            unsafe { ffi::cuCtxGetCurrent(&mut raw) }.ok()?;
+            if raw.is_null() {
+                return Err(Error::NoCurrentContext);
+            }
+        } else {
+            // SAFETY: writes one handle; the stream is valid (our caller).
+            unsafe { ffi::cuStreamGetCtx(stream, &mut raw) }.ok()?;
+        }
+        Self::of_raw(raw)
+    }
+
+    /// The calling thread's current context, if it is a device's primary
+    /// context ([`Error::NoCurrentContext`] or [`Error::NotPrimaryContext`]
+    /// otherwise).
+    pub fn current() -> Result<Context, Error> {
+        // SAFETY: the null handle names the current context.
+        unsafe { Self::of_stream(core::ptr::null_mut()) }
+    }
+
+    /// The primary context `raw` is, retained; `raw` is left current.
+    fn of_raw(raw: CUcontext) -> Result<Context, Error> {
+        // SAFETY: `raw` came from the driver just now and is alive: making
+        // it current lets `cuCtxGetDevice` name its device.
+        unsafe { ffi::cuCtxSetCurrent(raw) }.ok()?;
+        let mut device: CUdevice = 0;
+        // SAFETY: writes one device handle.
+        unsafe { ffi::cuCtxGetDevice(&mut device) }.ok()?;
+        let ordinal = usize::try_from(device).unwrap_or(usize::MAX);
+        let context = Context::primary(ordinal)?;
+        if context.raw() != raw {
+            // Leave the caller's context current, as found.
+            // SAFETY: `raw` is alive (our caller's).
+            let _ = unsafe { ffi::cuCtxSetCurrent(raw) };
+            return Err(Error::NotPrimaryContext { device: ordinal });
+        }
         Ok(context)
     }
 

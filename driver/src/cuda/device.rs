@@ -1,7 +1,11 @@
-//! Device memory, for tests, examples and pipelines. Not host memory: a
-//! record cannot point into it (packing from [`DeviceBuffer::raw_region`] is
-//! refused, and the type does not implement `HostMemory`).
+//! Device memory: [`DeviceBuffer`], allocated here, and [`DeviceView`],
+//! memory another runtime owns (a torch tensor, a cupy array, a cuda.core
+//! buffer), both [`DeviceMemory`] that stagers and stream copies read and
+//! write. Not host memory: a record cannot point into either (packing from
+//! [`DeviceBuffer::raw_region`] is refused, and neither implements
+//! `HostMemory`).
 
+use core::ffi::{c_int, c_uint, c_void};
 use core::fmt;
 
 use alloc::sync::Arc;
@@ -37,14 +41,55 @@ struct Allocation {
     len: usize,
 }
 
-/// A share of a [`DeviceBuffer`]'s allocation, held by driver work that
-/// reads or writes it: the allocation is freed only once the buffer and
-/// every share are dropped, and never if a share is
+// SAFETY: a device pointer may be used from any thread of the process.
+unsafe impl Send for Allocation {}
+// SAFETY: only the driver reads or writes through the pointer.
+unsafe impl Sync for Allocation {}
+
+/// A range of device memory that another runtime allocated and frees,
+/// kept allocated by an owner this view holds.
+///
+/// Made by [`DeviceView::new`], which asks the driver where the memory
+/// lives: device memory of the context's device, the whole range inside one
+/// allocation. A staged transfer that cannot be drained after an error
+/// keeps the owner for good, as it keeps a [`DeviceBuffer`]'s allocation.
+#[derive(Clone)]
+pub struct DeviceView {
+    context: Context,
+    ptr: CUdeviceptr,
+    len: usize,
+    owner: Arc<dyn Send + Sync>,
+}
+
+/// Device memory a [`Stager`](super::staging::Stager) or a stream copy can
+/// read or write: a [`DeviceBuffer`] or a [`DeviceView`]. Sealed: every
+/// implementation keeps its memory allocated while queued work may use it.
+pub trait DeviceMemory: sealed::Sealed {}
+
+pub(crate) mod sealed {
+    use super::{Context, DeviceInUse};
+    use crate::cuda::ffi::CUdeviceptr;
+
+    /// What the layer reads of device memory.
+    pub trait Sealed {
+        /// The context the memory belongs to.
+        fn memory_context(&self) -> &Context;
+        /// The device address of the first byte.
+        fn memory_ptr(&self) -> CUdeviceptr;
+        /// Length in bytes.
+        fn memory_len(&self) -> usize;
+        /// A share that keeps the memory allocated while queued work uses it.
+        fn memory_in_use(&self) -> DeviceInUse;
+    }
+}
+
+/// A share of device memory held by driver work that reads or writes it:
+/// the memory stays allocated while the share lives, and for good if it is
 /// [`leak`](Self::leak)ed.
-pub(crate) struct DeviceInUse(Arc<Allocation>);
+pub struct DeviceInUse(Arc<dyn Send + Sync>);
 
 impl DeviceInUse {
-    /// Keeps the allocation for the rest of the process: a copy the driver
+    /// Keeps the memory for the rest of the process: a copy the driver
     /// may still run uses it.
     pub(crate) fn leak(self) {
         core::mem::forget(self.0);
@@ -53,14 +98,9 @@ impl DeviceInUse {
 
 impl fmt::Debug for DeviceInUse {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("DeviceInUse").field(&self.0.ptr).finish()
+        f.write_str("DeviceInUse")
     }
 }
-
-// SAFETY: a device pointer may be used from any thread of the process.
-unsafe impl Send for Allocation {}
-// SAFETY: only the driver reads or writes through the pointer.
-unsafe impl Sync for Allocation {}
 
 impl DeviceBuffer {
     /// `len` bytes of device memory in `context`, their contents unspecified.
@@ -105,45 +145,221 @@ impl DeviceBuffer {
         RawRegion::device(self.raw() as usize, self.len())
     }
 
-    /// A share of the allocation for driver work queued on it.
-    pub(crate) fn in_use(&self) -> DeviceInUse {
-        DeviceInUse(Arc::clone(&self.allocation))
-    }
-
-    /// The device address of `nbytes` bytes at `offset`, if in bounds.
-    pub(crate) fn range(&self, offset: usize, nbytes: usize) -> Result<CUdeviceptr, Error> {
-        match offset.checked_add(nbytes) {
-            Some(end) if end <= self.len() => Ok(self.raw() + offset as u64),
-            _ => Err(Error::DeviceOutOfBounds {
-                offset,
-                nbytes,
-                len: self.len(),
-            }),
-        }
-    }
-
     /// Copies `src` to byte `offset` of the buffer and waits for the copy.
     pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
-        let dst = self.range(offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.context().bind()?;
-        // SAFETY: `dst` is in bounds; `src` is a live slice; synchronous.
-        unsafe { ffi::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }.ok()?;
-        Ok(())
+        copy_from_host(self, offset, src)
     }
 
     /// Copies bytes from `offset` of the buffer into `dst` and waits for the copy.
     pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
-        let src = self.range(offset, dst.len())?;
-        if dst.is_empty() {
-            return Ok(());
+        copy_to_host(self, offset, dst)
+    }
+}
+
+/// `CU_POINTER_ATTRIBUTE_*` values the view checks (cuda.h).
+const ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
+const ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+const ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
+const ATTRIBUTE_RANGE_SIZE: c_uint = 12;
+/// `CU_MEMORYTYPE_DEVICE`: device memory (managed memory reports it too).
+const MEMORY_TYPE_DEVICE: c_uint = 2;
+
+impl DeviceView {
+    /// A view of `len` bytes of device memory at `ptr`, which `owner` keeps
+    /// allocated, for transfers in `context`.
+    ///
+    /// Asks the driver first: memory that is not device memory (host
+    /// memory, pinned or not, or an address no allocation holds) is
+    /// [`Error::NotDeviceMemory`]; memory of another device is
+    /// [`Error::ContextMismatch`]; a range that runs past its allocation is
+    /// [`Error::DeviceOutOfBounds`]. An empty view is not checked.
+    ///
+    /// # Safety
+    ///
+    /// Nothing frees the memory while `owner` (or a clone of the view)
+    /// lives: dropping the last of them may free it. Other work that writes
+    /// it is ordered with the transfers that use the view (through the
+    /// streams the caller hands the stager, for instance).
+    pub unsafe fn new(
+        context: &Context,
+        ptr: CUdeviceptr,
+        len: usize,
+        owner: Arc<dyn Send + Sync>,
+    ) -> Result<DeviceView, Error> {
+        if len > 0 {
+            check_device_range(context, ptr, len)?;
         }
-        self.context().bind()?;
-        // SAFETY: `src` is in bounds; `dst` is a live slice; synchronous.
-        unsafe { ffi::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }.ok()?;
-        Ok(())
+        Ok(DeviceView {
+            context: context.clone(),
+            ptr,
+            len,
+            owner,
+        })
+    }
+
+    /// The ordinal of the device whose memory holds `ptr`, as the driver
+    /// reports it; [`Error::NotDeviceMemory`] for host memory (pinned or
+    /// not) and for an address no allocation holds. With it, a binding
+    /// finds the context for memory another runtime allocated:
+    /// `Context::primary(DeviceView::device_holding(ptr)?)`.
+    pub fn device_holding(ptr: CUdeviceptr) -> Result<usize, Error> {
+        // SAFETY: plain driver initialization.
+        unsafe { ffi::cuInit(0) }.ok()?;
+        let not_device = |_| Error::NotDeviceMemory { addr: ptr as usize };
+        let memory_type: c_uint =
+            pointer_attribute(ATTRIBUTE_MEMORY_TYPE, ptr).map_err(not_device)?;
+        if memory_type != MEMORY_TYPE_DEVICE {
+            return Err(Error::NotDeviceMemory { addr: ptr as usize });
+        }
+        let ordinal: c_int = pointer_attribute(ATTRIBUTE_DEVICE_ORDINAL, ptr)?;
+        Ok(usize::try_from(ordinal).unwrap_or(usize::MAX))
+    }
+
+    /// The context the view's transfers run in.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address.
+    pub fn raw(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// Copies `src` to byte `offset` of the view and waits for the copy.
+    pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        copy_from_host(self, offset, src)
+    }
+
+    /// Copies bytes from `offset` of the view into `dst` and waits for the copy.
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        copy_to_host(self, offset, dst)
+    }
+}
+
+/// One pointer attribute of `ptr`, as the driver reports it.
+fn pointer_attribute<T: Default>(attribute: c_uint, ptr: CUdeviceptr) -> Result<T, DriverError> {
+    let mut value = T::default();
+    // SAFETY: the driver writes one value of the attribute's type, which
+    // the callers below pair with it (cuda.h).
+    unsafe { ffi::cuPointerGetAttribute((&mut value as *mut T).cast::<c_void>(), attribute, ptr) }
+        .ok()?;
+    Ok(value)
+}
+
+/// Checks with the driver that `[ptr, ptr + len)` is device memory of
+/// `context`'s device inside one allocation.
+fn check_device_range(context: &Context, ptr: CUdeviceptr, len: usize) -> Result<(), Error> {
+    context.bind()?;
+    let ordinal = DeviceView::device_holding(ptr)?;
+    if ordinal != context.ordinal() {
+        return Err(Error::ContextMismatch {
+            expected: context.ordinal(),
+            found: ordinal,
+        });
+    }
+    let start: CUdeviceptr = pointer_attribute(ATTRIBUTE_RANGE_START_ADDR, ptr)?;
+    let size: usize = pointer_attribute(ATTRIBUTE_RANGE_SIZE, ptr)?;
+    let offset = (ptr - start) as usize;
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::DeviceOutOfBounds {
+            offset,
+            nbytes: len,
+            len: size,
+        }),
+    }
+}
+
+/// The device address of `nbytes` bytes at `offset` of `memory`, if in bounds.
+pub(crate) fn device_range<M: DeviceMemory + ?Sized>(
+    memory: &M,
+    offset: usize,
+    nbytes: usize,
+) -> Result<CUdeviceptr, Error> {
+    let len = memory.memory_len();
+    match offset.checked_add(nbytes) {
+        Some(end) if end <= len => Ok(memory.memory_ptr() + offset as u64),
+        _ => Err(Error::DeviceOutOfBounds {
+            offset,
+            nbytes,
+            len,
+        }),
+    }
+}
+
+/// Copies `src` to byte `offset` of `memory` and waits for the copy.
+pub(crate) fn copy_from_host<M: DeviceMemory + ?Sized>(
+    memory: &M,
+    offset: usize,
+    src: &[u8],
+) -> Result<(), Error> {
+    let dst = device_range(memory, offset, src.len())?;
+    if src.is_empty() {
+        return Ok(());
+    }
+    memory.memory_context().bind()?;
+    // SAFETY: `dst` is in bounds; `src` is a live slice; synchronous.
+    unsafe { ffi::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }.ok()?;
+    Ok(())
+}
+
+/// Copies bytes from `offset` of `memory` into `dst` and waits for the copy.
+pub(crate) fn copy_to_host<M: DeviceMemory + ?Sized>(
+    memory: &M,
+    offset: usize,
+    dst: &mut [u8],
+) -> Result<(), Error> {
+    let src = device_range(memory, offset, dst.len())?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    memory.memory_context().bind()?;
+    // SAFETY: `src` is in bounds; `dst` is a live slice; synchronous.
+    unsafe { ffi::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }.ok()?;
+    Ok(())
+}
+
+impl DeviceMemory for DeviceBuffer {}
+
+impl sealed::Sealed for DeviceBuffer {
+    fn memory_context(&self) -> &Context {
+        self.context()
+    }
+    fn memory_ptr(&self) -> CUdeviceptr {
+        self.raw()
+    }
+    fn memory_len(&self) -> usize {
+        self.len()
+    }
+    fn memory_in_use(&self) -> DeviceInUse {
+        DeviceInUse(self.allocation.clone())
+    }
+}
+
+impl DeviceMemory for DeviceView {}
+
+impl sealed::Sealed for DeviceView {
+    fn memory_context(&self) -> &Context {
+        &self.context
+    }
+    fn memory_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+    fn memory_len(&self) -> usize {
+        self.len
+    }
+    fn memory_in_use(&self) -> DeviceInUse {
+        DeviceInUse(self.owner.clone())
     }
 }
 
@@ -164,6 +380,15 @@ impl fmt::Debug for DeviceBuffer {
         f.debug_struct("DeviceBuffer")
             .field("ptr", &self.raw())
             .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl fmt::Debug for DeviceView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceView")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
             .finish()
     }
 }

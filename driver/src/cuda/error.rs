@@ -166,11 +166,28 @@ pub enum Error {
     /// capturing nor wait for an event recorded in a capture (which would
     /// join it to that capture).
     ScopeOpen,
+    /// No context is current on the calling thread, so a null stream names
+    /// none: pass a stream, or make a device current (cuda.core's
+    /// `Device.set_current()`, torch's first CUDA call).
+    NoCurrentContext,
+    /// A stream or context of `device` that is not the device's primary
+    /// context: the layer works in primary contexts, which cuda.core,
+    /// torch, cupy and the CUDA runtime use.
+    NotPrimaryContext {
+        /// The context's device ordinal.
+        device: usize,
+    },
+    /// The address given as device memory is not device memory (host
+    /// memory, pinned or not, or an address no allocation holds), as the
+    /// driver reports it.
+    NotDeviceMemory {
+        /// The address.
+        addr: usize,
+    },
     /// A handle of one device's context was given to a call working in
-    /// another's (an event recorded on a stream of another device, a
-    /// device buffer copied on another device's stream or stager, an
-    /// executable launched on another device's stream). Refused before
-    /// any driver call.
+    /// another's (an event recorded on a stream of another device, device
+    /// memory copied on another device's stream or stager, an executable
+    /// launched on another device's stream). Refused before the call.
     ContextMismatch {
         /// Device ordinal of the context the call works in (the stream's,
         /// the stager's, the event's).
@@ -218,6 +235,18 @@ impl fmt::Display for Error {
             Error::ForeignNode => f.write_str("the node belongs to another graph"),
             Error::ScopeOpen => f.write_str(
                 "a launch scope is open on the stream: it cannot begin or join a capture until the scope returns",
+            ),
+            Error::NoCurrentContext => f.write_str(
+                "no CUDA context is current on this thread: pass a stream, or make a device current first",
+            ),
+            Error::NotPrimaryContext { device } => write!(
+                f,
+                "the stream belongs to a context of device {device} that is not its primary context: \
+                 hostcopy works in primary contexts (those cuda.core, torch, cupy and the CUDA runtime use)"
+            ),
+            Error::NotDeviceMemory { addr } => write!(
+                f,
+                "{addr:#x} is not device memory: pass GPU memory as the device side of a transfer"
             ),
             Error::ContextMismatch { expected, found } => write!(
                 f,

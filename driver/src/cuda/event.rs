@@ -48,6 +48,11 @@ impl Event {
         })
     }
 
+    /// The context the event belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
     /// Records the event at the current end of `stream`.
     ///
     /// Refused with [`Error::ContextMismatch`] when the stream belongs to

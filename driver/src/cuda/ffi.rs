@@ -248,6 +248,7 @@ entry_points! { $
     pub(crate) fn cuCtxSetCurrent(context: CUcontext) -> CuResult;
     pub(crate) fn cuCtxSynchronize() -> CuResult;
     pub(crate) fn cuCtxGetCurrent(context: *mut CUcontext) -> CuResult;
+    pub(crate) fn cuCtxGetDevice(device: *mut CUdevice) -> CuResult;
 
     pub(crate) fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CuResult;
     pub(crate) fn cuStreamDestroy_v2(stream: CUstream) -> CuResult;
@@ -319,6 +320,11 @@ entry_points! { $
     ) -> CuResult;
 
     pub(crate) fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> CuResult;
+    pub(crate) fn cuPointerGetAttribute(
+        data: *mut c_void,
+        attribute: c_uint,
+        ptr: CUdeviceptr,
+    ) -> CuResult;
     pub(crate) fn cuMemFree_v2(ptr: CUdeviceptr) -> CuResult;
     pub(crate) fn cuMemHostAlloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
     pub(crate) fn cuMemFreeHost(ptr: *mut c_void) -> CuResult;

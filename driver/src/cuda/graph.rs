@@ -154,6 +154,19 @@ impl Graph {
         self.inner.raw
     }
 
+    /// A node of this graph that another runtime added, to name as a
+    /// dependency.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a node of this graph.
+    pub unsafe fn node_from_raw(&self, raw: CUgraphNode) -> GraphNode {
+        GraphNode {
+            raw,
+            graph: self.inner.id,
+        }
+    }
+
     /// Adds a node that runs `copy` on a copy of `record` after
     /// `dependencies`. The graph owns the copy (on the heap).
     pub fn add_host_copy(

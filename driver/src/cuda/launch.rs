@@ -13,6 +13,16 @@ use super::stream::StreamRef;
 use crate::owned::{self, HostCopy, Slot, SlotSource};
 use crate::{Record, RecordPool};
 
+/// Where an owned launch went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launched {
+    /// Queued on the stream: runs once, then the record is freed.
+    Queued,
+    /// Captured into the graph the stream is capturing, which owns the
+    /// record: runs on every launch of an executable made from it.
+    Captured,
+}
+
 impl StreamRef<'_> {
     /// Launches `copy` on a copy of `record`, which this layer owns until
     /// the host function has run and then frees. If the stream is capturing,
@@ -21,7 +31,7 @@ impl StreamRef<'_> {
     /// If the context fails before the host function runs, the driver skips
     /// it and the copy stays allocated (see
     /// [`owned_record_counts`](crate::owned_record_counts)).
-    pub fn launch_owned(&self, copy: HostCopy, record: Record<'static>) -> Result<(), Error> {
+    pub fn launch_owned(&self, copy: HostCopy, record: Record<'static>) -> Result<Launched, Error> {
         self.launch_owned_from(SlotSource::Heap, copy, record)
     }
 
@@ -32,7 +42,7 @@ impl StreamRef<'_> {
         pool: &'static RecordPool<N>,
         copy: HostCopy,
         record: Record<'static>,
-    ) -> Result<(), Error> {
+    ) -> Result<Launched, Error> {
         self.launch_owned_from(SlotSource::Pool(pool), copy, record)
     }
 
@@ -41,7 +51,7 @@ impl StreamRef<'_> {
         source: SlotSource,
         copy: HostCopy,
         record: Record<'static>,
-    ) -> Result<(), Error> {
+    ) -> Result<Launched, Error> {
         let slot = source.take(record.args(), copy)?;
         // SAFETY: `slot` is held and ours; the `'static` record's ranges
         // stay valid for as long as any host function may run it.
@@ -57,7 +67,7 @@ impl StreamRef<'_> {
     ///
     /// `slot` is held by the caller, who hands it over, and its record's
     /// ranges stay valid for as long as any host function may run it.
-    unsafe fn launch_slot(&self, slot: NonNull<Slot>, copy: HostCopy) -> Result<(), Error> {
+    unsafe fn launch_slot(&self, slot: NonNull<Slot>, copy: HostCopy) -> Result<Launched, Error> {
         let user_data = Slot::user_data(slot);
         let locked = capture::lock();
         let capture = match capture_graph(&locked, self.context(), self.raw()) {
@@ -84,7 +94,7 @@ impl StreamRef<'_> {
                 // executables are gone.
                 unsafe { ffi::cuLaunchHostFunc(self.raw(), Some(copy.host_fn()), user_data) }
                     .ok()?;
-                Ok(())
+                Ok(Launched::Captured)
             }
             None => {
                 // SAFETY: `run_owned` runs the record and frees the slot.
@@ -97,7 +107,7 @@ impl StreamRef<'_> {
                     unsafe { Slot::release(slot) };
                     return Err(error.into());
                 }
-                Ok(())
+                Ok(Launched::Queued)
             }
         }
     }

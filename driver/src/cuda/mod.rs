@@ -79,13 +79,14 @@ pub mod staging;
 mod stream;
 
 pub use context::{Context, driver_version};
-pub use device::DeviceBuffer;
+pub use device::{DeviceBuffer, DeviceMemory, DeviceView};
 pub use error::{
     CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY, DriverError,
     Error,
 };
 pub use event::Event;
 pub use graph::{CaptureMode, Graph, GraphExec, GraphNode};
+pub use launch::Launched;
 pub use pinned::{HostRegistration, PinnedBuffer};
 pub use scope::LaunchScope;
 pub use stream::{Stream, StreamRef};

@@ -10,7 +10,7 @@ use hostcopy_core::HostFn;
 
 use super::capture::{self, capture_graph};
 use super::context::Context;
-use super::device::DeviceBuffer;
+use super::device::{DeviceMemory, device_range};
 use super::error::{DriverError, Error};
 use super::ffi::{self, CUcontext, CUstream};
 
@@ -189,15 +189,15 @@ impl<'a> StreamRef<'a> {
     /// asynchronous copy; the driver stages pageable memory and blocks) that
     /// nothing else touches until the copy has finished in stream order, and
     /// `src` outlives the copy.
-    pub unsafe fn copy_device_to_host(
+    pub unsafe fn copy_device_to_host<S: DeviceMemory + ?Sized>(
         &self,
         dst: *mut u8,
-        src: &DeviceBuffer,
+        src: &S,
         offset: usize,
         nbytes: usize,
     ) -> Result<(), Error> {
-        self.context.expect_same(src.context())?;
-        let src = src.range(offset, nbytes)?;
+        self.context.expect_same(src.memory_context())?;
+        let src = device_range(src, offset, nbytes)?;
         let _locked = capture::lock();
         self.context.bind()?;
         // SAFETY: device range checked; the host side is our caller's.
@@ -213,15 +213,15 @@ impl<'a> StreamRef<'a> {
     ///
     /// `src` is readable host memory for `nbytes` bytes that nothing writes
     /// until the copy has finished in stream order, and `dst` outlives it.
-    pub unsafe fn copy_host_to_device(
+    pub unsafe fn copy_host_to_device<D: DeviceMemory + ?Sized>(
         &self,
-        dst: &DeviceBuffer,
+        dst: &D,
         offset: usize,
         src: *const u8,
         nbytes: usize,
     ) -> Result<(), Error> {
-        self.context.expect_same(dst.context())?;
-        let dst = dst.range(offset, nbytes)?;
+        self.context.expect_same(dst.memory_context())?;
+        let dst = device_range(dst, offset, nbytes)?;
         let _locked = capture::lock();
         self.context.bind()?;
         // SAFETY: device range checked; the host side is our caller's.

@@ -349,6 +349,27 @@ pub(crate) unsafe fn cuCtxGetCurrent(context: *mut CUcontext) -> CuResult {
     })())
 }
 
+/// `cuCtxGetDevice`: the device of the current context.
+///
+/// # Safety
+///
+/// `device` is writable.
+pub(crate) unsafe fn cuCtxGetDevice(device: *mut CUdevice) -> CuResult {
+    const ENTRY: &str = "cuCtxGetDevice";
+    let mut state = lock();
+    result((|| {
+        let ctx = state.current_context(ENTRY)?;
+        state.enter(ctx, ENTRY, false)?;
+        if device.is_null() {
+            return Err(codes::INVALID_VALUE);
+        }
+        let ordinal = state.contexts[&ctx].device;
+        // SAFETY: non-null and writable (our caller).
+        unsafe { device.write(ordinal as CUdevice) };
+        Ok(())
+    })())
+}
+
 /// `cuCtxSynchronize`: waits for every queued op of the current context;
 /// the sticky error at once. Refused while a stream of it is capturing
 /// (which invalidates the capture).

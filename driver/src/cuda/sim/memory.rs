@@ -393,3 +393,55 @@ pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
         })
     })
 }
+
+/// `cuPointerGetAttribute`: what the driver tells of an address inside a
+/// live allocation (device memory, or pinned host memory); for any other
+/// address `CUDA_ERROR_INVALID_VALUE`, as the driver answers for pageable
+/// memory. Answers the memory type, device ordinal and range attributes.
+///
+/// # Safety
+///
+/// `data` is writable for the attribute's type.
+pub(crate) unsafe fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_uint,
+    ptr: CUdeviceptr,
+) -> CuResult {
+    const MEMORY_TYPE: c_uint = 2;
+    const DEVICE_ORDINAL: c_uint = 9;
+    const RANGE_START_ADDR: c_uint = 11;
+    const RANGE_SIZE: c_uint = 12;
+    let state = lock();
+    let addr = ptr as usize;
+    let find = |table: &std::collections::BTreeMap<usize, Allocation>| {
+        table
+            .range(..=addr)
+            .next_back()
+            .filter(|(start, a)| addr < *start + a.layout.size())
+            .map(|(start, a)| (*start, a.layout.size(), a.device))
+    };
+    let (memory_type, (start, size, device)) = match find(&state.device_allocations) {
+        Some(found) => (2 as c_uint, found),
+        None => match find(&state.host_allocations) {
+            Some(found) => (1, found),
+            None => return CuResult(codes::INVALID_VALUE),
+        },
+    };
+    if data.is_null() {
+        return CuResult(codes::INVALID_VALUE);
+    }
+    // SAFETY: `data` is writable for the attribute's type (our caller),
+    // which each arm writes as cuda.h gives it.
+    unsafe {
+        match attribute {
+            MEMORY_TYPE => data.cast::<c_uint>().write(memory_type),
+            DEVICE_ORDINAL => data
+                .cast::<core::ffi::c_int>()
+                .write(device as core::ffi::c_int),
+            RANGE_START_ADDR => data.cast::<CUdeviceptr>().write(start as CUdeviceptr),
+            RANGE_SIZE => data.cast::<usize>().write(size),
+            _ => return CuResult(codes::INVALID_VALUE),
+        }
+    }
+    CuResult(codes::SUCCESS)
+}

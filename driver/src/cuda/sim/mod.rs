@@ -89,8 +89,8 @@ pub use fault::{fail_call, fail_context};
 pub(super) mod entry {
     pub(crate) use super::codes::cuGetErrorName;
     pub(crate) use super::context::{
-        cuCtxGetCurrent, cuCtxSetCurrent, cuCtxSynchronize, cuDeviceGet, cuDeviceGetCount,
-        cuDeviceGetName, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain,
+        cuCtxGetCurrent, cuCtxGetDevice, cuCtxSetCurrent, cuCtxSynchronize, cuDeviceGet,
+        cuDeviceGetCount, cuDeviceGetName, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain,
         cuDriverGetVersion, cuInit,
     };
     pub(crate) use super::graph::{
@@ -102,7 +102,7 @@ pub(super) mod entry {
     pub(crate) use super::memory::{
         cuMemAlloc_v2, cuMemFree_v2, cuMemFreeHost, cuMemHostAlloc, cuMemHostRegister_v2,
         cuMemHostUnregister, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoD_v2,
-        cuMemcpyHtoDAsync_v2,
+        cuMemcpyHtoDAsync_v2, cuPointerGetAttribute,
     };
     pub(crate) use super::objects::{cuUserObjectCreate, cuUserObjectRelease};
     pub(crate) use super::stream::{

@@ -112,6 +112,12 @@ pub(super) struct Chunks {
     ptr: NonNull<[Chunk]>,
 }
 
+// SAFETY: the records are shared with host functions on the driver's
+// thread by design: every field a host function changes is atomic, the
+// rest is read-only, and the `CopyPool` they point at is `Sync`. Which
+// thread holds the owner changes nothing of that.
+unsafe impl Send for Chunks {}
+
 impl Chunks {
     pub(super) fn new(chunks: Vec<Chunk>) -> Chunks {
         Chunks {

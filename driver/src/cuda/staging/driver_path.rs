@@ -4,22 +4,23 @@
 
 use super::{Direction, Stager};
 use crate::HostRange;
-use crate::cuda::device::{DeviceBuffer, DeviceInUse};
+use crate::cuda::device::{self, DeviceInUse, DeviceMemory, device_range};
 use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
 
 /// The device side of a transfer: read from, or written to.
-#[derive(Debug)]
+///
+/// A destination is taken as `&mut` by every public call (or promised
+/// unshared by an unsafe one); here both are shared references.
 pub(super) enum DeviceSide<'a> {
-    Source(&'a DeviceBuffer),
-    Destination(&'a mut DeviceBuffer),
+    Source(&'a dyn DeviceMemory),
+    Destination(&'a dyn DeviceMemory),
 }
 
 impl DeviceSide<'_> {
-    pub(super) fn buffer(&self) -> &DeviceBuffer {
+    pub(super) fn memory(&self) -> &dyn DeviceMemory {
         match self {
-            DeviceSide::Source(buffer) => buffer,
-            DeviceSide::Destination(buffer) => buffer,
+            DeviceSide::Source(memory) | DeviceSide::Destination(memory) => *memory,
         }
     }
 
@@ -43,13 +44,13 @@ pub(super) fn driver_path(
             // SAFETY: `host` comes from a `HostMemoryMut` borrow our caller
             // holds for the call: `len` writable bytes no one else touches.
             let bytes = unsafe { core::slice::from_raw_parts_mut(addr, host.len) };
-            device.copy_to_host(offset, bytes)
+            device::copy_to_host(device, offset, bytes)
         }
         DeviceSide::Destination(device) => {
             // SAFETY: `host` comes from a `HostMemory` borrow our caller
             // holds for the call: `len` initialized bytes no one writes.
             let bytes = unsafe { core::slice::from_raw_parts(addr.cast_const(), host.len) };
-            device.copy_from_host(offset, bytes)
+            device::copy_from_host(device, offset, bytes)
         }
     }
 }
@@ -114,16 +115,16 @@ impl Stager {
     /// to safe code, and the device allocation is kept for good. If the
     /// stager's streams cannot be drained after an error, it also refuses
     /// further work, as after a failed staged transfer.
-    pub fn device_to_pinned(
+    pub fn device_to_pinned<S: DeviceMemory>(
         &mut self,
         dst: PinnedBuffer,
-        src: &DeviceBuffer,
+        src: &S,
         offset: usize,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
         if let Err(error) = self
             .check_usable()
-            .and_then(|()| self.context.expect_same(src.context()))
-            .and_then(|()| src.range(offset, dst.len()))
+            .and_then(|()| self.context.expect_same(src.memory_context()))
+            .and_then(|()| device_range(src, offset, dst.len()))
         {
             return Err(PinnedTransferError {
                 error,
@@ -139,7 +140,7 @@ impl Stager {
         // buffer is leaked, so nothing reads, writes or frees it while the
         // copy may still write it.
         let queued = unsafe { stream.copy_device_to_host(dst.raw_ptr(), src, offset, dst.len()) };
-        self.settle_pinned(queued, dst, src.in_use())
+        self.settle_pinned(queued, dst, src.memory_in_use())
     }
 
     /// Copies all of pinned `src` to byte `offset` of `dst` with one
@@ -148,16 +149,16 @@ impl Stager {
     /// `src` is taken by value for the reason given in
     /// [`device_to_pinned`](Self::device_to_pinned): after a sticky error
     /// the copy may still be reading it, and it is leaked.
-    pub fn pinned_to_device(
+    pub fn pinned_to_device<D: DeviceMemory>(
         &mut self,
-        dst: &mut DeviceBuffer,
+        dst: &mut D,
         offset: usize,
         src: PinnedBuffer,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
         if let Err(error) = self
             .check_usable()
-            .and_then(|()| self.context.expect_same(dst.context()))
-            .and_then(|()| dst.range(offset, src.len()))
+            .and_then(|()| self.context.expect_same(dst.memory_context()))
+            .and_then(|()| device_range(dst, offset, src.len()))
         {
             return Err(PinnedTransferError {
                 error,
@@ -173,7 +174,7 @@ impl Stager {
         // one writes or frees it while the copy may still read it. `dst`
         // is mutably borrowed.
         let queued = unsafe { stream.copy_host_to_device(dst, offset, src.raw_ptr(), src.len()) };
-        self.settle_pinned(queued, src, dst.in_use())
+        self.settle_pinned(queued, src, dst.memory_in_use())
     }
 
     /// Waits for a copy queued on stream 0 between `pinned` and `device`

@@ -45,7 +45,7 @@
 //!
 //! If the streams cannot be drained (a sticky error), queued copies may
 //! still read or write the staging buffers and the device buffer: the
-//! device allocation is kept for good (dropping the [`DeviceBuffer`] then
+//! device allocation is kept for good (dropping the [`DeviceBuffer`](super::DeviceBuffer) then
 //! frees nothing), and the stager refuses further transfers with that
 //! error until its streams drain, leaking its staging buffers if it is
 //! dropped before. Each leak is counted in [`leaked`].
@@ -75,6 +75,7 @@
 mod chunk;
 mod driver_path;
 mod options;
+mod pending;
 mod scope;
 
 use core::mem::ManuallyDrop;
@@ -84,7 +85,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use super::context::Context;
-use super::device::{DeviceBuffer, DeviceInUse};
+use super::device::{DeviceInUse, DeviceMemory, device_range};
 use super::error::{DriverError, Error};
 use super::event::Event;
 use super::pinned::PinnedBuffer;
@@ -100,6 +101,7 @@ pub use options::{
     DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, RESERVED_CORES, StagingOptions,
     StagingOptionsBuilder, Stores, default_workers,
 };
+pub use pending::PendingTransfer;
 pub use scope::{StagingScope, Transfer};
 
 /// Pinned staging buffers, one stream per buffer and a worker pool: see
@@ -122,6 +124,10 @@ pub struct Stager {
     /// The error with which the streams last failed to drain: until they
     /// drain, queued work may still use the staging buffers.
     undrained: Option<DriverError>,
+    /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
+    order_event: Option<Event>,
+    /// Tells this stager's pending transfers from others'.
+    id: u64,
 }
 
 /// Which way a transfer goes.
@@ -169,6 +175,8 @@ impl Stager {
             spare_events: Vec::new(),
             next: 0,
             undrained: None,
+            order_event: None,
+            id: pending::next_stager_id(),
         };
         Ok(stager)
     }
@@ -190,23 +198,25 @@ impl Stager {
 
     /// Copies `dst.len()` bytes from the start of `src` into `dst`, and
     /// waits for them.
-    pub fn device_to_host<D>(&mut self, dst: &mut D, src: &DeviceBuffer) -> Result<(), Error>
+    pub fn device_to_host<D, S>(&mut self, dst: &mut D, src: &S) -> Result<(), Error>
     where
         D: HostMemoryMut + ?Sized,
+        S: DeviceMemory,
     {
         self.device_to_host_at(dst, src, 0)
     }
 
     /// Copies `dst.len()` bytes from byte `offset` of `src` into `dst`, and
     /// waits for them.
-    pub fn device_to_host_at<D>(
+    pub fn device_to_host_at<D, S>(
         &mut self,
         dst: &mut D,
-        src: &DeviceBuffer,
+        src: &S,
         offset: usize,
     ) -> Result<(), Error>
     where
         D: HostMemoryMut + ?Sized,
+        S: DeviceMemory,
     {
         match self.start(dst.host_range_mut(), DeviceSide::Source(src), offset)? {
             Some(in_flight) => self.finish(in_flight),
@@ -215,21 +225,23 @@ impl Stager {
     }
 
     /// Copies `src` to the start of `dst`, and waits for it.
-    pub fn host_to_device<S>(&mut self, dst: &mut DeviceBuffer, src: &S) -> Result<(), Error>
+    pub fn host_to_device<D, S>(&mut self, dst: &mut D, src: &S) -> Result<(), Error>
     where
+        D: DeviceMemory,
         S: HostMemory + ?Sized,
     {
         self.host_to_device_at(dst, 0, src)
     }
 
     /// Copies `src` to byte `offset` of `dst`, and waits for it.
-    pub fn host_to_device_at<S>(
+    pub fn host_to_device_at<D, S>(
         &mut self,
-        dst: &mut DeviceBuffer,
+        dst: &mut D,
         offset: usize,
         src: &S,
     ) -> Result<(), Error>
     where
+        D: DeviceMemory,
         S: HostMemory + ?Sized,
     {
         match self.start(src.host_range(), DeviceSide::Destination(dst), offset)? {
@@ -250,8 +262,8 @@ impl Stager {
         offset: usize,
     ) -> Result<Option<InFlight>, Error> {
         self.check_usable()?;
-        self.context.expect_same(device.buffer().context())?;
-        device.buffer().range(offset, host.len)?;
+        self.context.expect_same(device.memory().memory_context())?;
+        device_range(device.memory(), offset, host.len)?;
         if host.len == 0 {
             return Ok(None);
         }
@@ -260,7 +272,7 @@ impl Stager {
             return Ok(None);
         }
         let direction = device.direction();
-        Ok(Some(self.enqueue(direction, host, device.buffer(), offset)))
+        Ok(Some(self.enqueue(direction, host, device.memory(), offset)))
     }
 
     /// Enqueues every chunk of a transfer; stops at the first error, which
@@ -269,7 +281,7 @@ impl Stager {
         &mut self,
         direction: Direction,
         host: HostRange,
-        device: &DeviceBuffer,
+        device: &dyn DeviceMemory,
         offset: usize,
     ) -> InFlight {
         let chunk = self.options.chunk;
@@ -296,7 +308,7 @@ impl Stager {
         let mut in_flight = InFlight {
             chunks: Chunks::new(chunks),
             events: Vec::new(),
-            device: device.in_use(),
+            device: device.memory_in_use(),
             error: None,
         };
         for index in 0..count {
@@ -343,7 +355,7 @@ impl Stager {
         chunks: &Chunks,
         index: usize,
         buffer: usize,
-        device: &DeviceBuffer,
+        device: &dyn DeviceMemory,
         device_offset: usize,
     ) -> Result<(), Error> {
         let stream = self.streams[buffer].as_stream();
@@ -439,17 +451,16 @@ impl Stager {
 
 impl Drop for Stager {
     fn drop(&mut self) {
-        if self.undrained.is_some() {
-            self.drain();
-        }
+        // Borrowed transfers are finished (they borrow the stager), but a
+        // pending transfer dropped unfinished may still be queued.
+        self.drain();
         if self.undrained.is_some() {
             chunk::count_leaked_buffers(self.buffers.len());
             return;
         }
         for buffer in &mut self.buffers {
-            // SAFETY: every transfer is finished (they borrow the stager)
-            // and the streams drained after any failure (just above): no
-            // queued work touches the buffer. Dropped once, here.
+            // SAFETY: the streams drained just above: no queued work
+            // touches the buffer. Dropped once, here.
             unsafe { ManuallyDrop::drop(buffer) };
         }
     }

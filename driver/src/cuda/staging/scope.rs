@@ -14,7 +14,7 @@ use core::marker::PhantomData;
 use std::vec::Vec;
 
 use super::{DeviceSide, InFlight, Stager};
-use crate::cuda::device::DeviceBuffer;
+use crate::cuda::device::DeviceMemory;
 use crate::cuda::error::Error;
 use crate::{HostMemory, HostMemoryMut};
 
@@ -83,50 +83,54 @@ impl Stager {
 
 impl<'scope, 'env> StagingScope<'scope, 'env> {
     /// Starts copying `dst.len()` bytes from byte `offset` of `src` into `dst`.
-    pub fn device_to_host_at<D>(
+    pub fn device_to_host_at<D, S>(
         &'scope self,
         dst: &'scope mut D,
-        src: &'scope DeviceBuffer,
+        src: &'scope S,
         offset: usize,
     ) -> Result<Transfer<'scope, 'env>, Error>
     where
         D: HostMemoryMut + ?Sized,
+        S: DeviceMemory,
     {
         self.start(dst.host_range_mut(), DeviceSide::Source(src), offset)
     }
 
     /// Starts copying `dst.len()` bytes from the start of `src` into `dst`.
-    pub fn device_to_host<D>(
+    pub fn device_to_host<D, S>(
         &'scope self,
         dst: &'scope mut D,
-        src: &'scope DeviceBuffer,
+        src: &'scope S,
     ) -> Result<Transfer<'scope, 'env>, Error>
     where
         D: HostMemoryMut + ?Sized,
+        S: DeviceMemory,
     {
         self.device_to_host_at(dst, src, 0)
     }
 
     /// Starts copying `src` to byte `offset` of `dst`.
-    pub fn host_to_device_at<S>(
+    pub fn host_to_device_at<D, S>(
         &'scope self,
-        dst: &'scope mut DeviceBuffer,
+        dst: &'scope mut D,
         offset: usize,
         src: &'scope S,
     ) -> Result<Transfer<'scope, 'env>, Error>
     where
+        D: DeviceMemory,
         S: HostMemory + ?Sized,
     {
         self.start(src.host_range(), DeviceSide::Destination(dst), offset)
     }
 
     /// Starts copying `src` to the start of `dst`.
-    pub fn host_to_device<S>(
+    pub fn host_to_device<D, S>(
         &'scope self,
-        dst: &'scope mut DeviceBuffer,
+        dst: &'scope mut D,
         src: &'scope S,
     ) -> Result<Transfer<'scope, 'env>, Error>
     where
+        D: DeviceMemory,
         S: HostMemory + ?Sized,
     {
         self.host_to_device_at(dst, 0, src)

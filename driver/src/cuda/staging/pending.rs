@@ -1,0 +1,192 @@
+//! Transfers that borrow nothing: started by an `unsafe` call whose caller
+//! keeps the host memory valid, held as a [`PendingTransfer`] for as long
+//! as the caller likes (across threads, inside another language's object),
+//! and finished by [`Stager::finish_pending`]. What a binding (the Python
+//! package) builds its non-blocking transfers on; Rust code has
+//! [`Stager::scope`], which proves the same with borrows.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use super::{DeviceSide, InFlight, Stager};
+use crate::HostRange;
+use crate::cuda::capture::{self, capture_graph};
+use crate::cuda::device::DeviceMemory;
+use crate::cuda::error::Error;
+use crate::cuda::stream::StreamRef;
+
+/// A staged transfer in flight, not tied to a borrow: see
+/// [`Stager::start_device_to_host_unchecked`]. Finish it with
+/// [`Stager::finish_pending`] on the stager that started it.
+///
+/// Dropped unfinished, it keeps what its queued work may touch for good:
+/// its chunk records and the device memory are leaked, never freed.
+#[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
+#[derive(Debug)]
+pub struct PendingTransfer {
+    /// `None`: finished when started (empty, or on the driver's path).
+    in_flight: Option<InFlight>,
+    /// The stager that started it.
+    stager: u64,
+}
+
+/// Distinguishes stagers, so that a transfer is finished by its own.
+static NEXT_STAGER: AtomicU64 = AtomicU64::new(1);
+
+pub(super) fn next_stager_id() -> u64 {
+    NEXT_STAGER.fetch_add(1, Ordering::Relaxed)
+}
+
+impl PendingTransfer {
+    /// Whether the transfer's bytes have arrived, without waiting.
+    pub fn is_finished(&self) -> Result<bool, Error> {
+        let Some(in_flight) = &self.in_flight else {
+            return Ok(true);
+        };
+        for event in &in_flight.events {
+            if !event.query()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes work queued on `stream` from now on wait for this transfer:
+    /// a kernel that reads what a host-to-device transfer writes, say.
+    /// Refused on a capturing stream ([`Error::Capturing`]): the wait would
+    /// make the capture depend on work outside it.
+    pub fn order_before(&self, stream: StreamRef<'_>) -> Result<(), Error> {
+        let Some(in_flight) = &self.in_flight else {
+            return Ok(());
+        };
+        for event in &in_flight.events {
+            event.context().expect_same(stream.context())?;
+        }
+        let locked = capture::lock();
+        if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
+            return Err(Error::Capturing);
+        }
+        drop(locked);
+        for event in &in_flight.events {
+            stream.wait_event(event)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingTransfer {
+    fn drop(&mut self) {
+        if let Some(in_flight) = self.in_flight.take() {
+            // Its copies may still run: keep their device memory, and the
+            // chunk records (never freed without a settle).
+            in_flight.device.leak();
+        }
+    }
+}
+
+impl Stager {
+    /// Starts copying `dst.len` bytes from byte `offset` of `src` into the
+    /// host memory `dst`, and returns at once.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is writable host memory that nothing else reads or writes,
+    /// and that stays allocated, until the transfer is given to
+    /// [`finish_pending`](Self::finish_pending) and that returns (or for
+    /// good, if the transfer is dropped unfinished).
+    pub unsafe fn start_device_to_host_unchecked<S: DeviceMemory>(
+        &mut self,
+        dst: HostRange,
+        src: &S,
+        offset: usize,
+    ) -> Result<PendingTransfer, Error> {
+        self.start_pending(dst, DeviceSide::Source(src), offset)
+    }
+
+    /// Starts copying the host memory `src` to byte `offset` of `dst`, and
+    /// returns at once.
+    ///
+    /// # Safety
+    ///
+    /// `src` is readable host memory that nothing writes, and that stays
+    /// allocated, until the transfer is given to
+    /// [`finish_pending`](Self::finish_pending) and that returns (or for
+    /// good, if the transfer is dropped unfinished); nothing else reads or
+    /// writes `dst`'s range meanwhile.
+    pub unsafe fn start_host_to_device_unchecked<D: DeviceMemory>(
+        &mut self,
+        dst: &D,
+        offset: usize,
+        src: HostRange,
+    ) -> Result<PendingTransfer, Error> {
+        self.start_pending(src, DeviceSide::Destination(dst), offset)
+    }
+
+    fn start_pending(
+        &mut self,
+        host: HostRange,
+        device: DeviceSide<'_>,
+        offset: usize,
+    ) -> Result<PendingTransfer, Error> {
+        let in_flight = match self.start(host, device, offset)? {
+            Some(in_flight) if in_flight.error.is_some() => {
+                // Partly enqueued: wait for what was, and report the error.
+                self.finish(in_flight)?;
+                None
+            }
+            started => started,
+        };
+        Ok(PendingTransfer {
+            in_flight,
+            stager: self.id,
+        })
+    }
+
+    /// Waits for a transfer this stager started, then settles it; its
+    /// error, if any (see the [module documentation](super) for what an
+    /// error leaves behind).
+    ///
+    /// # Panics
+    ///
+    /// If another stager started `transfer`.
+    pub fn finish_pending(&mut self, mut transfer: PendingTransfer) -> Result<(), Error> {
+        assert_eq!(
+            transfer.stager, self.id,
+            "a pending transfer is finished by the stager that started it"
+        );
+        match transfer.in_flight.take() {
+            Some(in_flight) => self.finish(in_flight),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes every later transfer of this stager wait for the work queued
+    /// on `stream` so far: the kernel that wrote the data a device-to-host
+    /// transfer reads, say. Transfers already started are not affected.
+    ///
+    /// Refused with [`Error::Capturing`] when `stream` is capturing a graph
+    /// (the stager's streams would join the capture), and with
+    /// [`Error::ContextMismatch`] for a stream of another context.
+    pub fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
+        self.check_usable()?;
+        self.context.expect_same(stream.context())?;
+        let event = match self.order_event.take() {
+            Some(event) => event,
+            None => crate::cuda::Event::ordering(&self.context)?,
+        };
+        let ordered = (|| {
+            {
+                let locked = capture::lock();
+                if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
+                    return Err(Error::Capturing);
+                }
+                event.record_known(&locked, stream, false)?;
+            }
+            for own in &self.streams {
+                own.as_stream().wait_event(&event)?;
+            }
+            Ok(())
+        })();
+        self.order_event = Some(event);
+        ordered
+    }
+}
