@@ -1115,3 +1115,32 @@ fn handles_of_another_context_are_refused_before_any_driver_call() {
     first.assert_no_violations();
     second.assert_no_violations();
 }
+
+/// Before: every `Graph::borrow_raw` wrapper had a call lock of its own, so
+/// two threads each wrapping one raw graph (as a binding does, once per
+/// call) added nodes to it at once; the simulator records that.
+#[test]
+fn borrowed_wrappers_of_one_graph_never_call_on_it_at_once() {
+    let device = device();
+    let graph = Graph::new(&device.context).unwrap();
+    let raw = graph.raw() as usize; // a handle crosses threads as an integer
+    let src = RawBuffer::zeroed(64);
+    let dst = RawBuffer::zeroed(64);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..scaled(200, 8) {
+                    // SAFETY: `graph` owns the handle and outlives the wrapper.
+                    let mut borrowed = unsafe {
+                        Graph::borrow_raw(&device.context, raw as hostcopy_driver::cuda::CUgraph)
+                    };
+                    borrowed
+                        .add_host_copy(HostCopy::Single, raw_record(&dst, 0, &src, 0, 64), &[])
+                        .unwrap();
+                }
+            });
+        }
+    });
+    drop(graph);
+    device.assert_no_violations();
+}

@@ -1,5 +1,14 @@
-"""hostcopy: compiled CUDA host functions that copy bytes, for cuda-python.
+"""hostcopy: copies between GPU memory and the host memory you already
+have at the link's speed, and the compiled CUDA host functions under them.
 
+The one-call copies, from a torch or cupy CUDA array (or jax, numba, a
+cuda.core Buffer) into a numpy array (or a bytearray, an mmap, a CPU
+tensor), and back, with the GIL released for the whole copy::
+
+    hostcopy.copy_to_host(numpy_array, cuda_tensor)
+    hostcopy.copy_to_device(cuda_tensor, numpy_array)
+
+Below them, for pipelines of your own:
 ``HOST_COPY_FN`` is a ctypes ``CUhostFn`` pointing at compiled code: the
 driver calls it on its host-function thread with no Python frame and no GIL.
 Its ``user_data`` is a 24-byte record (``dst``, ``src``, ``nbytes``) that
@@ -10,8 +19,9 @@ Its ``user_data`` is a 24-byte record (``dst``, ``src``, ``nbytes``) that
 A record holds addresses, not references: whoever runs it keeps ``dst`` and
 ``src`` alive, unmoved and unresized until the host function has run (for a
 graph node: until the graph and every executable made from it are
-destroyed). Importing this module needs no NVIDIA driver; the launch
-functions open ``libcuda.so.1`` on first use.
+destroyed). Importing this module needs no NVIDIA driver: transfers and
+launches open ``libcuda.so.1`` on first use, and raise ``CudaUnavailable``
+without one.
 """
 
 from __future__ import annotations
@@ -27,15 +37,26 @@ from ._errors import (
     CudaUnavailable,
     IntegerOutOfRange,
     NotContiguous,
+    NotDeviceMemory,
     NotHostAccessible,
     NullWithLength,
     OutOfBounds,
     Overlap,
     PackError,
     ReadOnlyBuffer,
+    StreamCapturing,
+    WrongDevice,
 )
+from ._staging import Stager, Transfer, copy_to_device, copy_to_host
+
+#: The package's version (the Rust crates' version, from one place).
+__version__: str = _native.__version__
 
 __all__ = [
+    "Stager",
+    "Transfer",
+    "copy_to_device",
+    "copy_to_host",
     "ABI_VERSION",
     "CUHOSTFN",
     "HOST_COPY_ARGS_SIZE",
@@ -57,12 +78,15 @@ __all__ = [
     "CudaUnavailable",
     "IntegerOutOfRange",
     "NotContiguous",
+    "NotDeviceMemory",
     "NotHostAccessible",
     "NullWithLength",
     "OutOfBounds",
     "Overlap",
     "PackError",
     "ReadOnlyBuffer",
+    "StreamCapturing",
+    "WrongDevice",
 ]
 
 #: The ``CUhostFn`` prototype, ``void (*)(void *)``, as ctypes spells it.
@@ -322,8 +346,10 @@ def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False)
     ends a capture of this stream, joins it to one through an event wait, or
     adds work to the graph it captures into. After a context error the driver skips
     host functions: the copy never happens and its record stays allocated
-    (see ``owned_record_counts``). Raises ``CudaUnavailable`` without a
-    driver and ``CudaError`` when a driver call fails.
+    (see ``owned_record_counts``). The stream must belong to its device's
+    primary context (as cuda.core's, torch's and cupy's do). Raises
+    ``CudaUnavailable`` without a driver and ``CudaError`` when a driver
+    call fails.
     """
     return _native.launch_owned(_stream_handle(stream), bytes(record), bool(parallel))
 

@@ -66,3 +66,28 @@ class CudaError(RuntimeError):
         self.function: str = fields.get("function", "")
         self.code: int = fields.get("code", 0)
         self.name: str = fields.get("name", "")
+
+
+class NotDeviceMemory(ValueError):
+    """The device side of a transfer is not GPU memory, as the driver reports it (``side``, ``addr``)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.side: str = fields.get("side", "")
+        self.addr: int = fields.get("addr", 0)
+
+
+class WrongDevice(ValueError):
+    """Memory or a stream of one device given to a stager or call of another (``expected``, ``found``: device ordinals)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.expected: int = fields.get("expected", 0)
+        self.found: int = fields.get("found", 0)
+
+
+class StreamCapturing(RuntimeError):
+    """The stream is capturing a graph: a staged transfer cannot become part of it."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)

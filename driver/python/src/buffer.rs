@@ -112,37 +112,32 @@ impl Drop for Export {
     }
 }
 
-/// `(address, length)` of a C-contiguous buffer-protocol object; for a
-/// destination (`writable`) also refuses a read-only one.
+/// Exports `obj`'s buffer with the checks a copy needs: C-contiguous, plain
+/// bytes, and for a destination (`writable`) not read-only.
 ///
 /// Raises `hostcopy.NotContiguous` or `hostcopy.ReadOnlyBuffer`, and the
 /// exporter's own error (a `TypeError`) for an object without the buffer
 /// protocol.
-#[pyfunction]
-pub(crate) fn buffer_region(
-    obj: &Bound<'_, PyAny>,
-    writable: bool,
-    side: &str,
-) -> PyResult<(usize, usize)> {
+fn checked_export(obj: &Bound<'_, PyAny>, writable: bool, side: &str) -> PyResult<Export> {
     let export = Export::new(obj)?;
     let view = &export.view;
     let format = export.format();
     if format.contains('O') {
         // Copying object pointers as bytes would skip their reference counts.
         return Err(PyTypeError::new_err(format!(
-            "{side} holds Python object references (buffer format {format:?}): a record copies plain bytes"
+            "{side} holds Python object references (buffer format {format:?}): a copy moves plain bytes"
         )));
     }
     if !export.is_c_contiguous() {
         let (shape, strides) = export.layout();
         let message = if view.suboffsets.is_null() {
             format!(
-                "{side} is strided (shape {shape:?}, strides {strides:?}, item size {}): a record copies one contiguous run of bytes; pass a C-contiguous array (numpy.ascontiguousarray) or one record per row",
+                "{side} is strided (shape {shape:?}, strides {strides:?}, item size {}): a copy moves one contiguous run of bytes; pass a C-contiguous array (numpy.ascontiguousarray) or one copy per row",
                 view.itemsize
             )
         } else {
             format!(
-                "{side} uses indirect (suboffset) buffers: a record copies one contiguous run of bytes"
+                "{side} uses indirect (suboffset) buffers: a copy moves one contiguous run of bytes"
             )
         };
         return Err(crate::packing::error(
@@ -172,6 +167,90 @@ pub(crate) fn buffer_region(
             ],
         ));
     }
-    let len = usize::try_from(view.len).unwrap_or(0);
-    Ok((view.buf as usize, len))
+    Ok(export)
+}
+
+impl Export {
+    fn range(&self) -> (usize, usize) {
+        (
+            self.view.buf as usize,
+            usize::try_from(self.view.len).unwrap_or(0),
+        )
+    }
+}
+
+/// `(address, length)` of a C-contiguous buffer-protocol object; for a
+/// destination (`writable`) also refuses a read-only one. The export ends
+/// on return: the caller keeps the object alive and unresized.
+#[pyfunction]
+pub(crate) fn buffer_region(
+    obj: &Bound<'_, PyAny>,
+    writable: bool,
+    side: &str,
+) -> PyResult<(usize, usize)> {
+    Ok(checked_export(obj, writable, side)?.range())
+}
+
+/// Host memory a staged transfer reads or writes, held for as long as the
+/// transfer may touch it: a buffer export (which also keeps a `bytearray`
+/// from being resized meanwhile), or the object that owns memory described
+/// another way (a DLPack capsule of a CPU tensor).
+#[pyclass(module = "hostcopy._native", frozen)]
+pub(crate) struct HostMemory {
+    addr: usize,
+    len: usize,
+    /// Released on drop (with the GIL: a pyclass is dropped by Python).
+    _export: Option<Export>,
+    _owner: Option<Py<PyAny>>,
+}
+
+// SAFETY: the export is read only when made and released in `Drop`, which
+// for a pyclass runs in Python's deallocation, with the GIL held.
+unsafe impl Send for Export {}
+// SAFETY: as above: nothing reads it through a shared reference after creation.
+unsafe impl Sync for Export {}
+
+impl HostMemory {
+    /// `(address, length)`.
+    pub(crate) fn range(&self) -> hostcopy_driver::HostRange {
+        hostcopy_driver::HostRange {
+            addr: self.addr,
+            len: self.len,
+        }
+    }
+
+    /// Memory at `addr` that `owner` keeps allocated.
+    pub(crate) fn owned_by(addr: usize, len: usize, owner: Py<PyAny>) -> HostMemory {
+        HostMemory {
+            addr,
+            len,
+            _export: None,
+            _owner: Some(owner),
+        }
+    }
+}
+
+#[pymethods]
+impl HostMemory {
+    /// The length in bytes.
+    fn __len__(&self) -> usize {
+        self.len
+    }
+}
+
+/// `obj`'s buffer, exported for a transfer (see [`HostMemory`]).
+#[pyfunction]
+pub(crate) fn host_memory(
+    obj: &Bound<'_, PyAny>,
+    writable: bool,
+    side: &str,
+) -> PyResult<HostMemory> {
+    let export = checked_export(obj, writable, side)?;
+    let (addr, len) = export.range();
+    Ok(HostMemory {
+        addr,
+        len,
+        _export: Some(export),
+        _owner: None,
+    })
 }

@@ -1,21 +1,24 @@
 //! The native half of the `hostcopy` Python package (`hostcopy._native`).
 //!
-//! What Python cannot do itself lives here: the addresses of the compiled
-//! host functions, reading a buffer-protocol object's address, packing with
-//! `hostcopy-driver`'s checks, the parallel copy workers, and launches whose
-//! records this module owns until the driver is done with them. The Python
-//! half (`hostcopy/__init__.py`) classifies arguments and raises the errors.
-//!
-//! libcuda is never linked: the `driver` module opens `libcuda.so.1` the first time a
-//! launch function is called, so `import hostcopy` works without a driver.
+//! What Python cannot do itself lives here, as thin conversions over the
+//! Rust crates: the addresses of the compiled host functions, reading a
+//! buffer-protocol object or a DLPack capsule, packing with
+//! `hostcopy-driver`'s checks, the parallel copy workers, owned launches
+//! and graph nodes, and staged transfers (`hostcopy_driver::cuda`, which
+//! opens libcuda when first needed, so `import hostcopy` works without a
+//! driver). The Python half (`hostcopy/__init__.py`) classifies arguments.
 
 use pyo3::prelude::*;
 
 mod buffer;
-mod driver;
+mod dlpack;
+mod errors;
 mod launch;
 mod packing;
 mod parallel;
+#[cfg(feature = "simulator")]
+mod sim;
+mod staging;
 
 /// The address of `hostcopy_fn`.
 #[pyfunction]
@@ -30,13 +33,27 @@ fn rejected() -> usize {
     hostcopy_core::hostcopy_rejected()
 }
 
+/// Loads the NVIDIA driver now (transfers and launches do it on first use).
+#[pyfunction]
+fn load_driver(py: Python<'_>) -> PyResult<()> {
+    py.detach(hostcopy_driver::cuda::driver_version)
+        .map(drop)
+        .map_err(|failure| errors::driver_error(py, "load_driver", failure))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HOST_COPY_ARGS_SIZE", hostcopy_core::HostCopyArgs::SIZE)?;
     m.add("ABI_VERSION", hostcopy_core::ABI_VERSION)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(host_copy_fn_address, m)?)?;
     m.add_function(wrap_pyfunction!(rejected, m)?)?;
+    m.add_function(wrap_pyfunction!(load_driver, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::buffer_region, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer::host_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::dlpack_region, m)?)?;
+    m.add_function(wrap_pyfunction!(staging::device_holding, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::dlpack_host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(packing::pack_regions, m)?)?;
     m.add_function(wrap_pyfunction!(
         parallel::host_copy_parallel_fn_address,
@@ -47,6 +64,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::launch_owned, m)?)?;
     m.add_function(wrap_pyfunction!(launch::add_host_node, m)?)?;
     m.add_function(wrap_pyfunction!(launch::owned_record_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(driver::load_driver, m)?)?;
+    m.add_class::<buffer::HostMemory>()?;
+    m.add_class::<staging::PyStager>()?;
+    m.add_class::<staging::Transfer>()?;
+    #[cfg(feature = "simulator")]
+    sim::register(m)?;
     Ok(())
 }

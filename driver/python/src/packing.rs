@@ -32,7 +32,7 @@ fn side_name(side: Side) -> &'static str {
 }
 
 /// A [`PackError`] as the exception class of the same name.
-fn pack_error(py: Python<'_>, failure: PackError) -> PyResult<PyErr> {
+pub(crate) fn pack_error(py: Python<'_>, failure: PackError) -> PyResult<PyErr> {
     let message = failure.to_string();
     let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
     let side = |value: Side| side_name(value).into_pyobject(py).map(|v| v.into_any());

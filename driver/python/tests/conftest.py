@@ -87,3 +87,67 @@ def buffer_bytes(buffer: BufferStandIn) -> bytes:
 @pytest.fixture
 def numpy():
     return pytest.importorskip("numpy", reason="numpy is not installed (ci.sh installs it)")
+
+
+class Sim:
+    """The simulated driver (wheels built with ``--features simulator``):
+    devices, device arrays, streams and graphs on them, and its controls."""
+
+    def __init__(self, native):
+        self.native = native
+
+    def device(self) -> int:
+        """A fresh simulated device, its primary context current here."""
+        ordinal = self.native.sim_new_device()
+        self.native.sim_make_current(ordinal)
+        return ordinal
+
+    def array(self, device: int, data: bytes, stream=None):
+        array = self.native.SimDeviceArray(device, len(data), stream)
+        array.write(data)
+        return array
+
+    def stream(self, device: int):
+        return self.native.SimStream(device)
+
+    def graph(self, device: int):
+        return self.native.SimGraph(device)
+
+    def state(self, device: int) -> dict:
+        return self.native.sim_device_state(device)
+
+    def hold(self, device: int) -> None:
+        self.native.sim_hold(device)
+
+    def release(self, device: int) -> None:
+        self.native.sim_release(device)
+
+    def drain(self, device: int) -> None:
+        self.native.sim_drain(device)
+
+    def fail_call(self, device: int, entry: str, nth: int, code: int) -> None:
+        self.native.sim_fail_call(entry, device, nth, code)
+
+    def fail_context(self, device: int, code: int) -> None:
+        self.native.sim_fail_context(device, code)
+
+    def assert_no_violations(self, device: int) -> None:
+        self.native.sim_drain(device)
+        violations = self.native.sim_take_violations(device)
+        assert violations == [], violations
+
+
+@pytest.fixture
+def sim():
+    """The simulated driver, installed for this process; skipped (or, with
+    HOSTCOPY_REQUIRE_SIM=1 as ci.sh sets it, failed) in a wheel without it."""
+    import os
+
+    native = hostcopy._native
+    if not hasattr(native, "sim_install"):
+        reason = "this wheel has no simulated driver (ci.sh builds one with --features simulator)"
+        if os.environ.get("HOSTCOPY_REQUIRE_SIM") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    native.sim_install()
+    return Sim(native)

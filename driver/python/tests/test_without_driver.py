@@ -1,4 +1,5 @@
-"""Importing and packing need no NVIDIA driver; launches say clearly that they do.
+"""Importing and packing need no NVIDIA driver; launches and transfers say
+clearly that they do.
 
 Each check runs in a fresh interpreter whose libcuda is a path that does not
 exist (HOSTCOPY_LIBCUDA), so it holds on a GPU machine too.
@@ -49,10 +50,14 @@ def test_launch_functions_raise_cuda_unavailable_naming_the_library():
     done = run_python(
         """
         import hostcopy
+        class Device:
+            __cuda_array_interface__ = {"shape": (8,), "typestr": "|u1", "data": (0x7f0000000000, False), "version": 3}
         checks = [
             lambda: hostcopy.launch_host_copy(0, bytearray(8), bytes(8)),
             lambda: hostcopy.launch_host_copy_args(0, hostcopy.pack_host_copy_args(bytearray(8), bytes(8))),
             lambda: hostcopy.add_host_copy_node(0x1234, bytearray(8), bytes(8)),
+            lambda: hostcopy.copy_to_host(bytearray(8), Device()),
+            lambda: hostcopy.Stager(0),
         ]
         for check in checks:
             try:
@@ -65,9 +70,9 @@ def test_launch_functions_raise_cuda_unavailable_naming_the_library():
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 3
+    assert len(lines) == 5
     for line in lines:
-        assert MISSING in line and "launch functions need it" in line
+        assert MISSING in line and "install the NVIDIA driver" in line
 
 
 def test_packing_errors_come_before_the_driver_is_needed():

@@ -55,6 +55,9 @@ struct GraphInner {
     /// CUDA graph objects are not thread-safe: every call on the graph (or
     /// on an executable's node, which reads the graph's node) holds this.
     calls: Mutex<()>,
+    /// Whether dropping the last reference destroys the graph (not for a
+    /// graph another runtime owns: [`Graph::borrow_raw`]).
+    owned: bool,
 }
 
 // SAFETY: the handle may be used from any thread, one call at a time
@@ -70,13 +73,21 @@ impl GraphInner {
             raw,
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             calls: Mutex::new(()),
+            owned: true,
         }
     }
 
-    /// Holds the graph's call lock and binds its context.
+    /// Holds the graph's call lock and binds its context. A borrowed
+    /// graph may be wrapped many times over (once per call, by a binding):
+    /// its wrappers share one process-wide lock instead.
     fn enter(&self) -> Result<std::sync::MutexGuard<'_, ()>, DriverError> {
-        let held = self
-            .calls
+        static BORROWED_CALLS: Mutex<()> = Mutex::new(());
+        let calls = if self.owned {
+            &self.calls
+        } else {
+            &BORROWED_CALLS
+        };
+        let held = calls
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.context.bind()?;
@@ -86,6 +97,9 @@ impl GraphInner {
 
 impl Drop for GraphInner {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let _ = self.context.bind();
         // SAFETY: destroys the graph once the `Graph` and every executable
         // made from it are gone; user objects it holds are released by the
@@ -133,10 +147,8 @@ impl Graph {
     }
 
     /// Takes ownership of a graph handle (one another runtime captured, say).
-    ///
-    /// To borrow a graph another runtime owns and destroys, keep the wrapper
-    /// from destroying it: `ManuallyDrop::new(unsafe { Graph::from_raw(..) })`
-    /// (executables made through it then never destroy it either).
+    /// To add nodes to a graph another runtime owns and destroys, use
+    /// [`borrow_raw`](Self::borrow_raw).
     ///
     /// # Safety
     ///
@@ -146,6 +158,24 @@ impl Graph {
     pub unsafe fn from_raw(context: &Context, raw: CUgraph) -> Graph {
         Graph {
             inner: Arc::new(GraphInner::new(context, raw)),
+        }
+    }
+
+    /// Wraps a graph another runtime owns and destroys: dropping the
+    /// wrapper (and executables made through it) never destroys it. Calls
+    /// through every borrowed wrapper, of any graph, take one process-wide
+    /// lock, so two wrappers of one graph never call on it at once.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid graph of `context` until the wrapper and every
+    /// executable made through it are gone; nothing else calls on it while
+    /// the wrapper does.
+    pub unsafe fn borrow_raw(context: &Context, raw: CUgraph) -> Graph {
+        let mut inner = GraphInner::new(context, raw);
+        inner.owned = false;
+        Graph {
+            inner: Arc::new(inner),
         }
     }
 

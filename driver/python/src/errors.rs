@@ -1,0 +1,77 @@
+//! The CUDA layer's errors (`hostcopy_driver::cuda::Error`) as the
+//! package's exception classes (defined in `hostcopy/_errors.py`).
+
+use hostcopy_driver::cuda::{DriverError, Error};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+use crate::packing::{error, pack_error};
+
+/// `failure` of the call `operation` (a Python-level name, such as
+/// `"copy_to_host"`), with `side` naming the device side where the error
+/// is about device memory.
+pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: Error) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
+        let text = |value: &str| value.into_pyobject(py).map(|v| v.into_any());
+        let message = failure.to_string();
+        Ok(match failure {
+            Error::Driver(driver) => driver_error(py, operation, driver),
+            Error::Pack(packing) => pack_error(py, packing)?,
+            Error::DeviceOutOfBounds {
+                offset,
+                nbytes,
+                len,
+            } => error(
+                py,
+                "OutOfBounds",
+                message,
+                [
+                    ("side", text(side)?),
+                    ("offset", int(offset)?),
+                    ("nbytes", int(nbytes)?),
+                    ("len", int(len)?),
+                ],
+            ),
+            Error::NotDeviceMemory { addr } => error(
+                py,
+                "NotDeviceMemory",
+                message,
+                [("side", text(side)?), ("addr", int(addr)?)],
+            ),
+            Error::ContextMismatch { expected, found } => error(
+                py,
+                "WrongDevice",
+                message,
+                [("expected", int(expected)?), ("found", int(found)?)],
+            ),
+            Error::Capturing => error(py, "StreamCapturing", message, []),
+            _ => PyRuntimeError::new_err(format!("{operation}: {message}")),
+        })
+    };
+    build().unwrap_or_else(|failure| failure)
+}
+
+/// A driver error: `CudaUnavailable` where no usable driver was found,
+/// `CudaError` (with `code`, `name` and `function`) otherwise.
+pub(crate) fn driver_error(py: Python<'_>, operation: &str, failure: DriverError) -> PyErr {
+    if failure.is_driver_missing() {
+        return error(
+            py,
+            "CudaUnavailable",
+            format!("{failure}. Packing and HOST_COPY_FN work without a driver."),
+            [],
+        );
+    }
+    let fields = || -> PyResult<_> {
+        Ok([
+            ("code", failure.code().into_pyobject(py)?.into_any()),
+            ("name", failure.name().into_pyobject(py)?.into_any()),
+            ("function", operation.into_pyobject(py)?.into_any()),
+        ])
+    };
+    match fields() {
+        Ok(fields) => error(py, "CudaError", format!("{operation}: {failure}"), fields),
+        Err(failure) => failure,
+    }
+}

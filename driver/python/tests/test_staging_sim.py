@@ -1,0 +1,293 @@
+"""copy_to_host, copy_to_device and Stager against the simulated driver:
+byte-exact both ways for every host type, what a transfer keeps alive,
+stream order, and every refusal, each with its numbers.
+"""
+
+import faulthandler
+import mmap
+import threading
+import weakref
+
+import pytest
+
+import hostcopy
+from conftest import pattern
+
+CHUNK = 256 << 10
+LAUNCH_FAILED = 719
+SIZES = [1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17]
+
+
+def small_stager(device: int, **options) -> hostcopy.Stager:
+    settings = dict(chunk=CHUNK, buffers=3, workers=2, driver_path_below=0)
+    settings.update(options)
+    return hostcopy.Stager(device, **settings)
+
+
+class Tensor:
+    """A device array as a library hands it out: its memory is freed when
+    the array goes (weak references tell when)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.array.__cuda_array_interface__
+
+    def __del__(self):
+        self.array.free()
+
+
+class HostArray:
+    """A host array with only DLPack (as a CPU torch tensor has)."""
+
+    def __init__(self, numpy_array):
+        self.numpy_array = numpy_array
+
+    def __dlpack__(self, stream=None):
+        return self.numpy_array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.numpy_array.__dlpack_device__()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_both_ways_byte_exact_for_sizes_not_multiples_of_the_chunk(sim, numpy, size):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(size, 5)
+    source = sim.array(device, data)
+    dst = numpy.empty(size, numpy.uint8)
+    assert stager.copy_to_host(dst, source) is None
+    assert dst.tobytes() == data
+    target = sim.array(device, bytes(size))
+    stager.copy_to_device(target, dst)
+    assert target.read() == data
+    stager.close()
+    sim.assert_no_violations(device)
+
+
+def test_every_host_type_both_ways(sim, numpy, tmp_path):
+    device = sim.device()
+    stager = small_stager(device, h2d_streaming=True)
+    size = 2 * CHUNK + 3
+    data = pattern(size, 7)
+    source = sim.array(device, data)
+    backing = tmp_path / "mapped"
+    backing.write_bytes(bytes(size))
+    with open(backing, "r+b") as file, mmap.mmap(file.fileno(), size) as mapped:
+        dsts = [numpy.empty(size, numpy.uint8), bytearray(size), memoryview(bytearray(size)), mapped]
+        dsts.append(HostArray(numpy.zeros(size, numpy.uint8)))
+        for dst in dsts:
+            stager.copy_to_host(dst, source)
+            got = dst.numpy_array.tobytes() if isinstance(dst, HostArray) else bytes(dst)
+            assert got == data, type(dst).__name__
+        sources = [data, bytearray(data), numpy.frombuffer(data, numpy.uint8)]
+        sources.append(HostArray(numpy.frombuffer(data, numpy.uint8).copy()))  # DLPack: writable arrays only
+        for src in sources:
+            target = sim.array(device, bytes(size))
+            stager.copy_to_device(target, src)
+            assert target.read() == data, type(src).__name__
+    sim.assert_no_violations(device)
+
+
+def test_the_one_call_functions_use_a_stager_per_device(sim, numpy):
+    device = sim.device()
+    size = (3 << 20) + 5  # above the default crossover: staged
+    data = pattern(size, 9)
+    source = sim.array(device, data)
+    dst = numpy.empty(size, numpy.uint8)
+    hostcopy.copy_to_host(dst, source)
+    assert dst.tobytes() == data
+    target = sim.array(device, bytes(size))
+    hostcopy.copy_to_device(target, dst)
+    assert target.read() == data
+    assert sim.state(device)["host_fns_run"] > 0, "staged, not the driver's path"
+    sim.assert_no_violations(device)
+
+
+def test_offsets_and_lengths(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(CHUNK * 2, 11)
+    source = sim.array(device, data)
+    dst = numpy.zeros(CHUNK * 2, numpy.uint8)
+    stager.copy_to_host(dst, source, 1000, dst_offset=7, src_offset=13)
+    assert dst[7:1007].tobytes() == data[13:1013]
+    assert not dst[:7].any() and not dst[1007:].any()
+    target = sim.array(device, bytes(CHUNK * 2))
+    stager.copy_to_device(target, dst, 500, dst_offset=3, src_offset=7)
+    assert target.read()[3:503] == data[13:513]
+
+
+def test_a_transfer_keeps_both_sides_alive_until_it_is_done(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    size = 3 * CHUNK
+    data = pattern(size, 13)
+    source = Tensor(sim.array(device, data))
+    dst = numpy.empty(size, numpy.uint8)
+    gone = weakref.ref(source)
+    sim.hold(device)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    allocations = sim.state(device)["device_allocations"]
+    del source
+    assert gone() is not None, "the transfer let go of its source"
+    assert sim.state(device)["device_allocations"] == allocations
+    assert not transfer.done()
+    sim.release(device)
+    del transfer  # dropped unwaited: it waits
+    assert dst.tobytes() == data
+    assert gone() is None, "the source outlived its transfer"
+    sim.assert_no_violations(device)
+
+
+def test_a_transfer_waits_and_reports_as_a_context_manager(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(2 * CHUNK, 15)
+    source = sim.array(device, data)
+    dst = numpy.empty(2 * CHUNK, numpy.uint8)
+    with stager.copy_to_host(dst, source, blocking=False) as transfer:
+        pass
+    assert transfer.done() and dst.tobytes() == data
+    transfer.wait()  # again: at once
+    target = sim.array(device, bytes(2 * CHUNK))
+    with stager.copy_to_device(target, dst, blocking=False, stream=sim.stream(device)):
+        pass
+    assert target.read() == data
+
+
+def test_a_bytearray_cannot_be_resized_under_a_transfer(sim):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(CHUNK, 17))
+    dst = bytearray(CHUNK)
+    sim.hold(device)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    with pytest.raises(BufferError):
+        dst.extend(b"x")
+    sim.release(device)
+    transfer.wait()
+    dst.extend(b"x")
+
+
+def test_the_gil_is_released_while_a_transfer_blocks(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(2 * CHUNK, 19)
+    source = sim.array(device, data)
+    dst = numpy.empty(2 * CHUNK, numpy.uint8)
+    sim.hold(device)
+    started = threading.Event()
+
+    def copy():
+        started.set()
+        stager.copy_to_host(dst, source)
+
+    copier = threading.Thread(target=copy)
+    # A copy that held the GIL while the device is held would stop this
+    # thread for good: end the process with a traceback instead.
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        copier.start()
+        started.wait()
+        spins = sum(1 for _ in range(100_000))  # Python runs meanwhile
+        sim.release(device)
+        copier.join()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert spins == 100_000 and dst.tobytes() == data
+
+
+def test_streams_order_the_transfer_and_capturing_ones_are_refused(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(CHUNK + 1, 21)
+    producer = sim.stream(device)
+    source = sim.array(device, data, stream=producer.handle)  # a CAI stream
+    dst = numpy.empty(CHUNK + 1, numpy.uint8)
+    for stream in (None, producer, producer.handle, 0):
+        dst[:] = 0
+        stager.copy_to_host(dst, source, stream=stream)
+        assert dst.tobytes() == data
+    capturing = sim.stream(device)
+    capturing.begin_capture()
+    with pytest.raises(hostcopy.StreamCapturing):
+        stager.copy_to_host(dst, source, stream=capturing)
+    capturing.end_capture().destroy()
+    sim.assert_no_violations(device)
+
+
+def test_memory_or_streams_of_another_device_are_refused(sim, numpy):
+    first, second = sim.device(), sim.device()
+    stager = small_stager(first)
+    foreign = sim.array(second, bytes(64))
+    dst = numpy.empty(64, numpy.uint8)
+    with pytest.raises(hostcopy.WrongDevice) as refused:
+        stager.copy_to_host(dst, foreign)
+    assert (refused.value.expected, refused.value.found) == (first, second)
+    mine = sim.array(first, bytes(64))
+    with pytest.raises(hostcopy.WrongDevice):
+        stager.copy_to_host(dst, mine, stream=sim.stream(second))
+    # The one-call function picks the array's own device.
+    hostcopy.copy_to_host(dst, foreign)
+    sim.assert_no_violations(first)
+    sim.assert_no_violations(second)
+
+
+class FakeDevice:
+    """Claims to be GPU memory at a host address."""
+
+    def __init__(self, address, size):
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
+
+
+def test_refusals_carry_their_numbers(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(1024, 23))
+    with pytest.raises(hostcopy.OutOfBounds) as refused:
+        stager.copy_to_host(numpy.empty(1000, numpy.uint8), source)
+    assert (refused.value.side, refused.value.nbytes, refused.value.len) == ("dst", 1024, 1000)
+    with pytest.raises(hostcopy.OutOfBounds) as refused:
+        stager.copy_to_host(numpy.empty(2048, numpy.uint8), source, 2000)
+    assert refused.value.side == "src"
+    with pytest.raises(hostcopy.ReadOnlyBuffer):
+        stager.copy_to_host(bytes(1024), source)
+    strided = numpy.empty((64, 32), numpy.uint8)[:, :16]
+    with pytest.raises(hostcopy.NotContiguous):
+        stager.copy_to_host(strided, source)
+    with pytest.raises(hostcopy.NotDeviceMemory, match="not GPU memory"):
+        stager.copy_to_host(numpy.empty(1024, numpy.uint8), numpy.empty(1024, numpy.uint8))
+    with pytest.raises(TypeError, match="expected GPU memory"):
+        stager.copy_to_host(numpy.empty(1024, numpy.uint8), object())
+    with pytest.raises(TypeError, match="expected host memory"):
+        stager.copy_to_host(source, source)
+    pageable = numpy.empty(1024, numpy.uint8)
+    with pytest.raises(hostcopy.NotDeviceMemory) as refused:
+        stager.copy_to_host(numpy.empty(1024, numpy.uint8), FakeDevice(pageable.ctypes.data, 1024))
+    assert refused.value.addr == pageable.ctypes.data
+    with pytest.raises(hostcopy.NotDeviceMemory):
+        hostcopy.copy_to_host(numpy.empty(1024, numpy.uint8), FakeDevice(pageable.ctypes.data, 1024))
+    assert sim.state(device)["host_fns_run"] == 0, "nothing ran for a refused transfer"
+    sim.assert_no_violations(device)
+
+
+def test_an_error_mid_transfer_is_raised_and_the_stager_works_on(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(4 * CHUNK, 25)
+    source = sim.array(device, data)
+    dst = numpy.empty(4 * CHUNK, numpy.uint8)
+    sim.fail_call(device, "cuLaunchHostFunc", 2, LAUNCH_FAILED)
+    with pytest.raises(hostcopy.CudaError) as failed:
+        stager.copy_to_host(dst, source)
+    assert failed.value.code == LAUNCH_FAILED and failed.value.function == "copy_to_host"
+    stager.copy_to_host(dst, source)
+    assert dst.tobytes() == data
+    stager.close()
+    with pytest.raises(ValueError, match="closed"):
+        stager.copy_to_host(dst, source)
+    sim.assert_no_violations(device)
