@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python package on a GPU host: installs the built wheel offline into a
 # temporary folder, runs the GPU tests with pytest, then the staged D2H
-# benchmark. Logs go to $OUT when set (python_gpu_tests.log,
-# python_bench.log). Exits nonzero if either fails.
+# benchmarks. Logs go to $OUT when set (python_gpu_tests.log,
+# python_bench.log, python_one_call.log and .csv). Exits nonzero if either fails.
 #
 # Usage: driver/python/gpu.sh FOLDER_WITH_THE_WHEEL
 # The host needs Python 3.9+ with cuda.core, cuda-bindings, numpy and pytest;
@@ -31,12 +31,14 @@ export HOSTCOPY_REQUIRE_GPU="${HOSTCOPY_REQUIRE_GPU:-1}"
 cd "$target"
 "$python" -c 'import sys, cuda.core, hostcopy; print("python", sys.version.split()[0], "cuda.core", cuda.core.__version__, "hostcopy from", hostcopy.__file__)'
 
-"$python" -m pytest -q -rs -p no:cacheprovider "$here/tests/test_gpu.py" 2>&1 | tee "$out/python_gpu_tests.log"
+"$python" -m pytest -q -rs -p no:cacheprovider "$here/tests/test_gpu.py" "$here/tests/test_gpu_arrays.py" 2>&1 | tee "$out/python_gpu_tests.log"
 tests=${PIPESTATUS[0]}
 if [ "$tests" -eq 5 ]; then
     echo "no GPU test ran (the module skipped, or nothing was collected)" | tee -a "$out/python_gpu_tests.log"
 fi
 "$python" "$here/bench/staged_d2h.py" 2>&1 | tee "$out/python_bench.log"
 bench=${PIPESTATUS[0]}
+"$python" "$here/bench/one_call.py" --csv "$out/python_one_call.csv" 2>&1 | tee "$out/python_one_call.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || bench=1
 echo "python GPU tests: exit $tests; python benchmark: exit $bench"
 [ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

@@ -4,8 +4,8 @@
 //! (`xtask/scripts/gpu-run.sh`), which runs each of [`STEPS`] and prints a
 //! summary table last.
 //!
-//! The binaries link `libcuda.so.1` by name: built here against the stub,
-//! they load the GPU host's driver there.
+//! The binaries open `libcuda.so.1` at run time (nothing links it): built
+//! here, they load the GPU host's driver there.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -27,7 +27,8 @@ const STEPS: &[(&str, u32, &str)] = &[
     ("gpu-tests", 240, "bin/gpu --test-threads=1"),
     ("gpu-fault", 120, "bin/gpu_fault"),
     ("gpu-staging", 240, "bin/gpu_staging --test-threads=1"),
-    ("python", 300, "python/gpu.sh python/wheels"),
+    ("driver-loading", 60, "bin/driver_loading"),
+    ("python", 480, "python/gpu.sh python/wheels"),
     ("example", 90, "bin/staged_d2h"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
 ];
@@ -38,7 +39,9 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/gpu.sh", "python/gpu.sh"),
     ("driver/python/tests/conftest.py", "python/tests/conftest.py"),
     ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
+    ("driver/python/tests/test_gpu_arrays.py", "python/tests/test_gpu_arrays.py"),
     ("driver/python/bench/staged_d2h.py", "python/bench/staged_d2h.py"),
+    ("driver/python/bench/one_call.py", "python/bench/one_call.py"),
 ];
 
 /// The bundle must travel to the GPU host in one call.
@@ -78,7 +81,18 @@ fn bundle(out: &Path) -> Result<u64, String> {
     }
     println!("gpu-bundle: building (profile gpu-bundle)");
     let driver = ["-p", "hostcopy-driver", "--all-features", "--profile", "gpu-bundle"];
-    let tests = ["test", "--no-run", "--test", "gpu", "--test", "gpu_fault", "--test", "gpu_staging"];
+    let tests = [
+        "test",
+        "--no-run",
+        "--test",
+        "gpu",
+        "--test",
+        "gpu_fault",
+        "--test",
+        "gpu_staging",
+        "--test",
+        "driver_loading",
+    ];
     let programs = ["build", "--example", "staged_d2h", "--bench", "staged_copy"];
     for build in [&tests[..], &programs[..]] {
         for (name, path) in executables(cargo(root).args(build).args(driver))? {
@@ -173,7 +187,8 @@ mod tests {
         let script = include_str!("../scripts/gpu-run.sh");
         assert!(script.contains("export HOSTCOPY_REQUIRE_GPU=1"));
         assert!(script.trim_end().lines().last().unwrap().contains("summary"), "summary last");
-        let bundled = ["bin/gpu", "bin/gpu_fault", "bin/gpu_staging", "bin/staged_d2h", "bin/staged_copy"];
+        let bundled =
+            ["bin/gpu", "bin/gpu_fault", "bin/gpu_staging", "bin/driver_loading", "bin/staged_d2h", "bin/staged_copy"];
         for (name, _, command) in STEPS {
             let program = command.split_whitespace().next().unwrap();
             let file = FILES.iter().any(|(_, to)| to == &program);

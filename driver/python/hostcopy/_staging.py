@@ -287,6 +287,7 @@ def _device_of(obj: Any, side: str) -> int:
         device_id = getattr(obj, "device_id", None)
         if isinstance(device_id, int) and device_id >= 0:
             return device_id
+        return int(_native.device_holding(int(obj.handle), side))
     if hasattr(obj, "__dlpack_device__"):
         device_type, device_id = obj.__dlpack_device__()
         if int(device_type) in (_DL_CUDA, _DL_CUDA_MANAGED):

@@ -1,0 +1,170 @@
+"""The one-call copies side by side with what Python users have, in one
+process, on one GPU: GB/s (median of --repeat runs) and ratios.
+
+Device to host, into an existing (pre-faulted) numpy array:
+- pinned: torch's copy into a pinned tensor (the link);
+- hostcopy.copy_to_host(numpy_array, tensor);
+- torch ``out.copy_(t)`` into a pageable tensor over the same memory;
+- cupy ``a.get(out=numpy_array)``;
+- cuda.core ``Buffer.copy_to`` a pinned buffer (where it applies: pinned only);
+- hostcopy into a fresh ``np.empty`` (first touch in the copy), and with
+  another Python thread spinning, holding the GIL between bytecodes.
+Host to device from numpy: pinned (the link), hostcopy.copy_to_device,
+torch ``t.copy_(from_numpy)``, cupy ``a.set(numpy_array)``.
+
+Sizes: --sizes-mib (default 64, 1024, 4096). Every hostcopy row is checked
+byte-exact once. Prints the table last; --csv writes the rows.
+"""
+
+import argparse
+import statistics
+import threading
+import time
+
+import numpy as np
+import torch
+
+import hostcopy
+
+MiB = 1 << 20
+
+
+def timed(fn, repeat: int) -> float:
+    """Median seconds of ``fn`` (one untimed warm-up first)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+class Spinner:
+    """Another Python thread busy in bytecode: it takes the GIL whenever it can."""
+
+    def __enter__(self):
+        self.stop = False
+        self.thread = threading.Thread(target=self.spin)
+        self.thread.start()
+        return self
+
+    def spin(self):
+        count = 0
+        while not self.stop:
+            count += 1
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes-mib", type=int, nargs="+", default=[64, 1024, 4096])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--csv")
+    args = parser.parse_args()
+    try:
+        import cupy
+    except Exception:
+        cupy = None
+    try:
+        from cuda.core import Device, LegacyPinnedMemoryResource
+
+        core_device = Device(0)
+        core_device.set_current()
+        core_stream = core_device.create_stream()
+    except Exception:
+        core_device = None
+    print(f"{torch.cuda.get_device_name(0)}, hostcopy {hostcopy.__version__}, torch {torch.__version__}")
+    stager = hostcopy._staging._stager_for(torch.empty(1, device="cuda"), "src")
+    print("default stager:", stager.options)
+    rows = []
+    for size_mib in args.sizes_mib:
+        n = size_mib * MiB
+        expected = ((np.arange(n, dtype=np.uint64) * 2654435761 + 1) >> 13).astype(np.uint8)
+        device = torch.from_numpy(expected).cuda()
+        host = np.zeros(n, np.uint8)  # pre-faulted
+        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        out = torch.from_numpy(host)
+        results = {}
+
+        def record(direction, path, seconds):
+            results[(direction, path)] = n / seconds / 1e9
+
+        record("D2H", "pinned (link)", timed(lambda: pinned.copy_(device, non_blocking=True), args.repeat))
+        hostcopy.copy_to_host(host, device)
+        assert np.array_equal(host, expected), "hostcopy D2H differs"
+        record("D2H", "hostcopy", timed(lambda: hostcopy.copy_to_host(host, device), args.repeat))
+        record("D2H", "torch out.copy_", timed(lambda: out.copy_(device), args.repeat))
+        if cupy is not None:
+            array = cupy.asarray(device)
+            record("D2H", "cupy get(out=)", timed(lambda: array.get(out=host), args.repeat))
+        if core_device is not None:
+            resource = LegacyPinnedMemoryResource()
+            buffer = core_device.allocate(n, stream=core_stream)
+            target = resource.allocate(n, stream=core_stream)
+            record("D2H", "cuda.core copy_to pinned", timed(lambda: (buffer.copy_to(target, stream=core_stream), core_stream.sync()), args.repeat))
+            target.close()
+            buffer.close()
+
+        def fresh():
+            into = np.empty(n, np.uint8)
+            hostcopy.copy_to_host(into, device)
+            return into
+
+        assert np.array_equal(fresh(), expected), "hostcopy into np.empty differs"
+        record("D2H", "hostcopy into fresh np.empty", timed(fresh, args.repeat))
+
+        def torch_fresh():
+            return torch.empty(n, dtype=torch.uint8).copy_(device)
+
+        if size_mib <= 1024:  # 1.2 GB/s: minutes at larger sizes
+            record("D2H", "torch into fresh tensor", timed(torch_fresh, args.repeat))
+        with Spinner():
+            record("D2H", "hostcopy, a GIL-busy thread", timed(lambda: hostcopy.copy_to_host(host, device), args.repeat))
+
+        target = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        pinned.copy_(torch.from_numpy(expected))
+        record("H2D", "pinned (link)", timed(lambda: target.copy_(pinned, non_blocking=True), args.repeat))
+        hostcopy.copy_to_device(target, expected)
+        assert torch.equal(target.cpu(), torch.from_numpy(expected)), "hostcopy H2D differs"
+        record("H2D", "hostcopy", timed(lambda: hostcopy.copy_to_device(target, expected), args.repeat))
+        source = torch.from_numpy(expected)
+        record("H2D", "torch t.copy_(from_numpy)", timed(lambda: target.copy_(source), args.repeat))
+        if cupy is not None:
+            array = cupy.asarray(target)
+            record("H2D", "cupy set()", timed(lambda: array.set(expected), args.repeat))
+        for (direction, path), rate in results.items():
+            link = results[(direction, "pinned (link)")]
+            rows.append((size_mib, direction, path, rate, rate / link))
+        del device, pinned, out, target
+        torch.cuda.empty_cache()
+
+    # Ratios the targets name.
+    summary = []
+    for size_mib in args.sizes_mib:
+        get = {(d, p): r for s, d, p, r, _ in rows if s == size_mib}
+        if ("D2H", "torch out.copy_") in get:
+            summary.append(f"{size_mib} MiB D2H hostcopy / torch out.copy_: {get[('D2H', 'hostcopy')] / get[('D2H', 'torch out.copy_')]:.2f}x")
+        summary.append(
+            f"{size_mib} MiB D2H GIL-busy thread costs {100 * (1 - get[('D2H', 'hostcopy, a GIL-busy thread')] / get[('D2H', 'hostcopy')]):.1f}%"
+        )
+    if args.csv:
+        with open(args.csv, "w") as csv:
+            csv.write("size_mib,direction,path,gb_s,of_link\n")
+            for row in rows:
+                csv.write("%d,%s,%s,%.2f,%.3f\n" % row)
+    print()
+    print(f"{'size':>6} {'dir':4} {'path':32} {'GB/s':>7} {'of link':>8}")
+    for size_mib, direction, path, rate, share in rows:
+        print(f"{size_mib:>5}M {direction:4} {path:32} {rate:7.1f} {100 * share:7.0f}%")
+    for line in summary:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
