@@ -516,6 +516,11 @@ fn an_error_during_another_streams_capture_leaves_that_capture_alone() {
         .as_stream()
         .end_capture()
         .expect("the other stream's capture survives the stager's error");
+    assert_eq!(
+        sim::thread_capture_mode(),
+        0,
+        "the stager's calls run in the relaxed capture mode, then restore the thread's"
+    );
     host.fill(0);
     stager
         .device_to_host(&mut host, &source)

@@ -29,6 +29,10 @@
 //!
 //! This module sits below the stream module: it speaks of raw stream
 //! handles, and the stream, event and launch modules build on it.
+//!
+//! [`RelaxedCapture`] is the other side: work on streams and memory no
+//! capture can reach (a stager's own), whose driver calls the driver
+//! would otherwise refuse while any thread captures in global mode.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -104,4 +108,35 @@ pub(crate) fn capture_graph(
         // the stream were live, and nothing is given to its graph.
         _ => Some(core::ptr::null_mut()),
     })
+}
+
+/// Sets the calling thread's stream capture mode to relaxed until dropped
+/// (`cuThreadExchangeStreamCaptureMode`, pushed and popped), so that calls
+/// on streams, events and pinned memory that belong to no capture are not
+/// refused (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) while another part of
+/// the program captures a graph in global mode. Only for such calls: a call
+/// that would reach a capturing stream is still refused, or checked first.
+pub(crate) struct RelaxedCapture {
+    /// The mode to restore; `None` if the exchange failed (no driver).
+    previous: Option<core::ffi::c_uint>,
+}
+
+impl RelaxedCapture {
+    pub(crate) fn new() -> RelaxedCapture {
+        let mut mode = ffi::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: swaps one integer with the thread's mode.
+        let swapped = unsafe { ffi::cuThreadExchangeStreamCaptureMode(&mut mode) }.ok();
+        RelaxedCapture {
+            previous: swapped.ok().map(|()| mode),
+        }
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some(mut previous) = self.previous {
+            // SAFETY: as in `new`; restores what it found.
+            let _ = unsafe { ffi::cuThreadExchangeStreamCaptureMode(&mut previous) };
+        }
+    }
 }

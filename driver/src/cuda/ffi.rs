@@ -58,6 +58,9 @@ pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 0x02;
 pub(crate) const CU_STREAM_CAPTURE_STATUS_NONE: c_uint = 0;
 pub(crate) const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_uint = 1;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: a thread's calls are not checked
+/// against other threads' captures.
+pub(crate) const CU_STREAM_CAPTURE_MODE_RELAXED: c_uint = 2;
 /// Required by `cuUserObjectCreate`: its destructor cannot be waited on.
 pub(crate) const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
 /// Moves the caller's reference into the graph instead of adding one.
@@ -257,6 +260,7 @@ entry_points! { $
     pub(crate) fn cuStreamGetCtx(stream: CUstream, context: *mut CUcontext) -> CuResult;
     pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CuResult;
     pub(crate) fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) -> CuResult;
+    pub(crate) fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CuResult;
     pub(crate) fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CuResult;
     pub(crate) fn cuStreamGetCaptureInfo_v2(
         stream: CUstream,

@@ -349,6 +349,33 @@ pub(crate) unsafe fn cuCtxGetCurrent(context: *mut CUcontext) -> CuResult {
     })())
 }
 
+std::thread_local! {
+    /// The calling thread's stream capture mode (0: global, the default).
+    static CAPTURE_MODE: core::cell::Cell<c_uint> = const { core::cell::Cell::new(0) };
+}
+
+/// The calling thread's stream capture mode (`CUstreamCaptureMode`: 0
+/// global, the default; 1 thread-local; 2 relaxed).
+pub fn thread_capture_mode() -> u32 {
+    CAPTURE_MODE.with(core::cell::Cell::get)
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode.
+/// The simulator treats every mode as relaxed otherwise; it keeps the mode
+/// so that a test can see it restored.
+///
+/// # Safety
+///
+/// `mode` is readable and writable.
+pub(crate) unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut c_uint) -> CuResult {
+    if mode.is_null() {
+        return CuResult(codes::INVALID_VALUE);
+    }
+    // SAFETY: readable and writable (our caller).
+    unsafe { mode.write(CAPTURE_MODE.with(|current| current.replace(mode.read()))) };
+    CuResult(codes::SUCCESS)
+}
+
 /// `cuCtxGetDevice`: the device of the current context.
 ///
 /// # Safety

@@ -77,6 +77,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
+pub use context::thread_capture_mode;
 pub use control::{
     DeviceState, device_state, drain, hold, install, new_device, release, take_violations,
     violations,
@@ -91,7 +92,7 @@ pub(super) mod entry {
     pub(crate) use super::context::{
         cuCtxGetCurrent, cuCtxGetDevice, cuCtxSetCurrent, cuCtxSynchronize, cuDeviceGet,
         cuDeviceGetCount, cuDeviceGetName, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain,
-        cuDriverGetVersion, cuInit,
+        cuDriverGetVersion, cuInit, cuThreadExchangeStreamCaptureMode,
     };
     pub(crate) use super::graph::{
         cuGraphAddHostNode, cuGraphCreate, cuGraphDestroy, cuGraphExecDestroy,

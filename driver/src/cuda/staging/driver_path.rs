@@ -4,6 +4,7 @@
 
 use super::{Direction, Stager};
 use crate::HostRange;
+use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::{self, DeviceInUse, DeviceMemory, device_range};
 use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
@@ -121,6 +122,7 @@ impl Stager {
         src: &S,
         offset: usize,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
+        let _relaxed = RelaxedCapture::new();
         if let Err(error) = self
             .check_usable()
             .and_then(|()| self.context.expect_same(src.memory_context()))
@@ -155,6 +157,7 @@ impl Stager {
         offset: usize,
         src: PinnedBuffer,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
+        let _relaxed = RelaxedCapture::new();
         if let Err(error) = self
             .check_usable()
             .and_then(|()| self.context.expect_same(dst.memory_context()))

@@ -34,6 +34,11 @@
 //!
 //! # Errors
 //!
+//! A stager's driver calls touch only its own streams, events and pinned
+//! buffers, which no graph capture can reach, so it makes them in the
+//! relaxed capture mode: a stager works while another part of the program
+//! captures a graph, even in global mode, and leaves that capture alone.
+//!
 //! A failed wait returns the driver's error; it never hangs. Before it
 //! returns, the stager drains its own streams (never the whole context,
 //! which the driver refuses while another part of the program captures a
@@ -84,6 +89,7 @@ use std::vec::Vec;
 
 use hostcopy_core::HostCopyArgs;
 
+use super::capture::RelaxedCapture;
 use super::context::Context;
 use super::device::{DeviceInUse, DeviceMemory, device_range};
 use super::error::{DriverError, Error};
@@ -157,6 +163,7 @@ impl Stager {
     /// A stager on `context` with `options`: allocates the staging buffers,
     /// creates their streams and starts the workers.
     pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, DriverError> {
+        let _relaxed = RelaxedCapture::new();
         let mut streams = Vec::with_capacity(options.buffers);
         let mut buffers = Vec::with_capacity(options.buffers);
         for _ in 0..options.buffers {
@@ -261,6 +268,7 @@ impl Stager {
         device: DeviceSide<'_>,
         offset: usize,
     ) -> Result<Option<InFlight>, Error> {
+        let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(device.memory().memory_context())?;
         device_range(device.memory(), offset, host.len)?;
@@ -404,6 +412,7 @@ impl Stager {
     /// synchronizing the context would be refused while another stream of
     /// it captures a graph, and would break that capture.
     fn drain(&mut self) {
+        let _relaxed = RelaxedCapture::new();
         self.undrained = self
             .streams
             .iter()
@@ -415,6 +424,7 @@ impl Stager {
     /// error. After an error the streams are drained; if they cannot be,
     /// the device allocation is kept for good.
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
+        let _relaxed = RelaxedCapture::new();
         let InFlight {
             chunks,
             events,
@@ -451,17 +461,23 @@ impl Stager {
 
 impl Drop for Stager {
     fn drop(&mut self) {
+        // Every driver call of the teardown in the relaxed mode, the
+        // streams and events too (dropped here, not after).
+        let _relaxed = RelaxedCapture::new();
         // Borrowed transfers are finished (they borrow the stager), but a
         // pending transfer dropped unfinished may still be queued.
         self.drain();
+        self.spare_events.clear();
+        self.order_event = None;
         if self.undrained.is_some() {
             chunk::count_leaked_buffers(self.buffers.len());
-            return;
+        } else {
+            for buffer in &mut self.buffers {
+                // SAFETY: the streams drained just above: no queued work
+                // touches the buffer. Dropped once, here.
+                unsafe { ManuallyDrop::drop(buffer) };
+            }
         }
-        for buffer in &mut self.buffers {
-            // SAFETY: the streams drained just above: no queued work
-            // touches the buffer. Dropped once, here.
-            unsafe { ManuallyDrop::drop(buffer) };
-        }
+        self.streams.clear();
     }
 }

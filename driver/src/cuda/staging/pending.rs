@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::{DeviceSide, InFlight, Stager};
 use crate::HostRange;
-use crate::cuda::capture::{self, capture_graph};
+use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
 use crate::cuda::device::DeviceMemory;
 use crate::cuda::error::Error;
 use crate::cuda::stream::StreamRef;
@@ -42,6 +42,7 @@ impl PendingTransfer {
         let Some(in_flight) = &self.in_flight else {
             return Ok(true);
         };
+        let _relaxed = RelaxedCapture::new();
         for event in &in_flight.events {
             if !event.query()? {
                 return Ok(false);
@@ -167,6 +168,7 @@ impl Stager {
     /// (the stager's streams would join the capture), and with
     /// [`Error::ContextMismatch`] for a stream of another context.
     pub fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
+        let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
         let event = match self.order_event.take() {
