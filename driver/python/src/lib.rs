@@ -20,6 +20,17 @@ mod parallel;
 mod sim;
 mod staging;
 
+/// Runs `f` with the calling thread's current CUDA context put back
+/// afterwards: the Rust layer leaves the context of the resource it used
+/// current, while torch, cupy and the CUDA runtime keep their own current
+/// device on the thread, which a copy must not change.
+pub(crate) fn keeping_current<T>(
+    f: impl FnOnce() -> Result<T, hostcopy_driver::cuda::Error>,
+) -> Result<T, hostcopy_driver::cuda::Error> {
+    let _saved = hostcopy_driver::cuda::Context::save_current()?;
+    f()
+}
+
 /// The address of `hostcopy_fn`.
 #[pyfunction]
 fn host_copy_fn_address() -> usize {

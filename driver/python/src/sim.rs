@@ -30,13 +30,21 @@ fn sim_new_device() -> usize {
     sim::new_device()
 }
 
-/// Makes device `ordinal`'s primary context current on this thread.
+/// Makes device `ordinal`'s primary context current on this thread and
+/// keeps it retained for the process, as the CUDA runtime does for the
+/// contexts it makes current (torch, cupy, cuda.core).
 #[pyfunction]
 fn sim_make_current(ordinal: usize) -> PyResult<()> {
-    Context::primary(ordinal)
-        .map_err(failed)?
-        .make_current()
-        .map_err(failed)
+    let context = Context::primary(ordinal).map_err(failed)?;
+    context.make_current().map_err(failed)?;
+    std::mem::forget(context);
+    Ok(())
+}
+
+/// The device of the calling thread's current context, if any.
+#[pyfunction]
+fn sim_current_device() -> Option<usize> {
+    Context::current().ok().map(|context| context.ordinal())
 }
 
 /// What device `ordinal` holds and has done, as a dict.
@@ -261,6 +269,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_install, m)?)?;
     m.add_function(wrap_pyfunction!(sim_new_device, m)?)?;
     m.add_function(wrap_pyfunction!(sim_make_current, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_current_device, m)?)?;
     m.add_function(wrap_pyfunction!(sim_device_state, m)?)?;
     m.add_function(wrap_pyfunction!(sim_hold, m)?)?;
     m.add_function(wrap_pyfunction!(sim_release, m)?)?;

@@ -59,7 +59,7 @@ impl PyStager {
         py.detach(|| {
             let mut stager = lock(&self.stager);
             match stager.as_mut() {
-                Some(stager) => f(stager, &self.context).map_err(Some),
+                Some(stager) => crate::keeping_current(|| f(stager, &self.context)).map_err(Some),
                 None => Err(None),
             }
         })
@@ -127,10 +127,12 @@ impl PyStager {
             options = options.driver_path_below(below);
         }
         let options = options.build();
-        let made = py.detach(|| -> Result<_, Error> {
-            let context = Context::primary(device)?;
-            let stager = Stager::with_options(&context, options)?;
-            Ok((context, stager))
+        let made = py.detach(|| {
+            crate::keeping_current(|| {
+                let context = Context::primary(device)?;
+                let stager = Stager::with_options(&context, options)?;
+                Ok((context, stager))
+            })
         });
         let (context, stager) =
             made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
@@ -164,9 +166,15 @@ impl PyStager {
 
     /// Frees the staging buffers and stops the workers, once every
     /// transfer queued has finished. Later calls raise.
-    fn close(&self, py: Python<'_>) {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         let stager = py.detach(|| lock(&self.stager).take());
-        py.detach(move || drop(stager));
+        py.detach(move || {
+            crate::keeping_current(move || {
+                drop(stager);
+                Ok(())
+            })
+        })
+        .map_err(|failure| layer_error(py, "Stager.close", "device", failure))
     }
 
     /// Copies `nbytes` bytes from device memory at `src` (kept allocated by
@@ -373,6 +381,6 @@ impl Drop for Transfer {
 /// reports it (`NotDeviceMemory` for host memory and unknown addresses).
 #[pyfunction]
 pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> PyResult<usize> {
-    py.detach(|| DeviceView::device_holding(ptr))
+    py.detach(|| crate::keeping_current(|| DeviceView::device_holding(ptr)))
         .map_err(|failure| layer_error(py, "copy", side, failure))
 }

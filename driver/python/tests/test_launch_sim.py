@@ -171,6 +171,7 @@ def test_threads_never_change_one_graph_at_once(sim):
 
     def work(stream, dst, src):
         try:
+            sim.native.sim_make_current(device)  # for the raw graph's calls
             start.wait()
             for _ in range(launches):
                 assert hostcopy.launch_host_copy(stream, dst, src) is True

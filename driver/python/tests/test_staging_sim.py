@@ -291,3 +291,20 @@ def test_an_error_mid_transfer_is_raised_and_the_stager_works_on(sim, numpy):
     with pytest.raises(ValueError, match="closed"):
         stager.copy_to_host(dst, source)
     sim.assert_no_violations(device)
+
+
+def test_a_copy_leaves_the_threads_current_device_as_it_was(sim, numpy):
+    # torch, cupy and the CUDA runtime keep their current device on the
+    # thread: a copy on another device must not change it.
+    first, second = sim.device(), sim.device()
+    on_second = sim.array(second, pattern(CHUNK, 27))  # the test's own calls bind `second`
+    stream = sim.stream(second)
+    for call in (
+        lambda: hostcopy.copy_to_host(numpy.empty(CHUNK, numpy.uint8), on_second),
+        lambda: hostcopy.copy_to_device(on_second, numpy.zeros(CHUNK, numpy.uint8), blocking=False).wait(),
+        lambda: hostcopy.launch_host_copy(stream, bytearray(8), bytes(8)),
+        lambda: hostcopy.Stager(second).close(),
+    ):
+        sim.native.sim_make_current(first)
+        call()
+        assert sim.native.sim_current_device() == first

@@ -127,6 +127,18 @@ impl Context {
         Ok(context)
     }
 
+    /// Saves the calling thread's current context, to be made current again
+    /// when the returned guard is dropped. Every call of this layer makes
+    /// its resource's context current and leaves it so; a binding whose
+    /// callers keep their own idea of the current device (the CUDA runtime,
+    /// torch, cupy) wraps its calls in this guard.
+    pub fn save_current() -> Result<SavedCurrent, DriverError> {
+        let mut raw: CUcontext = core::ptr::null_mut();
+        // SAFETY: writes one handle.
+        unsafe { ffi::cuCtxGetCurrent(&mut raw) }.ok()?;
+        Ok(SavedCurrent { raw })
+    }
+
     /// Number of CUDA devices (initializes the driver).
     pub fn device_count() -> Result<usize, DriverError> {
         // SAFETY: plain driver initialization.
@@ -208,6 +220,23 @@ impl Context {
     /// while `self` (or any resource of the context) lives.
     pub fn raw(&self) -> CUcontext {
         self.inner.raw
+    }
+}
+
+/// The context that was current when [`Context::save_current`] was called,
+/// made current again on drop (none, if none was).
+#[derive(Debug)]
+pub struct SavedCurrent {
+    raw: CUcontext,
+}
+
+impl Drop for SavedCurrent {
+    fn drop(&mut self) {
+        // SAFETY: the handle that was current on this thread (null: none).
+        // Whoever made it current normally holds it; one destroyed since is
+        // refused by the driver (CUDA_ERROR_CONTEXT_IS_DESTROYED), which
+        // leaves the layer's context current.
+        let _ = unsafe { ffi::cuCtxSetCurrent(self.raw) };
     }
 }
 

@@ -78,7 +78,7 @@ pub mod sim;
 pub mod staging;
 mod stream;
 
-pub use context::{Context, driver_version};
+pub use context::{Context, SavedCurrent, driver_version};
 pub use device::{DeviceBuffer, DeviceMemory, DeviceView};
 pub use error::{
     CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY, DriverError,
