@@ -62,6 +62,8 @@ class _Device:
 
 
 def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
+    if writable and type(obj).__module__.split(".")[0] in ("jax", "jaxlib"):
+        raise TypeError(f"{side} is a jax array: jax arrays are immutable, so they cannot be a destination")
     if _is_cuda_core_buffer(obj):
         if getattr(obj, "is_closed", False):
             raise ValueError(f"{side} is a closed cuda.core Buffer")
@@ -234,7 +236,7 @@ class Stager:
         nbytes = _span(device.nbytes, src_offset, nbytes, "src")
         _span(len(host), dst_offset, nbytes, "dst")
         return self._native.device_to_host(
-            host, dst_offset, device.ptr + src_offset, device.owner, nbytes, device.streams, bool(blocking)
+            host, dst_offset, device.ptr + src_offset, device.owner, nbytes, device.streams, consumer, bool(blocking)
         )
 
     def copy_to_device(
@@ -331,7 +333,12 @@ def copy_to_host(
     released for the whole copy. ``blocking=False`` returns a ``Transfer``
     at once: ``wait()`` for it, or use it in a ``with`` block; it keeps
     ``dst`` and ``src`` alive until the copy is done, and waits if dropped
-    unwaited. Uses one ``Stager`` per device, made on first use.
+    unwaited; work queued on ``stream`` afterwards waits for the copy, so
+    a kernel there cannot overwrite ``src`` under it (work on other
+    streams is yours to order: wait for the ``Transfer`` first). Keeping an
+    object alive does not stop an explicit free: do not ``close()`` a
+    cuda.core ``Buffer`` under a transfer. Uses one ``Stager`` per device,
+    made on first use.
     """
     return _stager_for(src, "src").copy_to_host(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset
@@ -354,7 +361,10 @@ def copy_to_device(
     The copy starts after the work queued on ``stream`` (default: the
     device's legacy default stream); with ``blocking=False``, work queued on
     ``stream`` afterwards waits for the copy, so a kernel launched there
-    next reads the new bytes.
+    next reads the new bytes. The bytes are written behind the array
+    library's back: a torch tensor's version counter does not move (do not
+    overwrite a tensor autograd saved), and jax arrays, being immutable,
+    are refused as destinations.
     """
     return _stager_for(dst, "dst").copy_to_device(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset

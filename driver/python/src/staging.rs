@@ -4,15 +4,21 @@
 //! Python half classifies the arrays; the Rust layer stages, orders and
 //! keeps ownership. The GIL is released for every driver call and for the
 //! whole of a blocking transfer.
+//!
+//! The stager owns its transfers in flight: a `Transfer` names one by its
+//! id. Finishing one, or closing the stager (which finishes every one
+//! first), happens under the stager's lock, so a second `wait()` returns
+//! only after the first has seen the bytes arrive, and host memory is let
+//! go only once its transfer is finished.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use hostcopy_driver::HostRange;
 use hostcopy_driver::cuda::staging::{PendingTransfer, Stager, StagingOptions, Stores};
 use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, StreamRef};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-
-use hostcopy_driver::HostRange;
 
 use crate::buffer::HostMemory;
 use crate::errors::layer_error;
@@ -20,23 +26,36 @@ use crate::errors::layer_error;
 /// A Python object that keeps device memory allocated, held by the layer
 /// for as long as queued copies may use the memory (for good after an
 /// error that leaves them running). Dropped without the GIL, its reference
-/// is released the next time Python runs.
+/// is released the next time Python runs (pyo3's reference pool).
 struct PyOwner(#[allow(dead_code)] Py<PyAny>);
+
+/// What the stager's lock guards.
+struct State {
+    /// `None` once closed.
+    stager: Option<Stager>,
+    /// Non-blocking transfers not finished yet, by id.
+    pending: HashMap<u64, PendingTransfer>,
+    /// How each finished transfer ended, by id, until its `Transfer` goes.
+    outcomes: HashMap<u64, Result<(), Error>>,
+    next_id: u64,
+}
 
 /// A stager of one device, shared by Python threads (one transfer starts
 /// or finishes at a time; the copies themselves overlap).
 #[pyclass(module = "hostcopy._native", name = "Stager", frozen)]
 pub(crate) struct PyStager {
     context: Context,
-    /// `None` once closed.
-    stager: Mutex<Option<Stager>>,
+    /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`, read
+    /// without the lock (which a blocking transfer holds).
+    options: (usize, usize, usize, bool, usize),
+    state: Mutex<State>,
 }
 
 /// A non-blocking transfer: `wait()` for it; dropped unwaited, it waits.
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct Transfer {
     stager: Py<PyStager>,
-    pending: Mutex<Option<PendingTransfer>>,
+    id: u64,
     /// The host memory, held until the transfer is finished.
     host: Mutex<Option<Py<HostMemory>>>,
 }
@@ -48,25 +67,47 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+fn closed() -> PyErr {
+    PyValueError::new_err("the stager is closed")
+}
+
 impl PyStager {
-    /// Runs `f` on the stager with the GIL released.
-    fn with<T: Send>(
+    /// Runs `f` on the state with the GIL released and the thread's current
+    /// context kept.
+    fn locked<T: Send>(
         &self,
         py: Python<'_>,
         operation: &str,
-        f: impl FnOnce(&mut Stager, &Context) -> Result<T, Error> + Send,
+        f: impl FnOnce(&mut State, &Context) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
-        py.detach(|| {
-            let mut stager = lock(&self.stager);
-            match stager.as_mut() {
-                Some(stager) => crate::keeping_current(|| f(stager, &self.context)).map_err(Some),
-                None => Err(None),
+        py.detach(|| crate::keeping_current(|| f(&mut lock(&self.state), &self.context)))
+            .map_err(|failure| layer_error(py, operation, "device", failure))
+    }
+
+    /// Starts a transfer with `start` on the open stager; blocking: waits for
+    /// it; otherwise files it under a new id.
+    fn transfer(
+        &self,
+        py: Python<'_>,
+        operation: &str,
+        blocking: bool,
+        start: impl FnOnce(&mut Stager, &Context) -> Result<PendingTransfer, Error> + Send,
+    ) -> PyResult<Option<u64>> {
+        let started = self.locked(py, operation, |state, context| {
+            let Some(stager) = state.stager.as_mut() else {
+                return Ok(None);
+            };
+            let pending = start(stager, context)?;
+            if blocking {
+                stager.finish_pending(pending)?;
+                return Ok(Some(None));
             }
-        })
-        .map_err(|failure| match failure {
-            Some(failure) => layer_error(py, operation, "device", failure),
-            None => PyValueError::new_err("the stager is closed"),
-        })
+            let id = state.next_id;
+            state.next_id += 1;
+            state.pending.insert(id, pending);
+            Ok(Some(Some(id)))
+        })?;
+        started.ok_or_else(closed)
     }
 }
 
@@ -89,6 +130,27 @@ fn with_stream<T>(
     let owner = unsafe { Context::of_stream(raw) }?;
     // SAFETY: as above; its context is the one the driver named.
     f(unsafe { StreamRef::from_raw(&owner, raw) })
+}
+
+/// Orders a non-blocking transfer before later work on `stream` (a kernel
+/// that overwrites what a download reads, or reads what an upload writes);
+/// on failure finishes it first, so that nothing is left queued.
+fn order_before(
+    stager: &mut Stager,
+    context: &Context,
+    pending: PendingTransfer,
+    stream: Option<usize>,
+) -> Result<PendingTransfer, Error> {
+    let ordered = stream.map_or(Ok(()), |stream| {
+        with_stream(context, stream, |stream| pending.order_before(stream))
+    });
+    match ordered {
+        Ok(()) => Ok(pending),
+        Err(failure) => {
+            let _ = stager.finish_pending(pending);
+            Err(failure)
+        }
+    }
 }
 
 #[pymethods]
@@ -138,7 +200,19 @@ impl PyStager {
             made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
         Ok(PyStager {
             context,
-            stager: Mutex::new(Some(stager)),
+            options: (
+                options.chunk(),
+                options.buffers(),
+                stager.workers(),
+                options.h2d_stores() == Stores::Streaming,
+                options.driver_path_below(),
+            ),
+            state: Mutex::new(State {
+                stager: Some(stager),
+                pending: HashMap::new(),
+                outcomes: HashMap::new(),
+                next_id: 0,
+            }),
         })
     }
 
@@ -149,39 +223,32 @@ impl PyStager {
     }
 
     /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`.
-    fn options(&self) -> PyResult<(usize, usize, usize, bool, usize)> {
-        let stager = lock(&self.stager);
-        let stager = stager
-            .as_ref()
-            .ok_or_else(|| PyValueError::new_err("the stager is closed"))?;
-        let options = stager.options();
-        Ok((
-            options.chunk(),
-            options.buffers(),
-            stager.workers(),
-            options.h2d_stores() == Stores::Streaming,
-            options.driver_path_below(),
-        ))
+    fn options(&self) -> (usize, usize, usize, bool, usize) {
+        self.options
     }
 
-    /// Frees the staging buffers and stops the workers, once every
-    /// transfer queued has finished. Later calls raise.
+    /// Finishes every transfer in flight, then frees the staging buffers
+    /// and stops the workers, all under the stager's lock. Later
+    /// transfers raise; `wait()` on an earlier one returns how it ended.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let stager = py.detach(|| lock(&self.stager).take());
-        py.detach(move || {
-            crate::keeping_current(move || {
+        self.locked(py, "Stager.close", |state, _| {
+            if let Some(mut stager) = state.stager.take() {
+                for (id, pending) in state.pending.drain() {
+                    state.outcomes.insert(id, stager.finish_pending(pending));
+                }
                 drop(stager);
-                Ok(())
-            })
+            }
+            Ok(())
         })
-        .map_err(|failure| layer_error(py, "Stager.close", "device", failure))
     }
 
     /// Copies `nbytes` bytes from device memory at `src` (kept allocated by
     /// `src_owner`) to byte `dst_offset` of `dst`, after the work queued on
     /// each stream of `wait_for`. Blocking: returns `None` when the bytes
-    /// have arrived; otherwise a `Transfer`.
-    #[pyo3(signature = (dst, dst_offset, src, src_owner, nbytes, wait_for, blocking))]
+    /// have arrived; otherwise a `Transfer`, and work queued later on
+    /// `order_before` waits for it (so that it cannot overwrite `src` under
+    /// the copy).
+    #[pyo3(signature = (dst, dst_offset, src, src_owner, nbytes, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn device_to_host(
         slf: Bound<'_, Self>,
@@ -191,28 +258,30 @@ impl PyStager {
         src_owner: Py<PyAny>,
         nbytes: usize,
         wait_for: Vec<usize>,
+        order_before: Option<usize>,
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = host_range(py, dst.get(), dst_offset, nbytes, "copy_to_host", "dst")?;
-        let started = slf.get().with(py, "copy_to_host", move |stager, context| {
-            // SAFETY: the owner keeps the memory allocated (the Python
-            // API's promise for the arrays it was given).
-            let view =
-                unsafe { DeviceView::new(context, src, nbytes, Arc::new(PyOwner(src_owner))) }?;
-            for &stream in &wait_for {
-                with_stream(context, stream, |stream| stager.wait_for(stream))?;
-            }
-            // SAFETY: `dst`'s export is held until the transfer finishes:
-            // below for a blocking one, by the `Transfer` otherwise.
-            let pending = unsafe { stager.start_device_to_host_unchecked(host, &view, 0) }?;
-            if blocking {
-                stager.finish_pending(pending)?;
-                return Ok(None);
-            }
-            Ok(Some(pending))
-        })?;
-        Ok(started.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
+        let id = slf
+            .get()
+            .transfer(py, "copy_to_host", blocking, move |stager, context| {
+                // SAFETY: the owner keeps the memory allocated (the Python
+                // API's promise for the arrays it was given).
+                let view =
+                    unsafe { DeviceView::new(context, src, nbytes, Arc::new(PyOwner(src_owner))) }?;
+                for &stream in &wait_for {
+                    with_stream(context, stream, |stream| stager.wait_for(stream))?;
+                }
+                // SAFETY: `dst`'s export is held until the transfer finishes:
+                // by this call when blocking, by the `Transfer` otherwise.
+                let pending = unsafe { stager.start_device_to_host_unchecked(host, &view, 0) }?;
+                if blocking {
+                    return Ok(pending);
+                }
+                self::order_before(stager, context, pending, order_before)
+            })?;
+        Ok(id.map(|id| Transfer::new(slf.unbind(), id, dst.unbind())))
     }
 
     /// Copies `nbytes` bytes from byte `src_offset` of `src` to device
@@ -235,9 +304,9 @@ impl PyStager {
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = host_range(py, src.get(), src_offset, nbytes, "copy_to_device", "src")?;
-        let started = slf
+        let id = slf
             .get()
-            .with(py, "copy_to_device", move |stager, context| {
+            .transfer(py, "copy_to_device", blocking, move |stager, context| {
                 // SAFETY: as in `device_to_host`.
                 let view =
                     unsafe { DeviceView::new(context, dst, nbytes, Arc::new(PyOwner(dst_owner))) }?;
@@ -249,20 +318,11 @@ impl PyStager {
                 // (the Python API's promise).
                 let pending = unsafe { stager.start_host_to_device_unchecked(&view, 0, host) }?;
                 if blocking {
-                    stager.finish_pending(pending)?;
-                    return Ok(None);
+                    return Ok(pending);
                 }
-                let ordered = order_before.map_or(Ok(()), |stream| {
-                    with_stream(context, stream, |stream| pending.order_before(stream))
-                });
-                if let Err(failure) = ordered {
-                    // Started: finish it before reporting, so nothing is left queued.
-                    let _ = stager.finish_pending(pending);
-                    return Err(failure);
-                }
-                Ok(Some(pending))
+                self::order_before(stager, context, pending, order_before)
             })?;
-        Ok(started.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
+        Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
     }
 }
 
@@ -295,49 +355,60 @@ fn host_range(
 }
 
 impl Transfer {
-    fn new(stager: Py<PyStager>, pending: PendingTransfer, host: Py<HostMemory>) -> Transfer {
+    fn new(stager: Py<PyStager>, id: u64, host: Py<HostMemory>) -> Transfer {
         Transfer {
             stager,
-            pending: Mutex::new(Some(pending)),
+            id,
             host: Mutex::new(Some(host)),
         }
     }
 
-    /// Finishes the transfer if it is not yet; with the GIL released.
+    /// Finishes the transfer unless it is finished already; how it ended.
+    /// Under the stager's lock: a second caller waits for the first.
     fn finish(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(pending) = lock(&self.pending).take() else {
-            return Ok(());
-        };
-        let finished = self
+        let id = self.id;
+        let ended = self
             .stager
             .get()
-            .with(py, "Transfer.wait", move |stager, _| {
-                stager.finish_pending(pending)
-            });
-        // Finished (or given up on and kept by the layer): the host memory
-        // may go.
+            .locked(py, "Transfer.wait", move |state, _| {
+                if let Some(pending) = state.pending.remove(&id) {
+                    // Pending transfers exist only while the stager is open
+                    // (closing finishes them first).
+                    let outcome = match state.stager.as_mut() {
+                        Some(stager) => stager.finish_pending(pending),
+                        None => unreachable!("a closed stager has no pending transfer"),
+                    };
+                    state.outcomes.insert(id, outcome);
+                }
+                Ok(state.outcomes.get(&id).copied().unwrap_or(Ok(())))
+            })?;
+        // Finished, or given up on with what a copy may touch kept by the
+        // layer: the host memory may go.
         lock(&self.host).take();
-        finished
+        ended.map_err(|failure| layer_error(py, "Transfer.wait", "device", failure))
     }
 }
 
 #[pymethods]
 impl Transfer {
     /// Waits until the bytes have arrived; the transfer's error, if any.
-    /// Waiting again returns at once.
+    /// Waiting again returns the same.
     fn wait(&self, py: Python<'_>) -> PyResult<()> {
         self.finish(py)
     }
 
-    /// Whether the bytes have arrived, without waiting.
+    /// Whether the bytes have arrived, without waiting for them (it may wait
+    /// for another thread's call on the same stager).
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
-        let pending = lock(&self.pending);
-        match pending.as_ref() {
-            None => Ok(true),
-            Some(pending) => pending
-                .is_finished()
-                .map_err(|failure| layer_error(py, "Transfer.done", "device", failure)),
-        }
+        let id = self.id;
+        self.stager
+            .get()
+            .locked(py, "Transfer.done", move |state, _| {
+                match state.pending.get(&id) {
+                    Some(pending) => pending.is_finished(),
+                    None => Ok(true),
+                }
+            })
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -363,16 +434,19 @@ impl Transfer {
 
 impl Drop for Transfer {
     fn drop(&mut self) {
-        if lock(&self.pending).is_none() {
-            return;
-        }
         // Dropped unwaited: wait here, so that the arrays it holds are
         // released only after the copy. A failure cannot be raised from a
         // destructor; it is reported as an unraisable error.
         Python::attach(|py| {
-            if let Err(failure) = self.finish(py) {
+            let unwaited = lock(&self.host).is_some();
+            if unwaited && let Err(failure) = self.finish(py) {
                 failure.write_unraisable(py, None);
             }
+            let id = self.id;
+            let _ = self.stager.get().locked(py, "Transfer", move |state, _| {
+                state.outcomes.remove(&id);
+                Ok(())
+            });
         });
     }
 }

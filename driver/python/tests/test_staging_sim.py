@@ -308,3 +308,93 @@ def test_a_copy_leaves_the_threads_current_device_as_it_was(sim, numpy):
         sim.native.sim_make_current(first)
         call()
         assert sim.native.sim_current_device() == first
+
+
+def test_a_second_wait_returns_only_once_the_bytes_have_arrived(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(3 * CHUNK, 41)
+    source = sim.array(device, data)
+    dst = numpy.zeros(3 * CHUNK, numpy.uint8)
+    sim.hold(device)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    first = threading.Thread(target=transfer.wait)
+    first.start()
+    returned = threading.Event()
+    seen = []
+
+    def second():
+        transfer.wait()
+        seen.append(dst.tobytes())
+        returned.set()
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    assert not returned.wait(0.3), "a second wait returned while the copy was held"
+    sim.release(device)
+    first.join()
+    waiter.join()
+    assert seen == [data] and transfer.done()
+
+
+def test_wait_after_close_reports_the_copy_and_lets_go_of_the_arrays(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(3 * CHUNK, 43)
+    source = Tensor(sim.array(device, data))
+    gone = weakref.ref(source)
+    dst = numpy.zeros(3 * CHUNK, numpy.uint8)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    del source
+    stager.close()  # finishes the transfer first
+    assert dst.tobytes() == data
+    transfer.wait()  # how it ended: fine
+    del transfer
+    assert gone() is None, "the source was kept after its copy finished"
+
+
+def test_close_on_another_thread_keeps_the_destination_until_its_copy_ran(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(8 * CHUNK, 45)
+    source = sim.array(device, data)
+    dst = numpy.zeros(8 * CHUNK, numpy.uint8)
+    alive = weakref.ref(dst)
+    sim.hold(device)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    del dst  # only the transfer holds it now
+    closer = threading.Thread(target=stager.close)
+    closer.start()
+    threading.Timer(0.3, sim.release, args=(device,)).start()
+    transfer.wait()  # waits for close(), which finished the copy
+    closer.join()
+    assert alive() is None or alive().tobytes() == data
+    del transfer
+    assert alive() is None
+
+
+def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, bytes(4 * CHUNK))
+    dst = numpy.zeros(4 * CHUNK, numpy.uint8)
+    sim.hold(device)
+    copier = threading.Thread(target=lambda: stager.copy_to_host(dst, source))
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        copier.start()
+        time_limit = threading.Event()
+        time_limit.wait(0.2)  # the copier holds the stager, waiting for the device
+        assert stager.options["chunk"] == CHUNK  # would wait for the copy, holding the GIL
+        sim.release(device)
+        copier.join()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def test_a_jax_array_is_refused_as_a_destination():
+    class Array:  # what a jax array looks like to the type check
+        __module__ = "jaxlib.xla_extension"
+
+    with pytest.raises(TypeError, match="immutable"):
+        hostcopy.Stager.copy_to_device(object.__new__(hostcopy.Stager), Array(), b"")

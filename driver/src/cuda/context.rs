@@ -108,8 +108,12 @@ impl Context {
         unsafe { Self::of_stream(core::ptr::null_mut()) }
     }
 
-    /// The primary context `raw` is, retained; `raw` is left current.
+    /// The primary context `raw` is, retained. The calling thread's
+    /// current context is left as it was. (To tell a primary context, this
+    /// retains its device's primary context, creating it if it was not
+    /// active.)
     fn of_raw(raw: CUcontext) -> Result<Context, Error> {
+        let _saved = Context::save_current()?;
         // SAFETY: `raw` came from the driver just now and is alive: making
         // it current lets `cuCtxGetDevice` name its device.
         unsafe { ffi::cuCtxSetCurrent(raw) }.ok()?;
@@ -119,9 +123,6 @@ impl Context {
         let ordinal = usize::try_from(device).unwrap_or(usize::MAX);
         let context = Context::primary(ordinal)?;
         if context.raw() != raw {
-            // Leave the caller's context current, as found.
-            // SAFETY: `raw` is alive (our caller's).
-            let _ = unsafe { ffi::cuCtxSetCurrent(raw) };
             return Err(Error::NotPrimaryContext { device: ordinal });
         }
         Ok(context)

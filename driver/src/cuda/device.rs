@@ -53,7 +53,8 @@ unsafe impl Sync for Allocation {}
 /// lives: device memory of the context's device, the whole range inside one
 /// allocation. A staged transfer that cannot be drained after an error
 /// keeps the owner for good, as it keeps a [`DeviceBuffer`]'s allocation.
-#[derive(Clone)]
+/// Not `Clone`: a destination taken as `&mut DeviceView` is this view's
+/// alone, as a `&mut DeviceBuffer` is.
 pub struct DeviceView {
     context: Context,
     ptr: CUdeviceptr,

@@ -128,7 +128,16 @@ impl StreamRef<'_> {
     /// the wait would join the scope's stream to a capture, and the scope's
     /// borrowed records must never become graph nodes.
     pub fn wait_event(&self, event: &Event) -> Result<(), Error> {
-        let locked = capture::lock();
+        self.wait_event_locked(&capture::lock(), event)
+    }
+
+    /// [`wait_event`](Self::wait_event) for a caller that holds the
+    /// capture lock (and so may check the stream's state with the wait).
+    pub(crate) fn wait_event_locked(
+        &self,
+        locked: &CaptureState,
+        event: &Event,
+    ) -> Result<(), Error> {
         if locked.has_scope(self.raw()) && event.captured.load(Ordering::Relaxed) {
             return Err(Error::ScopeOpen);
         }

@@ -38,6 +38,10 @@
 //! buffers, which no graph capture can reach, so it makes them in the
 //! relaxed capture mode: a stager works while another part of the program
 //! captures a graph, even in global mode, and leaves that capture alone.
+//! The exception is a transfer below the crossover: the driver's own
+//! synchronous copy goes through the legacy stream, which synchronizes with
+//! every blocking stream, so during a global capture the driver refuses it
+//! (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), as it would anyone's.
 //!
 //! A failed wait returns the driver's error; it never hangs. Before it
 //! returns, the stager drains its own streams (never the whole context,
@@ -268,7 +272,6 @@ impl Stager {
         device: DeviceSide<'_>,
         offset: usize,
     ) -> Result<Option<InFlight>, Error> {
-        let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(device.memory().memory_context())?;
         device_range(device.memory(), offset, host.len)?;
@@ -276,9 +279,14 @@ impl Stager {
             return Ok(None);
         }
         if host.len < self.options.driver_path_below {
+            // Not in the relaxed mode: the driver's synchronous copies go
+            // through the legacy stream, which synchronizes with every
+            // blocking stream, a capturing one too; the driver refuses them
+            // during a global capture rather than break it.
             driver_path(host, device, offset)?;
             return Ok(None);
         }
+        let _relaxed = RelaxedCapture::new();
         let direction = device.direction();
         Ok(Some(self.enqueue(direction, host, device.memory(), offset)))
     }
@@ -470,6 +478,9 @@ impl Drop for Stager {
         self.spare_events.clear();
         self.order_event = None;
         if self.undrained.is_some() {
+            // A host function of a pending transfer dropped unfinished may
+            // still be running with the workers: keep them too.
+            core::mem::forget(Arc::clone(&self.workers));
             chunk::count_leaked_buffers(self.buffers.len());
         } else {
             for buffer in &mut self.buffers {

@@ -62,13 +62,14 @@ impl PendingTransfer {
         for event in &in_flight.events {
             event.context().expect_same(stream.context())?;
         }
+        // The check and the waits in one hold of the lock: the stream
+        // cannot begin capturing in between.
         let locked = capture::lock();
         if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
             return Err(Error::Capturing);
         }
-        drop(locked);
         for event in &in_flight.events {
-            stream.wait_event(event)?;
+            stream.wait_event_locked(&locked, event)?;
         }
         Ok(())
     }
