@@ -299,10 +299,18 @@ def test_a_copy_leaves_the_threads_current_device_as_it_was(sim, numpy):
     first, second = sim.device(), sim.device()
     on_second = sim.array(second, pattern(CHUNK, 27))  # the test's own calls bind `second`
     stream = sim.stream(second)
+    dst, src = bytearray(8), bytes(8)  # alive until the launched copy has run
+
+    def launch():
+        hostcopy.launch_host_copy(stream, dst, src)
+        assert sim.native.sim_current_device() == first
+        stream.synchronize()  # the test's own call: binds `second`
+        sim.native.sim_make_current(first)
+
     for call in (
         lambda: hostcopy.copy_to_host(numpy.empty(CHUNK, numpy.uint8), on_second),
         lambda: hostcopy.copy_to_device(on_second, numpy.zeros(CHUNK, numpy.uint8), blocking=False).wait(),
-        lambda: hostcopy.launch_host_copy(stream, bytearray(8), bytes(8)),
+        launch,
         lambda: hostcopy.Stager(second).close(),
     ):
         sim.native.sim_make_current(first)
