@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
 # rustfmt and clippy on the extension crate, then a fresh virtual environment
-# with maturin, pytest and numpy, `pip install` of this folder, and pytest.
+# with maturin, pytest and numpy, `pip install` of this folder, its types
+# (mypy, tests/typing), and pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,11 +31,20 @@ echo "--- pip install driver/python, with the simulated driver (maturin builds t
 MATURIN_PEP517_ARGS="--features simulator" "$venv/bin/python" -m pip install --quiet "$here"
 export HOSTCOPY_REQUIRE_SIM=1
 
-echo "--- pytest"
 # From outside the source tree, so that `import hostcopy` finds the installed
-# package, and through the venv's pytest script (`python -m` would put the
-# working folder on sys.path).
+# package (and mypy its installed files), through the venv's scripts
+# (`python -m` would put the working folder on sys.path).
 cd "$(dirname "$venv")"
+
+echo "--- types: stubtest on hostcopy._native, mypy --strict on a user's script, which then runs"
+# mypy's modules are compiled (mypyc): byte-compiling its .py sources too
+# would double the install's time for nothing.
+"$venv/bin/python" -m pip install --quiet --no-compile mypy
+"$venv/bin/python" -m mypy.stubtest --allowlist "$here/tests/typing/stubtest-allowlist.txt" hostcopy._native
+"$venv/bin/mypy" --strict "$here/tests/typing/user_script.py"
+"$venv/bin/python" "$here/tests/typing/user_script.py" >/dev/null
+
+echo "--- pytest"
 status=0
 "$venv/bin/pytest" -q -rs "$here/tests" || status=$?
 if [ "$status" -eq 5 ]; then
