@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
-# rustfmt and clippy on the extension crate, then a fresh virtual environment
-# with maturin, pytest and numpy, `pip install` of this folder, its types
-# (mypy, tests/typing), and pytest.
+# its version against the workspace's, rustfmt and clippy on the extension
+# crate, then a fresh virtual environment with maturin, pytest and numpy,
+# `pip install` of this folder, its types (mypy, tests/typing), and pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
+
+echo "--- version: the package's is the workspace's"
+# maturin takes the version from this folder's Cargo.toml, which cannot
+# inherit the workspace's (it is a workspace of its own).
+version() { sed -n "/^\[$1\]/,/^\[/s/^version = \"\(.*\)\"/\1/p" "$2"; }
+package_version="$(version package Cargo.toml)"
+workspace_version="$(version workspace.package ../../Cargo.toml)"
+if [ -z "$package_version" ] || [ "$package_version" != "$workspace_version" ]; then
+    echo "driver/python/Cargo.toml has version '$package_version', the workspace '$workspace_version'" >&2
+    exit 1
+fi
 
 echo "--- rustfmt and clippy (hostcopy-python is outside the workspace)"
 cargo fmt --check
