@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
-# rustfmt and clippy on the extension crate, then a fresh virtual environment
-# with maturin, pytest and numpy, `pip install` of this folder, and pytest.
+# its version against the workspace's, rustfmt and clippy on the extension
+# crate, then a fresh virtual environment with maturin, pytest and numpy,
+# `pip install` of this folder, its types (mypy, tests/typing), and pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
+
+echo "--- version: the package's is the workspace's"
+# maturin takes the version from this folder's Cargo.toml, which cannot
+# inherit the workspace's (it is a workspace of its own).
+version() { sed -n "/^\[$1\]/,/^\[/s/^version = \"\(.*\)\"/\1/p" "$2"; }
+package_version="$(version package Cargo.toml)"
+workspace_version="$(version workspace.package ../../Cargo.toml)"
+if [ -z "$package_version" ] || [ "$package_version" != "$workspace_version" ]; then
+    echo "driver/python/Cargo.toml has version '$package_version', the workspace '$workspace_version'" >&2
+    exit 1
+fi
 
 echo "--- rustfmt and clippy (hostcopy-python is outside the workspace)"
 cargo fmt --check
@@ -30,11 +42,20 @@ echo "--- pip install driver/python, with the simulated driver (maturin builds t
 MATURIN_PEP517_ARGS="--features simulator" "$venv/bin/python" -m pip install --quiet "$here"
 export HOSTCOPY_REQUIRE_SIM=1
 
-echo "--- pytest"
 # From outside the source tree, so that `import hostcopy` finds the installed
-# package, and through the venv's pytest script (`python -m` would put the
-# working folder on sys.path).
+# package (and mypy its installed files), through the venv's scripts
+# (`python -m` would put the working folder on sys.path).
 cd "$(dirname "$venv")"
+
+echo "--- types: stubtest on hostcopy._native, mypy --strict on a user's script, which then runs"
+# mypy's modules are compiled (mypyc): byte-compiling its .py sources too
+# would double the install's time for nothing.
+"$venv/bin/python" -m pip install --quiet --no-compile mypy
+"$venv/bin/python" -m mypy.stubtest --allowlist "$here/tests/typing/stubtest-allowlist.txt" hostcopy._native
+"$venv/bin/mypy" --strict "$here/tests/typing/user_script.py"
+"$venv/bin/python" "$here/tests/typing/user_script.py" >/dev/null
+
+echo "--- pytest"
 status=0
 "$venv/bin/pytest" -q -rs "$here/tests" || status=$?
 if [ "$status" -eq 5 ]; then

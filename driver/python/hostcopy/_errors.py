@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 
 class PackError(ValueError):
@@ -10,7 +10,8 @@ class PackError(ValueError):
 
     Subclasses mirror ``hostcopy_driver::PackError``'s variants and add
     those only Python can meet; each has the fields named in its docstring
-    as attributes.
+    as attributes, declared below for type checkers (the native module and
+    ``__init__.py`` pass them as keyword arguments).
     """
 
     def __init__(self, message: str, **fields: Any) -> None:
@@ -22,33 +23,63 @@ class PackError(ValueError):
 class OutOfBounds(PackError):
     """``offset + nbytes`` is past the end of a ``len``-byte buffer (``side``, ``offset``, ``nbytes``, ``len``)."""
 
+    side: str
+    offset: int
+    nbytes: int
+    len: int
+
 
 class Overlap(PackError):
     """The destination and source ranges share bytes (``dst``, ``src``, ``nbytes``)."""
+
+    dst: int
+    src: int
+    nbytes: int
 
 
 class AddressOverflow(PackError):
     """``addr + nbytes`` wraps the address space, or ``nbytes`` exceeds what an object can hold (``side``, ``addr``, ``nbytes``)."""
 
+    side: str
+    addr: int
+    nbytes: int
+
 
 class NullWithLength(PackError):
     """A null address with a nonzero length (``side``, ``nbytes``)."""
+
+    side: str
+    nbytes: int
 
 
 class NotHostAccessible(PackError):
     """The memory is not known to be host-accessible, e.g. a device-only cuda.core Buffer (``side``, ``addr``)."""
 
+    side: str
+    addr: int
+
 
 class NotContiguous(PackError):
     """A strided or indirect buffer: a record copies one contiguous run (``side``, ``shape``, ``strides``)."""
+
+    side: str
+    shape: Sequence[int]  # a list from packing, a tuple from a transfer
+    strides: Sequence[int]
 
 
 class ReadOnlyBuffer(PackError):
     """The destination is a read-only buffer (``side``, ``len``)."""
 
+    side: str
+    len: int
+
 
 class IntegerOutOfRange(PackError):
     """An address, offset or length that is negative or wider than a pointer (``name``, ``value``, ``max``)."""
+
+    name: str
+    value: int
+    max: int
 
 
 class CudaUnavailable(RuntimeError):

@@ -1,12 +1,111 @@
-from typing import Optional, Sequence
+# The compiled half, `hostcopy._native` (src/*.rs), as type checkers see it.
+# driver/python/ci.sh compares this file with the built module (mypy's
+# stubtest): a function added, removed or re-signed there fails CI until this
+# file says the same.
+#
+# The protocols (marked `type_check_only`) and the aliases `HostBuffer` and
+# `HostRegion` exist for type checkers only, nothing defines them at run
+# time: they name what packing accepts, so that the Python half can annotate
+# `dst` and `src` with them (imported under `typing.TYPE_CHECKING`). The
+# `sim_*` functions and `Sim*` classes exist only in a build with
+# `--features simulator` (ci.sh's, which stubtest checks).
+
+from types import TracebackType
+from typing import Any, Literal, Optional, Protocol, Sequence, SupportsInt, Union, final, type_check_only
+
+from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
+
+__all__ = [
+    "HOST_COPY_ARGS_SIZE",
+    "ABI_VERSION",
+    "__version__",
+    "host_copy_fn_address",
+    "rejected",
+    "load_driver",
+    "buffer_region",
+    "host_memory",
+    "dlpack_region",
+    "device_holding",
+    "dlpack_host_memory",
+    "pack_regions",
+    "host_copy_parallel_fn_address",
+    "set_parallel_workers",
+    "parallel_workers",
+    "launch_owned",
+    "add_host_node",
+    "owned_record_counts",
+    "HostMemory",
+    "Stager",
+    "Transfer",
+    "sim_install",
+    "sim_new_device",
+    "sim_make_current",
+    "sim_current_device",
+    "sim_device_state",
+    "sim_hold",
+    "sim_release",
+    "sim_drain",
+    "sim_fail_call",
+    "sim_fail_context",
+    "sim_take_violations",
+    "SimDeviceArray",
+    "SimStream",
+    "SimGraph",
+]
+
+@type_check_only
+class SupportsArrayInterface(Protocol):
+    """A numpy array or scalar: numpy's stubs declare ``__buffer__`` only from
+    Python 3.12 on, so before that a numpy array is no ``Buffer`` to a type
+    checker. Another type with ``__array_interface__`` but no buffer protocol
+    (a PIL image) passes the type check and is refused at run time with
+    ``TypeError``."""
+
+    @property
+    def __array_interface__(self) -> object: ...
+
+# A buffer-protocol object: numpy arrays, `bytearray`, `memoryview`, `mmap`,
+# `array.array`, ctypes arrays, `bytes`. Run-time checks refuse a strided one
+# (NotContiguous) and, as a destination, a read-only one (ReadOnlyBuffer).
+HostBuffer: TypeAlias = Union[Buffer, SupportsArrayInterface]
+
+@type_check_only
+class MemoryResourceLike(Protocol):
+    @property
+    def is_host_accessible(self) -> bool: ...
+
+@type_check_only
+class CudaCoreBuffer(Protocol):
+    """A cuda.core ``Buffer``: the attributes packing reads, without a driver
+    call. Packing looks them up on the type, as properties, so that telling
+    a Buffer from a buffer-protocol object runs no code of the object."""
+
+    @property
+    def handle(self) -> SupportsInt: ...
+    @property
+    def size(self) -> SupportsInt: ...
+    @property
+    def memory_resource(self) -> Optional[MemoryResourceLike]: ...
+    @property
+    def is_host_accessible(self) -> bool: ...
+
+# What `pack_host_copy_args` takes as `dst` and `src`: a buffer, a
+# host-accessible cuda.core Buffer, or an address the caller answers for.
+HostRegion: TypeAlias = Union[HostBuffer, CudaCoreBuffer, int]
 
 HOST_COPY_ARGS_SIZE: int
 ABI_VERSION: int
+__version__: str
 
 def host_copy_fn_address() -> int: ...
 def host_copy_parallel_fn_address() -> int: ...
 def rejected() -> int: ...
-def buffer_region(obj: object, writable: bool, side: str) -> tuple[int, int]: ...
+def load_driver() -> None: ...
+def buffer_region(obj: HostBuffer, writable: bool, side: str) -> tuple[int, int]: ...
+def host_memory(obj: HostBuffer, writable: bool, side: str) -> HostMemory: ...
+def dlpack_region(capsule: object) -> tuple[int, int, int, int, bool]: ...
+def dlpack_host_memory(capsule: object, addr: int, len: int) -> HostMemory: ...
+def device_holding(ptr: int, side: str) -> int: ...
 def pack_regions(
     dst: tuple[int, Optional[int], bool],
     dst_offset: int,
@@ -19,4 +118,101 @@ def parallel_workers() -> tuple[int, int]: ...
 def launch_owned(stream: int, record: bytes, parallel: bool) -> bool: ...
 def add_host_node(graph: int, record: bytes, dependencies: Sequence[int], parallel: bool) -> int: ...
 def owned_record_counts() -> tuple[int, int]: ...
-def load_driver() -> None: ...
+@final
+class HostMemory:
+    """Host memory held for a transfer (a buffer export, or a DLPack capsule's owner)."""
+
+    def __len__(self) -> int: ...
+
+@final
+class Stager:
+    def __new__(
+        cls,
+        device: int,
+        chunk: Optional[int] = None,
+        buffers: Optional[int] = None,
+        workers: Optional[int] = None,
+        h2d_streaming: Optional[bool] = None,
+        driver_path_below: Optional[int] = None,
+    ) -> Self: ...
+    @property
+    def device(self) -> int: ...
+    def options(self) -> tuple[int, int, int, bool, int]: ...
+    def close(self) -> None: ...
+    def device_to_host(
+        self,
+        dst: HostMemory,
+        dst_offset: int,
+        src: int,
+        src_owner: object,
+        nbytes: int,
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: bool,
+    ) -> Optional[Transfer]: ...
+    def host_to_device(
+        self,
+        dst: int,
+        dst_owner: object,
+        src: HostMemory,
+        src_offset: int,
+        nbytes: int,
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: bool,
+    ) -> Optional[Transfer]: ...
+
+@final
+class Transfer:
+    """A copy under way (``copy_to_host``/``copy_to_device`` with ``blocking=False``)."""
+
+    def wait(self) -> None: ...
+    def done(self) -> bool: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        _exc_value: Optional[BaseException],
+        _traceback: Optional[TracebackType],
+    ) -> Literal[False]: ...
+
+# The simulated driver (builds with `--features simulator` only).
+def sim_install() -> None: ...
+def sim_new_device() -> int: ...
+def sim_make_current(ordinal: int) -> None: ...
+def sim_current_device() -> Optional[int]: ...
+def sim_device_state(ordinal: int) -> dict[str, Any]: ...
+def sim_hold(ordinal: int) -> None: ...
+def sim_release(ordinal: int) -> None: ...
+def sim_drain(ordinal: int) -> None: ...
+def sim_fail_call(entry: str, ordinal: int, nth: int, code: int) -> None: ...
+def sim_fail_context(ordinal: int, code: int) -> None: ...
+def sim_take_violations(ordinal: int) -> list[str]: ...
+@final
+class SimDeviceArray:
+    def __new__(cls, ordinal: int, nbytes: int, stream: Optional[int] = None) -> Self: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    @property
+    def ptr(self) -> int: ...
+    def write(self, data: bytes) -> None: ...
+    def read(self) -> bytes: ...
+    def free(self) -> None: ...
+
+@final
+class SimStream:
+    def __new__(cls, ordinal: int) -> Self: ...
+    @property
+    def handle(self) -> int: ...
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+    def begin_capture(self) -> None: ...
+    def end_capture(self) -> SimGraph: ...
+    def synchronize(self) -> None: ...
+
+@final
+class SimGraph:
+    def __new__(cls, ordinal: int) -> Self: ...
+    @property
+    def handle(self) -> int: ...
+    def launch(self, stream: SimStream) -> None: ...
+    def destroy(self) -> None: ...
