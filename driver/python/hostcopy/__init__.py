@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, cast
 
 from . import _native
 from ._errors import (
@@ -48,6 +48,11 @@ from ._errors import (
     WrongDevice,
 )
 from ._staging import Stager, Transfer, copy_to_device, copy_to_host
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from ._native import HostBuffer, HostRegion
 
 #: The package's version (the Rust crates' version, from one place).
 __version__: str = _native.__version__
@@ -120,7 +125,7 @@ class HostCopyArgs(NamedTuple):
     nbytes: int
 
 
-def _word(name: str, value: Any) -> int:
+def _word(name: str, value: object) -> int:
     """An integer that fits a native word, or a clear refusal."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -167,7 +172,7 @@ def _region(obj: Any, side: str, writable: bool) -> tuple[int, int | None, bool]
 
 
 def pack_host_copy_args(
-    dst: Any, src: Any, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
+    dst: HostRegion, src: HostRegion, nbytes: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
 ) -> bytes:
     """A record that copies ``nbytes`` bytes from ``src`` to ``dst``, as bytes.
 
@@ -218,10 +223,10 @@ def pack_host_copy_args(
 
 
 def pack_host_copy_args_into(
-    buffer: Any,
+    buffer: HostBuffer,
     offset: int,
-    dst: Any,
-    src: Any,
+    dst: HostRegion,
+    src: HostRegion,
     nbytes: int | None = None,
     *,
     dst_offset: int = 0,
@@ -250,9 +255,10 @@ def pack_host_copy_args_into(
     return addr + offset
 
 
-def unpack_host_copy_args(data: Any, offset: int = 0) -> HostCopyArgs:
+def unpack_host_copy_args(data: HostBuffer, offset: int = 0) -> HostCopyArgs:
     """Reads a record back from ``data`` (bytes or any buffer) at byte ``offset``."""
-    view = memoryview(data).cast("B")
+    # numpy arrays are buffers too; their stubs say so from Python 3.12 on.
+    view = memoryview(cast("Buffer", data)).cast("B")
     if offset < 0 or offset + HOST_COPY_ARGS_SIZE > len(view):
         raise OutOfBounds(
             f"record of {HOST_COPY_ARGS_SIZE} bytes at offset {offset} is out of bounds of a {len(view)}-byte buffer",
@@ -356,8 +362,8 @@ def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False)
 
 def launch_host_copy(
     stream: Any,
-    dst: Any,
-    src: Any,
+    dst: HostRegion,
+    src: HostRegion,
     nbytes: int | None = None,
     *,
     parallel: bool = False,
@@ -373,8 +379,8 @@ def launch_host_copy(
 
 def add_host_copy_node(
     graph: Any,
-    dst: Any,
-    src: Any,
+    dst: HostRegion,
+    src: HostRegion,
     nbytes: int | None = None,
     *,
     dependencies: Sequence[Any] = (),
