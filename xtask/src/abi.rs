@@ -12,6 +12,7 @@ use crate::checks::{Workspace, compare_layouts};
 use crate::layout_report::Layout;
 use crate::report::{self, Failure, Outcome};
 use crate::targets::{TARGETS, Target, parse_args};
+use crate::wineserver::WineServers;
 use crate::{self_test, setup};
 
 pub(crate) const USAGE: &str = "\
@@ -43,6 +44,8 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         fail("set-up", "packages", error);
     }
     let workspace = Workspace::locate();
+    let (mut wine, errors) = WineServers::start(&workspace, &targets);
+    errors.into_iter().for_each(|error| fail("set-up", "wineserver", error));
     if self_test {
         self_test::run(&workspace, &targets, &mut fail);
     } else {
@@ -56,6 +59,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             .collect();
         print_table(&targets, &rows);
     }
+    wine.stop().into_iter().for_each(|error| fail("clean-up", "wineserver", error));
     report::print_failures(&failures);
     if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -13,6 +13,7 @@ mod self_test;
 mod setup;
 mod symbols;
 mod targets;
+mod wineserver;
 
 use std::env;
 use std::process::ExitCode;

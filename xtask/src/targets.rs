@@ -74,7 +74,8 @@ pub(crate) const COMMON_APT: &[&str] = &["clang", "llvm", "lld"];
 
 const HOSTED: &[&str] = &["main.c"];
 const QEMU_SYSTEM: &str = "xtask/scripts/qemu-system.sh";
-const WINE: &str = "xtask/scripts/wine-runner.sh";
+/// The Windows rows' runner; `wineserver.rs` starts and stops its servers.
+pub(crate) const WINE: &str = "xtask/scripts/wine-runner.sh";
 const RISCV_VIRT: &str = "abi-tests/c/bare/riscv_virt.ld";
 const MPS2_AN386: &str = "abi-tests/c/bare/mps2_an386.ld";
 const LE32: (u32, Endian) = (32, Endian::Little);
