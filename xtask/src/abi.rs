@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::checks::{Workspace, compare_layouts};
 use crate::layout_report::Layout;
 use crate::report::{self, Failure, Outcome};
-use crate::targets::{TARGETS, Target, parse_args};
+use crate::targets::{Libraries, TARGETS, Target, Tests, parse_args};
 use crate::wineserver::WineServers;
 use crate::{self_test, setup};
 
@@ -20,9 +20,11 @@ cargo xtask abi [--self-test] [--target TRIPLE]...
 
   Checks the C ABI of hostcopy-core on every supported target: builds it,
   compares the record layout from Rust and from hostcopy.h, checks the
-  exported symbols, runs the core's contract and the C consumer on the
-  target (natively, qemu-user, QEMU system emulation, wine or node).
-  Installs the rustup targets and Debian packages the rows name.
+  symbols of the static library and the exports of the shared one, runs
+  the core's contract and the C consumer on the target (natively,
+  qemu-user, QEMU system emulation, wine or node). What a row says cannot
+  run on this machine shows as `not run: <reason>`. Installs the rustup
+  targets and Debian packages the rows name.
 
   --self-test    build deliberately broken variants (fields swapped, an extra
                  field, another ABI version, a 32-bit nbytes, a caller without
@@ -64,8 +66,8 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-const HEADERS: [&str; 8] =
-    ["target", "ptr", "build", "Rust layout", "layout vs C", "symbols", "core tests", "C consumer"];
+const HEADERS: [&str; 9] =
+    ["target", "ptr", "build", "Rust layout", "layout vs C", "symbols", "shared library", "core tests", "C consumer"];
 
 /// Runs every step for one target; a step after a failed build is a failure too.
 fn row(workspace: &Workspace, target: &Target, fail: &mut impl FnMut(&str, &'static str, String)) -> Vec<Outcome> {
@@ -96,7 +98,16 @@ fn row(workspace: &Workspace, target: &Target, fail: &mut impl FnMut(&str, &'sta
     });
     outcomes.push(step("layout", compared));
     outcomes.push(step("symbols", progress("symbols", || workspace.symbols(target, &built))));
-    outcomes.push(step("core tests", progress("core tests", || workspace.core_tests(target, &built))));
+    outcomes.push(match target.libraries {
+        Libraries::StaticOnly(why) => not_run("shared library", why),
+        Libraries::All => {
+            step("shared library", progress("shared library", || workspace.shared_library(target, &built)))
+        }
+    });
+    outcomes.push(match target.tests {
+        Tests::NotRun(why) => not_run("core tests", why),
+        _ => step("core tests", progress("core tests", || workspace.core_tests(target, &built))),
+    });
     let consumer = progress("C consumer", || {
         workspace.c_consumer(target, &built, rust.as_ref().map_err(|_| "no Rust layout")?, &[])
     });
@@ -116,12 +127,21 @@ fn print_table(targets: &[&Target], rows: &[Vec<Outcome>]) {
         .collect();
     println!(
         "\nhostcopy ABI, per target (Rust layout: size/align/offsetof dst,src,nbytes/sizeof \
-         dst,src,nbytes; symbols: the names a C caller links, defined by libhostcopy.a)\n"
+         dst,src,nbytes; symbols: the names a C caller links, defined by the static library; \
+         shared library: what dlsym, GetProcAddress or a wasm host finds)\n"
     );
     println!("{}", report::render_table(&HEADERS, &cells));
-    let outcomes = rows.iter().flatten();
-    let failed = outcomes.clone().filter(|o| matches!(o, Outcome::Failed(_))).count();
-    println!("\n{} targets: {} checks passed, {failed} failed", rows.len(), outcomes.count() - failed);
+    let count = |kind: fn(&Outcome) -> bool| rows.iter().flatten().filter(|o| kind(o)).count();
+    let passed = count(|o| matches!(o, Outcome::Passed(_)));
+    let failed = count(|o| matches!(o, Outcome::Failed(_)));
+    let not_run = count(|o| matches!(o, Outcome::NotRun(_)));
+    println!("\n{} targets: {passed} checks passed, {failed} failed, {not_run} not run here", rows.len());
+}
+
+/// A check the row says cannot run on this machine, with its reason.
+fn not_run(label: &str, why: &str) -> Outcome {
+    eprintln!("  {label} ... not run: {why}");
+    Outcome::NotRun(why.to_owned())
 }
 
 /// Runs one step with a progress line: the step, then ok or FAILED and how long it took.

@@ -12,7 +12,7 @@ use std::process::Command;
 use crate::command::{Output, run};
 use crate::layout_report::Layout;
 use crate::symbols::{self, DefinedSymbol};
-use crate::targets::{Format, Target, Tests};
+use crate::targets::{Format, Libraries, Target, Tests};
 
 /// Where the sources are and where the checks write (`target/abi`, away
 /// from other cargo runs).
@@ -29,7 +29,8 @@ pub(crate) struct Built {
     /// hostcopy-core's rlib and the folder of its dependencies.
     rlib: PathBuf,
     deps: PathBuf,
-    /// `libhostcopy.a` from `core/capi`, and what a C program links with it.
+    /// `libhostcopy.a` (`hostcopy.lib` with MSVC) from `core/capi`, and what
+    /// a C program links with it.
     pub(crate) staticlib: PathBuf,
     native_libs: Vec<String>,
     /// `libhostcopy.so`, `hostcopy.dll` or `hostcopy.wasm`, where the target has one.
@@ -118,7 +119,7 @@ impl Workspace {
         let built = Built {
             rlib: core_dir.join("libhostcopy_core.rlib"),
             deps: core_dir.join("deps"),
-            staticlib: capi_dir.join("libhostcopy.a"),
+            staticlib: capi_dir.join(target.staticlib_name()),
             native_libs,
             shared: ["libhostcopy.so", "hostcopy.dll", "hostcopy.wasm"].into_iter().find_map(existing),
             import_lib: existing("libhostcopy.dll.a"),
@@ -134,12 +135,19 @@ impl Workspace {
     pub(crate) fn build_capi(&self, target: &Target) -> Result<(PathBuf, Vec<String>), String> {
         let mut cargo = self.cargo(target, "capi");
         cargo.args(["rustc", "--manifest-path", "core/capi/Cargo.toml", "--release"]);
+        if let Libraries::StaticOnly(_) = target.libraries {
+            cargo.args(["--crate-type", "staticlib"]);
+        }
         let output = run(cargo.args(["--target", target.triple, "--", "--print", "native-static-libs"]))?;
+        // With MSVC rustc names `/defaultlib:msvcrt`, the DLL C runtime, for
+        // every static library. This one needs only memcpy and memmove, which
+        // the program's own C runtime provides, static (/MT) or DLL (/MD) alike,
+        // and naming msvcrt would clash with /MT: left out.
         let native_libs = output
             .stderr
             .lines()
             .find_map(|line| line.trim().strip_prefix("note: native-static-libs:"))
-            .map(|libs| libs.split_whitespace().map(str::to_owned).collect())
+            .map(|libs| libs.split_whitespace().filter(|l| !l.starts_with("/defaultlib:")).map(str::to_owned).collect())
             .unwrap_or_default();
         Ok((self.out.join("capi").join(target.triple).join("release"), native_libs))
     }
@@ -224,22 +232,34 @@ impl Workspace {
     }
 
     /// Step 3: the names a C caller references are global functions of the
-    /// static library, and the shared library exports the plain names.
+    /// static library.
     pub(crate) fn symbols(&self, target: &Target, built: &Built) -> Result<String, String> {
         let defined = self.archive_symbols(built)?;
         let references = self.probe_references(target, &[], "symbol_probe.o")?;
         check_references(target, &references, &defined)?;
-        let mut shown = references.join(", ");
-        if let Some(shared) = &built.shared {
-            let exports = self.shared_exports(target, shared)?;
-            let missing: Vec<&str> =
-                DYNAMIC_EXPORTS.into_iter().filter(|name| !exports.iter().any(|e| e == name)).collect();
-            if !missing.is_empty() {
-                return Err(format!("{} does not export {}", shared.display(), missing.join(", ")));
-            }
-            shown += &format!(" (+{})", shared.extension().unwrap_or_default().to_string_lossy());
+        Ok(references.join(", "))
+    }
+
+    /// Step 4: the shared library, where the target has one, exports the
+    /// plain names (what `dlsym`, `GetProcAddress` and a wasm host look up).
+    pub(crate) fn shared_library(&self, target: &Target, built: &Built) -> Result<String, String> {
+        let Some(shared) = &built.shared else {
+            return match target.tests {
+                Tests::Firmware => Ok("none (bare metal)".to_owned()),
+                _ => Err("the build made no shared library".to_owned()),
+            };
+        };
+        let exports = self.shared_exports(target, shared)?;
+        let missing: Vec<&str> =
+            DYNAMIC_EXPORTS.into_iter().filter(|name| !exports.iter().any(|e| e == name)).collect();
+        if !missing.is_empty() {
+            return Err(format!("{} does not export {}", shared.display(), missing.join(", ")));
         }
-        Ok(shown)
+        Ok(format!(
+            ".{} exports all {}",
+            shared.extension().unwrap_or_default().to_string_lossy(),
+            DYNAMIC_EXPORTS.len()
+        ))
     }
 
     /// What `dlsym`, `GetProcAddress` or a wasm host finds in the shared library.
@@ -255,7 +275,7 @@ impl Workspace {
         Ok(names.map(str::to_owned).collect())
     }
 
-    /// Step 4: the core's contract on the target, by the row's means.
+    /// Step 5: the core's contract on the target, by the row's means.
     pub(crate) fn core_tests(&self, target: &Target, built: &Built) -> Result<String, String> {
         let how = self.how_it_runs(target);
         match target.tests {
@@ -279,10 +299,11 @@ impl Workspace {
                 let output = self.run_on_target(target, module)?;
                 Ok(format!("{} cases, {how}", closing_count(&output.stdout)?))
             }
+            Tests::NotRun(why) => Err(format!("the row says the core's tests cannot run here: {why}")),
         }
     }
 
-    /// Step 5: the C consumer linked against the static library (and on
+    /// Step 6: the C consumer linked against the static library (and on
     /// Windows against the DLL) and run on the target; its layout line must
     /// be Rust's. `extra` are the self-test's flags.
     pub(crate) fn c_consumer(
@@ -300,6 +321,7 @@ impl Workspace {
         if let (Some(import_lib), Some(dll)) = (&built.import_lib, &built.shared) {
             libraries.push(("dll", vec![import_lib, dll]));
         }
+        let import_libs = self.import_libs(target)?;
         for (kind, files) in &libraries {
             let dir = scratch.join(format!("consumer-{kind}"));
             create_dir(&dir)?;
@@ -312,7 +334,7 @@ impl Workspace {
             cc.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror"]).args(extra);
             cc.arg("-Icore/include").arg("-Iabi-tests/c");
             cc.args(C_SOURCES.iter().chain(target.c_main).map(|file| self.c_dir().join(file)));
-            cc.arg(files[0]).arg("-o").arg(&program);
+            cc.arg(files[0]).args(&import_libs).arg("-o").arg(&program);
             if *kind == "static" {
                 cc.args(&built.native_libs);
             } else {
@@ -330,6 +352,28 @@ impl Workspace {
         }
         let kinds: Vec<&str> = libraries.iter().map(|(kind, _)| *kind).collect();
         Ok(format!("{}, {}", kinds.join("+"), self.how_it_runs(target)))
+    }
+
+    /// The row's import libraries, made from its `.def` files by llvm-dlltool.
+    fn import_libs(&self, target: &Target) -> Result<Vec<PathBuf>, String> {
+        if target.import_libs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let machine = match target.triple.split('-').next() {
+            Some("x86_64") => "i386:x86-64",
+            Some("i686") => "i386",
+            Some("aarch64") => "arm64",
+            arch => return Err(format!("no llvm-dlltool machine for {arch:?}")),
+        };
+        let dir = self.scratch(target).join("import-libs");
+        create_dir(&dir)?;
+        let make = |def: &&str| {
+            let def = self.c_dir().join(def);
+            let lib = dir.join(def.with_extension("lib").file_name().expect("a file"));
+            run(Command::new("llvm-dlltool").args(["-m", machine, "-d"]).arg(&def).arg("-l").arg(&lib))?;
+            Ok(lib)
+        };
+        target.import_libs.iter().map(make).collect()
     }
 
     /// How the row's programs run here, for the table.

@@ -10,6 +10,8 @@ pub(crate) enum Outcome {
     Passed(String),
     /// Failed; the text is the short form for the table, the details are in the failure list.
     Failed(String),
+    /// Cannot run on this machine; the text says why (the row's own words).
+    NotRun(String),
 }
 
 impl fmt::Display for Outcome {
@@ -17,6 +19,7 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Passed(text) => f.write_str(text),
             Outcome::Failed(text) => write!(f, "FAILED: {text}"),
+            Outcome::NotRun(why) => write!(f, "not run: {why}"),
         }
     }
 }

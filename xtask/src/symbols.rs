@@ -54,7 +54,7 @@ pub(crate) fn check_defined(defined: &[DefinedSymbol], wanted: &str, format: For
             .collect();
         similar.sort_unstable();
         similar.dedup();
-        let what = format!("a C caller links against `{wanted}`, which libhostcopy.a does not define");
+        let what = format!("a C caller links against `{wanted}`, which the static library does not define");
         return Err(format!("{what} (it defines: {})", similar.join(", ")));
     }
     for symbol in matches {

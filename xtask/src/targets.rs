@@ -34,6 +34,19 @@ pub(crate) enum Tests {
     /// The runner on the C library's `hostcopy.wasm`: `abi-tests/wasm/run.mjs`
     /// calls the exported `hostcopy_fn` on records in linear memory.
     WasmExports,
+    /// Nothing on this machine can: the reason, shown in the table.
+    NotRun(&'static str),
+}
+
+/// Which C libraries `core/capi` builds for the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Libraries {
+    /// Its crate types: the static library, and the shared one wherever
+    /// rustc makes one (not on bare metal).
+    All,
+    /// The static library alone; the shared one is not built, for this
+    /// reason (shown in the table).
+    StaticOnly(&'static str),
 }
 
 /// One supported target.
@@ -57,6 +70,10 @@ pub(crate) struct Target {
     pub(crate) cc: &'static [&'static str],
     /// The C consumer's entry point and platform files, in `abi-tests/c`.
     pub(crate) c_main: &'static [&'static str],
+    /// `.def` files in `abi-tests/c` that become import libraries
+    /// (`llvm-dlltool`) for the C consumer's link.
+    pub(crate) import_libs: &'static [&'static str],
+    pub(crate) libraries: Libraries,
     pub(crate) tests: Tests,
 }
 
@@ -65,6 +82,12 @@ impl Target {
     pub(crate) fn cargo_env_prefix(&self) -> String {
         let triple = self.triple.to_ascii_uppercase().replace(['-', '.'], "_");
         format!("CARGO_TARGET_{triple}_")
+    }
+
+    /// The file name rustc gives the static library: `hostcopy.lib` with the
+    /// MSVC toolchain, `libhostcopy.a` everywhere else.
+    pub(crate) fn staticlib_name(&self) -> &'static str {
+        if self.triple.ends_with("-msvc") { "hostcopy.lib" } else { "libhostcopy.a" }
     }
 }
 
@@ -92,7 +115,23 @@ const fn row(
     runner: &'static [&'static str],
 ) -> Target {
     let (format, linker, rustflags, c_main, tests) = (Format::Elf, Some(cc[0]), "", HOSTED, Tests::Cargo);
-    Target { triple, clang, pointer_width, endian, format, apt, linker, rustflags, runner, cc, c_main, tests }
+    let (import_libs, libraries): (&[&str], _) = (&[], Libraries::All);
+    Target {
+        triple,
+        clang,
+        pointer_width,
+        endian,
+        format,
+        apt,
+        linker,
+        rustflags,
+        runner,
+        cc,
+        c_main,
+        import_libs,
+        libraries,
+        tests,
+    }
 }
 
 /// The rows: `row(triple, clang flags, (bits, byte order), Debian packages, C
@@ -103,9 +142,11 @@ pub(crate) const TARGETS: &[Target] = &[
     Target { linker: None, ..row("x86_64-unknown-linux-gnu", &["--target=x86_64-linux-gnu"], LE64,
         &["gcc", "libc6-dev"], &["gcc"], &[]) },
     // A static program runs on the x86_64 kernel as it is, with no i386
-    // loader or libraries (gcc-multilib would conflict with the cross gccs).
-    Target { rustflags: "-C target-feature=+crt-static", ..row("i686-unknown-linux-gnu", &["--target=i686-linux-gnu"],
-        LE32, &["gcc-i686-linux-gnu", "libc6-dev-i386-cross"], &["i686-linux-gnu-gcc", "-static"], &[]) },
+    // loader or libraries (gcc-multilib would conflict with the cross gccs);
+    // rustc makes no shared library with crt-static.
+    Target { rustflags: "-C target-feature=+crt-static", libraries: Libraries::StaticOnly("no cdylib with +crt-static"),
+        ..row("i686-unknown-linux-gnu", &["--target=i686-linux-gnu"], LE32,
+            &["gcc-i686-linux-gnu", "libc6-dev-i386-cross"], &["i686-linux-gnu-gcc", "-static"], &[]) },
     row("aarch64-unknown-linux-gnu", &["--target=aarch64-linux-gnu"], LE64,
         &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"], &["aarch64-linux-gnu-gcc"],
         &["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]),
@@ -118,6 +159,10 @@ pub(crate) const TARGETS: &[Target] = &[
     row("s390x-unknown-linux-gnu", &["--target=s390x-linux-gnu"], (64, Endian::Big),
         &["gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"], &["s390x-linux-gnu-gcc"],
         &["qemu-s390x", "-L", "/usr/s390x-linux-gnu"]),
+    // POWER systems: the 64-bit little-endian ELFv2 ABI, which CUDA ships for.
+    row("powerpc64le-unknown-linux-gnu", &["--target=powerpc64le-linux-gnu"], LE64,
+        &["gcc-powerpc64le-linux-gnu", "libc6-dev-ppc64el-cross", "qemu-user"], &["powerpc64le-linux-gnu-gcc"],
+        &["qemu-ppc64le", "-L", "/usr/powerpc64le-linux-gnu"]),
     // Bare metal: clang and lld link the C consumer as a firmware with the
     // start-up code and linker script of QEMU's board; semihosting reports.
     Target { linker: None, c_main: &["freestanding.c", "bare/semihosting.c", "bare/riscv.c"], tests: Tests::Firmware,
@@ -132,6 +177,24 @@ pub(crate) const TARGETS: &[Target] = &[
     // wine64 runs it in WoW64 mode with wine's i386 PE DLLs (see setup.rs).
     Target { format: Format::Coff, ..row("i686-pc-windows-gnu", &["--target=i686-w64-windows-gnu"], LE32,
         &["gcc-mingw-w64-i686", "wine", "wine64", "libwine:i386"], &["i686-w64-mingw32-gcc"], &[WINE, "i686"]) },
+    // The MSVC toolchain, without MSVC: link.exe, the C runtime and the
+    // Windows SDK are not packaged for Debian, and rustc links every Rust
+    // program and DLL with them, so neither the core's tests nor hostcopy.dll
+    // are built. rustc makes the static library `hostcopy.lib` alone; clang's
+    // MSVC target compiles the header and the C consumer, and lld-link (LLVM's
+    // link.exe) links the consumer with hostcopy.lib, an entry point of its own
+    // in place of the CRT's, and import libraries for kernel32.dll and for
+    // vcruntime140.dll's memcpy and memmove (as a /MD program imports them),
+    // made from `.def` files; wine runs it. The runner builds its
+    // bcryptprimitives stub with MinGW's gcc, hence that package.
+    Target { format: Format::Coff, linker: None, c_main: &["freestanding.c", "msvc/start.c"],
+        import_libs: &["msvc/kernel32.def", "msvc/vcruntime140.def"],
+        libraries: Libraries::StaticOnly("a DLL needs MSVC link.exe + CRT"),
+        tests: Tests::NotRun("std needs MSVC link.exe, CRT, SDK"),
+        ..row("x86_64-pc-windows-msvc", &["--target=x86_64-pc-windows-msvc"], LE64,
+            &["wine", "wine64", "gcc-mingw-w64-x86-64"],
+            &["clang", "-fuse-ld=lld", "-nostdlib", "-Wl,/entry:hostcopy_msvc_start", "-Wl,/subsystem:console"],
+            &[WINE, "x86_64"]) },
     // node runs the C library's exports and the C consumer (clang, wasm-ld).
     Target { format: Format::Wasm, linker: None, c_main: &["freestanding.c", "wasm.c"], tests: Tests::WasmExports,
         ..row("wasm32-unknown-unknown", &["--target=wasm32-unknown-unknown"], LE32, &["nodejs"],
@@ -174,16 +237,22 @@ mod tests {
             let arch = t.triple.split('-').next().unwrap();
             let big = matches!(arch, "powerpc" | "s390x");
             assert_eq!(t.endian == Endian::Big, big, "{}", t.triple);
-            let wide = matches!(arch, "x86_64" | "aarch64" | "s390x");
+            let wide = matches!(arch, "x86_64" | "aarch64" | "s390x" | "powerpc64le");
             assert_eq!(t.pointer_width, if wide { 64 } else { 32 }, "{}", t.triple);
             assert_eq!(t.format == Format::Coff, t.triple.contains("windows"), "{}", t.triple);
             assert_eq!(t.format == Format::Wasm, t.triple.starts_with("wasm"), "{}", t.triple);
             assert!(t.clang[0].starts_with("--target="), "{}", t.triple);
             assert_eq!(t.tests == Tests::Firmware, t.triple.contains("-none"), "{}", t.triple);
             assert_eq!(t.c_main.contains(&"freestanding.c"), t.tests != Tests::Cargo, "{}", t.triple);
+            let msvc = t.triple.ends_with("-msvc");
+            assert_eq!(!t.import_libs.is_empty(), msvc, "{}", t.triple);
+            let static_only = msvc || t.rustflags.contains("+crt-static");
+            assert_eq!(t.libraries != Libraries::All, static_only, "{}", t.triple);
+            assert_eq!(t.staticlib_name() == "hostcopy.lib", msvc, "{}", t.triple);
         }
         assert!(TARGETS.iter().any(|t| t.pointer_width == 64 && t.endian == Endian::Big));
         assert!(TARGETS.iter().any(|t| t.pointer_width == 32 && t.endian == Endian::Big));
-        assert_eq!(TARGETS[3].cargo_env_prefix(), "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_");
+        let armv7 = TARGETS.iter().find(|t| t.triple.starts_with("armv7")).unwrap();
+        assert_eq!(armv7.cargo_env_prefix(), "CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_");
     }
 }
