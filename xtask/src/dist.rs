@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! include/hostcopy.h
-//! lib/libhostcopy.a                     debug info stripped
+//! lib/libhostcopy.a                     debug info stripped (MSVC: hostcopy.lib)
+//! lib/libhostcopy-nomem.a               bare metal, wasm: without memcpy, memmove,
+//!                                       memset, memcmp (the C library's instead)
 //! lib/libhostcopy.so.MAJOR.MINOR.PATCH  Linux: SONAME libhostcopy.so.MAJOR,
 //! lib/libhostcopy.so.MAJOR -> ...       and the two usual links
 //! lib/libhostcopy.so -> ...
@@ -20,10 +22,10 @@
 //! release profile, built with the row's cargo settings (a hand-run `cargo
 //! build --manifest-path core/capi/Cargo.toml --target T` needs the same
 //! `CARGO_TARGET_<TRIPLE>_LINKER`); the pkg-config and CMake files come from
-//! `xtask/dist/`; the version is the header's, which must be `core/capi`'s.
-//! `--check` runs `abi-tests/dist/check.sh` on the host's and the aarch64
-//! archives (pkg-config and CMake consumers, static and shared, C99 to C++17,
-//! aarch64 under qemu-aarch64).
+//! `xtask/dist/`; the version is the workspace's (see [`version`]).
+//! `--check` runs `abi-tests/dist/check.sh` on the archives of this machine,
+//! aarch64 and ppc64le Linux and thumbv7em: the README's commands for C
+//! vendors and C firmware as written, and more (see the script).
 //!
 //! Not cargo-c (`cargo cinstall`, as rustls-ffi uses): Debian 12's package
 //! (0.9.14) embeds cargo 0.66, which cannot read edition-2024 manifests;
@@ -45,24 +47,35 @@ cargo xtask dist [--target TRIPLE]... [--check]
 
   Builds the C libraries of hostcopy (core/capi) for each target into
   target/dist/hostcopy-VERSION-TRIPLE/ and a .tar.gz of it: include/,
-  lib/ (static, shared with SONAME and links, or DLL and import library),
-  lib/pkgconfig/hostcopy.pc, lib/cmake/hostcopy/. Default target: this
-  machine's.
+  lib/ (static, shared with SONAME and links, or DLL and import library;
+  on bare metal also libhostcopy-nomem.a), lib/pkgconfig/hostcopy.pc,
+  lib/cmake/hostcopy/. VERSION is the workspace's (Cargo.toml). Default
+  target: this machine's. Any target of `cargo xtask abi` is accepted.
 
-  --check       also package aarch64-unknown-linux-gnu and run
-                abi-tests/dist/check.sh: C programs through pkg-config
-                and CMake, static and shared, from the folders alone;
-                the header as C99, C11, C++11, C++17 (pedantic, -Werror);
-                the aarch64 program under qemu-aarch64";
+  --check       also package aarch64 and ppc64le Linux and
+                thumbv7em-none-eabihf, and run abi-tests/dist/check.sh:
+                the README's C commands as written (pkg-config, CMake,
+                a shared library embedding the static one, a firmware
+                under qemu-system-arm), the header as C99 to C++17
+                (pedantic, -Werror), the cross programs under qemu-user";
 
 const TEMPLATE_PC: &str = include_str!("../dist/hostcopy.pc.in");
 const TEMPLATE_CONFIG: &str = include_str!("../dist/hostcopyConfig.cmake.in");
 const TEMPLATE_CONFIG_VERSION: &str = include_str!("../dist/hostcopyConfigVersion.cmake.in");
 const DESCRIPTION: &str = "CUDA host function (CUhostFn) that copies bytes in stream order";
 
-/// The cross target `--check` runs under qemu-user, and what its script runs.
-const CHECK_CROSS_TARGET: &str = "aarch64-unknown-linux-gnu";
-const CHECK_APT: &[&str] = &["cmake", "pkg-config", "g++", "binutils", "qemu-user"];
+/// The targets `--check` packages besides this machine's, and what its script runs.
+const CHECK_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu", "thumbv7em-none-eabihf"];
+const CHECK_APT: &[&str] = &[
+    "cmake",
+    "pkg-config",
+    "g++",
+    "binutils",
+    "qemu-user",
+    "qemu-system-arm",
+    "gcc-arm-none-eabi",
+    "libnewlib-arm-none-eabi",
+];
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     let workspace = Workspace::locate();
@@ -74,41 +87,51 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
         triples.push(&workspace.host);
     }
     if check {
-        triples.push(CHECK_CROSS_TARGET);
+        triples.extend(CHECK_TARGETS);
     }
     let targets: Vec<&Target> = TARGETS.iter().filter(|t| triples.contains(&t.triple)).collect();
-    match dist(&workspace, &targets, check) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("dist: {error}");
-            ExitCode::FAILURE
-        }
+    let errors = dist(&workspace, &targets, check);
+    for error in &errors {
+        eprintln!("dist: {error}");
     }
+    if errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Result<(), String> {
-    setup::prepare(targets, if check { CHECK_APT } else { &[] })?;
-    let version = version(workspace)?;
-    let mut archives = Vec::new();
+/// Packages every target, then checks; the errors of all of them.
+fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Vec<String> {
+    if let Err(error) = setup::prepare(targets, if check { CHECK_APT } else { &[] }) {
+        return vec![format!("set-up: {error}")];
+    }
+    let version = match version(workspace) {
+        Ok(version) => version,
+        Err(error) => return vec![error],
+    };
+    let (mut archives, mut errors) = (Vec::new(), Vec::new());
     for target in targets {
-        let folder = package(workspace, target, &version)?;
-        println!("dist: {}", folder.display());
-        archives.push(PathBuf::from(format!("{}.tar.gz", folder.display())));
-    }
-    if check {
-        let script = workspace.root.join("abi-tests/dist/check.sh");
-        let host = archives[targets.iter().position(|t| t.triple == workspace.host).expect("added")].clone();
-        let cross = archives[targets.iter().position(|t| t.triple == CHECK_CROSS_TARGET).expect("added")].clone();
-        let status = Command::new("sh").arg(&script).arg(host).arg(cross).status();
-        if !status.as_ref().is_ok_and(|s| s.success()) {
-            return Err(format!("{} failed ({status:?})", script.display()));
+        match package(workspace, target, &version) {
+            Ok(folder) => archives.push(PathBuf::from(format!("{}.tar.gz", folder.display()))),
+            Err(error) => errors.push(format!("{}: {error}", target.triple)),
         }
     }
-    Ok(())
+    if check && errors.is_empty() {
+        // This machine's archive first: the script runs the README's commands on it.
+        let script = workspace.root.join("abi-tests/dist/check.sh");
+        let status = Command::new("sh").arg(&script).args(&archives).status();
+        if !status.as_ref().is_ok_and(|s| s.success()) {
+            errors.push(format!("{} failed ({status:?})", script.display()));
+        }
+    }
+    errors
 }
 
-/// The library version `MAJOR.MINOR.PATCH` from the header, checked against `core/capi`.
+/// The version the archives carry, from one place: `version` in the
+/// `[workspace.package]` table of the root `Cargo.toml`, which
+/// hostcopy-core and hostcopy-driver inherit. The copies that cannot inherit
+/// it must say the same: `core/capi`'s own (a workspace of its own; its major
+/// number is the SONAME's) and the header's `HOSTCOPY_VERSION_*`.
 fn version(workspace: &Workspace) -> Result<(String, u32), String> {
+    let root = read(&workspace.root.join("Cargo.toml"))?;
+    let version = workspace_version(&root).ok_or("Cargo.toml has no `version` in [workspace.package]")?;
     let header = read(&workspace.root.join("core/include/hostcopy.h"))?;
     let parts = ["MAJOR", "MINOR", "PATCH"].map(|part| {
         let define = format!("#define HOSTCOPY_VERSION_{part} ");
@@ -117,13 +140,26 @@ fn version(workspace: &Workspace) -> Result<(String, u32), String> {
     let [Some(major), Some(minor), Some(patch)] = parts else {
         return Err("hostcopy.h lacks a `#define HOSTCOPY_VERSION_MAJOR` (MINOR, PATCH) number".to_owned());
     };
-    let version = format!("{major}.{minor}.{patch}");
-    let manifest = read(&workspace.root.join("core/capi/Cargo.toml"))?;
-    let package = manifest.lines().find_map(|line| line.strip_prefix("version = ")).unwrap_or_default();
-    match package.trim().trim_matches('"') == version {
-        true => Ok((version, major)),
-        false => Err(format!("hostcopy.h says version {version}, core/capi/Cargo.toml {package}")),
+    let capi = read(&workspace.root.join("core/capi/Cargo.toml"))?;
+    let capi = capi.lines().find_map(|line| line.strip_prefix("version = ")).unwrap_or_default();
+    let mut disagree = Vec::new();
+    if format!("{major}.{minor}.{patch}") != version {
+        disagree.push(format!("core/include/hostcopy.h says {major}.{minor}.{patch}"));
     }
+    if capi.trim().trim_matches('"') != version {
+        disagree.push(format!("core/capi/Cargo.toml says {}", capi.trim()));
+    }
+    match disagree.is_empty() {
+        true => Ok((version.to_owned(), major)),
+        false => Err(format!("the workspace's version is {version}, but {}", disagree.join(" and "))),
+    }
+}
+
+/// `version` of the `[workspace.package]` table of a root `Cargo.toml`.
+fn workspace_version(manifest: &str) -> Option<&str> {
+    let table = manifest.split("\n[").find(|table| table.starts_with("workspace.package]"))?;
+    let line = table.lines().find_map(|line| line.strip_prefix("version = "))?;
+    Some(line.trim().trim_matches('"'))
 }
 
 /// Builds the libraries for one target and lays out its folder and archive.
@@ -138,8 +174,15 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
         create_dir(&folder.join(dir))?;
     }
     copy(&workspace.root.join("core/include/hostcopy.h"), &folder.join("include/hostcopy.h"))?;
-    copy(&built.join("libhostcopy.a"), &lib.join("libhostcopy.a"))?;
-    run(Command::new("llvm-strip").arg("--strip-debug").arg(lib.join("libhostcopy.a")))?;
+    let staticlib = target.staticlib_name();
+    copy(&built.join(staticlib), &lib.join(staticlib))?;
+    // Debian 12's llvm-strip (LLVM 14) cannot rewrite the wasm objects of
+    // today's rustc ("invalid relocation offset"): that archive keeps its
+    // debug info (a linker of wasm drops it unless asked to keep it).
+    if target.format != Format::Wasm {
+        run(Command::new("llvm-strip").arg("--strip-debug").arg(lib.join(staticlib)))?;
+    }
+    without_c_memory_functions(&lib.join(staticlib), &lib.join(NOMEM))?;
 
     // The shared library, as (path under the prefix, import library, SONAME).
     let (mut shared, mut implib, mut soname) = (String::new(), String::new(), String::new());
@@ -168,10 +211,16 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
         ];
         fill(TEMPLATE_PC, &fields)
     };
-    let static_libs = format!("${{libdir}}/libhostcopy.a {native}");
+    let static_libs = format!("${{libdir}}/{staticlib} {native}");
+    // A program linked through pkg-config runs where it was built: the
+    // run-time search path names the folder (see the template's comment).
+    let shared_libs = match target.format {
+        Format::Elf => "-L${libdir} -Wl,-rpath,${libdir} -lhostcopy",
+        _ => "-L${libdir} -lhostcopy",
+    };
     let default_pc = match shared.is_empty() {
         true => pc("hostcopy", static_libs.trim(), ""),
-        false => pc("hostcopy", "-L${libdir} -lhostcopy", &native),
+        false => pc("hostcopy", shared_libs, &native),
     };
     write(&lib.join("pkgconfig/hostcopy.pc"), &default_pc)?;
     write(&lib.join("pkgconfig/hostcopy-static.pc"), &pc("hostcopy-static", static_libs.trim(), ""))?;
@@ -182,6 +231,7 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
         ("VERSION", version.as_str()),
         ("MAJOR", &major),
         ("TARGET", target.triple),
+        ("STATIC_LIBRARY", &format!("lib/{staticlib}")),
         ("SHARED_LIBRARY", &shared),
         ("IMPORT_LIBRARY", &implib),
         ("SONAME", &soname),
@@ -193,7 +243,74 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
     write(&cmake_dir.join("hostcopyConfigVersion.cmake"), &fill(TEMPLATE_CONFIG_VERSION, &fields))?;
     // tar keeps the links as links.
     run(Command::new("tar").current_dir(&dist_dir).arg("-czf").arg(format!("{name}.tar.gz")).arg(&name))?;
+    println!("dist: {}", folder.display());
+    print_sizes(&folder, &[&format!("lib/{staticlib}"), &format!("lib/{NOMEM}"), &shared])?;
     Ok(folder)
+}
+
+/// The static library without the C library's memory functions, for a
+/// firmware whose C library provides them.
+const NOMEM: &str = "libhostcopy-nomem.a";
+
+/// The functions compiler_builtins defines for targets without a C library
+/// (bare metal, wasm32), each as a weak symbol in an archive member of its own.
+const C_MEMORY_FUNCTIONS: &[&str] = &["memcpy", "memmove", "memset", "memcmp", "bcmp"];
+
+/// Writes `nomem`, a copy of `archive` without the members that define the C
+/// memory functions (and their `__aeabi_` forms on Arm), where `archive` has
+/// any. A linker takes an archive member only for a symbol still undefined
+/// when it reaches the archive, and keeps a weak definition it has, so with
+/// `libhostcopy.a` a firmware gets these for its own calls too and never its C
+/// library's (newlib's): from `nomem`, hostcopy's calls go to the C library.
+fn without_c_memory_functions(archive: &Path, nomem: &Path) -> Result<(), String> {
+    let nm = ["--no-llvm-bc", "-A", "--defined-only", "--extern-only"];
+    let listing = run(Command::new("llvm-nm").args(nm).arg(archive))?.stdout;
+    let is_memory_function = |name: &str| {
+        let name = name.strip_prefix("__aeabi_").map(|n| n.trim_end_matches(['4', '8'])).unwrap_or(name);
+        C_MEMORY_FUNCTIONS.contains(&name) || name == "memclr"
+    };
+    // `archive:member: value class name`
+    let symbols: Vec<(&str, &str)> = listing
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(&format!("{}:", archive.display()))?;
+            let (member, symbol) = rest.split_once(": ")?;
+            Some((member, symbol.split_whitespace().last()?))
+        })
+        .collect();
+    // Where the C library provides them (Linux), the archive defines at most
+    // the `__aeabi_` forms, which call the C library's: nothing to leave out.
+    if !symbols.iter().any(|(_, s)| C_MEMORY_FUNCTIONS.contains(s)) {
+        return Ok(());
+    }
+    let mut members: Vec<&str> = symbols.iter().filter(|(_, s)| is_memory_function(s)).map(|(m, _)| *m).collect();
+    members.sort_unstable();
+    members.dedup();
+    // Dropping a member that defines anything else would drop that too.
+    let others: Vec<&str> =
+        symbols.iter().filter(|(m, s)| members.contains(m) && !is_memory_function(s)).map(|(_, s)| *s).collect();
+    if !others.is_empty() {
+        return Err(format!("{}: members of memory functions also define {}", archive.display(), others.join(", ")));
+    }
+    copy(archive, nomem)?;
+    run(Command::new("llvm-ar").arg("d").arg(nomem).args(&members))?;
+    Ok(())
+}
+
+/// Prints the size of each library file and, for a shared library, of its code.
+fn print_sizes(folder: &Path, files: &[&str]) -> Result<(), String> {
+    for file in files.iter().filter(|f| !f.is_empty()).map(|f| folder.join(f)).filter(|f| f.is_file()) {
+        let bytes = fs::metadata(&file).map_err(|e| format!("{}: {e}", file.display()))?.len();
+        let mut line = format!("dist:   {} {bytes} bytes", file.strip_prefix(folder).unwrap_or(&file).display());
+        if !file.extension().is_some_and(|e| e == "a" || e == "lib") {
+            // llvm-size's Berkeley columns: text data bss dec hex filename.
+            let size = run(Command::new("llvm-size").arg(&file))?.stdout;
+            let text = size.lines().nth(1).and_then(|l| l.split_whitespace().next()).unwrap_or("?");
+            line += &format!(", code and read-only data {text} bytes");
+        }
+        println!("{line}");
+    }
+    Ok(())
 }
 
 /// Replaces every `@KEY@` of a template; a key left over is an error in the
@@ -233,11 +350,21 @@ mod tests {
     #[test]
     fn templates_have_a_value_for_every_key_and_a_missing_one_panics() {
         let keys = ["NAME", "DESCRIPTION", "VERSION", "MAJOR", "TARGET", "LIBS", "LIBS_PRIVATE", "SHARED_LIBRARY"];
-        let more = ["IMPORT_LIBRARY", "SONAME", "STATIC_LINK_LIBRARIES", "POINTER_BYTES"];
+        let more = ["IMPORT_LIBRARY", "SONAME", "STATIC_LINK_LIBRARIES", "POINTER_BYTES", "STATIC_LIBRARY"];
         let fields: Vec<(&str, &str)> = keys.iter().chain(&more).map(|key| (*key, "1")).collect();
         for template in [TEMPLATE_PC, TEMPLATE_CONFIG, TEMPLATE_CONFIG_VERSION] {
             assert!(!fill(template, &fields).contains("@VERSION@"));
         }
         assert!(std::panic::catch_unwind(|| fill("set(x \"@SONAME@\")", &fields[..3])).is_err());
+    }
+
+    #[test]
+    fn the_version_is_read_from_the_workspace_table_only() {
+        let manifest = "[workspace]\nmembers = []\n\n[workspace.package]\nedition = \"2024\"\nversion = \"1.2.3\"\n\n\
+                        [workspace.dependencies]\nfoo = { version = \"9.9.9\" }\n";
+        assert_eq!(workspace_version(manifest), Some("1.2.3"));
+        assert_eq!(workspace_version("[package]\nversion = \"1.0.0\"\n"), None);
+        let root = include_str!("../../Cargo.toml");
+        assert!(workspace_version(root).is_some_and(|v| v.split('.').count() == 3), "{root}");
     }
 }
