@@ -1,32 +1,35 @@
 #!/bin/sh
-# Uses hostcopy's dist archives the way a C vendor does, with nothing of the
-# workspace in reach: each archive is unpacked into a fresh temporary folder
-# with app.c and CMakeLists.txt from here, and
-#   - the header compiles as C99, C11, C++11 and C++17 (gcc and clang) with
-#     -Wall -Wextra -pedantic -Werror, and a broken copy of it does not;
-#   - app.c links through pkg-config (hostcopy: shared, hostcopy-static) and
-#     through CMake (hostcopy::hostcopy, hostcopy::hostcopy_static), and runs;
-#   - the shared library has its SONAME, programs linked statically do not
-#     need it, and no debug info is left in the libraries;
-#   - the aarch64 archive's program links with aarch64-linux-gnu-gcc and runs
-#     under qemu-aarch64, static and shared.
+# Uses hostcopy's dist archives the way C vendors and firmware authors do,
+# with nothing of the workspace in reach but the README and the sample
+# sources here. The README's commands for them are code blocks marked
+# `<!-- checked: NAME -->`; each runs here exactly as written
+# (readme-block.sh prints one), in a fresh folder that holds the archives,
+# app.c, vendor.c and the firmware's main.c, startup.c and board.ld:
+#   - pkg-config: programs linked shared and static, run from another folder
+#     (the shared one through the .pc's run-time search path);
+#   - cmake, cmake-lists: the README's CMakeLists.txt, built, installed, run
+#     from the build folder and from the install folder moved elsewhere;
+#   - embed: two shared libraries that each embed libhostcopy.a keep their
+#     own hostcopy_rejected count and export no hostcopy_* (and, built
+#     without the README's flag, they do share it: the check can fail);
+#   - embed-cmake: the README's CMake line for the same, in CMakeLists.txt;
+#   - firmware, firmware-nomem: the thumbv7em firmware, linked and run under
+#     qemu-system-arm, with the archive's memcpy and with newlib's.
+# Besides: the header as C99, C11, C++11 and C++17 (gcc and clang, -Wall
+# -Wextra -pedantic -Werror) and a broken copy refused; SONAME, links, no
+# debug info; CMake's hostcopy::hostcopy_static and the major-version rule;
+# each Linux cross archive's program linked with its cross gcc, static and
+# shared, and run under qemu-user.
 # Run by `cargo xtask dist --check`, which builds the archives.
 #
-# usage: check.sh HOST_ARCHIVE.tar.gz AARCH64_ARCHIVE.tar.gz
+# usage: check.sh ARCHIVE.tar.gz...   (this machine's, x86_64 Linux, among them)
 set -eu
 
-[ $# -eq 2 ] || { echo "usage: $0 HOST_ARCHIVE.tar.gz AARCH64_ARCHIVE.tar.gz" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 ARCHIVE.tar.gz..." >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
-host_archive=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-aarch64_archive=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+readme=$here/../../README.md
 work=$(mktemp -d "${TMPDIR:-/tmp}/hostcopy-dist-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
-
-mkdir "$work/host" "$work/aarch64" "$work/src"
-tar -xzf "$host_archive" -C "$work/host" --strip-components=1
-tar -xzf "$aarch64_archive" -C "$work/aarch64" --strip-components=1
-cp "$here/app.c" "$here/CMakeLists.txt" "$work/src/"
-cd "$work"
 
 check() {
     printf '  %s ... ' "$1"
@@ -49,6 +52,36 @@ quietly() {
 needs_hostcopy_so() {
     readelf -d "$1" | grep -q 'NEEDED.*\[libhostcopy\.so\.'
 }
+# Runs the README block NAME with sh -eu in the current folder.
+run_block() {
+    block=$(sh "$here/readme-block.sh" "$readme" "$1") || fail "README.md has no block '$1'"
+    quietly sh -euc "$block"
+}
+# The triple of an archive hostcopy-VERSION-TRIPLE.tar.gz.
+triple_of() {
+    basename "$1" .tar.gz | sed 's/^hostcopy-[0-9]*\.[0-9]*\.[0-9]*-//'
+}
+
+mkdir "$work/readme" "$work/src"
+cp "$here"/app.c "$here"/vendor.c "$here"/two_vendors.c "$here"/CMakeLists.txt "$work/src/"
+cp "$here"/app.c "$here"/vendor.c "$here"/firmware/main.c "$here"/firmware/startup.c \
+    "$here"/firmware/board.ld "$work/readme/"
+host="" cross="" firmware=""
+for archive in "$@"; do
+    archive=$(cd "$(dirname "$archive")" && pwd)/$(basename "$archive")
+    cp "$archive" "$work/readme/"
+    triple=$(triple_of "$archive")
+    mkdir "$work/$triple"
+    tar -xzf "$archive" -C "$work/$triple" --strip-components=1
+    case $triple in
+    x86_64-unknown-linux-gnu) host=$triple ;;
+    thumbv7em-none-eabihf) firmware=$triple ;;
+    *-linux-gnu) cross="$cross $triple" ;;
+    *) echo "check.sh: nothing to check for $triple" >&2; exit 2 ;;
+    esac
+done
+[ -n "$host" ] || fail "no x86_64-unknown-linux-gnu archive among $*"
+cd "$work"
 
 warnings="-Wall -Wextra -pedantic -Werror"
 
@@ -57,12 +90,12 @@ echo "hostcopy dist check in $work"
 check "header: C99, C11 (gcc, clang); C++11, C++17 (g++, clang++)"
 for cc in gcc clang; do
     for std in c99 c11; do
-        quietly $cc -std=$std $warnings -Ihost/include -c src/app.c -o header.o
+        quietly $cc -std=$std $warnings -I$host/include -c src/app.c -o header.o
     done
 done
 for cxx in g++ clang++; do
     for std in c++11 c++17; do
-        quietly $cxx -x c++ -std=$std $warnings -Ihost/include -c src/app.c -o header.o
+        quietly $cxx -x c++ -std=$std $warnings -I$host/include -c src/app.c -o header.o
     done
 done
 ok
@@ -70,8 +103,8 @@ ok
 check "header: its layout checks stop C99 and C++11 on a broken copy"
 mkdir broken
 sed -e 's/uintptr_t dst;/uintptr_t swapped;/' -e 's/uintptr_t src;/uintptr_t dst;/' \
-    -e 's/uintptr_t swapped;/uintptr_t src;/' host/include/hostcopy.h >broken/hostcopy.h
-cmp -s host/include/hostcopy.h broken/hostcopy.h && fail "sed left the header unchanged"
+    -e 's/uintptr_t swapped;/uintptr_t src;/' $host/include/hostcopy.h >broken/hostcopy.h
+cmp -s $host/include/hostcopy.h broken/hostcopy.h && fail "sed left the header unchanged"
 if gcc -std=c99 -Ibroken -c src/app.c -o broken.o 2>broken.txt; then
     fail "C99 compiled a header with dst and src swapped"
 fi
@@ -83,71 +116,123 @@ grep -q 'hostcopy: dst first' broken.txt || fail "C++11: not the header's check:
 ok
 
 check "libraries: SONAME, links, no debug info"
-readelf -d host/lib/libhostcopy.so.[0-9]*.[0-9]*.[0-9]* | grep -q 'SONAME.*\[libhostcopy\.so\.[0-9]*\]' ||
+readelf -d $host/lib/libhostcopy.so.[0-9]*.[0-9]*.[0-9]* | grep -q 'SONAME.*\[libhostcopy\.so\.[0-9]*\]' ||
     fail "libhostcopy.so.X.Y.Z has no SONAME libhostcopy.so.X"
-soname=$(readelf -d host/lib/libhostcopy.so.*.*.* | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p')
-[ -L "host/lib/$soname" ] && [ -L host/lib/libhostcopy.so ] || fail "lib/$soname and lib/libhostcopy.so are not links"
-for lib in host/lib/libhostcopy.a host/lib/libhostcopy.so.*.*.* aarch64/lib/libhostcopy.a; do
+soname=$(readelf -d $host/lib/libhostcopy.so.*.*.* | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p')
+[ -L "$host/lib/$soname" ] && [ -L $host/lib/libhostcopy.so ] || fail "lib/$soname and lib/libhostcopy.so are not links"
+for lib in */lib/libhostcopy.a */lib/libhostcopy.so.*.*.*; do
     if readelf -S "$lib" | grep -q '\.debug_'; then
         fail "$lib has debug sections"
     fi
 done
 ok "$soname"
 
-export PKG_CONFIG_PATH="$work/host/lib/pkgconfig"
-check "pkg-config: hostcopy (shared), built and run"
-libdir=$(pkg-config --variable=libdir hostcopy)
-# shellcheck disable=SC2046 # pkg-config prints flags to split
-quietly cc -std=c99 $warnings src/app.c $(pkg-config --cflags --libs hostcopy) \
-    -Wl,-rpath,"$libdir" -o app_pc_shared
-needs_hostcopy_so app_pc_shared || fail "app_pc_shared does not load libhostcopy.so"
-quietly ./app_pc_shared
+check "README pkg-config: shared and static programs, run from another folder"
+(cd readme && run_block pkg-config)
+needs_hostcopy_so readme/app || fail "app does not load libhostcopy.so"
+needs_hostcopy_so readme/app-static && fail "app-static loads libhostcopy.so"
+readelf -d readme/app | grep -Eq '(RUNPATH|RPATH).*/lib\]' || fail "app has no run-time search path"
+(cd / && env -u LD_LIBRARY_PATH "$work/readme/app" >"$work/out.txt" 2>&1) || fail "app from /: $(cat out.txt)"
 ok "$(cat out.txt)"
 
-check "pkg-config: hostcopy-static, built and run"
-# shellcheck disable=SC2046
-quietly cc -std=c99 $warnings src/app.c $(pkg-config --cflags --libs hostcopy-static) -o app_pc_static
-needs_hostcopy_so app_pc_static && fail "app_pc_static loads libhostcopy.so"
-quietly ./app_pc_static
+check "README cmake: its CMakeLists.txt built, installed, run from the build and the moved install folder"
+sh "$here/readme-block.sh" "$readme" cmake-lists >readme/CMakeLists.txt || fail "README.md has no block 'cmake-lists'"
+(cd readme && run_block cmake)
+needs_hostcopy_so readme/installed/bin/app || fail "the installed app does not load libhostcopy.so"
+mv readme/installed moved
+(cd / && "$work/moved/bin/app" >"$work/out.txt" 2>&1) || fail "installed app, moved, from /: $(cat out.txt)"
 ok "$(cat out.txt)"
-unset PKG_CONFIG_PATH
 
-check "CMake: find_package(hostcopy), hostcopy::hostcopy and hostcopy::hostcopy_static, built and run"
-quietly cmake -S src -B build-cmake -DCMAKE_PREFIX_PATH="$work/host" -DCMAKE_BUILD_TYPE=Release \
+check "README embed: two shared libraries with hostcopy inside keep their own count"
+vendor_libraries() { # FLAG-FILTER: builds libvendor_a.so and libvendor_b.so from the README's block
+    for v in a b; do
+        rm -rf "embed-$v" && mkdir "embed-$v"
+        { echo "#define VENDOR_REJECT vendor_${v}_reject"; cat src/vendor.c; } >"embed-$v/vendor.c"
+        block=$(sh "$here/readme-block.sh" "$readme" embed) || fail "README.md has no block 'embed'"
+        (cd "embed-$v" && export PKG_CONFIG_PATH="$work/$host/lib/pkgconfig" && quietly sh -euc "$(echo "$block" | $1)")
+        mv "embed-$v/libvendor.so" "libvendor_$v.so"
+    done
+    quietly cc -std=c99 $warnings src/two_vendors.c -L. -lvendor_a -lvendor_b -Wl,-rpath,"$work" -o two_vendors
+    quietly ./two_vendors
+}
+vendor_libraries cat
+grep -q '^separate' out.txt || fail "the two libraries share hostcopy: $(cat out.txt)"
+result=$(cat out.txt)
+for v in a b; do
+    exported=$(nm -D --defined-only "libvendor_$v.so" | grep ' hostcopy_' || true)
+    [ -z "$exported" ] || fail "libvendor_$v.so exports $exported"
+done
+vendor_libraries "sed s/-Wl,--exclude-libs,libhostcopy.a//"
+grep -q '^shared' out.txt || fail "without --exclude-libs the libraries should share hostcopy: $(cat out.txt)"
+ok "$result; without the flag: $(cat out.txt)"
+
+check "CMake: hostcopy::hostcopy_static, the README's embed line, another major version refused"
+sh "$here/readme-block.sh" "$readme" embed-cmake >embed.cmake || fail "README.md has no block 'embed-cmake'"
+while IFS= read -r line; do
+    grep -Fxq "$line" src/CMakeLists.txt || fail "src/CMakeLists.txt lacks the README's line: $line"
+done <embed.cmake
+quietly cmake -S src -B build-cmake -DCMAKE_PREFIX_PATH="$work/$host" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_FLAGS="$warnings"
 quietly cmake --build build-cmake
-needs_hostcopy_so build-cmake/app_cmake_shared || fail "app_cmake_shared does not load libhostcopy.so"
 needs_hostcopy_so build-cmake/app_cmake_static && fail "app_cmake_static loads libhostcopy.so"
-quietly build-cmake/app_cmake_shared
 quietly build-cmake/app_cmake_static
-ok
-
-check "CMake: a request for another major version is refused"
+exported=$(nm -D --defined-only build-cmake/libvendor.so | grep ' hostcopy_' || true)
+[ -z "$exported" ] || fail "CMake's libvendor.so exports $exported"
 sed 's/find_package(hostcopy 0.1 REQUIRED)/find_package(hostcopy 1.0 REQUIRED)/' src/CMakeLists.txt >CMakeLists.v1
-mkdir src-v1 && cp src/app.c src-v1/ && mv CMakeLists.v1 src-v1/CMakeLists.txt
-if cmake -S src-v1 -B build-v1 -DCMAKE_PREFIX_PATH="$work/host" >v1.txt 2>&1; then
+mkdir src-v1 && cp src/app.c src/vendor.c src-v1/ && mv CMakeLists.v1 src-v1/CMakeLists.txt
+if cmake -S src-v1 -B build-v1 -DCMAKE_PREFIX_PATH="$work/$host" >v1.txt 2>&1; then
     fail "find_package(hostcopy 1.0) accepted version $(grep -o 'hostcopy_VERSION.*' v1.txt)"
 fi
 grep -q 'compatible with requested version "1.0"' v1.txt || fail "refused, but not for its version: $(cat v1.txt)"
 ok
 
-export PKG_CONFIG_PATH="$work/aarch64/lib/pkgconfig"
-sysroot=/usr/aarch64-linux-gnu
-check "aarch64: hostcopy-static through pkg-config, aarch64-linux-gnu-gcc, qemu-aarch64"
-# shellcheck disable=SC2046
-quietly aarch64-linux-gnu-gcc -std=c99 $warnings src/app.c $(pkg-config --cflags --libs hostcopy-static) \
-    -o app_aarch64_static
-readelf -h app_aarch64_static | grep -q 'AArch64' || fail "app_aarch64_static is not an AArch64 program"
-quietly qemu-aarch64 -L "$sysroot" ./app_aarch64_static
-ok "$(cat out.txt)"
+if [ -n "$firmware" ]; then
+    qemu_m4() {
+        timeout 60 qemu-system-arm -machine mps2-an386 -cpu cortex-m4 -display none -monitor none \
+            -serial none -chardev stdio,id=out -semihosting-config enable=on,target=native,chardev=out \
+            -kernel "$1"
+    }
+    # The archive's memory functions are weak (W), newlib's are not (T).
+    memcpy_class() {
+        arm-none-eabi-nm "$1" | sed -n 's/^[0-9a-f]* \([A-Za-z]\) memcpy$/\1/p'
+    }
+    text_size() {
+        arm-none-eabi-size "$1" | awk 'NR == 2 { print $1 }'
+    }
+    check "README firmware: linked with the archive's memcpy, run under qemu-system-arm"
+    (cd readme && run_block firmware)
+    [ "$(memcpy_class readme/firmware.elf)" = W ] || fail "firmware.elf's memcpy is not the archive's"
+    quietly qemu_m4 readme/firmware.elf
+    default_text=$(text_size readme/firmware.elf)
+    ok "$(cat out.txt), text $default_text bytes"
 
-check "aarch64: hostcopy (shared) through pkg-config, qemu-aarch64"
-libdir=$(pkg-config --variable=libdir hostcopy)
-# shellcheck disable=SC2046
-quietly aarch64-linux-gnu-gcc -std=c99 $warnings src/app.c $(pkg-config --cflags --libs hostcopy) \
-    -Wl,-rpath,"$libdir" -o app_aarch64_shared
-needs_hostcopy_so app_aarch64_shared || fail "app_aarch64_shared does not load libhostcopy.so"
-quietly qemu-aarch64 -L "$sysroot" ./app_aarch64_shared
-ok "$(cat out.txt)"
+    check "README firmware-nomem: linked with newlib's memcpy, run under qemu-system-arm"
+    (cd readme && rm -f firmware.elf && run_block firmware-nomem)
+    [ "$(memcpy_class readme/firmware.elf)" = T ] || fail "firmware.elf's memcpy is not newlib's"
+    if arm-none-eabi-nm readme/firmware.elf | grep -q compiler_builtins; then
+        fail "firmware.elf links compiler_builtins' memory functions"
+    fi
+    quietly qemu_m4 readme/firmware.elf
+    ok "$(cat out.txt), text $(text_size readme/firmware.elf) bytes"
+fi
+
+for triple in $cross; do
+    gnu=$(echo "$triple" | sed 's/-unknown-/-/')
+    qemu=qemu-$(echo "$triple" | cut -d- -f1 | sed 's/^powerpc64le$/ppc64le/')
+    export PKG_CONFIG_PATH="$work/$triple/lib/pkgconfig"
+    check "$triple: hostcopy-static and hostcopy (shared) through pkg-config, $gnu-gcc, $qemu"
+    # shellcheck disable=SC2046 # pkg-config prints flags to split
+    quietly "$gnu-gcc" -std=c99 $warnings src/app.c $(pkg-config --cflags --libs hostcopy-static) \
+        -o "app_${triple}_static"
+    needs_hostcopy_so "app_${triple}_static" && fail "app_${triple}_static loads libhostcopy.so"
+    quietly "$qemu" -L "/usr/$gnu" "./app_${triple}_static"
+    # shellcheck disable=SC2046
+    quietly "$gnu-gcc" -std=c99 $warnings src/app.c $(pkg-config --cflags --libs hostcopy) \
+        -o "app_${triple}_shared"
+    needs_hostcopy_so "app_${triple}_shared" || fail "app_${triple}_shared does not load libhostcopy.so"
+    quietly "$qemu" -L "/usr/$gnu" "./app_${triple}_shared"
+    ok "$(cat out.txt)"
+    unset PKG_CONFIG_PATH
+done
 
 echo "hostcopy dist check: every check passed"
