@@ -1,9 +1,11 @@
 //! `cargo xtask abi`: the C ABI of hostcopy-core, target by target.
 //!
 //! For every row of [`TARGETS`] (`targets.rs`), the steps of `checks.rs`:
-//! build, layout from both sides, symbols, the core's contract and the C
-//! consumer on the target. Then one table, every failure, and a non-zero exit
-//! if there was one. Machine set-up is in `setup.rs`.
+//! build, layout from both sides, symbols, the shared library's exports, the
+//! core's contract and the C consumer on the target; a step the row says
+//! cannot run here is shown as such, with its reason. Then one table, every
+//! failure, and a non-zero exit if there was one. Machine set-up is in
+//! `setup.rs`, the wine servers of the Windows rows in `wineserver.rs`.
 
 use std::process::ExitCode;
 use std::time::Instant;

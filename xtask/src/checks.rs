@@ -1,5 +1,6 @@
 //! The steps of `cargo xtask abi` for one target row: build, the layout from
-//! both sides, the symbols, the core's tests and the C consumer. Each returns
+//! both sides, the symbols, the shared library's exports, the core's tests and
+//! the C consumer. Each returns
 //! what it found or an error that carries the failing command and its output.
 //! Every program built for the target runs through the row's runner, the
 //! same `CARGO_TARGET_<TRIPLE>_RUNNER` that cargo uses.
