@@ -5,7 +5,7 @@ use hostcopy_driver::cuda::{DriverError, Error};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::packing::{error, pack_error};
+use crate::packing::{error, out_of_bounds, pack_error};
 
 /// `failure` of the call `operation` (a Python-level name, such as
 /// `"copy_to_host"`), with `side` naming the device side where the error
@@ -22,17 +22,7 @@ pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: 
                 offset,
                 nbytes,
                 len,
-            } => error(
-                py,
-                "OutOfBounds",
-                message,
-                [
-                    ("side", text(side)?),
-                    ("offset", int(offset)?),
-                    ("nbytes", int(nbytes)?),
-                    ("len", int(len)?),
-                ],
-            ),
+            } => out_of_bounds(py, message, side, offset, nbytes, len)?,
             Error::NotDeviceMemory { addr } => error(
                 py,
                 "NotDeviceMemory",

@@ -24,6 +24,30 @@ pub(crate) fn error<'py, const N: usize>(
     build().unwrap_or_else(|failure| failure)
 }
 
+/// `hostcopy.OutOfBounds`: `nbytes` bytes at `offset` of the `len`-byte
+/// buffer on `side`.
+pub(crate) fn out_of_bounds(
+    py: Python<'_>,
+    message: String,
+    side: &str,
+    offset: usize,
+    nbytes: usize,
+    len: usize,
+) -> PyResult<PyErr> {
+    let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
+    Ok(error(
+        py,
+        "OutOfBounds",
+        message,
+        [
+            ("side", side.into_pyobject(py)?.into_any()),
+            ("offset", int(offset)?),
+            ("nbytes", int(nbytes)?),
+            ("len", int(len)?),
+        ],
+    ))
+}
+
 fn side_name(side: Side) -> &'static str {
     match side {
         Side::Dst => "dst",
@@ -42,17 +66,7 @@ pub(crate) fn pack_error(py: Python<'_>, failure: PackError) -> PyResult<PyErr> 
             offset,
             nbytes,
             len,
-        } => error(
-            py,
-            "OutOfBounds",
-            message,
-            [
-                ("side", side(s)?),
-                ("offset", int(offset)?),
-                ("nbytes", int(nbytes)?),
-                ("len", int(len)?),
-            ],
-        ),
+        } => out_of_bounds(py, message, side_name(s), offset, nbytes, len)?,
         PackError::Overlap { dst, src, nbytes } => error(
             py,
             "Overlap",

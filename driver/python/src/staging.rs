@@ -109,6 +109,40 @@ impl PyStager {
         })?;
         started.ok_or_else(closed)
     }
+
+    /// A staged transfer between `nbytes` bytes of device memory at
+    /// `device` (kept allocated by `owner`) and host memory, after the work
+    /// queued on each stream of `wait_for`; `start` makes the stager's call
+    /// for the direction. Non-blocking: work queued later on
+    /// `order_before` waits for it.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &self,
+        py: Python<'_>,
+        operation: &str,
+        device: CUdeviceptr,
+        nbytes: usize,
+        owner: Py<PyAny>,
+        wait_for: Vec<usize>,
+        order_before: Option<usize>,
+        blocking: bool,
+        start: impl FnOnce(&mut Stager, &DeviceView) -> Result<PendingTransfer, Error> + Send,
+    ) -> PyResult<Option<u64>> {
+        self.transfer(py, operation, blocking, move |stager, context| {
+            // SAFETY: the owner keeps the memory allocated (the Python
+            // API's promise for the arrays it was given).
+            let view =
+                unsafe { DeviceView::new(context, device, nbytes, Arc::new(PyOwner(owner))) }?;
+            for &stream in &wait_for {
+                with_stream(context, stream, |stream| stager.wait_for(stream))?;
+            }
+            let pending = start(stager, &view)?;
+            if blocking {
+                return Ok(pending);
+            }
+            self::order_before(stager, context, pending, order_before)
+        })
+    }
 }
 
 /// The stream a handle names, in `context`: the legacy default stream of
@@ -263,24 +297,19 @@ impl PyStager {
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = host_range(py, dst.get(), dst_offset, nbytes, "copy_to_host", "dst")?;
-        let id = slf
-            .get()
-            .transfer(py, "copy_to_host", blocking, move |stager, context| {
-                // SAFETY: the owner keeps the memory allocated (the Python
-                // API's promise for the arrays it was given).
-                let view =
-                    unsafe { DeviceView::new(context, src, nbytes, Arc::new(PyOwner(src_owner))) }?;
-                for &stream in &wait_for {
-                    with_stream(context, stream, |stream| stager.wait_for(stream))?;
-                }
-                // SAFETY: `dst`'s export is held until the transfer finishes:
-                // by this call when blocking, by the `Transfer` otherwise.
-                let pending = unsafe { stager.start_device_to_host_unchecked(host, &view, 0) }?;
-                if blocking {
-                    return Ok(pending);
-                }
-                self::order_before(stager, context, pending, order_before)
-            })?;
+        let id = slf.get().stage(
+            py,
+            "copy_to_host",
+            src,
+            nbytes,
+            src_owner,
+            wait_for,
+            order_before,
+            blocking,
+            // SAFETY: `dst`'s export is held until the transfer finishes:
+            // by this call when blocking, by the `Transfer` otherwise.
+            move |stager, view| unsafe { stager.start_device_to_host_unchecked(host, view, 0) },
+        )?;
         Ok(id.map(|id| Transfer::new(slf.unbind(), id, dst.unbind())))
     }
 
@@ -304,24 +333,20 @@ impl PyStager {
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = host_range(py, src.get(), src_offset, nbytes, "copy_to_device", "src")?;
-        let id = slf
-            .get()
-            .transfer(py, "copy_to_device", blocking, move |stager, context| {
-                // SAFETY: as in `device_to_host`.
-                let view =
-                    unsafe { DeviceView::new(context, dst, nbytes, Arc::new(PyOwner(dst_owner))) }?;
-                for &stream in &wait_for {
-                    with_stream(context, stream, |stream| stager.wait_for(stream))?;
-                }
-                // SAFETY: `src`'s export is held until the transfer finishes;
-                // the device range is the caller's to keep unshared meanwhile
-                // (the Python API's promise).
-                let pending = unsafe { stager.start_host_to_device_unchecked(&view, 0, host) }?;
-                if blocking {
-                    return Ok(pending);
-                }
-                self::order_before(stager, context, pending, order_before)
-            })?;
+        let id = slf.get().stage(
+            py,
+            "copy_to_device",
+            dst,
+            nbytes,
+            dst_owner,
+            wait_for,
+            order_before,
+            blocking,
+            // SAFETY: `src`'s export is held until the transfer finishes;
+            // the device range is the caller's to keep unshared meanwhile
+            // (the Python API's promise).
+            move |stager, view| unsafe { stager.start_host_to_device_unchecked(view, 0, host) },
+        )?;
         Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
     }
 }
