@@ -30,6 +30,15 @@
 //! names it: the layers stay one-way. Under Miri, which cannot load
 //! libcuda, a wrapper the simulator does not answer fails as a machine
 //! without a driver does.
+//!
+//! A missing entry point of that list makes the driver unusable (the load
+//! fails and names it). Entry points that only newer drivers export are
+//! optional instead, and kept out of the list: the batch copy
+//! ([`memcpy_batch_async`], CUDA 12.8 on) is looked up when the library
+//! loads, beside the table, into an `Option` that its wrapper consults, and
+//! it answers `None` where the driver lacks it. The simulator hands its
+//! optional entry points in with its table, as a [`SimulatedOptional`],
+//! where each is always present.
 
 #![allow(non_snake_case)]
 
@@ -65,6 +74,43 @@ pub(crate) const CU_STREAM_CAPTURE_MODE_RELAXED: c_uint = 2;
 pub(crate) const CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
 /// Moves the caller's reference into the graph instead of adding one.
 pub(crate) const CU_GRAPH_USER_OBJECT_MOVE: c_uint = 1;
+/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`: a batch copy reads its sources in
+/// stream order.
+pub(crate) const CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: c_uint = 1;
+/// `CU_MEMCPY_SRC_ACCESS_ORDER_ANY`, the last valid access order (1 to 3).
+#[cfg_attr(not(feature = "simulator"), allow(dead_code))]
+pub(crate) const CU_MEMCPY_SRC_ACCESS_ORDER_ANY: c_uint = 3;
+/// `CUDA_ERROR_NOT_SUPPORTED`: what a driver or platform without batch
+/// copies answers them.
+pub(crate) const CUDA_ERROR_NOT_SUPPORTED: c_uint = 801;
+
+/// `CUmemLocation` (cuda.h): a location type (`CUmemLocationType`) and an
+/// id whose meaning depends on it. All zero: no location given.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CUmemLocation {
+    /// `CUmemLocationType`; 0 is `CU_MEM_LOCATION_TYPE_INVALID`.
+    pub(crate) type_: c_uint,
+    pub(crate) id: c_int,
+}
+
+/// `CUmemcpyAttributes` (cuda.h, CUDA 12.8): how the copies of a batch that
+/// an attributes entry applies to behave.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CUmemcpyAttributes {
+    /// `CUmemcpySrcAccessOrder`: 1 (stream), 2 (during the call), 3 (any);
+    /// 0 is invalid.
+    pub(crate) srcAccessOrder: c_uint,
+    pub(crate) srcLocHint: CUmemLocation,
+    pub(crate) dstLocHint: CUmemLocation,
+    /// `CUmemcpyFlags`; 0 for none.
+    pub(crate) flags: c_uint,
+}
+
+// The layout cuda.h gives it: six 4-byte fields, two in each location.
+const _: () = assert!(core::mem::size_of::<CUmemcpyAttributes>() == 24);
+const _: () = assert!(core::mem::align_of::<CUmemcpyAttributes>() == 4);
 
 /// Declares each driver entry point once and wraps it; see the module docs.
 ///
@@ -99,6 +145,8 @@ macro_rules! entry_points {
         /// The driver's entry points, resolved from the loaded library.
         struct Loaded {
             $($name: unsafe extern "C" fn($($ty),*) -> CuResult,)*
+            /// The entry points the library may lack.
+            optional: Optional,
         }
 
         impl Loaded {
@@ -118,6 +166,7 @@ macro_rules! entry_points {
                         }
                         .map_err(|_| stringify!($name))?,
                     )*
+                    optional: Optional::resolve(library),
                 })
             }
         }
@@ -138,10 +187,10 @@ macro_rules! entry_points {
             #[allow(dead_code)]
             pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
                 #[cfg(feature = "simulator")]
-                if let Some(simulated) = SIMULATED.get() {
+                if let Some(simulator) = SIMULATED.get() {
                     // SAFETY: the simulator's function of this name has this
                     // entry point's contract, which our caller upholds.
-                    return unsafe { (simulated.$name)($($arg),*) };
+                    return unsafe { (simulator.required.$name)($($arg),*) };
                 }
                 match loaded() {
                     // SAFETY: forwarded: our caller upholds the driver's
@@ -226,16 +275,179 @@ pub(crate) fn load_failure() -> Option<&'static LoadFailure> {
     LOADED.get().and_then(|loaded| loaded.as_ref().err())
 }
 
-/// The simulator's table once it is installed: every later driver call of
+/// The simulator's tables, set together by one store.
+#[cfg(feature = "simulator")]
+struct Simulator {
+    required: &'static Simulated,
+    optional: &'static SimulatedOptional,
+}
+
+/// The simulator's tables once it is installed: every later driver call of
 /// the process goes there.
 #[cfg(feature = "simulator")]
-static SIMULATED: std::sync::OnceLock<&'static Simulated> = std::sync::OnceLock::new();
+static SIMULATED: OnceLock<Simulator> = OnceLock::new();
 
-/// Routes every later driver call of this process to `table`. The first
-/// table installed stays.
+/// Routes every later driver call of this process to `table`, and every
+/// optional entry point to `optional`. The first tables installed stay.
 #[cfg(feature = "simulator")]
-pub(crate) fn route_to_simulator(table: &'static Simulated) {
-    let _ = SIMULATED.set(table);
+pub(crate) fn route_to_simulator(table: &'static Simulated, optional: &'static SimulatedOptional) {
+    let _ = SIMULATED.set(Simulator {
+        required: table,
+        optional,
+    });
+}
+
+/// `cuMemcpyBatchAsync_v2` (CUDA 13's prototype of the batch copy).
+type BatchCopyV2 = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    CUstream,
+) -> CuResult;
+
+/// `cuMemcpyBatchAsync` (CUDA 12.8's prototype): `failIdx` before the
+/// stream.
+type BatchCopyV1 = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    *mut usize,
+    CUstream,
+) -> CuResult;
+
+/// The batch copy as the loaded driver exports it.
+#[derive(Clone, Copy)]
+#[cfg_attr(miri, allow(dead_code))]
+enum BatchCopy {
+    V2(BatchCopyV2),
+    V1(BatchCopyV1),
+}
+
+/// Entry points that only newer drivers export, resolved from the library
+/// when it loads (so once, with [`Loaded`]): `None` for each one it lacks.
+struct Optional {
+    batch_copy: Option<BatchCopy>,
+}
+
+impl Optional {
+    /// Looks each one up; the batch copy by its CUDA 13 name first.
+    #[cfg_attr(miri, allow(dead_code))]
+    fn resolve(library: &'static libloading::Library) -> Optional {
+        // SAFETY: `BatchCopyV2` is `cuMemcpyBatchAsync_v2`'s C prototype in
+        // cuda.h (CUDA 13), with `CUresult` as a plain integer of the same
+        // size.
+        let v2 = unsafe { library.get::<BatchCopyV2>(b"cuMemcpyBatchAsync_v2\0") };
+        let batch_copy = match v2 {
+            Ok(symbol) => Some(BatchCopy::V2(*symbol)),
+            // SAFETY: `BatchCopyV1` is `cuMemcpyBatchAsync`'s C prototype in
+            // cuda.h (CUDA 12.8 to 12.9), `CUresult` as above.
+            Err(_) => unsafe { library.get::<BatchCopyV1>(b"cuMemcpyBatchAsync\0") }
+                .ok()
+                .map(|symbol| BatchCopy::V1(*symbol)),
+        };
+        Optional { batch_copy }
+    }
+}
+
+/// The simulator's optional entry points: each always present there.
+#[cfg(feature = "simulator")]
+pub(crate) struct SimulatedOptional {
+    /// `cuMemcpyBatchAsync_v2`, the prototype [`memcpy_batch_async`] has.
+    pub(crate) cuMemcpyBatchAsync_v2: unsafe fn(
+        *mut CUdeviceptr,
+        *mut CUdeviceptr,
+        *mut usize,
+        usize,
+        *mut CUmemcpyAttributes,
+        *mut usize,
+        usize,
+        CUstream,
+    ) -> CuResult,
+}
+
+/// The name of every optional entry point the simulator answers.
+#[cfg(feature = "simulator")]
+pub(crate) const OPTIONAL_ENTRY_POINT_NAMES: &[&str] = &["cuMemcpyBatchAsync_v2"];
+
+/// Queues `count` copies on `stream` in one driver call: copy `i` moves
+/// `sizes[i]` bytes from `srcs[i]` to `dsts[i]`; `attrs[j]` applies from
+/// copy `attr_idxs[j]` on, up to the next entry's index. Host addresses are
+/// passed as `CUdeviceptr` values.
+///
+/// Calls `cuMemcpyBatchAsync_v2` where the driver exports it, else
+/// `cuMemcpyBatchAsync` (CUDA 12.8's, whose index of a failed copy is
+/// discarded), or the simulator's `cuMemcpyBatchAsync_v2` once installed.
+/// Returns `None` where the loaded driver exports neither (a driver older
+/// than CUDA 12.8), and `Some(CuResult(NOT_LOADED))` where no driver could
+/// be loaded at all, so that the error says why, as every other wrapper's
+/// does.
+///
+/// # Safety
+///
+/// The driver's contract for the batch copy: `dsts`, `srcs` and `sizes`
+/// are readable for `count` elements and `attrs` and `attr_idxs` for
+/// `num_attrs`; every destination stays writable and every source readable
+/// for its size until its copy has run in stream order; `stream` is alive.
+#[inline]
+// Declared for the layer; not every build calls it. The driver's prototype.
+#[allow(dead_code, clippy::too_many_arguments)]
+pub(crate) unsafe fn memcpy_batch_async(
+    dsts: *mut CUdeviceptr,
+    srcs: *mut CUdeviceptr,
+    sizes: *mut usize,
+    count: usize,
+    attrs: *mut CUmemcpyAttributes,
+    attr_idxs: *mut usize,
+    num_attrs: usize,
+    stream: CUstream,
+) -> Option<CuResult> {
+    #[cfg(feature = "simulator")]
+    if let Some(simulator) = SIMULATED.get() {
+        // SAFETY: the simulator's batch copy has the driver's contract,
+        // which our caller upholds.
+        return Some(unsafe {
+            (simulator.optional.cuMemcpyBatchAsync_v2)(
+                dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, stream,
+            )
+        });
+    }
+    let driver = match loaded() {
+        Ok(driver) => driver,
+        Err(_) => return Some(CuResult(NOT_LOADED)),
+    };
+    match driver.optional.batch_copy? {
+        // SAFETY: forwarded: our caller upholds the driver's contract.
+        BatchCopy::V2(f) => Some(unsafe {
+            f(
+                dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, stream,
+            )
+        }),
+        BatchCopy::V1(f) => {
+            let mut fail_idx = 0usize;
+            // SAFETY: as above; `fail_idx` is writable for the call.
+            Some(unsafe {
+                f(
+                    dsts,
+                    srcs,
+                    sizes,
+                    count,
+                    attrs,
+                    attr_idxs,
+                    num_attrs,
+                    &mut fail_idx,
+                    stream,
+                )
+            })
+        }
+    }
 }
 
 entry_points! { $

@@ -12,7 +12,7 @@ use super::capture::{self, capture_graph};
 use super::context::Context;
 use super::device::{DeviceMemory, device_range};
 use super::error::{DriverError, Error};
-use super::ffi::{self, CUcontext, CUstream};
+use super::ffi::{self, CUcontext, CUdeviceptr, CUstream};
 
 /// `CUDA_ERROR_NOT_READY`: what a query returns for unfinished work.
 pub(crate) const CUDA_ERROR_NOT_READY: u32 = 600;
@@ -227,6 +227,85 @@ impl<'a> StreamRef<'a> {
         // SAFETY: device range checked; the host side is our caller's.
         unsafe { ffi::cuMemcpyHtoDAsync_v2(dst, src.cast::<c_void>(), nbytes, self.raw) }.ok()?;
         Ok(())
+    }
+
+    /// Queues every copy `i` of `sizes[i]` bytes from `srcs[i]` to
+    /// `dsts[i]` in one driver call (`cuMemcpyBatchAsync`, CUDA 12.8 on),
+    /// in stream order, sources read in stream order: each copy has one
+    /// device side and one host side, host addresses passed as
+    /// `CUdeviceptr` values (the pointer's address with its provenance
+    /// exposed, as `ptr as u64` or `expose_provenance` does).
+    ///
+    /// Returns `Ok(true)` once queued (at once for an empty batch, with no
+    /// driver call), and `Ok(false)`, with nothing queued, where the driver
+    /// has no batch copy: it lacks the entry point, or answers
+    /// `CUDA_ERROR_NOT_SUPPORTED`. Any other code is an error, and the
+    /// driver queued none of the copies (the legacy default stream, for
+    /// one, is refused with `CUDA_ERROR_INVALID_VALUE`). The driver reads
+    /// the slices only during the call; they are `&mut` because its
+    /// prototype takes non-const arrays.
+    ///
+    /// # Panics
+    ///
+    /// If the three slices differ in length.
+    ///
+    /// # Safety
+    ///
+    /// For every `i`: one side of copy `i` is device memory of the stream's
+    /// context and the other pinned host memory; `dsts[i]` is writable and
+    /// `srcs[i]` readable for `sizes[i]` bytes, and stay so (the
+    /// destination untouched, the source unchanged) until the copy has
+    /// finished in stream order; no two destinations overlap.
+    // Called by the transfer paths that batch; not every build has one.
+    #[allow(dead_code)]
+    pub(crate) unsafe fn copy_batch(
+        &self,
+        dsts: &mut [CUdeviceptr],
+        srcs: &mut [CUdeviceptr],
+        sizes: &mut [usize],
+    ) -> Result<bool, DriverError> {
+        assert!(
+            dsts.len() == srcs.len() && srcs.len() == sizes.len(),
+            "copy_batch: {} destinations, {} sources, {} sizes",
+            dsts.len(),
+            srcs.len(),
+            sizes.len()
+        );
+        if dsts.is_empty() {
+            return Ok(true);
+        }
+        // One entry for the whole batch: sources read in stream order, no
+        // location hints, no flags.
+        let mut attrs = ffi::CUmemcpyAttributes {
+            srcAccessOrder: ffi::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            ..Default::default()
+        };
+        let mut attr_idxs = [0usize];
+        let _locked = capture::lock();
+        self.context.bind()?;
+        // SAFETY: the three arrays hold `dsts.len()` elements and the
+        // attributes one (with its index), all alive for the call; the
+        // copies' ranges are our caller's; the stream is alive for 'a.
+        let result = unsafe {
+            ffi::memcpy_batch_async(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                dsts.len(),
+                &mut attrs,
+                attr_idxs.as_mut_ptr(),
+                1,
+                self.raw,
+            )
+        };
+        let Some(result) = result else {
+            return Ok(false);
+        };
+        match result.ok() {
+            Ok(()) => Ok(true),
+            Err(error) if error.code() == ffi::CUDA_ERROR_NOT_SUPPORTED => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 }
 

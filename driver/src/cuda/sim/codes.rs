@@ -16,6 +16,7 @@ pub(super) const CONTEXT_IS_DESTROYED: u32 = 709;
 pub(super) const HOST_MEMORY_ALREADY_REGISTERED: u32 = 712;
 pub(super) const HOST_MEMORY_NOT_REGISTERED: u32 = 713;
 pub(super) const NOT_PERMITTED: u32 = 800;
+pub(super) const NOT_SUPPORTED: u32 = 801;
 pub(super) const STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
 pub(super) const STREAM_CAPTURE_INVALIDATED: u32 = 901;
 pub(super) const STREAM_CAPTURE_UNMATCHED: u32 = 903;

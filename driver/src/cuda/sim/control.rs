@@ -4,18 +4,23 @@
 use std::string::String;
 use std::vec::Vec;
 
-use super::super::ffi::{Simulated, route_to_simulator, simulated_entry_points};
+use super::super::ffi::{Simulated, SimulatedOptional, route_to_simulator, simulated_entry_points};
 use super::entry;
 use super::registry::{Device, lock, notify, wait};
 
 /// Every entry point of the simulator, by the driver's names.
 static ENTRY_POINTS: Simulated = simulated_entry_points!(entry);
 
+/// The entry points only newer drivers export, all present here.
+static OPTIONAL_ENTRY_POINTS: SimulatedOptional = SimulatedOptional {
+    cuMemcpyBatchAsync_v2: entry::cuMemcpyBatchAsync_v2,
+};
+
 /// Routes this process's driver calls to the simulator from now on.
 /// Idempotent. Install before the first driver call: handles from a real
 /// driver mean nothing to the simulator.
 pub fn install() {
-    route_to_simulator(&ENTRY_POINTS);
+    route_to_simulator(&ENTRY_POINTS, &OPTIONAL_ENTRY_POINTS);
 }
 
 /// A fresh device; its ordinal works with `cuDeviceGet` (and so
@@ -58,6 +63,11 @@ pub struct DeviceState {
     pub host_fns_skipped: u64,
     /// User object destructors run.
     pub destructors_run: u64,
+    /// Successful calls of the batch copy (`cuMemcpyBatchAsync_v2`), each
+    /// however many copies it queued or captured.
+    pub batch_copy_calls: u64,
+    /// Successful `cuMemcpyDtoHAsync_v2` and `cuMemcpyHtoDAsync_v2` calls.
+    pub async_copy_calls: u64,
 }
 
 /// The state of device `ordinal`.
@@ -97,11 +107,24 @@ pub fn device_state(ordinal: usize) -> DeviceState {
         host_fns_run: device.host_fns_run,
         host_fns_skipped: device.host_fns_skipped,
         destructors_run: device.destructors_run,
+        batch_copy_calls: device.batch_copy_calls,
+        async_copy_calls: device.async_copy_calls,
     }
 }
 
 fn count(devices: impl Iterator<Item = usize>, ordinal: usize) -> usize {
     devices.filter(|&d| d == ordinal).count()
+}
+
+/// From now on the batch copy (`cuMemcpyBatchAsync_v2`) returns
+/// `CUDA_ERROR_NOT_SUPPORTED` (801) with no effect for device `ordinal`'s
+/// contexts, as a driver or platform without batch copies does.
+///
+/// # Panics
+///
+/// If there is no such device.
+pub fn refuse_batch_copies(ordinal: usize) {
+    lock().devices[ordinal].refuses_batch_copies = true;
 }
 
 /// Device `ordinal`'s worker starts no new op until [`release`] (an op

@@ -3,7 +3,7 @@
 
 use std::format;
 
-use super::super::ffi::ENTRY_POINT_NAMES;
+use super::super::ffi::{ENTRY_POINT_NAMES, OPTIONAL_ENTRY_POINT_NAMES};
 use super::registry::{Fault, lock};
 
 /// Gives device `ordinal`'s live primary context the sticky error `code`, as
@@ -39,7 +39,7 @@ pub fn fail_context(ordinal: usize, code: u32) {
 /// or there is no such device.
 pub fn fail_call(ordinal: usize, entry: &'static str, nth: u32, code: u32) {
     assert!(
-        ENTRY_POINT_NAMES.contains(&entry),
+        ENTRY_POINT_NAMES.contains(&entry) || OPTIONAL_ENTRY_POINT_NAMES.contains(&entry),
         "fail_call: {entry} is not a driver entry point this crate uses"
     );
     assert!(nth > 0, "fail_call: nth counts from 1");

@@ -1,16 +1,21 @@
 //! Memory: pinned host and device allocations are real allocations of host
 //! memory (a device pointer is its address), freed for real; host
-//! registrations are recorded; copies really copy bytes.
+//! registrations are recorded; copies really copy bytes, one at a time or
+//! in a batch.
 
 use core::alloc::Layout;
 use core::ffi::{c_uint, c_void};
 use std::format;
+use std::vec::Vec;
 
-use super::super::ffi::{CUdeviceptr, CUstream, CuResult};
+use super::super::ffi::{
+    CU_MEMCPY_SRC_ACCESS_ORDER_ANY, CU_MEMCPY_SRC_ACCESS_ORDER_STREAM, CUdeviceptr,
+    CUmemcpyAttributes, CUstream, CuResult,
+};
 use super::codes::{self, result};
 use super::registry::{
     Allocation, DeviceSide, Guard, MemCopy, OpKind, Registration, SendPtr, State, Work, current,
-    lock,
+    id_of, lock,
 };
 
 /// The driver aligns allocations to at least 256 bytes.
@@ -132,6 +137,62 @@ impl State {
         Ok(core::ptr::with_exposed_provenance_mut(addr))
     }
 
+    /// Whether `addr` lies in a live device allocation (of any context).
+    fn in_device_allocation(&self, addr: usize) -> bool {
+        self.device_allocations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&start, a)| addr < start + a.layout.size())
+    }
+
+    /// Entry `index` of a batch copy, checked: exactly one side in device
+    /// memory (which [`device_range`](Self::device_range) checks), the
+    /// other a non-null host address.
+    fn batch_entry(
+        &mut self,
+        entry: &str,
+        index: usize,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+    ) -> Result<MemCopy, u32> {
+        let (dst_addr, src_addr) = (dst as usize, src as usize);
+        let device_side = match (
+            self.in_device_allocation(dst_addr),
+            self.in_device_allocation(src_addr),
+        ) {
+            (true, false) if src_addr != 0 => DeviceSide::Dst,
+            (false, true) if dst_addr != 0 => DeviceSide::Src,
+            (dst_device, src_device) => {
+                let device = self.current_device();
+                let what = match (dst_device, src_device) {
+                    (true, true) => "both sides are device memory",
+                    (false, false) => "neither side is device memory",
+                    _ => "the host side is null",
+                };
+                self.violation(
+                    device,
+                    format!("{entry}: copy {index} ({dst_addr:#x} <- {src_addr:#x}): {what}"),
+                );
+                return Err(codes::INVALID_VALUE);
+            }
+        };
+        Ok(match device_side {
+            DeviceSide::Dst => MemCopy {
+                dst: SendPtr(self.device_range(entry, dst, bytes)?),
+                src: SendPtr(core::ptr::with_exposed_provenance_mut(src_addr)),
+                bytes,
+                device_side,
+            },
+            DeviceSide::Src => MemCopy {
+                dst: SendPtr(core::ptr::with_exposed_provenance_mut(dst_addr)),
+                src: SendPtr(self.device_range(entry, src, bytes)?),
+                bytes,
+                device_side,
+            },
+        })
+    }
+
     /// Frees what a destroyed context allocated.
     pub(super) fn free_context_memory(&mut self, ctx: u64) {
         for table in [&mut self.host_allocations, &mut self.device_allocations] {
@@ -167,11 +228,17 @@ fn copy(
     };
     let outcome = stream.and_then(|stream| {
         let work = Work::Copy(copy(state)?);
-        if state.capture_work(stream, work)? {
-            return Ok(None);
+        let queued = if state.capture_work(stream, work)? {
+            None
+        } else {
+            let seq = state.enqueue(stream, OpKind::Work(work), None);
+            Some((state.streams[&stream].ctx, seq))
+        };
+        if !sync {
+            let device = state.streams[&stream].device;
+            state.devices[device].async_copy_calls += 1;
         }
-        let seq = state.enqueue(stream, OpKind::Work(work), None);
-        Ok(Some((state.streams[&stream].ctx, seq)))
+        Ok(queued)
     });
     match outcome {
         Ok(Some((ctx, seq))) if sync => result(State::wait_for(guard, ctx, seq).1),
@@ -392,6 +459,98 @@ pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
             device_side: DeviceSide::Src,
         })
     })
+}
+
+/// `cuMemcpyBatchAsync_v2` (CUDA 13's prototype of the batch copy): copy
+/// `i` moves `sizes[i]` bytes from `srcs[i]` to `dsts[i]`, host addresses
+/// given as `CUdeviceptr` values. Everything is checked first: `count` and
+/// `numAttrs` nonzero, no null array, `attrsIdxs` starting at 0, strictly
+/// increasing and below `count`, every access order valid, the stream a live
+/// one of the current context other than the legacy default stream (which
+/// the driver refuses), and every copy with exactly one side in a live
+/// device allocation of the current context and the other a non-null host
+/// address (`CUDA_ERROR_INVALID_VALUE` otherwise, a violation). Only then
+/// is one copy op per entry queued in order, or one copy node each if the
+/// stream is capturing: an invalid entry queues nothing. On a device given
+/// [`refuse_batch_copies`](super::refuse_batch_copies) it returns
+/// `CUDA_ERROR_NOT_SUPPORTED` with no effect.
+///
+/// # Safety
+///
+/// `dsts`, `srcs` and `sizes` are readable for `count` elements and
+/// `attrs` and `attrsIdxs` for `numAttrs`, or null; every host side stays
+/// valid (readable source, writable and untouched destination) for its
+/// size until its copy has run in stream order, and its address carries
+/// exposed provenance.
+// The driver's prototype.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn cuMemcpyBatchAsync_v2(
+    dsts: *mut CUdeviceptr,
+    srcs: *mut CUdeviceptr,
+    sizes: *mut usize,
+    count: usize,
+    attrs: *mut CUmemcpyAttributes,
+    attrs_idxs: *mut usize,
+    num_attrs: usize,
+    stream: CUstream,
+) -> CuResult {
+    const ENTRY: &str = "cuMemcpyBatchAsync_v2";
+    let mut guard = lock();
+    let state = &mut *guard;
+    result((|| {
+        let raw = id_of(stream);
+        let stream = state.stream(ENTRY, raw)?;
+        let (ctx, device) = (state.streams[&stream].ctx, state.streams[&stream].device);
+        if state.devices[device].refuses_batch_copies {
+            return Err(codes::NOT_SUPPORTED);
+        }
+        state.enter(ctx, ENTRY, true)?;
+        // `NULL` and `CU_STREAM_LEGACY`; the per-thread stream (2) is a
+        // stream of its own to the driver.
+        if raw <= 1 {
+            return Err(codes::INVALID_VALUE);
+        }
+        let arrays_null = dsts.is_null()
+            || srcs.is_null()
+            || sizes.is_null()
+            || attrs.is_null()
+            || attrs_idxs.is_null();
+        if count == 0 || num_attrs == 0 || arrays_null {
+            return Err(codes::INVALID_VALUE);
+        }
+        // SAFETY: non-null, and readable for these lengths (our caller).
+        let (dsts, srcs, sizes, attrs, attrs_idxs) = unsafe {
+            (
+                core::slice::from_raw_parts(dsts, count),
+                core::slice::from_raw_parts(srcs, count),
+                core::slice::from_raw_parts(sizes, count),
+                core::slice::from_raw_parts(attrs, num_attrs),
+                core::slice::from_raw_parts(attrs_idxs, num_attrs),
+            )
+        };
+        let indices_valid = attrs_idxs[0] == 0
+            && attrs_idxs.windows(2).all(|pair| pair[0] < pair[1])
+            && attrs_idxs[num_attrs - 1] < count;
+        let orders_valid = attrs.iter().all(|a| {
+            (CU_MEMCPY_SRC_ACCESS_ORDER_STREAM..=CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
+                .contains(&a.srcAccessOrder)
+        });
+        if !indices_valid || !orders_valid {
+            return Err(codes::INVALID_VALUE);
+        }
+        let copies = (0..count)
+            .map(|i| state.batch_entry(ENTRY, i, dsts[i], srcs[i], sizes[i]))
+            .collect::<Result<Vec<MemCopy>, u32>>()?;
+        for copy in copies {
+            let work = Work::Copy(copy);
+            // All or nothing: a capture refuses its first node or none.
+            if !state.capture_work(stream, work)? {
+                state.enqueue(stream, OpKind::Work(work), None);
+            }
+        }
+        state.devices[device].batch_copy_calls += 1;
+        Ok(())
+    })())
 }
 
 /// `cuPointerGetAttribute`: what the driver tells of an address inside a

@@ -44,6 +44,14 @@
 //!   copies, synchronize and event synchronize wait for the ops before them.
 //!   A driver call from a host function or destructor returns
 //!   `CUDA_ERROR_NOT_PERMITTED` and is a violation.
+//! - The batch copy `cuMemcpyBatchAsync_v2` (an optional entry point:
+//!   CUDA 12.8 on), as a device may lack it ([`refuse_batch_copies`]):
+//!   every entry is checked before anything is queued (one side in a live
+//!   device allocation of the current context, the other host memory; the
+//!   attributes; the stream, which may not be the legacy default one),
+//!   then one copy op per entry is queued in order, or one copy node each
+//!   if the stream is capturing. [`DeviceState`] counts batch calls and
+//!   single async copy calls apart.
 //! - Sticky errors ([`fail_context`]) and injected failures ([`fail_call`]).
 //! - Stream capture into a graph (host and copy nodes), joining through an
 //!   event wait, `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` and invalidation;
@@ -79,8 +87,8 @@ mod tests;
 
 pub use context::thread_capture_mode;
 pub use control::{
-    DeviceState, device_state, drain, hold, install, new_device, release, take_violations,
-    violations,
+    DeviceState, device_state, drain, hold, install, new_device, refuse_batch_copies, release,
+    take_violations, violations,
 };
 pub use fault::{fail_call, fail_context};
 
@@ -102,8 +110,8 @@ pub(super) mod entry {
     };
     pub(crate) use super::memory::{
         cuMemAlloc_v2, cuMemFree_v2, cuMemFreeHost, cuMemHostAlloc, cuMemHostRegister_v2,
-        cuMemHostUnregister, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoD_v2,
-        cuMemcpyHtoDAsync_v2, cuPointerGetAttribute,
+        cuMemHostUnregister, cuMemcpyBatchAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2,
+        cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuPointerGetAttribute,
     };
     pub(crate) use super::objects::{cuUserObjectCreate, cuUserObjectRelease};
     pub(crate) use super::stream::{

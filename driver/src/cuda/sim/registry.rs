@@ -129,6 +129,11 @@ pub(super) struct Device {
     pub(super) destructors_run: u64,
     pub(super) destructors_pending: usize,
     pub(super) faults: Vec<Fault>,
+    pub(super) batch_copy_calls: u64,
+    pub(super) async_copy_calls: u64,
+    /// `refuse_batch_copies`: the batch copy answers
+    /// `CUDA_ERROR_NOT_SUPPORTED`.
+    pub(super) refuses_batch_copies: bool,
 }
 
 /// An injected failure: the `remaining`-th next call of `entry` fails.

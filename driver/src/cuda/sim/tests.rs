@@ -891,6 +891,7 @@ fn every_code_the_simulator_returns_has_a_name() {
         codes::HOST_MEMORY_ALREADY_REGISTERED,
         codes::HOST_MEMORY_NOT_REGISTERED,
         codes::NOT_PERMITTED,
+        codes::NOT_SUPPORTED,
         codes::STREAM_CAPTURE_UNSUPPORTED,
         codes::STREAM_CAPTURE_INVALIDATED,
         codes::STREAM_CAPTURE_UNMATCHED,
@@ -910,4 +911,322 @@ fn every_code_the_simulator_returns_has_a_name() {
     let unknown = unsafe { ffi::cuGetErrorName(123_456, &mut name) };
     assert_eq!(unknown.0, codes::INVALID_VALUE);
     assert!(name.is_null());
+}
+
+/// `bytes` of zeroed pinned host memory; freed with the context.
+fn pinned(bytes: usize) -> *mut u8 {
+    let mut ptr: *mut c_void = null_mut();
+    // SAFETY: writes one pointer.
+    ok(unsafe { ffi::cuMemHostAlloc(&mut ptr, bytes, 0) });
+    ptr.cast()
+}
+
+/// `bytes` of zeroed device memory; freed with the context.
+fn device_memory(bytes: usize) -> ffi::CUdeviceptr {
+    let mut dev: ffi::CUdeviceptr = 0;
+    // SAFETY: writes one pointer.
+    ok(unsafe { ffi::cuMemAlloc_v2(&mut dev, bytes) });
+    dev
+}
+
+/// A host address as the batch copy takes it (provenance exposed).
+fn host(ptr: *mut u8) -> ffi::CUdeviceptr {
+    ptr.expose_provenance() as ffi::CUdeviceptr
+}
+
+/// `host(ptr)` of the byte `offset` bytes on (inside `ptr`'s allocation).
+fn host_at(ptr: *mut u8, offset: usize) -> ffi::CUdeviceptr {
+    host(ptr.wrapping_add(offset))
+}
+
+/// The `len` bytes at `ptr`, read once no copy writes them.
+fn read(ptr: *mut u8, len: usize) -> Vec<u8> {
+    // SAFETY: `len` bytes of a live pinned allocation, no copy in flight.
+    unsafe { core::slice::from_raw_parts(ptr, len) }.to_vec()
+}
+
+/// One attributes entry for every copy, in stream order.
+fn stream_order() -> ffi::CUmemcpyAttributes {
+    ffi::CUmemcpyAttributes {
+        srcAccessOrder: ffi::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        ..Default::default()
+    }
+}
+
+/// `cuMemcpyBatchAsync_v2` of `copies` (destination, source, size) with
+/// `attrs` and `idxs`, through `ffi::memcpy_batch_async`.
+fn batch_with(
+    stream: CUstream,
+    copies: &[(ffi::CUdeviceptr, ffi::CUdeviceptr, usize)],
+    attrs: &mut [ffi::CUmemcpyAttributes],
+    idxs: &mut [usize],
+) -> u32 {
+    let mut dsts: Vec<_> = copies.iter().map(|c| c.0).collect();
+    let mut srcs: Vec<_> = copies.iter().map(|c| c.1).collect();
+    let mut sizes: Vec<_> = copies.iter().map(|c| c.2).collect();
+    assert_eq!(attrs.len(), idxs.len());
+    // SAFETY: the arrays hold what they say; the copies' memory is the
+    // test's pinned and device allocations, alive until the test ends.
+    unsafe {
+        ffi::memcpy_batch_async(
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            copies.len(),
+            attrs.as_mut_ptr(),
+            idxs.as_mut_ptr(),
+            attrs.len(),
+            stream,
+        )
+    }
+    .expect("the simulator has the batch copy")
+    .0
+}
+
+/// A batch copy with one attributes entry (stream order).
+fn batch(stream: CUstream, copies: &[(ffi::CUdeviceptr, ffi::CUdeviceptr, usize)]) -> u32 {
+    batch_with(stream, copies, &mut [stream_order()], &mut [0])
+}
+
+#[test]
+fn batch_copies_move_each_entry_in_stream_order_after_the_ops_before_them() {
+    let (device, _ctx) = setup();
+    let stream = new_stream();
+    let pattern = pinned(64);
+    let fill = pinned(64);
+    // SAFETY: 64 bytes of pinned memory each, no copy in flight.
+    unsafe {
+        for i in 0..64 {
+            pattern.add(i).write(i as u8 + 1);
+            fill.add(i).write(0xEE);
+        }
+    }
+    let (dev_a, dev_b) = (device_memory(64), device_memory(64));
+    let out = pinned(64);
+
+    // Device to host: the batch reads what the copy queued before it wrote.
+    hold(device);
+    // SAFETY: 64 pinned bytes into 64 bytes of device memory.
+    ok(unsafe { ffi::cuMemcpyHtoDAsync_v2(dev_a, pattern.cast(), 64, stream) });
+    let code = batch(
+        stream,
+        &[
+            (host(out), dev_a, 5),
+            (host_at(out, 5), dev_a + 10, 17),
+            (host_at(out, 22), dev_a + 40, 24),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(device_state(device).queued, 4, "one op per entry");
+    release(device);
+    assert_eq!(sync(stream), 0);
+    let mut expected = Vec::new();
+    expected.extend(1..=5u8);
+    expected.extend(11..=27u8);
+    expected.extend(41..=64u8);
+    expected.resize(64, 0);
+    assert_eq!(read(out, 64), expected);
+
+    // Host to device: the batch overwrites what the copy before it wrote.
+    hold(device);
+    // SAFETY: 64 pinned bytes into 64 bytes of device memory.
+    ok(unsafe { ffi::cuMemcpyHtoDAsync_v2(dev_b, fill.cast(), 64, stream) });
+    let code = batch(
+        stream,
+        &[
+            (dev_b + 60, host(pattern), 4),
+            (dev_b, host_at(pattern, 8), 3),
+            (dev_b + 20, host_at(pattern, 30), 31),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(device_state(device).queued, 4);
+    release(device);
+    assert_eq!(sync(stream), 0);
+    let back = pinned(64);
+    // SAFETY: 64 writable pinned bytes.
+    ok(unsafe { ffi::cuMemcpyDtoH_v2(back.cast(), dev_b, 64) });
+    let mut expected = std::vec![0xEE; 64];
+    expected[60..64].copy_from_slice(&[1, 2, 3, 4]);
+    expected[0..3].copy_from_slice(&[9, 10, 11]);
+    for (i, byte) in expected[20..51].iter_mut().enumerate() {
+        *byte = 31 + i as u8;
+    }
+    assert_eq!(read(back, 64), expected);
+
+    let state = device_state(device);
+    assert_eq!(state.batch_copy_calls, 2);
+    assert_eq!(state.async_copy_calls, 2, "synchronous copies not counted");
+    assert!(take_violations(device).is_empty());
+    finish(device);
+}
+
+#[test]
+fn an_invalid_batch_queues_nothing() {
+    let (device, _ctx) = setup();
+    let stream = new_stream();
+    let (buf, dev) = (pinned(64), device_memory(64));
+    let other = device_memory(64);
+    let good = (dev, host(buf), 8);
+    hold(device);
+    let bad_entries = [
+        ((other, dev + 8, 8), "both sides are device memory"),
+        ((host(buf), host_at(buf, 8), 8), "neither side"),
+        ((dev, 0, 8), "the host side is null"),
+        ((dev + 60, host(buf), 8), "not in a live device allocation"),
+    ];
+    for (bad, message) in bad_entries {
+        let code = batch(stream, &[good, bad, good]);
+        assert_eq!(code, codes::INVALID_VALUE, "{message}");
+        let found = take_violations(device);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains(message), "{found:?}");
+    }
+    assert_eq!(batch(stream, &[]), codes::INVALID_VALUE, "no copies");
+    let invalid_order = ffi::CUmemcpyAttributes::default();
+    let [a, b] = [stream_order(), invalid_order];
+    for (attrs, idxs) in [
+        (&mut [][..], &mut [][..]),
+        (&mut [a][..], &mut [1][..]),
+        (&mut [b][..], &mut [0][..]),
+        (&mut [a, a][..], &mut [0, 0][..]),
+        (&mut [a, a][..], &mut [0, 3][..]),
+    ] {
+        let code = batch_with(stream, &[good, good, good], attrs, idxs);
+        assert_eq!(code, codes::INVALID_VALUE, "{idxs:?}");
+    }
+    assert_eq!(
+        batch(null_mut(), &[good]),
+        codes::INVALID_VALUE,
+        "the legacy default stream"
+    );
+    let state = device_state(device);
+    assert_eq!(state.queued, 0);
+    assert_eq!(state.batch_copy_calls, 0);
+    assert!(take_violations(device).is_empty());
+    // Two attributes entries, the second from copy 1 on.
+    let code = batch_with(stream, &[good, good], &mut [a, a], &mut [0, 1]);
+    assert_eq!(code, 0);
+    assert_eq!(device_state(device).queued, 2);
+    release(device);
+    assert_eq!(sync(stream), 0);
+    assert_eq!(device_state(device).batch_copy_calls, 1);
+    finish(device);
+}
+
+#[test]
+fn refused_and_failed_batch_copies_have_no_effect() {
+    let (device, _ctx) = setup();
+    let stream = new_stream();
+    let (buf, dev) = (pinned(16), device_memory(16));
+    hold(device);
+    fail_call(device, "cuMemcpyBatchAsync_v2", 2, 999);
+    assert_eq!(batch(stream, &[(host(buf), dev, 16)]), 0);
+    assert_eq!(batch(stream, &[(host(buf), dev, 16)]), 999);
+    assert_eq!(batch(stream, &[(host(buf), dev, 16)]), 0);
+    assert_eq!(device_state(device).queued, 2);
+    assert_eq!(device_state(device).batch_copy_calls, 2);
+    refuse_batch_copies(device);
+    let code = batch(stream, &[(host(buf), dev, 16)]);
+    assert_eq!(code, codes::NOT_SUPPORTED);
+    let state = device_state(device);
+    assert_eq!((state.queued, state.batch_copy_calls), (2, 2));
+    // Single copies still work.
+    // SAFETY: 16 pinned bytes from 16 bytes of device memory.
+    ok(unsafe { ffi::cuMemcpyDtoHAsync_v2(buf.cast(), dev, 16, stream) });
+    assert_eq!(device_state(device).async_copy_calls, 1);
+    release(device);
+    assert_eq!(sync(stream), 0);
+    assert!(take_violations(device).is_empty());
+    finish(device);
+}
+
+#[test]
+fn a_capturing_stream_takes_a_batch_as_one_copy_node_per_entry() {
+    let (device, _ctx) = setup();
+    let stream = new_stream();
+    let (src, out, dev) = (pinned(8), pinned(8), device_memory(8));
+    // SAFETY: 8 bytes of pinned memory, no copy in flight.
+    unsafe { src.copy_from_nonoverlapping([1, 2, 3, 4, 5, 6, 7, 8].as_ptr(), 8) };
+    ok(begin(stream));
+    let code = batch(
+        stream,
+        &[
+            (dev, host(src), 8),
+            (host(out), dev + 2, 4),
+            (host_at(out, 4), dev, 2),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(device_state(device).queued, 0, "captured, not queued");
+    let (code, graph) = end(stream);
+    assert_eq!(code, 0);
+    assert_eq!(graph_node_count(graph), 3);
+    let exec = instantiate(graph);
+    launch(exec, stream);
+    assert_eq!(sync(stream), 0);
+    assert_eq!(read(out, 8), [3, 4, 5, 6, 1, 2, 0, 0]);
+    assert_eq!(device_state(device).batch_copy_calls, 1);
+    // SAFETY: handles.
+    ok(unsafe { ffi::cuGraphExecDestroy(exec) });
+    // SAFETY: as above.
+    ok(unsafe { ffi::cuGraphDestroy(graph) });
+    assert!(take_violations(device).is_empty());
+    finish(device);
+}
+
+/// The number of nodes of live graph `graph`, read from the simulator's
+/// state (not a driver call).
+fn graph_node_count(graph: CUgraph) -> usize {
+    registry::lock().graphs[&registry::id_of(graph)].nodes.len()
+}
+
+#[test]
+fn copy_batch_queues_one_call_or_reports_no_batch_copy() {
+    use crate::cuda::{Context, DeviceBuffer, PinnedBuffer, Stream};
+
+    install();
+    let device = new_device();
+    let context = Context::primary(device).unwrap();
+    let stream = Stream::new(&context).unwrap();
+    let pinned = PinnedBuffer::new(&context, 32).unwrap();
+    let mut dev = DeviceBuffer::new(&context, 32).unwrap();
+    dev.copy_from_host(0, &[7; 32]).unwrap();
+    let out = pinned.raw_ptr();
+    let (mut dsts, mut srcs, mut sizes) = (
+        [host(out), host_at(out, 16)],
+        [dev.raw(), dev.raw() + 8],
+        [16, 8],
+    );
+    // SAFETY: pinned and device memory of the stream's context, both alive
+    // until the stream is synchronized; the destinations are disjoint.
+    let queued = unsafe {
+        stream
+            .as_stream()
+            .copy_batch(&mut dsts, &mut srcs, &mut sizes)
+    };
+    assert_eq!(queued, Ok(true));
+    stream.as_stream().synchronize().unwrap();
+    let mut expected = [0u8; 32];
+    expected[..24].fill(7);
+    assert_eq!(read(out, 32), expected);
+
+    refuse_batch_copies(device);
+    hold(device);
+    // SAFETY: as above.
+    let queued = unsafe {
+        stream
+            .as_stream()
+            .copy_batch(&mut dsts, &mut srcs, &mut sizes)
+    };
+    assert_eq!(queued, Ok(false));
+    let state = device_state(device);
+    assert_eq!((state.queued, state.batch_copy_calls), (0, 1));
+    release(device);
+    // SAFETY: an empty batch calls nothing.
+    let queued = unsafe { stream.as_stream().copy_batch(&mut [], &mut [], &mut []) };
+    assert_eq!(queued, Ok(true));
+    assert!(take_violations(device).is_empty());
+    drop((pinned, dev, stream, context));
+    assert!(!device_state(device).context_alive);
 }
