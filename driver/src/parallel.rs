@@ -109,6 +109,8 @@ struct Shared {
     dst: AtomicUsize,
     src: AtomicUsize,
     nbytes: AtomicUsize,
+    /// Address of a list of records, one per part; 0: parts of one record.
+    list: AtomicUsize,
     part: AtomicUsize,
     parts: AtomicUsize,
     /// A [`Stores`] as `usize`.
@@ -145,6 +147,7 @@ impl CopyPool {
             dst: AtomicUsize::new(0),
             src: AtomicUsize::new(0),
             nbytes: AtomicUsize::new(0),
+            list: AtomicUsize::new(0),
             part: AtomicUsize::new(0),
             parts: AtomicUsize::new(0),
             stores: AtomicUsize::new(Stores::Streaming as usize),
@@ -212,7 +215,6 @@ impl CopyPool {
     /// destination writable for `nbytes` bytes until this returns, through
     /// exposed provenance. The two ranges do not overlap.
     pub unsafe fn copy(&self, args: &HostCopyArgs, stores: Stores) {
-        let shared = &*self.shared;
         // At most MAX_WORKERS + 1: no overflow below.
         let participants = self.active().min(MAX_WORKERS) + 1;
         let part = (args.nbytes / (2 * participants))
@@ -224,6 +226,52 @@ impl CopyPool {
             unsafe { copy_part(args, stores) };
             return;
         }
+        // SAFETY: our caller's contract covers every part of the record.
+        unsafe { self.split(args, None, part, parts, stores) };
+    }
+
+    /// Copies every record of `list`, each as one part, over the active
+    /// workers and the calling thread; returns once every byte is copied
+    /// and visible to the calling thread. For many small copies (the
+    /// blocks of a batch): cut large ones before, so the parts balance.
+    ///
+    /// # Safety
+    ///
+    /// Every record is as [`copy`](Self::copy) asks, and no two records'
+    /// ranges overlap where one of them is a destination.
+    pub(crate) unsafe fn copy_list(&self, list: &[HostCopyArgs], stores: Stores) {
+        match list {
+            [] => {}
+            // SAFETY: our caller's contract.
+            [one] => unsafe { self.copy(one, stores) },
+            _ if self.active() == 0 || list.len() >= u32::MAX as usize => {
+                for args in list {
+                    // SAFETY: our caller's contract, record by record.
+                    unsafe { copy_part(args, stores) };
+                }
+            }
+            // SAFETY: our caller's contract, record by record; `list`
+            // outlives the call, which waits for every part.
+            _ => unsafe { self.split(&list[0], Some(list), 0, list.len(), stores) },
+        }
+    }
+
+    /// Publishes a job of `parts` parts (of `args`, `part` bytes each, or
+    /// the records of `list`), copies parts until none is left, and waits
+    /// for the workers' parts.
+    ///
+    /// # Safety
+    ///
+    /// As for [`copy`](Self::copy) and [`copy_list`](Self::copy_list).
+    unsafe fn split(
+        &self,
+        args: &HostCopyArgs,
+        list: Option<&[HostCopyArgs]>,
+        part: usize,
+        parts: usize,
+        stores: Stores,
+    ) {
+        let shared = &*self.shared;
         let _one_caller = shared
             .caller
             .lock()
@@ -231,6 +279,10 @@ impl CopyPool {
         shared.dst.store(args.dst, Ordering::Relaxed);
         shared.src.store(args.src, Ordering::Relaxed);
         shared.nbytes.store(args.nbytes, Ordering::Relaxed);
+        shared.list.store(
+            list.map_or(0, |list| list.as_ptr().expose_provenance()),
+            Ordering::Relaxed,
+        );
         shared.part.store(part, Ordering::Relaxed);
         shared.parts.store(parts, Ordering::Relaxed);
         shared.stores.store(stores as usize, Ordering::Relaxed);
@@ -250,7 +302,7 @@ impl CopyPool {
         shared.wake.notify_all();
 
         // The calling thread copies parts too, then waits for the rest.
-        // SAFETY: the caller's contract covers every part of the record.
+        // SAFETY: the caller's contract covers every part of the job.
         while unsafe { shared.copy_one_part(number) } {}
         // Acquire: pairs with each part's Release count, so every part's
         // bytes happen before the return.
@@ -335,10 +387,11 @@ impl Shared {
             if index >= parts {
                 return false;
             }
-            let (dst, src, nbytes, part, stores) = (
+            let (dst, src, nbytes, list, part, stores) = (
                 self.dst.load(Ordering::Relaxed),
                 self.src.load(Ordering::Relaxed),
                 self.nbytes.load(Ordering::Relaxed),
+                self.list.load(Ordering::Relaxed),
                 self.part.load(Ordering::Relaxed),
                 self.stores.load(Ordering::Relaxed),
             );
@@ -349,9 +402,18 @@ impl Shared {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    let offset = index * part;
-                    let piece =
-                        HostCopyArgs::new(dst + offset, src + offset, part.min(nbytes - offset));
+                    let piece = if list == 0 {
+                        let offset = index * part;
+                        HostCopyArgs::new(dst + offset, src + offset, part.min(nbytes - offset))
+                    } else {
+                        // SAFETY: `index < parts`, the list's length; the
+                        // list outlives the job (`copy_list`'s caller).
+                        unsafe {
+                            core::ptr::with_exposed_provenance::<HostCopyArgs>(list)
+                                .add(index)
+                                .read()
+                        }
+                    };
                     let stores = if stores == Stores::Cached as usize {
                         Stores::Cached
                     } else {

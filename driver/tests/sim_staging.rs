@@ -264,6 +264,12 @@ fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_f
     let ordinal = device.ordinal;
     let result = stager.scope(|scope| {
         let transfer = scope.device_to_host(&mut host, &source).unwrap();
+        // The feeder queues every chunk before the failure: per chunk a
+        // copy, a host function and its window record, then one
+        // completion record per buffer used.
+        while sim::device_state(ordinal).queued < 4 * 3 + 3 {
+            std::thread::yield_now();
+        }
         sim::fail_context(ordinal, LAUNCH_FAILED);
         sim::release(ordinal);
         transfer.wait()
@@ -760,8 +766,12 @@ fn a_pending_transfer_finishes_later_and_reports_when_it_is_done() {
     let pending = unsafe { stager.start_device_to_host_unchecked(range, &source, 0) }.unwrap();
     assert!(!pending.is_finished().unwrap(), "nothing has run yet");
     sim::release(device.ordinal);
-    sim::drain(device.ordinal);
-    assert!(pending.is_finished().unwrap());
+    // The feeder queues the chunks on its own thread: it may not have
+    // queued all of them yet.
+    while !pending.is_finished().unwrap() {
+        sim::drain(device.ordinal);
+        std::thread::yield_now();
+    }
     stager.finish_pending(pending).unwrap();
     assert!(host == expected);
     drop(stager);

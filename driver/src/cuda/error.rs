@@ -74,6 +74,17 @@ impl DriverError {
     }
 }
 
+impl DriverError {
+    /// The error of a nonzero `code` (as the driver would return it).
+    pub(crate) fn from_code(code: u32) -> DriverError {
+        debug_assert_ne!(code, ffi::CUDA_SUCCESS);
+        DriverError {
+            code,
+            not_loaded: false,
+        }
+    }
+}
+
 impl CuResult {
     /// `Ok` for `CUDA_SUCCESS`, the error otherwise.
     pub(crate) fn ok(self) -> Result<(), DriverError> {
@@ -195,6 +206,39 @@ pub enum Error {
         /// Device ordinal of the context the handle given belongs to.
         found: usize,
     },
+    /// Block `index` of a batched transfer lies outside its memory on
+    /// `side`. Refused before anything is queued.
+    BlockOutOfBounds {
+        /// The block's index in the list given.
+        index: usize,
+        /// Which memory it is outside of.
+        side: BlockSide,
+        /// The block's byte offset in that memory.
+        offset: usize,
+        /// The block's length in bytes.
+        nbytes: usize,
+        /// That memory's length in bytes.
+        len: usize,
+    },
+    /// Blocks `first` and `second` of a batched transfer (indices in the
+    /// list given, `first < second`) write some of the same bytes: their
+    /// destinations overlap, so the result would depend on the order of
+    /// copies that run in parallel. Refused before anything is queued.
+    BlocksOverlap {
+        /// The lower index.
+        first: usize,
+        /// The higher index.
+        second: usize,
+    },
+}
+
+/// The memory a block of a batched transfer is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockSide {
+    /// The host memory.
+    Host,
+    /// The device memory.
+    Device,
 }
 
 impl From<DriverError> for Error {
@@ -252,6 +296,27 @@ impl fmt::Display for Error {
                 f,
                 "a handle of device {found}'s context was given to a call in device {expected}'s context: \
                  use streams, events, buffers and stagers of one device together"
+            ),
+            Error::BlockOutOfBounds {
+                index,
+                side,
+                offset,
+                nbytes,
+                len,
+            } => {
+                let side = match side {
+                    BlockSide::Host => "host",
+                    BlockSide::Device => "device",
+                };
+                write!(
+                    f,
+                    "block {index} ({nbytes} bytes at offset {offset}) is out of bounds of the \
+                     {len}-byte {side} memory"
+                )
+            }
+            Error::BlocksOverlap { first, second } => write!(
+                f,
+                "blocks {first} and {second} write overlapping bytes: destinations of a batch must be disjoint"
             ),
         }
     }

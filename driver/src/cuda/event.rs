@@ -36,6 +36,15 @@ impl Event {
         Self::with_flags(context, ffi::CU_EVENT_DISABLE_TIMING)
     }
 
+    /// An ordering event whose [`synchronize`](Self::synchronize) sleeps
+    /// instead of spinning: for a thread that waits while the stager's
+    /// workers need the cores.
+    pub(crate) fn blocking(context: &Context) -> Result<Event, DriverError> {
+        /// `CU_EVENT_BLOCKING_SYNC`.
+        const BLOCKING_SYNC: core::ffi::c_uint = 0x01;
+        Self::with_flags(context, BLOCKING_SYNC | ffi::CU_EVENT_DISABLE_TIMING)
+    }
+
     fn with_flags(context: &Context, flags: core::ffi::c_uint) -> Result<Event, DriverError> {
         context.bind()?;
         let mut raw: CUevent = core::ptr::null_mut();

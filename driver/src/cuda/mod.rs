@@ -81,8 +81,8 @@ mod stream;
 pub use context::{Context, SavedCurrent, driver_version};
 pub use device::{DeviceBuffer, DeviceMemory, DeviceView};
 pub use error::{
-    CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY, DriverError,
-    Error,
+    BlockSide, CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY,
+    DriverError, Error,
 };
 pub use event::Event;
 pub use graph::{CaptureMode, Graph, GraphExec, GraphNode};

@@ -256,8 +256,6 @@ impl<'a> StreamRef<'a> {
     /// `srcs[i]` readable for `sizes[i]` bytes, and stay so (the
     /// destination untouched, the source unchanged) until the copy has
     /// finished in stream order; no two destinations overlap.
-    // Called by the transfer paths that batch; not every build has one.
-    #[allow(dead_code)]
     pub(crate) unsafe fn copy_batch(
         &self,
         dsts: &mut [CUdeviceptr],
@@ -306,6 +304,52 @@ impl<'a> StreamRef<'a> {
             Err(error) if error.code() == ffi::CUDA_ERROR_NOT_SUPPORTED => Ok(false),
             Err(error) => Err(error),
         }
+    }
+}
+
+impl StreamRef<'_> {
+    /// Queues a copy of `nbytes` bytes from device address `src` to host
+    /// address `dst`, unchecked: for the staging layer, whose plans are
+    /// checked against the memory before anything is queued.
+    ///
+    /// # Safety
+    ///
+    /// `src` lies in live device memory of the stream's context that
+    /// outlives the copy; `dst` is pinned host memory, writable for
+    /// `nbytes` bytes, that nothing else touches until the copy has
+    /// finished in stream order.
+    pub(crate) unsafe fn copy_device_to_host_raw(
+        &self,
+        dst: *mut u8,
+        src: CUdeviceptr,
+        nbytes: usize,
+    ) -> Result<(), DriverError> {
+        let _locked = capture::lock();
+        self.context.bind()?;
+        // SAFETY: forwarded to our caller.
+        unsafe { ffi::cuMemcpyDtoHAsync_v2(dst.cast(), src, nbytes, self.raw) }.ok()
+    }
+
+    /// Queues a copy of `nbytes` bytes from host address `src` to device
+    /// address `dst`, unchecked (see
+    /// [`copy_device_to_host_raw`](Self::copy_device_to_host_raw)).
+    ///
+    /// # Safety
+    ///
+    /// `dst` lies in live device memory of the stream's context that
+    /// outlives the copy, and nothing else touches it meanwhile; `src` is
+    /// pinned host memory, readable for `nbytes` bytes, that nothing writes
+    /// until the copy has finished in stream order.
+    pub(crate) unsafe fn copy_host_to_device_raw(
+        &self,
+        dst: CUdeviceptr,
+        src: *const u8,
+        nbytes: usize,
+    ) -> Result<(), DriverError> {
+        let _locked = capture::lock();
+        self.context.bind()?;
+        // SAFETY: forwarded to our caller.
+        unsafe { ffi::cuMemcpyHtoDAsync_v2(dst, src.cast::<c_void>(), nbytes, self.raw) }.ok()
     }
 }
 

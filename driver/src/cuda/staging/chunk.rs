@@ -1,6 +1,6 @@
 //! The record of one staged chunk and the host function that copies it.
 //!
-//! A chunk's `user_data` points at a [`Chunk`]: the copy to make, the
+//! A chunk's `user_data` points at a [`Chunk`]: the copies to make, the
 //! stager's worker pool, and a state that tells the enqueuing side whether
 //! the host function may still touch the borrowed buffers. The states are
 //! those of every launched record (`crate::owned`): HELD (never launched)
@@ -64,17 +64,22 @@ pub(super) fn count_leaked_device_buffer() {
 #[derive(Debug)]
 pub(super) struct Chunk {
     state: AtomicU8,
-    args: HostCopyArgs,
+    /// One copy (a single transfer's chunk), or one per block piece.
+    copies: Box<[HostCopyArgs]>,
     stores: Stores,
     workers: *const CopyPool,
 }
 
 impl Chunk {
     /// `workers` stays allocated (behind an `Arc`) while the chunk may run.
-    pub(super) fn new(args: HostCopyArgs, stores: Stores, workers: *const CopyPool) -> Chunk {
+    pub(super) fn new(
+        copies: Vec<HostCopyArgs>,
+        stores: Stores,
+        workers: *const CopyPool,
+    ) -> Chunk {
         Chunk {
             state: AtomicU8::new(HELD),
-            args,
+            copies: copies.into_boxed_slice(),
             stores,
             workers,
         }
@@ -97,18 +102,22 @@ impl Chunk {
             }
         }
     }
-
-    /// The bytes the chunk carries.
-    pub(super) fn len(&self) -> usize {
-        self.args.nbytes
-    }
 }
 
 /// The chunks of one transfer: one allocation whose address never changes
 /// (host functions hold pointers into it), reached only through raw
 /// pointers so that no move or unique borrow of the owner invalidates them.
+/// The owner frees it ([`settle_and_free`](Self::settle_and_free)).
 #[derive(Debug)]
 pub(super) struct Chunks {
+    array: ChunkArray,
+}
+
+/// Shared access to a [`Chunks`] allocation, for whoever launches its
+/// chunks (the stager's feeder thread): valid while the owner has not
+/// settled it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ChunkArray {
     ptr: NonNull<[Chunk]>,
 }
 
@@ -117,14 +126,45 @@ pub(super) struct Chunks {
 // rest is read-only, and the `CopyPool` they point at is `Sync`. Which
 // thread holds the owner changes nothing of that.
 unsafe impl Send for Chunks {}
+// SAFETY: as for `Chunks`; the array is only read through shared
+// references and atomics.
+unsafe impl Send for ChunkArray {}
+// SAFETY: as above.
+unsafe impl Sync for ChunkArray {}
 
 impl Chunks {
     pub(super) fn new(chunks: Vec<Chunk>) -> Chunks {
         Chunks {
-            ptr: NonNull::from(Box::leak(chunks.into_boxed_slice())),
+            array: ChunkArray {
+                ptr: NonNull::from(Box::leak(chunks.into_boxed_slice())),
+            },
         }
     }
 
+    /// The chunks, for launching them elsewhere: the caller keeps this
+    /// owner unsettled while they are used.
+    pub(super) fn array(&self) -> ChunkArray {
+        self.array
+    }
+
+    /// Settles every chunk (see [`Chunk::settle`]), then frees them, or
+    /// leaks them if any was abandoned (its host function may still run
+    /// and read its state).
+    pub(super) fn settle_and_free(self) {
+        let mut abandoned = false;
+        for index in 0..self.array.len() {
+            abandoned |= self.array.get(index).settle();
+        }
+        if !abandoned {
+            // SAFETY: from `Box::leak` in `new`; every chunk is HELD or
+            // DONE: no host function touches them anymore, and whoever
+            // launched them has finished (our caller). Freed once.
+            drop(unsafe { Box::from_raw(self.array.ptr.as_ptr()) });
+        }
+    }
+}
+
+impl ChunkArray {
     pub(super) fn len(&self) -> usize {
         self.ptr.len()
     }
@@ -132,7 +172,9 @@ impl Chunks {
     /// Chunk `index` (shared: every field a host function changes is atomic).
     pub(super) fn get(&self, index: usize) -> &Chunk {
         assert!(index < self.len());
-        // SAFETY: in bounds; the allocation lives until `free` or forever.
+        // SAFETY: in bounds; the allocation lives until its owner's
+        // `settle_and_free`, which runs after every user of the array is
+        // done with it, or forever.
         unsafe { &*self.ptr.as_ptr().cast::<Chunk>().add(index) }
     }
 
@@ -141,21 +183,6 @@ impl Chunks {
         self.get(index).state.store(PENDING, Ordering::Release);
         // Derived from the allocation's raw pointer, not from a reference.
         self.ptr.as_ptr().cast::<Chunk>().wrapping_add(index).cast()
-    }
-
-    /// Settles every chunk (see [`Chunk::settle`]), then frees them, or
-    /// leaks them if any was abandoned (its host function may still run
-    /// and read its state).
-    pub(super) fn settle_and_free(self) {
-        let mut abandoned = false;
-        for index in 0..self.len() {
-            abandoned |= self.get(index).settle();
-        }
-        if !abandoned {
-            // SAFETY: from `Box::leak` in `new`; every chunk is HELD or
-            // DONE: no host function touches them anymore. Freed once.
-            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
-        }
     }
 }
 
@@ -174,9 +201,10 @@ pub(super) unsafe extern "C" fn run_chunk(user_data: *mut c_void) {
         return;
     }
     // SAFETY: RUNNING keeps the stager (workers, staging buffer) and the
-    // borrowed host buffer waiting for us; its ranges, checked when packed,
-    // are non-null, live and disjoint, as `CopyPool::copy` asks.
-    unsafe { (*chunk.workers).copy(&chunk.args, chunk.stores) };
+    // borrowed host memory waiting for us; the ranges, checked when
+    // planned, are non-null and live, and no destination overlaps another
+    // range, as `CopyPool::copy_list` asks.
+    unsafe { (*chunk.workers).copy_list(&chunk.copies, chunk.stores) };
     // Last touch: after this the chunk may be freed.
     owned::finish_running(&chunk.state);
 }

@@ -136,7 +136,7 @@ impl Stager {
         if dst.is_empty() {
             return Ok(dst);
         }
-        let stream = self.streams[0].as_stream();
+        let stream = self.lanes.streams[0].as_stream();
         // SAFETY: `dst` is pinned, `len` writable bytes, owned here until
         // `settle_pinned` has seen the copy finish; if it cannot, the
         // buffer is leaked, so nothing reads, writes or frees it while the
@@ -171,7 +171,7 @@ impl Stager {
         if src.is_empty() {
             return Ok(src);
         }
-        let stream = self.streams[0].as_stream();
+        let stream = self.lanes.streams[0].as_stream();
         // SAFETY: `src` is pinned and owned here until `settle_pinned` has
         // seen the copy finish; if it cannot, the buffer is leaked, so no
         // one writes or frees it while the copy may still read it. `dst`
@@ -191,7 +191,7 @@ impl Stager {
         device: DeviceInUse,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
         let was_queued = queued.is_ok();
-        let result = queued.and_then(|()| Ok(self.streams[0].as_stream().synchronize()?));
+        let result = queued.and_then(|()| Ok(self.lanes.streams[0].as_stream().synchronize()?));
         let Err(error) = result else {
             return Ok(pinned);
         };

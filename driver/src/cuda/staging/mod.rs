@@ -83,15 +83,15 @@
 
 mod chunk;
 mod driver_path;
+mod feed;
 mod options;
 mod pending;
+mod plan;
 mod scope;
 
 use core::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::vec::Vec;
-
-use hostcopy_core::HostCopyArgs;
 
 use super::capture::RelaxedCapture;
 use super::context::Context;
@@ -102,16 +102,19 @@ use super::pinned::PinnedBuffer;
 use super::stream::Stream;
 use crate::parallel::CopyPool;
 use crate::{HostMemory, HostMemoryMut, HostRange};
-use chunk::{Chunk, Chunks, run_chunk};
+use chunk::{Chunk, Chunks};
 use driver_path::{DeviceSide, driver_path};
+use feed::{Feeder, Job, Lanes};
+use plan::{Layout, chunk_sizes, plan};
 
 pub use chunk::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
-    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, RESERVED_CORES, StagingOptions,
-    StagingOptionsBuilder, Stores, default_workers,
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, DeviceCopies, RESERVED_CORES,
+    StagingOptions, StagingOptionsBuilder, Stores, default_workers,
 };
 pub use pending::PendingTransfer;
+pub use plan::Block;
 pub use scope::{StagingScope, Transfer};
 
 /// Pinned staging buffers, one stream per buffer and a worker pool: see
@@ -120,22 +123,25 @@ pub use scope::{StagingScope, Transfer};
 pub struct Stager {
     context: Context,
     options: StagingOptions,
-    streams: Vec<Stream>,
+    /// The streams, shared with the feeder thread.
+    lanes: Arc<Lanes>,
+    /// Queues the chunks of transfers that return at once; started by the
+    /// first of them.
+    feeder: Option<Feeder>,
     /// Freed in `Drop` unless queued work may still touch them.
     buffers: Vec<ManuallyDrop<PinnedBuffer>>,
+    /// Their addresses, for planning.
+    staging: Vec<usize>,
     /// Behind an `Arc`: host functions reach it through a raw pointer that
     /// no borrow of the stager may invalidate.
     workers: Arc<CopyPool>,
-    /// Completion events of finished transfers, reused: no event is
-    /// created or destroyed per transfer once the stager is warm.
-    spare_events: Vec<Event>,
-    /// The buffer the next chunk goes to.
-    next: usize,
+    /// The number of the next chunk planned.
+    next_seq: u64,
     /// The error with which the streams last failed to drain: until they
     /// drain, queued work may still use the staging buffers.
     undrained: Option<DriverError>,
-    /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
-    order_event: Option<Event>,
+    /// Recorded on streams the next transfer waits for ([`Stager::wait_for`]).
+    order_events: Vec<Event>,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
@@ -147,15 +153,35 @@ enum Direction {
     HostToDevice,
 }
 
-/// The chunks and completion events of one enqueued transfer.
+/// Who queues a transfer's chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queuing {
+    /// The caller, all at once: a blocking call. Small single transfers
+    /// take the driver's path.
+    Now,
+    /// The feeder thread: a call that returns at once. Everything is
+    /// staged, since the driver's path would block the caller.
+    Feeder,
+}
+
+/// The blocks of a transfer: one range, or a checked batch.
+#[derive(Clone, Copy, Debug)]
+enum Blocks<'a> {
+    /// `len` bytes at `offset` of the device memory and the start of the
+    /// host memory.
+    One {
+        offset: usize,
+    },
+    Many(&'a [Block]),
+}
+
+/// The chunks of one planned transfer and how queuing them goes.
 #[derive(Debug)]
 struct InFlight {
     chunks: Chunks,
-    events: Vec<Event>,
+    job: Arc<Job>,
     /// The device allocation the queued copies use.
     device: DeviceInUse,
-    /// An error while enqueuing: what was enqueued before it is waited for.
-    error: Option<Error>,
 }
 
 impl Stager {
@@ -176,17 +202,22 @@ impl Stager {
             // (frees) those made before it, which nothing has touched yet.
             buffers.push(PinnedBuffer::new(context, options.chunk)?);
         }
+        let staging = buffers
+            .iter()
+            .map(|buffer| buffer.raw_ptr().expose_provenance())
+            .collect();
         let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let stager = Stager {
             context: context.clone(),
             options,
-            streams,
+            lanes: Arc::new(Lanes::new(context, streams, options.device_copies)),
+            feeder: None,
             buffers,
+            staging,
             workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
-            spare_events: Vec::new(),
-            next: 0,
+            next_seq: 0,
             undrained: None,
-            order_event: None,
+            order_events: Vec::new(),
             id: pending::next_stager_id(),
         };
         Ok(stager)
@@ -229,10 +260,8 @@ impl Stager {
         D: HostMemoryMut + ?Sized,
         S: DeviceMemory,
     {
-        match self.start(dst.host_range_mut(), DeviceSide::Source(src), offset)? {
-            Some(in_flight) => self.finish(in_flight),
-            None => Ok(()),
-        }
+        let host = dst.host_range_mut();
+        self.run(host, DeviceSide::Source(src), Blocks::One { offset })
     }
 
     /// Copies `src` to the start of `dst`, and waits for it.
@@ -255,14 +284,86 @@ impl Stager {
         D: DeviceMemory,
         S: HostMemory + ?Sized,
     {
-        match self.start(src.host_range(), DeviceSide::Destination(dst), offset)? {
+        let host = src.host_range();
+        self.run(host, DeviceSide::Destination(dst), Blocks::One { offset })
+    }
+
+    /// Copies each block from `src` into `dst` (a batch: many ranges at
+    /// once, at the speed of one large transfer), and waits for them.
+    ///
+    /// Every block is checked before anything is queued: each must lie in
+    /// both memories ([`Error::BlockOutOfBounds`]), and no two may write
+    /// the same host bytes ([`Error::BlocksOverlap`]); both name the
+    /// offending blocks. Device ranges may overlap.
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::cuda::{Context, DeviceBuffer};
+    /// use hostcopy_driver::cuda::staging::{Block, Stager};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const BLOCK: usize = 256 << 10;
+    /// let context = Context::primary(0)?;
+    /// let cache = DeviceBuffer::new(&context, 4096 * BLOCK)?;
+    /// let mut pool = vec![0u8; 1024 * BLOCK];
+    /// // Device blocks 5, 900 and 17 to pool slots 0, 1 and 2.
+    /// let blocks: Vec<Block> = [5, 900, 17]
+    ///     .iter()
+    ///     .enumerate()
+    ///     .map(|(slot, &block)| Block::new(block * BLOCK, slot * BLOCK, BLOCK))
+    ///     .collect();
+    /// let mut stager = Stager::new(&context)?;
+    /// stager.device_to_host_blocks(&mut pool, &cache, &blocks)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn device_to_host_blocks<D, S>(
+        &mut self,
+        dst: &mut D,
+        src: &S,
+        blocks: &[Block],
+    ) -> Result<(), Error>
+    where
+        D: HostMemoryMut + ?Sized,
+        S: DeviceMemory,
+    {
+        let host = dst.host_range_mut();
+        self.run(host, DeviceSide::Source(src), Blocks::Many(blocks))
+    }
+
+    /// Copies each block from `src` into `dst` (a batch), and waits for
+    /// them. Checked as [`device_to_host_blocks`](Self::device_to_host_blocks)
+    /// does, except that here no two blocks may write the same device
+    /// bytes, and host ranges may overlap.
+    pub fn host_to_device_blocks<D, S>(
+        &mut self,
+        dst: &mut D,
+        src: &S,
+        blocks: &[Block],
+    ) -> Result<(), Error>
+    where
+        D: DeviceMemory,
+        S: HostMemory + ?Sized,
+    {
+        let host = src.host_range();
+        self.run(host, DeviceSide::Destination(dst), Blocks::Many(blocks))
+    }
+
+    /// A blocking transfer: started and finished.
+    fn run(
+        &mut self,
+        host: HostRange,
+        device: DeviceSide<'_>,
+        blocks: Blocks<'_>,
+    ) -> Result<(), Error> {
+        match self.start(host, device, blocks, Queuing::Now)? {
             Some(in_flight) => self.finish(in_flight),
             None => Ok(()),
         }
     }
 
     /// Checks a transfer and either completes it on the driver's path
-    /// (`None`) or enqueues it (`Some`, to be finished).
+    /// (`None`) or plans it and has its chunks queued (`Some`, to be
+    /// finished).
     ///
     /// The caller holds the borrow that `host` came from until the transfer
     /// is finished; `host` is writable if `device` is the source.
@@ -270,136 +371,92 @@ impl Stager {
         &mut self,
         host: HostRange,
         device: DeviceSide<'_>,
-        offset: usize,
+        blocks: Blocks<'_>,
+        queuing: Queuing,
     ) -> Result<Option<InFlight>, Error> {
         self.check_usable()?;
-        self.context.expect_same(device.memory().memory_context())?;
-        device_range(device.memory(), offset, host.len)?;
-        if host.len == 0 {
-            return Ok(None);
-        }
-        if host.len < self.options.driver_path_below {
-            // Not in the relaxed mode: the driver's synchronous copies go
-            // through the legacy stream, which synchronizes with every
-            // blocking stream, a capturing one too; the driver refuses them
-            // during a global capture rather than break it.
-            driver_path(host, device, offset)?;
+        let memory = device.memory();
+        self.context.expect_same(memory.memory_context())?;
+        let direction = device.direction();
+        let one;
+        let blocks = match blocks {
+            Blocks::One { offset } => {
+                device_range(memory, offset, host.len)?;
+                if host.len > 0
+                    && queuing == Queuing::Now
+                    && host.len < self.options.driver_path_below
+                {
+                    // Not in the relaxed mode: the driver's synchronous
+                    // copies go through the legacy stream, which
+                    // synchronizes with every blocking stream, a capturing
+                    // one too; the driver refuses them during a global
+                    // capture rather than break it.
+                    driver_path(host, device, offset)?;
+                    return Ok(None);
+                }
+                one = [Block::new(offset, 0, host.len)];
+                &one[..]
+            }
+            Blocks::Many(blocks) => {
+                plan::check_blocks(blocks, direction, host.len, memory.memory_len())?;
+                blocks
+            }
+        };
+        let total: usize = blocks.iter().map(|block| block.len).sum();
+        if total == 0 {
             return Ok(None);
         }
         let _relaxed = RelaxedCapture::new();
-        let direction = device.direction();
-        Ok(Some(self.enqueue(direction, host, device.memory(), offset)))
-    }
-
-    /// Enqueues every chunk of a transfer; stops at the first error, which
-    /// the returned transfer carries.
-    fn enqueue(
-        &mut self,
-        direction: Direction,
-        host: HostRange,
-        device: &dyn DeviceMemory,
-        offset: usize,
-    ) -> InFlight {
-        let chunk = self.options.chunk;
-        let count = host.len.div_ceil(chunk);
+        let sizes = chunk_sizes(total, self.options.chunk, self.options.ramp);
+        let planned = plan(
+            &Layout {
+                direction,
+                host: host.addr,
+                device: memory.memory_ptr(),
+                blocks,
+                staging: &self.staging,
+                first: self.next_seq,
+            },
+            &sizes,
+        );
+        self.next_seq += planned.len() as u64;
         let stores = match direction {
             Direction::DeviceToHost => Stores::Streaming,
             Direction::HostToDevice => self.options.h2d_stores,
         };
         let workers = Arc::as_ptr(&self.workers);
-        let chunks: Vec<Chunk> = (0..count)
-            .map(|index| {
-                let at = index * chunk;
-                let len = chunk.min(host.len - at);
-                let staging = self.buffers[(self.next + index) % self.buffers.len()]
-                    .raw_ptr()
-                    .expose_provenance();
-                let args = match direction {
-                    Direction::DeviceToHost => HostCopyArgs::new(host.addr + at, staging, len),
-                    Direction::HostToDevice => HostCopyArgs::new(staging, host.addr + at, len),
-                };
-                Chunk::new(args, stores, workers)
-            })
-            .collect();
-        let mut in_flight = InFlight {
-            chunks: Chunks::new(chunks),
-            events: Vec::new(),
-            device: device.memory_in_use(),
-            error: None,
-        };
-        for index in 0..count {
-            let buffer = (self.next + index) % self.buffers.len();
-            if let Err(error) = self.enqueue_chunk(
-                direction,
-                &in_flight.chunks,
-                index,
-                buffer,
-                device,
-                offset + index * self.options.chunk,
-            ) {
-                in_flight.error = Some(error);
-                break;
-            }
-        }
-        let used = count.min(self.streams.len());
-        for index in 0..used {
-            let stream = &self.streams[(self.next + index) % self.streams.len()];
-            let event = match self.spare_events.pop() {
-                Some(event) => Ok(event),
-                None => Event::ordering(&self.context),
-            };
-            let recorded = event
-                .map_err(Error::from)
-                .and_then(|event| event.record(stream.as_stream()).map(|()| event));
-            match recorded {
-                Ok(event) => in_flight.events.push(event),
-                Err(error) => {
-                    in_flight.error.get_or_insert(error);
-                    break;
+        let chunks = Chunks::new(
+            planned
+                .iter()
+                .map(|chunk| Chunk::new(chunk.host.clone(), stores, workers))
+                .collect(),
+        );
+        let after = core::mem::take(&mut self.order_events);
+        let job = Arc::new(Job::new(direction, chunks.array(), planned, after));
+        match queuing {
+            Queuing::Now => self.lanes.queue_now(&job),
+            Queuing::Feeder => {
+                if self.feeder.is_none() {
+                    let feeder = Feeder::spawn(&self.lanes).map_err(|_| {
+                        // The system refused a thread: as out of resources.
+                        Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))
+                    });
+                    match feeder {
+                        Ok(feeder) => self.feeder = Some(feeder),
+                        Err(error) => {
+                            chunks.settle_and_free();
+                            return Err(error);
+                        }
+                    }
                 }
+                self.lanes.hand_over(Arc::clone(&job));
             }
         }
-        self.next = (self.next + count) % self.buffers.len();
-        in_flight
-    }
-
-    /// Queues one chunk on its buffer's stream: the driver's copy and the
-    /// host function, in the direction's order.
-    fn enqueue_chunk(
-        &self,
-        direction: Direction,
-        chunks: &Chunks,
-        index: usize,
-        buffer: usize,
-        device: &dyn DeviceMemory,
-        device_offset: usize,
-    ) -> Result<(), Error> {
-        let stream = self.streams[buffer].as_stream();
-        let staging = self.buffers[buffer].raw_ptr();
-        let chunk = chunks.get(index);
-        let len = chunk.len();
-        if direction == Direction::DeviceToHost {
-            // SAFETY: the staging buffer holds `chunk` bytes and is only
-            // touched in this stream's order, and outlives the copy (freed
-            // only after the stager's transfers are finished, or leaked).
-            unsafe { stream.copy_device_to_host(staging, device, device_offset, len) }?;
-        }
-        let user_data = chunks.arm(index);
-        // SAFETY: `run_chunk` with an armed chunk; the chunk array, the
-        // workers, the staging buffer and the borrowed host range stay
-        // alive until the chunk is settled (`finish`), which waits for a
-        // running host function and abandons a pending one. The stager's
-        // streams are its own: no one can capture them into a graph.
-        if let Err(error) = unsafe { stream.launch_host_fn(run_chunk, user_data) } {
-            chunk.disarm();
-            return Err(error.into());
-        }
-        if direction == Direction::HostToDevice {
-            // SAFETY: as above; the host function before it in stream order
-            // has filled the staging buffer.
-            unsafe { stream.copy_host_to_device(device, device_offset, staging, len) }?;
-        }
-        Ok(())
+        Ok(Some(InFlight {
+            chunks,
+            job,
+            device: memory.memory_in_use(),
+        }))
     }
 
     /// `Ok` unless queued work may still use the staging buffers: then
@@ -422,23 +479,28 @@ impl Stager {
     fn drain(&mut self) {
         let _relaxed = RelaxedCapture::new();
         self.undrained = self
+            .lanes
             .streams
             .iter()
             .map(|stream| stream.as_stream().synchronize())
             .find_map(Result::err);
     }
 
-    /// Waits for a transfer, then settles its chunks; returns the first
-    /// error. After an error the streams are drained; if they cannot be,
-    /// the device allocation is kept for good.
+    /// Waits until a transfer's chunks are queued and have run, then
+    /// settles them; returns the first error. After an error the streams
+    /// are drained; if they cannot be, the device allocation is kept for
+    /// good.
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         let InFlight {
             chunks,
-            events,
+            job,
             device,
-            error,
         } = in_flight;
+        let (error, events) = {
+            let mut queued = job.wait_queued();
+            (queued.error.take(), core::mem::take(&mut queued.events))
+        };
         let mut result = error.map_or(Ok(()), Err);
         // After the first error the drain waits for the rest.
         if result.is_ok() {
@@ -450,7 +512,7 @@ impl Stager {
         if result.is_err() {
             self.drain();
         } else {
-            self.spare_events.extend(events);
+            self.lanes.return_events(events);
         }
         chunks.settle_and_free();
         self.release(device);
@@ -467,16 +529,21 @@ impl Stager {
     }
 }
 
+/// `CUDA_ERROR_OUT_OF_MEMORY`, for a feeder thread the system refused.
+const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
+
 impl Drop for Stager {
     fn drop(&mut self) {
         // Every driver call of the teardown in the relaxed mode, the
         // streams and events too (dropped here, not after).
         let _relaxed = RelaxedCapture::new();
+        // The feeder first: it may be queuing a pending transfer's chunks.
+        // Jobs it has not started stay unqueued.
+        self.feeder = None;
         // Borrowed transfers are finished (they borrow the stager), but a
         // pending transfer dropped unfinished may still be queued.
         self.drain();
-        self.spare_events.clear();
-        self.order_event = None;
+        self.order_events.clear();
         if self.undrained.is_some() {
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.
@@ -489,6 +556,9 @@ impl Drop for Stager {
                 unsafe { ManuallyDrop::drop(buffer) };
             }
         }
-        self.streams.clear();
+        // The feeder is joined: the stager holds the only reference.
+        if let Some(lanes) = Arc::get_mut(&mut self.lanes) {
+            lanes.clear();
+        }
     }
 }

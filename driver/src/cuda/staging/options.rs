@@ -46,6 +46,23 @@ pub const RESERVED_CORES: usize = 4;
 /// 2 MiB is the smallest size from which staging was never slower.
 pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 
+/// How the driver copies the blocks of a batch between device memory and
+/// a staging buffer: many blocks share a chunk, gathered (device to host)
+/// or scattered (host to device) by the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeviceCopies {
+    /// `cuMemcpyBatchAsync` (CUDA 12.8 and later, looked up when the driver
+    /// is loaded) where the driver has it, else a loop of asynchronous
+    /// copies, one per block.
+    #[default]
+    Auto,
+    /// Always `cuMemcpyBatchAsync`: a transfer fails with
+    /// `CUDA_ERROR_NOT_SUPPORTED` where the driver has none.
+    Batch,
+    /// Always one asynchronous copy per block.
+    Loop,
+}
+
 /// The options of a [`Stager`](super::Stager); build with
 /// [`StagingOptions::builder`], or take [`StagingOptions::default`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,11 +72,14 @@ pub struct StagingOptions {
     pub(super) workers: usize,
     pub(super) h2d_stores: Stores,
     pub(super) driver_path_below: usize,
+    pub(super) device_copies: DeviceCopies,
+    pub(super) ramp: bool,
 }
 
 impl Default for StagingOptions {
     /// [`DEFAULT_CHUNK`], [`DEFAULT_BUFFERS`], [`default_workers`]`(1)`,
-    /// cached stores for host-to-device, [`DRIVER_PATH_BELOW`].
+    /// cached stores for host-to-device, [`DRIVER_PATH_BELOW`],
+    /// [`DeviceCopies::Auto`], chunks that ramp up and down.
     fn default() -> Self {
         StagingOptions {
             chunk: DEFAULT_CHUNK,
@@ -67,6 +87,8 @@ impl Default for StagingOptions {
             workers: default_workers(1),
             h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
+            device_copies: DeviceCopies::Auto,
+            ramp: true,
         }
     }
 }
@@ -117,6 +139,16 @@ impl StagingOptions {
     pub fn driver_path_below(&self) -> usize {
         self.driver_path_below
     }
+
+    /// How the driver copies the blocks of a batch.
+    pub fn device_copies(&self) -> DeviceCopies {
+        self.device_copies
+    }
+
+    /// Whether chunks ramp up at the start of a transfer and down at its end.
+    pub fn ramp(&self) -> bool {
+        self.ramp
+    }
 }
 
 /// Builds [`StagingOptions`]; every setter overrides one default.
@@ -166,6 +198,22 @@ impl StagingOptionsBuilder {
     /// [`DRIVER_PATH_BELOW`]); 0 stages every transfer.
     pub fn driver_path_below(mut self, bytes: usize) -> Self {
         self.options.driver_path_below = bytes;
+        self
+    }
+
+    /// How the driver copies the blocks of a batch (default
+    /// [`DeviceCopies::Auto`]).
+    pub fn device_copies(mut self, device_copies: DeviceCopies) -> Self {
+        self.options.device_copies = device_copies;
+        self
+    }
+
+    /// Whether a transfer's chunks ramp up from 1 MiB at its start and
+    /// down to 1 MiB at its end (default `true`): the first chunk's driver
+    /// copy and the last chunk's host copy overlap nothing, so they are
+    /// kept short. Without it every chunk but the last is full.
+    pub fn ramp(mut self, ramp: bool) -> Self {
+        self.options.ramp = ramp;
         self
     }
 

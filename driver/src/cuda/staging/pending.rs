@@ -7,7 +7,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::{DeviceSide, InFlight, Stager};
+use super::{Block, Blocks, DeviceSide, InFlight, Queuing, Stager};
 use crate::HostRange;
 use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
 use crate::cuda::device::DeviceMemory;
@@ -42,8 +42,15 @@ impl PendingTransfer {
         let Some(in_flight) = &self.in_flight else {
             return Ok(true);
         };
+        let queued = in_flight.job.queued();
+        if !queued.finished {
+            return Ok(false);
+        }
+        if let Some(error) = queued.error {
+            return Err(error);
+        }
         let _relaxed = RelaxedCapture::new();
-        for event in &in_flight.events {
+        for event in &queued.events {
             if !event.query()? {
                 return Ok(false);
             }
@@ -55,11 +62,20 @@ impl PendingTransfer {
     /// a kernel that reads what a host-to-device transfer writes, say.
     /// Refused on a capturing stream ([`Error::Capturing`]): the wait would
     /// make the capture depend on work outside it.
+    ///
+    /// The wait needs the transfer's last chunks queued: this returns once
+    /// the stager's feeder has queued them (at once for a transfer that
+    /// fits in the chunks the feeder keeps queued ahead, otherwise when
+    /// the chunks before those are done).
     pub fn order_before(&self, stream: StreamRef<'_>) -> Result<(), Error> {
         let Some(in_flight) = &self.in_flight else {
             return Ok(());
         };
-        for event in &in_flight.events {
+        let queued = in_flight.job.wait_queued();
+        if let Some(error) = queued.error {
+            return Err(error);
+        }
+        for event in &queued.events {
             event.context().expect_same(stream.context())?;
         }
         // The check and the waits in one hold of the lock: the stream
@@ -68,7 +84,7 @@ impl PendingTransfer {
         if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
             return Err(Error::Capturing);
         }
-        for event in &in_flight.events {
+        for event in &queued.events {
             stream.wait_event_locked(&locked, event)?;
         }
         Ok(())
@@ -101,7 +117,41 @@ impl Stager {
         src: &S,
         offset: usize,
     ) -> Result<PendingTransfer, Error> {
-        self.start_pending(dst, DeviceSide::Source(src), offset)
+        self.start_pending(dst, DeviceSide::Source(src), Blocks::One { offset })
+    }
+
+    /// Starts copying each block from `src` into the host memory `dst` (a
+    /// batch, checked before anything is queued as
+    /// [`device_to_host_blocks`](Self::device_to_host_blocks) checks it),
+    /// and returns at once.
+    ///
+    /// # Safety
+    ///
+    /// As for [`start_device_to_host_unchecked`](Self::start_device_to_host_unchecked).
+    pub unsafe fn start_device_to_host_blocks_unchecked<S: DeviceMemory>(
+        &mut self,
+        dst: HostRange,
+        src: &S,
+        blocks: &[Block],
+    ) -> Result<PendingTransfer, Error> {
+        self.start_pending(dst, DeviceSide::Source(src), Blocks::Many(blocks))
+    }
+
+    /// Starts copying each block from the host memory `src` into `dst` (a
+    /// batch, checked before anything is queued as
+    /// [`host_to_device_blocks`](Self::host_to_device_blocks) checks it),
+    /// and returns at once.
+    ///
+    /// # Safety
+    ///
+    /// As for [`start_host_to_device_unchecked`](Self::start_host_to_device_unchecked).
+    pub unsafe fn start_host_to_device_blocks_unchecked<D: DeviceMemory>(
+        &mut self,
+        dst: &D,
+        src: HostRange,
+        blocks: &[Block],
+    ) -> Result<PendingTransfer, Error> {
+        self.start_pending(src, DeviceSide::Destination(dst), Blocks::Many(blocks))
     }
 
     /// Starts copying the host memory `src` to byte `offset` of `dst`, and
@@ -120,23 +170,16 @@ impl Stager {
         offset: usize,
         src: HostRange,
     ) -> Result<PendingTransfer, Error> {
-        self.start_pending(src, DeviceSide::Destination(dst), offset)
+        self.start_pending(src, DeviceSide::Destination(dst), Blocks::One { offset })
     }
 
     fn start_pending(
         &mut self,
         host: HostRange,
         device: DeviceSide<'_>,
-        offset: usize,
+        blocks: Blocks<'_>,
     ) -> Result<PendingTransfer, Error> {
-        let in_flight = match self.start(host, device, offset)? {
-            Some(in_flight) if in_flight.error.is_some() => {
-                // Partly enqueued: wait for what was, and report the error.
-                self.finish(in_flight)?;
-                None
-            }
-            started => started,
-        };
+        let in_flight = self.start(host, device, blocks, Queuing::Feeder)?;
         Ok(PendingTransfer {
             in_flight,
             stager: self.id,
@@ -164,6 +207,8 @@ impl Stager {
     /// Makes every later transfer of this stager wait for the work queued
     /// on `stream` so far: the kernel that wrote the data a device-to-host
     /// transfer reads, say. Transfers already started are not affected.
+    /// Returns at once: the stager's streams are made to wait when the next
+    /// transfer's chunks are queued.
     ///
     /// Refused with [`Error::Capturing`] when `stream` is capturing a graph
     /// (the stager's streams would join the capture), and with
@@ -172,24 +217,15 @@ impl Stager {
         let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
-        let event = match self.order_event.take() {
-            Some(event) => event,
-            None => crate::cuda::Event::ordering(&self.context)?,
-        };
-        let ordered = (|| {
-            {
-                let locked = capture::lock();
-                if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
-                    return Err(Error::Capturing);
-                }
-                event.record_known(&locked, stream, false)?;
+        let event = crate::cuda::Event::ordering(&self.context)?;
+        {
+            let locked = capture::lock();
+            if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
+                return Err(Error::Capturing);
             }
-            for own in &self.streams {
-                own.as_stream().wait_event(&event)?;
-            }
-            Ok(())
-        })();
-        self.order_event = Some(event);
-        ordered
+            event.record_known(&locked, stream, false)?;
+        }
+        self.order_events.push(event);
+        Ok(())
     }
 }

@@ -13,7 +13,7 @@ use core::fmt;
 use core::marker::PhantomData;
 use std::vec::Vec;
 
-use super::{DeviceSide, InFlight, Stager};
+use super::{Block, Blocks, DeviceSide, InFlight, Queuing, Stager};
 use crate::cuda::device::DeviceMemory;
 use crate::cuda::error::Error;
 use crate::{HostMemory, HostMemoryMut};
@@ -93,7 +93,8 @@ impl<'scope, 'env> StagingScope<'scope, 'env> {
         D: HostMemoryMut + ?Sized,
         S: DeviceMemory,
     {
-        self.start(dst.host_range_mut(), DeviceSide::Source(src), offset)
+        let host = dst.host_range_mut();
+        self.start(host, DeviceSide::Source(src), Blocks::One { offset })
     }
 
     /// Starts copying `dst.len()` bytes from the start of `src` into `dst`.
@@ -120,7 +121,8 @@ impl<'scope, 'env> StagingScope<'scope, 'env> {
         D: DeviceMemory,
         S: HostMemory + ?Sized,
     {
-        self.start(src.host_range(), DeviceSide::Destination(dst), offset)
+        let host = src.host_range();
+        self.start(host, DeviceSide::Destination(dst), Blocks::One { offset })
     }
 
     /// Starts copying `src` to the start of `dst`.
@@ -136,28 +138,55 @@ impl<'scope, 'env> StagingScope<'scope, 'env> {
         self.host_to_device_at(dst, 0, src)
     }
 
+    /// Starts copying each block from `src` into `dst`: a batch, checked
+    /// before anything is queued as
+    /// [`Stager::device_to_host_blocks`] checks it.
+    pub fn device_to_host_blocks<D, S>(
+        &'scope self,
+        dst: &'scope mut D,
+        src: &'scope S,
+        blocks: &[Block],
+    ) -> Result<Transfer<'scope, 'env>, Error>
+    where
+        D: HostMemoryMut + ?Sized,
+        S: DeviceMemory,
+    {
+        let host = dst.host_range_mut();
+        self.start(host, DeviceSide::Source(src), Blocks::Many(blocks))
+    }
+
+    /// Starts copying each block from `src` into `dst`: a batch, checked
+    /// before anything is queued as
+    /// [`Stager::host_to_device_blocks`] checks it.
+    pub fn host_to_device_blocks<D, S>(
+        &'scope self,
+        dst: &'scope mut D,
+        src: &'scope S,
+        blocks: &[Block],
+    ) -> Result<Transfer<'scope, 'env>, Error>
+    where
+        D: DeviceMemory,
+        S: HostMemory + ?Sized,
+    {
+        let host = src.host_range();
+        self.start(host, DeviceSide::Destination(dst), Blocks::Many(blocks))
+    }
+
+    /// Plans a transfer and hands it to the stager's feeder thread: no
+    /// driver call on the caller's thread.
     fn start(
         &'scope self,
         host: crate::HostRange,
         device: DeviceSide<'scope>,
-        offset: usize,
+        blocks: Blocks<'_>,
     ) -> Result<Transfer<'scope, 'env>, Error> {
         let mut stager = self.stager.borrow_mut();
-        let Some(in_flight) = stager.start(host, device, offset)? else {
+        let Some(in_flight) = stager.start(host, device, blocks, Queuing::Feeder)? else {
             return Ok(Transfer {
                 scope: self,
                 index: None,
             });
         };
-        if in_flight.error.is_some() {
-            // Partly enqueued: wait for what was, and report the error
-            // (`finish` returns it first).
-            stager.finish(in_flight)?;
-            return Ok(Transfer {
-                scope: self,
-                index: None,
-            });
-        }
         let mut list = self.in_flight.borrow_mut();
         list.push(Some(in_flight));
         Ok(Transfer {

@@ -1,0 +1,425 @@
+//! Queuing a transfer's chunks on the stager's streams: all at once for a
+//! blocking call, or by the stager's feeder thread for a transfer that
+//! returns at once (a scope's, a pending one), so that its caller never
+//! waits for the driver.
+//!
+//! Queuing a whole transfer at once fills the driver's queue: the caller
+//! of a 16 GiB transfer spent 78% of it blocked inside driver calls. The
+//! feeder instead keeps at most [`WINDOW_PER_BUFFER`] chunks per staging
+//! buffer queued ahead: before it queues chunk `s` it waits for chunk
+//! `s - window` to finish, on an event that sleeps (the workers need the
+//! cores). A non-blocking call only plans its transfer and hands it over.
+//!
+//! Each chunk is queued whole on its buffer's stream (driver copy and host
+//! function) by one thread at a time: the feeder, or a blocking call once
+//! the feeder has nothing left to queue. Chunks are numbered in the order
+//! they are queued; chunk `s` uses buffer `s % buffers`, whose stream
+//! orders it after the chunk that used the buffer before.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::vec::Vec;
+
+use super::Direction;
+use super::chunk::{ChunkArray, run_chunk};
+use super::options::DeviceCopies;
+use super::plan::{DevicePiece, PlannedChunk};
+use crate::cuda::capture::RelaxedCapture;
+use crate::cuda::context::Context;
+use crate::cuda::error::{DriverError, Error};
+use crate::cuda::event::Event;
+use crate::cuda::ffi::CUdeviceptr;
+use crate::cuda::stream::{Stream, StreamRef};
+
+/// Chunks per staging buffer the feeder keeps queued ahead: one copying,
+/// one waiting behind it, so no stream idles while the feeder wakes up.
+pub(super) const WINDOW_PER_BUFFER: usize = 2;
+
+/// `CUDA_ERROR_NOT_SUPPORTED`: what a forced batch copy returns where the
+/// driver has none.
+const CUDA_ERROR_NOT_SUPPORTED: u32 = 801;
+
+/// What the stager and its feeder share: the streams, and the queue of
+/// transfers to feed.
+#[derive(Debug)]
+pub(super) struct Lanes {
+    context: Context,
+    pub(super) streams: Vec<Stream>,
+    device_copies: DeviceCopies,
+    /// The driver refused batch copies once (`DeviceCopies::Auto`): loop.
+    batch_unavailable: core::sync::atomic::AtomicBool,
+    /// Completion events of finished transfers, reused.
+    spare_events: Mutex<Vec<Event>>,
+    queue: Mutex<Queue>,
+    /// Signals a new job or a stop to the feeder, and an emptied queue to
+    /// a blocking call.
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Jobs not fully queued yet, in order; the first is being queued.
+    jobs: VecDeque<Arc<Job>>,
+    stop: bool,
+}
+
+/// One transfer's chunks, planned, and how queuing them went.
+#[derive(Debug)]
+pub(super) struct Job {
+    direction: Direction,
+    chunks: ChunkArray,
+    plan: Vec<PlannedChunk>,
+    /// Recorded on streams this job and every later one wait for
+    /// ([`Stager::wait_for`](super::Stager::wait_for)).
+    after: Vec<Event>,
+    queued: Mutex<Queued>,
+    done: Condvar,
+}
+
+/// The outcome of queuing a job.
+#[derive(Debug, Default)]
+pub(super) struct Queued {
+    /// Every chunk is queued, or queuing stopped at an error.
+    pub(super) finished: bool,
+    /// The error queuing stopped at: what was queued before it runs.
+    pub(super) error: Option<Error>,
+    /// Recorded on every stream the job used, after its last chunk there.
+    pub(super) events: Vec<Event>,
+}
+
+impl Job {
+    pub(super) fn new(
+        direction: Direction,
+        chunks: ChunkArray,
+        plan: Vec<PlannedChunk>,
+        after: Vec<Event>,
+    ) -> Job {
+        Job {
+            direction,
+            chunks,
+            plan,
+            after,
+            queued: Mutex::new(Queued::default()),
+            done: Condvar::new(),
+        }
+    }
+
+    /// Waits until every chunk is queued (or queuing failed).
+    pub(super) fn wait_queued(&self) -> MutexGuard<'_, Queued> {
+        let mut queued = lock(&self.queued);
+        while !queued.finished {
+            queued = self
+                .done
+                .wait(queued)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        queued
+    }
+
+    /// The outcome so far, without waiting.
+    pub(super) fn queued(&self) -> MutexGuard<'_, Queued> {
+        lock(&self.queued)
+    }
+
+    fn finish_queuing(&self, error: Option<Error>, events: Vec<Event>) {
+        let mut queued = lock(&self.queued);
+        *queued = Queued {
+            finished: true,
+            error,
+            events,
+        };
+        self.done.notify_all();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Lanes {
+    pub(super) fn new(
+        context: &Context,
+        streams: Vec<Stream>,
+        device_copies: DeviceCopies,
+    ) -> Lanes {
+        Lanes {
+            context: context.clone(),
+            streams,
+            device_copies,
+            batch_unavailable: core::sync::atomic::AtomicBool::new(false),
+            spare_events: Mutex::new(Vec::new()),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Destroys the streams and spare events now (in the caller's capture
+    /// mode), not whenever the last reference goes.
+    pub(super) fn clear(&mut self) {
+        self.streams.clear();
+        lock(&self.spare_events).clear();
+    }
+
+    /// Gives completion events back for reuse.
+    pub(super) fn return_events(&self, events: Vec<Event>) {
+        lock(&self.spare_events).extend(events);
+    }
+
+    /// Queues every chunk of `job` on the calling thread, after the
+    /// feeder has queued everything handed to it before.
+    pub(super) fn queue_now(&self, job: &Job) {
+        let mut queue = lock(&self.queue);
+        while !queue.jobs.is_empty() {
+            queue = self
+                .wake
+                .wait(queue)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        // Held while queuing: no job can be handed over meanwhile (the
+        // caller holds the stager), this only keeps the order obvious.
+        self.queue_job(job, None);
+        drop(queue);
+    }
+
+    /// Hands `job` to the feeder.
+    pub(super) fn hand_over(&self, job: Arc<Job>) {
+        lock(&self.queue).jobs.push_back(job);
+        self.wake.notify_all();
+    }
+
+    /// Tells the feeder to stop after the job it is queuing; jobs not
+    /// started stay unqueued (their chunks never run).
+    pub(super) fn stop(&self) {
+        lock(&self.queue).stop = true;
+        self.wake.notify_all();
+    }
+
+    /// Queues the chunks of `job` in order; with a window, waits before
+    /// each for the chunk `window` places before it to finish. Records the
+    /// outcome in the job.
+    fn queue_job(&self, job: &Job, mut window: Option<&mut Window>) {
+        let _relaxed = RelaxedCapture::new();
+        let mut error = None;
+        let mut used = Vec::new();
+        // Every stream waits, so that later jobs are ordered too.
+        'order: for event in &job.after {
+            for stream in &self.streams {
+                if let Err(failed) = stream.as_stream().wait_event(event) {
+                    error = Some(failed);
+                    break 'order;
+                }
+            }
+        }
+        for index in 0..job.plan.len() {
+            if error.is_some() {
+                break;
+            }
+            let planned = &job.plan[index];
+            let stream = self.streams[planned.buffer].as_stream();
+            let step = match window.as_deref_mut() {
+                Some(window) => window
+                    .before(planned.seq)
+                    .and_then(|()| self.queue_chunk(job, index, stream))
+                    .and_then(|()| window.after(&self.context, planned.seq, stream)),
+                None => self.queue_chunk(job, index, stream),
+            };
+            if !used.contains(&planned.buffer) {
+                used.push(planned.buffer);
+            }
+            if let Err(failed) = step {
+                error = Some(failed);
+                break;
+            }
+        }
+        let mut events = Vec::with_capacity(used.len());
+        for buffer in used {
+            let event = lock(&self.spare_events).pop();
+            let event = match event {
+                Some(event) => Ok(event),
+                None => Event::ordering(&self.context).map_err(Error::from),
+            };
+            match event.and_then(|event| {
+                event
+                    .record(self.streams[buffer].as_stream())
+                    .map(|()| event)
+            }) {
+                Ok(event) => events.push(event),
+                Err(failed) => {
+                    error.get_or_insert(failed);
+                    break;
+                }
+            }
+        }
+        job.finish_queuing(error, events);
+    }
+
+    /// Queues chunk `index` of `job` on `stream`: the driver's copy and
+    /// the host function, in the direction's order.
+    fn queue_chunk(&self, job: &Job, index: usize, stream: StreamRef<'_>) -> Result<(), Error> {
+        let planned = &job.plan[index];
+        if job.direction == Direction::DeviceToHost {
+            self.device_copy(job.direction, &planned.device, stream)?;
+        }
+        let user_data = job.chunks.arm(index);
+        // SAFETY: `run_chunk` with an armed chunk; the chunk array, the
+        // workers, the staging buffer and the host memory stay alive until
+        // the chunk is settled (`Stager::finish`), which waits for a
+        // running host function and abandons a pending one. The stager's
+        // streams are its own: no one can capture them into a graph.
+        if let Err(error) = unsafe { stream.launch_host_fn(run_chunk, user_data) } {
+            job.chunks.get(index).disarm();
+            return Err(error.into());
+        }
+        if job.direction == Direction::HostToDevice {
+            self.device_copy(job.direction, &planned.device, stream)?;
+        }
+        Ok(())
+    }
+
+    /// The driver's side of a chunk: one copy, or one batch call gathering
+    /// (or scattering) its pieces, or a loop of copies where the driver
+    /// has no batch copy.
+    fn device_copy(
+        &self,
+        direction: Direction,
+        pieces: &[DevicePiece],
+        stream: StreamRef<'_>,
+    ) -> Result<(), Error> {
+        use core::sync::atomic::Ordering::Relaxed;
+        let batch = match self.device_copies {
+            DeviceCopies::Loop => false,
+            DeviceCopies::Batch => true,
+            DeviceCopies::Auto => !self.batch_unavailable.load(Relaxed),
+        };
+        if pieces.len() > 1 && batch {
+            let staging = pieces.iter().map(|piece| piece.staging as CUdeviceptr);
+            let device = pieces.iter().map(|piece| piece.device);
+            let (mut dsts, mut srcs): (Vec<CUdeviceptr>, Vec<CUdeviceptr>) = match direction {
+                Direction::DeviceToHost => (staging.collect(), device.collect()),
+                Direction::HostToDevice => (device.collect(), staging.collect()),
+            };
+            let mut sizes: Vec<usize> = pieces.iter().map(|piece| piece.len).collect();
+            // SAFETY: planned from checked blocks: each device range lies in
+            // the transfer's device memory, kept alive by the transfer; each
+            // staging range in a pinned staging buffer that only this
+            // stream touches until the chunk is done; destinations are
+            // disjoint (distinct staging ranges, or blocks checked disjoint).
+            if unsafe { stream.copy_batch(&mut dsts, &mut srcs, &mut sizes) }? {
+                return Ok(());
+            }
+            if self.device_copies == DeviceCopies::Batch {
+                return Err(DriverError::from_code(CUDA_ERROR_NOT_SUPPORTED).into());
+            }
+            self.batch_unavailable.store(true, Relaxed);
+        }
+        for piece in pieces {
+            let staging = core::ptr::with_exposed_provenance_mut::<u8>(piece.staging);
+            // SAFETY: as for the batch above, piece by piece.
+            unsafe {
+                match direction {
+                    Direction::DeviceToHost => {
+                        stream.copy_device_to_host_raw(staging, piece.device, piece.len)
+                    }
+                    Direction::HostToDevice => {
+                        stream.copy_host_to_device_raw(piece.device, staging, piece.len)
+                    }
+                }
+            }?;
+        }
+        Ok(())
+    }
+}
+
+/// The feeder's view of the chunks queued ahead: an event per window
+/// place, recorded after the chunk that took it.
+struct Window {
+    events: Vec<Option<Event>>,
+}
+
+impl Window {
+    fn new(places: usize) -> Window {
+        Window {
+            events: (0..places.max(1)).map(|_| None).collect(),
+        }
+    }
+
+    /// Waits until the chunk `places` before chunk `seq` has finished.
+    fn before(&mut self, seq: u64) -> Result<(), Error> {
+        let place = (seq % self.events.len() as u64) as usize;
+        match &self.events[place] {
+            Some(event) => Ok(event.synchronize()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks chunk `seq`, just queued on `stream`, in its place.
+    fn after(&mut self, context: &Context, seq: u64, stream: StreamRef<'_>) -> Result<(), Error> {
+        let place = (seq % self.events.len() as u64) as usize;
+        let event = match self.events[place].take() {
+            Some(event) => event,
+            None => Event::blocking(context)?,
+        };
+        event.record(stream)?;
+        self.events[place] = Some(event);
+        Ok(())
+    }
+}
+
+/// The feeder thread of a stager: joined when dropped.
+#[derive(Debug)]
+pub(super) struct Feeder {
+    lanes: Arc<Lanes>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Feeder {
+    pub(super) fn spawn(lanes: &Arc<Lanes>) -> std::io::Result<Feeder> {
+        let shared = Arc::clone(lanes);
+        let thread = std::thread::Builder::new()
+            .name("hostcopy-feeder".into())
+            .spawn(move || feed(&shared))?;
+        Ok(Feeder {
+            lanes: Arc::clone(lanes),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.lanes.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The feeder's life: queue each job handed over, in order, until stopped.
+fn feed(lanes: &Lanes) {
+    let _relaxed = RelaxedCapture::new();
+    let places = WINDOW_PER_BUFFER * lanes.streams.len();
+    let mut window = Window::new(places);
+    loop {
+        let job = {
+            let mut queue = lock(&lanes.queue);
+            loop {
+                if queue.stop {
+                    return;
+                }
+                if let Some(job) = queue.jobs.front() {
+                    break Arc::clone(job);
+                }
+                queue = lanes
+                    .wake
+                    .wait(queue)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        };
+        lanes.queue_job(&job, Some(&mut window));
+        lock(&lanes.queue).jobs.pop_front();
+        lanes.wake.notify_all();
+    }
+}

@@ -1,0 +1,345 @@
+//! How a transfer is cut into chunks: which bytes of which blocks each
+//! chunk carries, where they sit in its staging buffer, and the host
+//! function's list of copies.
+//!
+//! A single transfer is one block. A batch is many, packed one after the
+//! other into the staging buffers: many small blocks share one chunk (one
+//! gathering driver call, one host function), and a block larger than a
+//! chunk's room is split across chunks.
+//!
+//! Chunk sizes ramp up at the start of a transfer and down at its end
+//! ([`chunk_sizes`]): the first chunk's driver copy and the last chunk's
+//! host copy overlap nothing, so they are kept small.
+
+use std::vec::Vec;
+
+use hostcopy_core::HostCopyArgs;
+
+use super::Direction;
+use crate::cuda::error::{BlockSide, Error};
+use crate::cuda::ffi::CUdeviceptr;
+
+/// One block of a batched transfer: `len` bytes at byte `device_offset` of
+/// the device memory and at byte `host_offset` of the host memory.
+///
+/// ```
+/// use hostcopy_driver::cuda::staging::Block;
+///
+/// // Block 7 of a cache of 256 KiB blocks, to slot 2 of a host pool.
+/// let block = Block::new(7 * (256 << 10), 2 * (256 << 10), 256 << 10);
+/// assert_eq!(block.len, 256 << 10);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Block {
+    /// Byte offset in the device memory.
+    pub device_offset: usize,
+    /// Byte offset in the host memory.
+    pub host_offset: usize,
+    /// Length in bytes (0: nothing to copy).
+    pub len: usize,
+}
+
+impl Block {
+    /// A block of `len` bytes at `device_offset` and `host_offset`.
+    pub const fn new(device_offset: usize, host_offset: usize, len: usize) -> Block {
+        Block {
+            device_offset,
+            host_offset,
+            len,
+        }
+    }
+}
+
+/// The smallest chunk of a ramp: a chunk's fixed cost (a few driver calls
+/// and one host-function latency, about 15 us) stays small beside the
+/// 19 us one MiB takes on a PCIe Gen5 link.
+pub(super) const RAMP_FIRST: usize = 1 << 20;
+
+/// Host copies of a many-block chunk are cut to at most this many bytes,
+/// so that the workers share a chunk of a few large blocks evenly.
+const HOST_PIECE: usize = 512 << 10;
+
+/// The sizes of the chunks a transfer of `len` bytes is cut into, with
+/// chunks of at most `chunk` bytes.
+///
+/// With `ramp`, the chunks double from [`RAMP_FIRST`] up to `chunk` at the
+/// start and halve again at the end (64 MiB in 16 MiB chunks: 1, 2, 4, 8,
+/// three of 11.3, 8, 4, 2, 1 MiB); without it, full chunks and a shorter
+/// last one.
+pub(super) fn chunk_sizes(len: usize, chunk: usize, ramp: bool) -> Vec<usize> {
+    let chunk = chunk.max(1);
+    let mut head = Vec::new();
+    let mut rest = len;
+    if ramp {
+        let mut size = RAMP_FIRST;
+        while size < chunk && rest > 4 * size {
+            head.push(size);
+            rest -= 2 * size;
+            size *= 2;
+        }
+    }
+    let middle = rest.div_ceil(chunk);
+    let mut sizes = head.clone();
+    if let Some(each) = rest.checked_div(middle) {
+        let extra = rest % middle;
+        sizes.extend((0..middle).map(|index| each + usize::from(index < extra)));
+    }
+    sizes.extend(head.iter().rev());
+    sizes
+}
+
+/// A range of a chunk's driver copy: `len` bytes between `device` and
+/// staging address `staging`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct DevicePiece {
+    pub(super) device: CUdeviceptr,
+    pub(super) staging: usize,
+    pub(super) len: usize,
+}
+
+/// One chunk of a planned transfer.
+#[derive(Debug)]
+pub(super) struct PlannedChunk {
+    /// Its number among the stager's chunks, in the order they are queued.
+    pub(super) seq: u64,
+    /// The staging buffer it goes through: `seq % buffers`.
+    pub(super) buffer: usize,
+    /// Bytes it carries.
+    pub(super) len: usize,
+    /// The driver's side: one copy, or a gathering batch.
+    pub(super) device: Vec<DevicePiece>,
+    /// The host function's side, in the direction's order (D2H: staging to
+    /// host; H2D: host to staging).
+    pub(super) host: Vec<HostCopyArgs>,
+}
+
+/// Checks a batch against its memories: every block inside both, and no
+/// two blocks writing the same bytes (destinations disjoint; sources may
+/// overlap). Nothing is queued before this passes.
+pub(super) fn check_blocks(
+    blocks: &[Block],
+    direction: Direction,
+    host_len: usize,
+    device_len: usize,
+) -> Result<(), Error> {
+    for (index, block) in blocks.iter().enumerate() {
+        for (side, offset, len) in [
+            (BlockSide::Host, block.host_offset, host_len),
+            (BlockSide::Device, block.device_offset, device_len),
+        ] {
+            if offset.checked_add(block.len).is_none_or(|end| end > len) {
+                return Err(Error::BlockOutOfBounds {
+                    index,
+                    side,
+                    offset,
+                    nbytes: block.len,
+                    len,
+                });
+            }
+        }
+    }
+    let destination = |block: &Block| match direction {
+        Direction::DeviceToHost => block.host_offset,
+        Direction::HostToDevice => block.device_offset,
+    };
+    let mut order: Vec<usize> = (0..blocks.len()).filter(|&i| blocks[i].len > 0).collect();
+    order.sort_unstable_by_key(|&index| destination(&blocks[index]));
+    for pair in order.windows(2) {
+        let (a, b) = (&blocks[pair[0]], &blocks[pair[1]]);
+        if destination(a) + a.len > destination(b) {
+            return Err(Error::BlocksOverlap {
+                first: pair[0].min(pair[1]),
+                second: pair[0].max(pair[1]),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Where a transfer's memories are and how it is cut.
+pub(super) struct Layout<'a> {
+    pub(super) direction: Direction,
+    pub(super) host: usize,
+    pub(super) device: CUdeviceptr,
+    pub(super) blocks: &'a [Block],
+    /// Staging buffer addresses.
+    pub(super) staging: &'a [usize],
+    /// The number of the transfer's first chunk; chunk `s` uses buffer
+    /// `s % staging.len()`.
+    pub(super) first: u64,
+}
+
+/// Cuts checked blocks into chunks of `sizes` (bytes per chunk, summing to
+/// the blocks' total), packing blocks one after the other.
+pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
+    let mut chunks = Vec::with_capacity(sizes.len());
+    let mut blocks = layout.blocks.iter().filter(|block| block.len > 0);
+    let mut current = blocks.next().copied();
+    for (index, &size) in sizes.iter().enumerate() {
+        let seq = layout.first + index as u64;
+        let buffer = (seq % layout.staging.len() as u64) as usize;
+        let base = layout.staging[buffer];
+        let mut planned = PlannedChunk {
+            seq,
+            buffer,
+            len: 0,
+            device: Vec::new(),
+            host: Vec::new(),
+        };
+        while planned.len < size {
+            let Some(block) = current.as_mut() else {
+                break;
+            };
+            let take = block.len.min(size - planned.len);
+            let staging = base + planned.len;
+            planned.device.push(DevicePiece {
+                device: layout.device + block.device_offset as CUdeviceptr,
+                staging,
+                len: take,
+            });
+            let host = layout.host + block.host_offset;
+            let many = layout.blocks.len() > 1;
+            let piece = if many { HOST_PIECE } else { take };
+            for at in (0..take).step_by(piece.max(1)) {
+                let len = piece.min(take - at);
+                planned.host.push(match layout.direction {
+                    Direction::DeviceToHost => HostCopyArgs::new(host + at, staging + at, len),
+                    Direction::HostToDevice => HostCopyArgs::new(staging + at, host + at, len),
+                });
+            }
+            planned.len += take;
+            block.device_offset += take;
+            block.host_offset += take;
+            block.len -= take;
+            if block.len == 0 {
+                current = blocks.next().copied();
+            }
+        }
+        chunks.push(planned);
+    }
+    chunks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ramp_sums_to_the_length_and_never_exceeds_the_chunk() {
+        for len in [1, 1 << 20, 3 << 20, 16 << 20, 64 << 20, (1 << 30) + 12345] {
+            for ramp in [false, true] {
+                let sizes = chunk_sizes(len, 16 << 20, ramp);
+                assert_eq!(sizes.iter().sum::<usize>(), len, "{len} {ramp}");
+                assert!(sizes.iter().all(|&s| s > 0 && s <= 16 << 20), "{sizes:?}");
+            }
+        }
+        let mib = |sizes: Vec<usize>| sizes.iter().map(|s| s >> 20).collect::<Vec<_>>();
+        assert_eq!(
+            mib(chunk_sizes(64 << 20, 16 << 20, false)),
+            [16, 16, 16, 16]
+        );
+        assert_eq!(
+            mib(chunk_sizes(64 << 20, 16 << 20, true)),
+            [1, 2, 4, 8, 11, 11, 11, 8, 4, 2, 1]
+        );
+        assert!(chunk_sizes(0, 16 << 20, true).is_empty());
+    }
+
+    #[test]
+    fn overlapping_destinations_are_refused_with_both_indices() {
+        let blocks = [
+            Block::new(0, 0, 10),
+            Block::new(100, 20, 10),
+            Block::new(200, 15, 10),
+        ];
+        assert_eq!(
+            check_blocks(&blocks, Direction::DeviceToHost, 1000, 1000),
+            Err(Error::BlocksOverlap {
+                first: 1,
+                second: 2
+            })
+        );
+        // The same blocks read overlapping host bytes and write disjoint
+        // device bytes: fine for host to device.
+        assert_eq!(
+            check_blocks(&blocks, Direction::HostToDevice, 1000, 1000),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn an_out_of_bounds_block_is_refused_with_its_index_and_side() {
+        let blocks = [Block::new(0, 0, 8), Block::new(8, 8, 8)];
+        assert_eq!(
+            check_blocks(&blocks, Direction::DeviceToHost, 16, 12),
+            Err(Error::BlockOutOfBounds {
+                index: 1,
+                side: BlockSide::Device,
+                offset: 8,
+                nbytes: 8,
+                len: 12
+            })
+        );
+        let overflowing = [Block::new(0, usize::MAX, 2)];
+        assert!(matches!(
+            check_blocks(&overflowing, Direction::HostToDevice, 16, 16),
+            Err(Error::BlockOutOfBounds {
+                index: 0,
+                side: BlockSide::Host,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn blocks_are_packed_and_split_across_chunks() {
+        let blocks = [
+            Block::new(1000, 0, 6),
+            Block::new(0, 10, 0),
+            Block::new(2000, 20, 7),
+        ];
+        let layout = Layout {
+            direction: Direction::DeviceToHost,
+            host: 10_000,
+            device: 50_000,
+            blocks: &blocks,
+            staging: &[100, 200],
+            first: 1,
+        };
+        let chunks = plan(&layout, &[8, 5]);
+        assert_eq!(chunks.len(), 2);
+        assert_eq!((chunks[0].buffer, chunks[0].len), (1, 8));
+        assert_eq!(
+            chunks[0].device,
+            [
+                DevicePiece {
+                    device: 51_000,
+                    staging: 200,
+                    len: 6
+                },
+                DevicePiece {
+                    device: 52_000,
+                    staging: 206,
+                    len: 2
+                },
+            ]
+        );
+        assert_eq!(
+            chunks[0].host,
+            [
+                HostCopyArgs::new(10_000, 200, 6),
+                HostCopyArgs::new(10_020, 206, 2)
+            ]
+        );
+        assert_eq!((chunks[1].buffer, chunks[1].len), (0, 5));
+        assert_eq!(
+            chunks[1].device,
+            [DevicePiece {
+                device: 52_002,
+                staging: 100,
+                len: 5
+            }]
+        );
+        assert_eq!(chunks[1].host, [HostCopyArgs::new(10_022, 100, 5)]);
+    }
+}

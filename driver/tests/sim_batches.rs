@@ -1,0 +1,254 @@
+//! Batched transfers and the stager's feeder against the simulated driver:
+//! scattered blocks byte-exact both ways whichever way the driver copies
+//! them, bad batches refused before anything is queued, and transfers that
+//! return at once while the feeder keeps a bounded number of chunks queued.
+//! Runs under Miri with small sizes.
+
+#![cfg(all(feature = "cuda", feature = "simulator"))]
+
+mod sim_support;
+
+use hostcopy_driver::cuda::sim;
+use hostcopy_driver::cuda::staging::{Block, DeviceCopies, Stager, StagingOptions};
+use hostcopy_driver::cuda::{BlockSide, DeviceBuffer, Error};
+use sim_support::{device, scaled};
+
+const CHUNK: usize = scaled(1 << 20, 512);
+const BUFFERS: usize = 3;
+
+fn options(device_copies: DeviceCopies) -> StagingOptions {
+    StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(2)
+        .device_copies(device_copies)
+        .build()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+/// Blocks of awkward sizes (none a multiple of another, one larger than a
+/// chunk, one empty), device offsets scattered out of order, host offsets
+/// packed with gaps.
+fn scattered_blocks() -> (Vec<Block>, usize, usize) {
+    let lens = [
+        scaled(4 << 10, 16),
+        scaled(7 << 10, 24) + 3,
+        scaled(64 << 10, 40),
+        0,
+        CHUNK + scaled(5 << 10, 8) + 1,
+        scaled(64 << 10, 40) - 7,
+        scaled(33 << 10, 12),
+    ];
+    let slot = lens.iter().max().copied().unwrap() + 64;
+    let device_len = slot * (lens.len() + 3);
+    let order = [5, 0, 8, 3, 9, 1, 6];
+    let mut host_at = 11;
+    let blocks = lens
+        .iter()
+        .zip(order)
+        .map(|(&len, place)| {
+            let block = Block::new(place * slot + 13, host_at, len);
+            host_at += len + 5;
+            block
+        })
+        .collect();
+    (blocks, host_at + 17, device_len)
+}
+
+#[test]
+fn scattered_blocks_arrive_byte_exact_both_ways_however_the_driver_copies_them() {
+    let device = device();
+    for copies in [DeviceCopies::Auto, DeviceCopies::Loop, DeviceCopies::Batch] {
+        let mut stager = Stager::with_options(&device.context, options(copies)).unwrap();
+        let (blocks, host_len, device_len) = scattered_blocks();
+        let device_bytes = pattern(device_len, 1);
+        let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+        source.copy_from_host(0, &device_bytes).unwrap();
+
+        let mut pool = vec![0xEEu8; host_len];
+        stager
+            .device_to_host_blocks(&mut pool, &source, &blocks)
+            .unwrap();
+        let mut expected = vec![0xEEu8; host_len];
+        for block in &blocks {
+            expected[block.host_offset..][..block.len]
+                .copy_from_slice(&device_bytes[block.device_offset..][..block.len]);
+        }
+        assert!(pool == expected, "{copies:?}: device to host differs");
+
+        // Back into a fresh buffer: only the blocks' bytes are written.
+        let host_bytes = pattern(host_len, 77);
+        let mut target = DeviceBuffer::new(&device.context, device_len).unwrap();
+        stager
+            .host_to_device_blocks(&mut target, &host_bytes, &blocks)
+            .unwrap();
+        let mut back = vec![0u8; device_len];
+        target.copy_to_host(0, &mut back).unwrap();
+        let mut expected = vec![0u8; device_len];
+        for block in &blocks {
+            expected[block.device_offset..][..block.len]
+                .copy_from_slice(&host_bytes[block.host_offset..][..block.len]);
+        }
+        assert!(back == expected, "{copies:?}: host to device differs");
+    }
+    device.assert_no_violations();
+}
+
+#[test]
+fn bad_batches_are_refused_with_the_offending_blocks_before_anything_is_queued() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let mut memory = DeviceBuffer::new(&device.context, 4096).unwrap();
+    let mut pool = vec![0u8; 4096];
+    sim::hold(device.ordinal);
+    let overlapping = [
+        Block::new(0, 0, 100),
+        Block::new(1000, 500, 100),
+        Block::new(2000, 550, 10),
+    ];
+    assert_eq!(
+        stager.device_to_host_blocks(&mut pool, &memory, &overlapping),
+        Err(Error::BlocksOverlap {
+            first: 1,
+            second: 2
+        })
+    );
+    let out_of_bounds = [Block::new(0, 0, 100), Block::new(4000, 0, 100)];
+    assert_eq!(
+        stager.host_to_device_blocks(&mut memory, &pool, &out_of_bounds),
+        Err(Error::BlockOutOfBounds {
+            index: 1,
+            side: BlockSide::Device,
+            offset: 4000,
+            nbytes: 100,
+            len: 4096
+        })
+    );
+    stager
+        .scope(|scope| {
+            let refused = scope.device_to_host_blocks(&mut pool, &memory, &overlapping);
+            assert!(matches!(refused, Err(Error::BlocksOverlap { .. })));
+        })
+        .unwrap();
+    assert_eq!(device.state().queued, 0, "nothing was queued");
+    sim::release(device.ordinal);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// A scope's transfer is planned and handed to the feeder: the call
+/// returns with the device stopped, and the feeder keeps at most two
+/// chunks per staging buffer queued ahead (before, a scope queued the
+/// whole transfer at once, and the driver's full queue blocked the caller).
+#[test]
+fn a_scope_transfer_returns_at_once_and_the_feeder_keeps_a_bounded_queue() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let chunks = scaled(24, 12);
+    let len = chunks * CHUNK;
+    let expected = pattern(len, 9);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    let mut small = vec![0u8; 100];
+    sim::hold(device.ordinal);
+    let ordinal = device.ordinal;
+    stager
+        .scope(|scope| {
+            let large = scope.device_to_host(&mut host, &source).unwrap();
+            // Below the driver-path crossover: staged too, since the
+            // driver's synchronous copy would block until the device runs.
+            let small = scope.device_to_host(&mut small, &source).unwrap();
+            // Per chunk a copy, a host function and a window record.
+            let window = 2 * BUFFERS * 3;
+            while sim::device_state(ordinal).queued < window {
+                std::thread::yield_now();
+            }
+            // Room for the feeder to overrun the window, were it able to.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let queued = sim::device_state(ordinal).queued;
+            sim::release(ordinal);
+            large.wait().unwrap();
+            small.wait().unwrap();
+            assert_eq!(queued, window, "ops queued while the device was stopped");
+        })
+        .unwrap();
+    assert!(host == expected);
+    assert!(small[..] == expected[..100]);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// Chunks ramp up from 1 MiB and down again; every byte still lands.
+#[test]
+#[cfg_attr(miri, ignore = "copies tens of MiB")]
+fn a_ramped_transfer_is_byte_exact_both_ways() {
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(8 << 20)
+        .buffers(3)
+        .workers(2)
+        .build();
+    assert!(options.ramp());
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let len = (37 << 20) + 4099;
+    let expected = pattern(len, 4);
+    let mut memory = DeviceBuffer::new(&device.context, len).unwrap();
+    stager.host_to_device(&mut memory, &expected).unwrap();
+    let mut back = vec![0u8; len];
+    stager.device_to_host(&mut back, &memory).unwrap();
+    assert!(back == expected);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// Many small blocks share a chunk, and a chunk costs one gathering driver
+/// call with the batch copy, not one per block; where the driver refuses
+/// batch copies, `Auto` falls back to one copy per block (the same bytes).
+#[test]
+fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
+    let block = scaled(64 << 10, 32);
+    let count = CHUNK / block * 2;
+    let blocks: Vec<Block> = (0..count)
+        .map(|i| Block::new(((i * 7) % count) * block, i * block, block))
+        .collect();
+    let device_bytes = pattern(count * block, 3);
+    let mut expected = vec![0u8; count * block];
+    for b in &blocks {
+        expected[b.host_offset..][..b.len]
+            .copy_from_slice(&device_bytes[b.device_offset..][..b.len]);
+    }
+    for refused in [false, true] {
+        let device = device();
+        if refused {
+            sim::refuse_batch_copies(device.ordinal);
+        }
+        let mut stager =
+            Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+        let mut source = DeviceBuffer::new(&device.context, count * block).unwrap();
+        source.copy_from_host(0, &device_bytes).unwrap();
+        let mut pool = vec![0u8; count * block];
+        let before = device.state();
+        stager
+            .device_to_host_blocks(&mut pool, &source, &blocks)
+            .unwrap();
+        let after = device.state();
+        assert!(pool == expected, "refused: {refused}");
+        let (batches, copies) = (
+            after.batch_copy_calls - before.batch_copy_calls,
+            after.async_copy_calls - before.async_copy_calls,
+        );
+        if refused {
+            assert_eq!((batches, copies), (0, count as u64));
+        } else {
+            assert_eq!((batches, copies), (2, 0), "two chunks, one call each");
+        }
+        drop(stager);
+        device.assert_no_violations();
+    }
+}
