@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, cast
 from . import _native
 from ._errors import (
     AddressOverflow,
+    BlockOutOfBounds,
+    BlocksOverlap,
     CudaError,
     CudaUnavailable,
     IntegerOutOfRange,
@@ -47,7 +49,14 @@ from ._errors import (
     StreamCapturing,
     WrongDevice,
 )
-from ._staging import Stager, Transfer, copy_to_device, copy_to_host
+from ._staging import (
+    Stager,
+    Transfer,
+    copy_blocks_to_device,
+    copy_blocks_to_host,
+    copy_to_device,
+    copy_to_host,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -60,6 +69,8 @@ __version__: str = _native.__version__
 __all__ = [
     "Stager",
     "Transfer",
+    "copy_blocks_to_device",
+    "copy_blocks_to_host",
     "copy_to_device",
     "copy_to_host",
     "ABI_VERSION",
@@ -79,6 +90,8 @@ __all__ = [
     "set_parallel_workers",
     "unpack_host_copy_args",
     "AddressOverflow",
+    "BlockOutOfBounds",
+    "BlocksOverlap",
     "CudaError",
     "CudaUnavailable",
     "IntegerOutOfRange",

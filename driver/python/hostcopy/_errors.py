@@ -37,6 +37,19 @@ class Overlap(PackError):
     nbytes: int
 
 
+class BlockOutOfBounds(OutOfBounds):
+    """Block ``index`` of a batch lies outside the ``side`` memory (``"host"`` or ``"device"``): ``offset + nbytes`` is past its ``len``."""
+
+    index: int
+
+
+class BlocksOverlap(PackError):
+    """Blocks ``first`` and ``second`` of a batch (``first < second``) write some of the same bytes."""
+
+    first: int
+    second: int
+
+
 class AddressOverflow(PackError):
     """``addr + nbytes`` wraps the address space, or ``nbytes`` exceeds what an object can hold (``side``, ``addr``, ``nbytes``)."""
 

@@ -161,6 +161,28 @@ class Stager:
         order_before: Optional[int],
         blocking: bool,
     ) -> Optional[Transfer]: ...
+    def device_to_host_blocks(
+        self,
+        dst: HostMemory,
+        src: int,
+        src_owner: object,
+        src_nbytes: int,
+        blocks: Sequence[tuple[int, int, int]],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: bool,
+    ) -> Optional[Transfer]: ...
+    def host_to_device_blocks(
+        self,
+        dst: int,
+        dst_owner: object,
+        dst_nbytes: int,
+        src: HostMemory,
+        blocks: Sequence[tuple[int, int, int]],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: bool,
+    ) -> Optional[Transfer]: ...
 
 @final
 class Transfer:

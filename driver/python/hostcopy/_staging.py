@@ -12,7 +12,7 @@ C-contiguous; a destination must be writable.
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from . import _native
 from ._errors import NotContiguous, NotDeviceMemory, OutOfBounds, ReadOnlyBuffer
@@ -153,6 +153,25 @@ def _span(size: int, offset: int, nbytes: Optional[int], side: str) -> int:
     return nbytes
 
 
+def _blocks(blocks: Any) -> list[tuple[int, int, int]]:
+    """``(device_offset, host_offset, nbytes)`` triples from a sequence of
+    triples or an ``(n, 3)`` integer array (numpy, a CPU tensor)."""
+    if hasattr(blocks, "tolist"):
+        blocks = blocks.tolist()
+    triples = []
+    for index, block in enumerate(blocks):
+        try:
+            device_offset, host_offset, nbytes = (int(value) for value in block)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"blocks[{index}]: expected (device_offset, host_offset, nbytes), got {block!r}"
+            ) from error
+        if min(device_offset, host_offset, nbytes) < 0:
+            raise ValueError(f"blocks[{index}] = {block!r}: offsets and lengths are not negative")
+        triples.append((device_offset, host_offset, nbytes))
+    return triples
+
+
 def _device_ordinal(device: Any) -> int:
     if device is None:
         return 0
@@ -269,6 +288,46 @@ class Stager:
             bool(blocking),
         )
 
+    def copy_blocks_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[int]], Any],
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+    ) -> Optional[Transfer]:
+        """Copies each block ``(device_offset, host_offset, nbytes)`` of
+        ``blocks`` from GPU memory ``src`` into host memory ``dst``; see
+        ``hostcopy.copy_blocks_to_host``."""
+        triples = _blocks(blocks)
+        consumer = 1 if stream is None else (_stream_handle(stream) or 1)
+        device = _device_side(src, "src", False, consumer)
+        host = _host_side(dst, "dst", True)
+        return self._native.device_to_host_blocks(
+            host, device.ptr, device.owner, device.nbytes, triples, device.streams, consumer, bool(blocking)
+        )
+
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[int]], Any],
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+    ) -> Optional[Transfer]:
+        """Copies each block ``(device_offset, host_offset, nbytes)`` of
+        ``blocks`` from host memory ``src`` into GPU memory ``dst``; see
+        ``hostcopy.copy_blocks_to_device``."""
+        triples = _blocks(blocks)
+        consumer = 1 if stream is None else (_stream_handle(stream) or 1)
+        device = _device_side(dst, "dst", True, consumer)
+        host = _host_side(src, "src", False)
+        return self._native.host_to_device_blocks(
+            device.ptr, device.owner, device.nbytes, host, triples, device.streams, consumer, bool(blocking)
+        )
+
 
 _stagers: dict[int, Stager] = {}
 _stagers_lock = threading.Lock()
@@ -369,3 +428,45 @@ def copy_to_device(
     return _stager_for(dst, "dst").copy_to_device(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset
     )
+
+
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[int]], Any],
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+) -> Optional[Transfer]:
+    """Copies many scattered blocks of GPU memory ``src`` into host memory
+    ``dst`` in one call, at the speed of one large transfer (a KV-cache
+    offload: blocks of a device cache into slots of a host pool).
+
+    ``blocks``: ``(device_offset, host_offset, nbytes)`` triples, byte
+    offsets into ``src`` and ``dst``, as a list of tuples or an ``(n, 3)``
+    integer array. Any sizes, in any order; many small blocks share one
+    staging chunk and one driver call. The whole batch is checked before
+    anything is queued: a block outside either memory raises
+    ``BlockOutOfBounds`` (with its ``index`` and ``side``), two blocks
+    writing the same host bytes raise ``BlocksOverlap`` (``first``,
+    ``second``). Blocks may read overlapping device bytes.
+
+    ``stream`` and ``blocking`` work as for ``copy_to_host``.
+    """
+    return _stager_for(src, "src").copy_blocks_to_host(dst, src, blocks, stream=stream, blocking=blocking)
+
+
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[int]], Any],
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+) -> Optional[Transfer]:
+    """Copies many scattered blocks of host memory ``src`` into GPU memory
+    ``dst`` in one call (a KV-cache restore): the mirror of
+    ``copy_blocks_to_host``. Here no two blocks may write the same device
+    bytes; they may read overlapping host bytes.
+    """
+    return _stager_for(dst, "dst").copy_blocks_to_device(dst, src, blocks, stream=stream, blocking=blocking)

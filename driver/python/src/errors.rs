@@ -1,7 +1,7 @@
 //! The CUDA layer's errors (`hostcopy_driver::cuda::Error`) as the
 //! package's exception classes (defined in `hostcopy/_errors.py`).
 
-use hostcopy_driver::cuda::{DriverError, Error};
+use hostcopy_driver::cuda::{BlockSide, DriverError, Error};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -36,6 +36,36 @@ pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: 
                 [("expected", int(expected)?), ("found", int(found)?)],
             ),
             Error::Capturing => error(py, "StreamCapturing", message, []),
+            Error::BlockOutOfBounds {
+                index,
+                side: block_side,
+                offset,
+                nbytes,
+                len,
+            } => {
+                let block_side = match block_side {
+                    BlockSide::Host => "host",
+                    BlockSide::Device => "device",
+                };
+                error(
+                    py,
+                    "BlockOutOfBounds",
+                    message,
+                    [
+                        ("index", int(index)?),
+                        ("side", text(block_side)?),
+                        ("offset", int(offset)?),
+                        ("nbytes", int(nbytes)?),
+                        ("len", int(len)?),
+                    ],
+                )
+            }
+            Error::BlocksOverlap { first, second } => error(
+                py,
+                "BlocksOverlap",
+                message,
+                [("first", int(first)?), ("second", int(second)?)],
+            ),
             _ => PyRuntimeError::new_err(format!("{operation}: {message}")),
         })
     };

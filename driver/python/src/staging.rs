@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hostcopy_driver::HostRange;
-use hostcopy_driver::cuda::staging::{PendingTransfer, Stager, StagingOptions, Stores};
+use hostcopy_driver::cuda::staging::{Block, PendingTransfer, Stager, StagingOptions, Stores};
 use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, StreamRef};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -349,6 +349,90 @@ impl PyStager {
         )?;
         Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
     }
+
+    /// Copies each block `(device_offset, host_offset, nbytes)` from the
+    /// `src_nbytes` bytes of device memory at `src` (kept allocated by
+    /// `src_owner`) into `dst`: a batch, checked whole before anything is
+    /// queued. Blocking and ordering as `device_to_host`.
+    #[pyo3(signature = (dst, src, src_owner, src_nbytes, blocks, wait_for, order_before, blocking))]
+    #[allow(clippy::too_many_arguments)]
+    fn device_to_host_blocks(
+        slf: Bound<'_, Self>,
+        dst: Bound<'_, HostMemory>,
+        src: CUdeviceptr,
+        src_owner: Py<PyAny>,
+        src_nbytes: usize,
+        blocks: Vec<(usize, usize, usize)>,
+        wait_for: Vec<usize>,
+        order_before: Option<usize>,
+        blocking: bool,
+    ) -> PyResult<Option<Transfer>> {
+        let py = slf.py();
+        let host = dst.get().range();
+        let blocks = to_blocks(&blocks);
+        let id = slf.get().stage(
+            py,
+            "copy_blocks_to_host",
+            src,
+            src_nbytes,
+            src_owner,
+            wait_for,
+            order_before,
+            blocking,
+            // SAFETY: as in `device_to_host`: `dst`'s export is held until
+            // the transfer finishes.
+            move |stager, view| unsafe {
+                stager.start_device_to_host_blocks_unchecked(host, view, &blocks)
+            },
+        )?;
+        Ok(id.map(|id| Transfer::new(slf.unbind(), id, dst.unbind())))
+    }
+
+    /// Copies each block `(device_offset, host_offset, nbytes)` from `src`
+    /// into the `dst_nbytes` bytes of device memory at `dst` (kept
+    /// allocated by `dst_owner`): a batch, checked whole before anything is
+    /// queued. Blocking and ordering as `host_to_device`.
+    #[pyo3(signature = (dst, dst_owner, dst_nbytes, src, blocks, wait_for, order_before, blocking))]
+    #[allow(clippy::too_many_arguments)]
+    fn host_to_device_blocks(
+        slf: Bound<'_, Self>,
+        dst: CUdeviceptr,
+        dst_owner: Py<PyAny>,
+        dst_nbytes: usize,
+        src: Bound<'_, HostMemory>,
+        blocks: Vec<(usize, usize, usize)>,
+        wait_for: Vec<usize>,
+        order_before: Option<usize>,
+        blocking: bool,
+    ) -> PyResult<Option<Transfer>> {
+        let py = slf.py();
+        let host = src.get().range();
+        let blocks = to_blocks(&blocks);
+        let id = slf.get().stage(
+            py,
+            "copy_blocks_to_device",
+            dst,
+            dst_nbytes,
+            dst_owner,
+            wait_for,
+            order_before,
+            blocking,
+            // SAFETY: as in `host_to_device`: `src`'s export is held until
+            // the transfer finishes; the device blocks are the caller's to
+            // keep unshared meanwhile.
+            move |stager, view| unsafe {
+                stager.start_host_to_device_blocks_unchecked(view, host, &blocks)
+            },
+        )?;
+        Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
+    }
+}
+
+fn to_blocks(blocks: &[(usize, usize, usize)]) -> Vec<Block> {
+    blocks
+        .iter()
+        .map(|&(device, host, nbytes)| Block::new(device, host, nbytes))
+        .collect()
 }
 
 /// `nbytes` bytes at `offset` of `memory`, or `OutOfBounds` for `side`.

@@ -406,3 +406,76 @@ def test_a_jax_array_is_refused_as_a_destination():
 
     with pytest.raises(TypeError, match="immutable"):
         hostcopy.Stager.copy_to_device(object.__new__(hostcopy.Stager), Array(), b"")
+
+
+def scattered(count: int, block: int) -> list[tuple[int, int, int]]:
+    """Blocks of unequal sizes at device slots out of order, packed on the host with gaps."""
+    blocks, host = [], 5
+    for index in range(count):
+        nbytes = block + 3 * index
+        blocks.append((((index * 7) % count) * 2 * block + 11, host, nbytes))
+        host += nbytes + 9
+    return blocks
+
+
+def test_blocks_both_ways_byte_exact_from_tuples_and_arrays(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    blocks = scattered(40, 9000)
+    device_len = 2 * 9000 * 40 + 1000
+    host_len = blocks[-1][1] + blocks[-1][2] + 7
+    device_bytes = pattern(device_len, 21)
+    source = sim.array(device, device_bytes)
+    pool = numpy.full(host_len, 0xEE, numpy.uint8)
+    assert stager.copy_blocks_to_host(pool, source, blocks) is None
+    expected = bytearray(b"\xee" * host_len)
+    for device_offset, host_offset, nbytes in blocks:
+        expected[host_offset : host_offset + nbytes] = device_bytes[device_offset : device_offset + nbytes]
+    assert pool.tobytes() == bytes(expected)
+
+    target = sim.array(device, bytes(device_len))
+    as_array = numpy.array(blocks, dtype=numpy.int64)
+    transfer = stager.copy_blocks_to_device(target, pool, as_array, blocking=False)
+    transfer.wait()
+    back = bytearray(device_len)
+    for device_offset, host_offset, nbytes in blocks:
+        back[device_offset : device_offset + nbytes] = pool[host_offset : host_offset + nbytes].tobytes()
+    assert target.read() == bytes(back)
+    stager.close()
+    sim.assert_no_violations(device)
+
+
+def test_bad_batches_are_refused_with_the_offending_blocks(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, bytes(4096))
+    pool = numpy.zeros(4096, numpy.uint8)
+    with pytest.raises(hostcopy.BlocksOverlap) as overlap:
+        stager.copy_blocks_to_host(pool, source, [(0, 0, 100), (1000, 500, 100), (2000, 550, 10)])
+    assert (overlap.value.first, overlap.value.second) == (1, 2)
+    with pytest.raises(hostcopy.BlockOutOfBounds) as outside:
+        stager.copy_blocks_to_device(source, pool, [(0, 0, 10), (4000, 0, 100)])
+    error = outside.value
+    assert (error.index, error.side, error.offset, error.nbytes, error.len) == (1, "device", 4000, 100, 4096)
+    assert isinstance(error, hostcopy.OutOfBounds)
+    with pytest.raises(TypeError, match=r"blocks\[1\]"):
+        stager.copy_blocks_to_host(pool, source, [(0, 0, 1), (1, 2)])
+    with pytest.raises(ValueError, match=r"blocks\[0\]"):
+        stager.copy_blocks_to_host(pool, source, [(0, -1, 1)])
+    assert sim.state(device)["host_fns_run"] == 0, "nothing was queued"
+    sim.assert_no_violations(device)
+
+
+def test_the_one_call_block_functions(sim, numpy):
+    device = sim.device()
+    blocks = [(4 << 20, 0, 3 << 20), (0, 3 << 20, (1 << 20) + 1)]
+    data = pattern(8 << 20, 3)
+    source = sim.array(device, data)
+    pool = numpy.zeros((4 << 20) + 1, numpy.uint8)
+    hostcopy.copy_blocks_to_host(pool, source, blocks)
+    assert pool[: 3 << 20].tobytes() == data[4 << 20 : 7 << 20]
+    assert pool[3 << 20 :].tobytes() == data[: (1 << 20) + 1]
+    target = sim.array(device, bytes(8 << 20))
+    hostcopy.copy_blocks_to_device(target, pool, blocks)
+    assert target.read()[4 << 20 : 7 << 20] == data[4 << 20 : 7 << 20]
+    sim.assert_no_violations(device)

@@ -156,8 +156,9 @@ enum Direction {
 /// Who queues a transfer's chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Queuing {
-    /// The caller, all at once: a blocking call. Small single transfers
-    /// take the driver's path.
+    /// The caller, all at once: a blocking call, or a pending transfer
+    /// (which `order_before` needs queued). Small single transfers take the
+    /// driver's path.
     Now,
     /// The feeder thread: a call that returns at once. Everything is
     /// staged, since the driver's path would block the caller.

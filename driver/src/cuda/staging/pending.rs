@@ -4,6 +4,13 @@
 //! and finished by [`Stager::finish_pending`]. What a binding (the Python
 //! package) builds its non-blocking transfers on; Rust code has
 //! [`Stager::scope`], which proves the same with borrows.
+//!
+//! A pending transfer's chunks are queued by the call that starts it, all
+//! at once (a scope's go to the stager's feeder thread instead), so that
+//! [`PendingTransfer::order_before`] can order a stream after it at once;
+//! for a transfer of many GiB that call may wait for room in the driver's
+//! queue. Small single transfers take the driver's path, as blocking
+//! calls do.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -62,11 +69,6 @@ impl PendingTransfer {
     /// a kernel that reads what a host-to-device transfer writes, say.
     /// Refused on a capturing stream ([`Error::Capturing`]): the wait would
     /// make the capture depend on work outside it.
-    ///
-    /// The wait needs the transfer's last chunks queued: this returns once
-    /// the stager's feeder has queued them (at once for a transfer that
-    /// fits in the chunks the feeder keeps queued ahead, otherwise when
-    /// the chunks before those are done).
     pub fn order_before(&self, stream: StreamRef<'_>) -> Result<(), Error> {
         let Some(in_flight) = &self.in_flight else {
             return Ok(());
@@ -179,7 +181,11 @@ impl Stager {
         device: DeviceSide<'_>,
         blocks: Blocks<'_>,
     ) -> Result<PendingTransfer, Error> {
-        let in_flight = self.start(host, device, blocks, Queuing::Feeder)?;
+        // Queued by the caller, all at once, not by the feeder: so that
+        // `order_before` can order a stream after the transfer at once
+        // (its last chunks are queued), as a binding's non-blocking call
+        // does right after starting it.
+        let in_flight = self.start(host, device, blocks, Queuing::Now)?;
         Ok(PendingTransfer {
             in_flight,
             stager: self.id,
