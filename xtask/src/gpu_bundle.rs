@@ -28,7 +28,7 @@ const STEPS: &[(&str, u32, &str)] = &[
     ("gpu-fault", 120, "bin/gpu_fault"),
     ("gpu-staging", 240, "bin/gpu_staging --test-threads=1"),
     ("driver-loading", 60, "bin/driver_loading"),
-    ("python", 480, "python/gpu.sh python/wheels"),
+    ("python", 540, "python/gpu.sh python/wheels"),
     ("example", 90, "bin/staged_d2h"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
 ];
@@ -42,6 +42,7 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/tests/test_gpu_arrays.py", "python/tests/test_gpu_arrays.py"),
     ("driver/python/bench/staged_d2h.py", "python/bench/staged_d2h.py"),
     ("driver/python/bench/one_call.py", "python/bench/one_call.py"),
+    ("driver/python/bench/blocks.py", "python/bench/blocks.py"),
 ];
 
 /// The bundle must travel to the GPU host in one call.

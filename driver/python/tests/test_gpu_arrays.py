@@ -202,3 +202,28 @@ def test_a_cpu_tensor_through_dlpack_both_ways():
     target = torch.zeros(SIZE, dtype=torch.uint8, device="cuda")
     hostcopy.copy_to_device(target, into)
     assert torch.equal(target.cpu(), expected)
+
+
+@pytest.mark.parametrize("block", [64 << 10, 256 << 10, 2 << 20])
+def test_scattered_blocks_of_a_torch_cache_both_ways(block):
+    """A KV-cache offload and restore: blocks at random slots of a torch
+    cache to packed slots of a numpy pool and back, byte-exact."""
+    torch = _gpu_or_skip()
+    count = (128 << 20) // block
+    slots = 2 * count
+    cache_bytes = pattern(slots * block, 17)
+    cache = torch.from_numpy(cache_bytes).cuda()
+    rng = np.random.default_rng(block)
+    chosen = rng.choice(slots, size=count, replace=False)
+    blocks = np.stack([chosen * block, np.arange(count) * block, np.full(count, block)], axis=1)
+    pool = np.zeros(count * block, np.uint8)
+    hostcopy.copy_blocks_to_host(pool, cache, blocks)
+    expected = cache_bytes.reshape(slots, block)[chosen].reshape(-1)
+    assert np.array_equal(pool, expected)
+    restored = torch.zeros_like(cache)
+    transfer = hostcopy.copy_blocks_to_device(restored, pool, blocks, blocking=False)
+    transfer.wait()
+    back = restored.cpu().numpy().reshape(slots, block)
+    assert np.array_equal(back[chosen].reshape(-1), expected)
+    untouched = np.setdiff1d(np.arange(slots), chosen)
+    assert not back[untouched].any(), "bytes outside the blocks were written"
