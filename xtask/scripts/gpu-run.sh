@@ -2,7 +2,7 @@
 # hostcopy GPU run, copied into the bundle by `cargo xtask gpu-bundle`.
 # Runs each line of ./steps (NAME<TAB>SECONDS<TAB>COMMAND, from the bundle's
 # folder, with $out the results folder): the GPU tests, the sticky-error
-# test, the Python consumer, the staged example, the benchmark; prints a
+# test, the Python consumer, the examples, the benchmark; prints a
 # summary table last. Results in $OUT (or ./out next to this script):
 # run.log, machine.txt, bench.{txt,csv,svg}.
 set -u

@@ -1,5 +1,5 @@
 //! `cargo xtask gpu-bundle`: builds what runs on a GPU host that has no Rust
-//! toolchain (the GPU test binaries, the staged example, the benchmark, the
+//! toolchain (the GPU test binaries, the examples, the benchmark, the
 //! Python package's wheel and its GPU tests) into one folder with `run.sh`
 //! (`xtask/scripts/gpu-run.sh`), which runs each of [`STEPS`] and prints a
 //! summary table last.
@@ -16,9 +16,10 @@ use crate::command;
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask gpu-bundle [--out DIR]
 
-Builds the GPU test binaries, the staged_d2h example, the staged_copy
-benchmark (profile `gpu-bundle`) and the Python wheel (driver/python) into DIR
-(default target/hostcopy-gpu-bundle) with run.sh. On the GPU host:
+Builds the GPU test binaries, the staged_d2h and kv_offload examples, the
+staged_copy benchmark (profile `gpu-bundle`) and the Python wheel
+(driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh.
+On the GPU host:
     sh DIR/run.sh        # results in $OUT, or DIR/out";
 
 /// What `run.sh` runs, in order: a name, a time limit in seconds, and a shell
@@ -30,6 +31,7 @@ const STEPS: &[(&str, u32, &str)] = &[
     ("driver-loading", 60, "bin/driver_loading"),
     ("python", 540, "python/gpu.sh python/wheels"),
     ("example", 90, "bin/staged_d2h"),
+    ("kv-offload", 90, "bin/kv_offload"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
 ];
 
@@ -94,7 +96,7 @@ fn bundle(out: &Path) -> Result<u64, String> {
         "--test",
         "driver_loading",
     ];
-    let programs = ["build", "--example", "staged_d2h", "--bench", "staged_copy"];
+    let programs = ["build", "--example", "staged_d2h", "--example", "kv_offload", "--bench", "staged_copy"];
     for build in [&tests[..], &programs[..]] {
         for (name, path) in executables(cargo(root).args(build).args(driver))? {
             copy(&path, &out.join("bin").join(name))?;
@@ -188,8 +190,15 @@ mod tests {
         let script = include_str!("../scripts/gpu-run.sh");
         assert!(script.contains("export HOSTCOPY_REQUIRE_GPU=1"));
         assert!(script.trim_end().lines().last().unwrap().contains("summary"), "summary last");
-        let bundled =
-            ["bin/gpu", "bin/gpu_fault", "bin/gpu_staging", "bin/driver_loading", "bin/staged_d2h", "bin/staged_copy"];
+        let bundled = [
+            "bin/gpu",
+            "bin/gpu_fault",
+            "bin/gpu_staging",
+            "bin/driver_loading",
+            "bin/staged_d2h",
+            "bin/kv_offload",
+            "bin/staged_copy",
+        ];
         for (name, _, command) in STEPS {
             let program = command.split_whitespace().next().unwrap();
             let file = FILES.iter().any(|(_, to)| to == &program);

@@ -30,7 +30,62 @@
 //! ([`Transfer`]) that the caller waits on later while it keeps enqueuing;
 //! like [`std::thread::scope`], the scope waits for every transfer it
 //! started before it returns, so forgetting a handle cannot free a borrowed
-//! buffer under a running host function.
+//! buffer under a running host function. A scope's transfers return at
+//! once: the caller's thread only checks and plans them, and the stager's
+//! feeder thread queues their chunks, keeping two per staging buffer queued
+//! ahead, so the caller makes no driver call until it waits (pending
+//! transfers are queued the same way). Small transfers in a scope are
+//! staged too, since the driver's path would block.
+//!
+//! # Batches
+//!
+//! A transfer of many scattered ranges, such as a KV cache's blocks, is one
+//! call: each [`Block`] names a device offset, a host offset and a length.
+//! The blocks are packed one after the other into the staging buffers, so
+//! many small blocks share a chunk: one driver call gathers or scatters
+//! them (`cuMemcpyBatchAsync` where the driver has it, CUDA 12.8 and later;
+//! else one asynchronous copy per block: [`DeviceCopies`]) and one host
+//! function copies them on.
+//!
+//! ```no_run
+//! use hostcopy_driver::cuda::{Context, DeviceBuffer};
+//! use hostcopy_driver::cuda::staging::{Block, Stager};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! const BLOCK: usize = 256 << 10;
+//! let context = Context::primary(0)?;
+//! let mut cache = DeviceBuffer::new(&context, 4096 * BLOCK)?;
+//! let mut pool = vec![0u8; 1024 * BLOCK];
+//! let mut stager = Stager::new(&context)?;
+//! // Offload device blocks 5, 900 and 17 to pool slots 0, 1 and 2 ...
+//! let offload: Vec<Block> = [5, 900, 17]
+//!     .iter()
+//!     .enumerate()
+//!     .map(|(slot, &block)| Block::new(block * BLOCK, slot * BLOCK, BLOCK))
+//!     .collect();
+//! stager.device_to_host_blocks(&mut pool, &cache, &offload)?;
+//! // ... and restore them later to device blocks 40, 41 and 42.
+//! let restore: Vec<Block> = (0..3)
+//!     .map(|slot| Block::new((40 + slot) * BLOCK, slot * BLOCK, BLOCK))
+//!     .collect();
+//! stager.host_to_device_blocks(&mut cache, &pool, &restore)?;
+//! // Or without blocking: the offload runs while the caller works on.
+//! stager.scope(|scope| -> Result<(), hostcopy_driver::cuda::Error> {
+//!     let transfer = scope.device_to_host_blocks(&mut pool, &cache, &offload)?;
+//!     // ... other work ...
+//!     transfer.wait()
+//! })??;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every block is checked before anything is queued: each must lie inside
+//! both memories ([`Error::BlockOutOfBounds`], with the block's index and
+//! the memory it is outside of), and no two may write the same bytes
+//! ([`Error::BlocksOverlap`], with both indices): destinations are
+//! disjoint, sources may overlap. A transfer's chunks ramp up from 1 MiB at
+//! its start and down at its end, where nothing overlaps them
+//! ([`StagingOptionsBuilder::ramp`]).
 //!
 //! # Errors
 //!
@@ -38,10 +93,11 @@
 //! buffers, which no graph capture can reach, so it makes them in the
 //! relaxed capture mode: a stager works while another part of the program
 //! captures a graph, even in global mode, and leaves that capture alone.
-//! The exception is a transfer below the crossover: the driver's own
-//! synchronous copy goes through the legacy stream, which synchronizes with
-//! every blocking stream, so during a global capture the driver refuses it
-//! (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), as it would anyone's.
+//! The exception is a blocking transfer below the crossover: the driver's
+//! own synchronous copy goes through the legacy stream, which synchronizes
+//! with every blocking stream, so during a global capture the driver
+//! refuses it (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), as it would
+//! anyone's.
 //!
 //! A failed wait returns the driver's error; it never hangs. Before it
 //! returns, the stager drains its own streams (never the whole context,
@@ -75,7 +131,7 @@
 //! 4. Several GPUs at once: one stager per GPU, each on its own thread,
 //!    built with [`StagingOptionsBuilder::stagers`] set to the number of
 //!    GPUs, so each pool gets its share of the cores.
-//! 5. Small transfers take the driver's path below
+//! 5. Small blocking transfers take the driver's path below
 //!    [`StagingOptions::driver_path_below`] (see [`DRIVER_PATH_BELOW`] for
 //!    how that crossover is measured). Pinned memory needs no staging at
 //!    all: [`Stager::device_to_pinned`] and [`Stager::pinned_to_device`]
