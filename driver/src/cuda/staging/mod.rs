@@ -33,9 +33,10 @@
 //! buffer under a running host function. A scope's transfers return at
 //! once: the caller's thread only checks and plans them, and the stager's
 //! feeder thread queues their chunks, keeping two per staging buffer queued
-//! ahead, so the caller makes no driver call until it waits (pending
-//! transfers are queued the same way). Small transfers in a scope are
-//! staged too, since the driver's path would block.
+//! ahead, so the caller makes no driver call until it waits. Small
+//! transfers in a scope are staged too, since the driver's path would
+//! block. (A [`PendingTransfer`]'s chunks are queued by the call that
+//! starts it, so that it can order a stream after itself at once.)
 //!
 //! # Batches
 //!
@@ -594,8 +595,9 @@ impl Drop for Stager {
         // Every driver call of the teardown in the relaxed mode, the
         // streams and events too (dropped here, not after).
         let _relaxed = RelaxedCapture::new();
-        // The feeder first: it may be queuing a pending transfer's chunks.
-        // Jobs it has not started stay unqueued.
+        // The feeder first, joined: it is idle (every scope waited for the
+        // transfers it handed over), and would leave any job it had not
+        // started unqueued.
         self.feeder = None;
         // Borrowed transfers are finished (they borrow the stager), but a
         // pending transfer dropped unfinished may still be queued.
