@@ -1,7 +1,9 @@
 //! GPU tests of staged transfers (`cuda::staging`) against the real driver:
 //! byte-exact in both directions for sizes that are not multiples of the
 //! chunk, unaligned host buffers, zero bytes, a never-touched destination,
-//! default options and several transfers in flight, and the driver
+//! default options and several transfers in flight, batches of scattered
+//! blocks with the driver's batch copy and with a loop of copies, a scope
+//! with single transfers and a batch in flight together, and the driver
 //! behaviour the stager's error path rests on (its streams drain while
 //! another stream captures; the context does not). Elsewhere each reports
 //! itself ignored and why.
@@ -9,8 +11,10 @@
 mod gpu_support;
 
 use gpu_support::{check, pattern};
-use hostcopy_driver::cuda::staging::{DEFAULT_CHUNK, Stager, StagingOptions, Stores};
-use hostcopy_driver::cuda::{CaptureMode, Context, DeviceBuffer, Stream};
+use hostcopy_driver::cuda::staging::{
+    Block, DEFAULT_CHUNK, DeviceCopies, Stager, StagingOptions, Stores,
+};
+use hostcopy_driver::cuda::{CaptureMode, Context, DeviceBuffer, Stream, driver_version};
 use libtest_mimic::Failed;
 
 fn main() {
@@ -41,6 +45,14 @@ fn main() {
             (
                 "staging_and_its_drain_leave_another_streams_global_capture_alone",
                 beside_a_capture,
+            ),
+            (
+                "scattered_blocks_are_byte_exact_both_ways_with_the_batch_copy_and_the_loop",
+                scattered_blocks,
+            ),
+            (
+                "scope_transfers_and_batches_in_flight_together_all_arrive",
+                scope_with_batches,
             ),
         ],
     )
@@ -238,4 +250,235 @@ fn beside_a_capture(context: &Context) -> Result<(), Failed> {
     check(host == expected, || {
         "a transfer after the refused capture differs".into()
     })
+}
+
+/// A small deterministic generator (xorshift64) for block placements.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// `count` distinct numbers below `slots`, in random order (the first
+    /// `count` places of a Fisher-Yates shuffle).
+    fn distinct(&mut self, count: usize, slots: usize) -> Vec<usize> {
+        let mut all: Vec<usize> = (0..slots).collect();
+        for i in 0..count.min(slots) {
+            let j = i + (self.next() % (slots - i) as u64) as usize;
+            all.swap(i, j);
+        }
+        all.truncate(count);
+        all
+    }
+}
+
+/// `count` blocks of `len` bytes at distinct random slots of `len` bytes
+/// in the device memory, packed one after the other in the host memory
+/// from byte `host_start`.
+fn random_blocks(
+    rng: &mut XorShift,
+    count: usize,
+    len: usize,
+    device_len: usize,
+    host_start: usize,
+) -> Vec<Block> {
+    rng.distinct(count, device_len / len)
+        .into_iter()
+        .enumerate()
+        .map(|(index, slot)| Block::new(slot * len, host_start + index * len, len))
+        .collect()
+}
+
+/// The first index at which `got` and `expected` differ.
+fn first_difference(got: &[u8], expected: &[u8]) -> Option<usize> {
+    got.iter()
+        .zip(expected)
+        .position(|(a, b)| a != b)
+        .or((got.len() != expected.len()).then(|| got.len().min(expected.len())))
+}
+
+/// Fails with where `got` first differs from `expected`.
+fn same(got: &[u8], expected: &[u8], what: impl FnOnce() -> String) -> Result<(), Failed> {
+    match first_difference(got, expected) {
+        None => Ok(()),
+        Some(at) => Err(format!(
+            "{}: first wrong byte at {at} (got {:?}, expected {:?})",
+            what(),
+            got.get(at),
+            expected.get(at)
+        )
+        .into()),
+    }
+}
+
+/// What the host and device memories of a batch test hold: the source's
+/// bytes as the driver's own copy reads them, and a zeroed target.
+struct BatchMemories<'a> {
+    source: &'a DeviceBuffer,
+    /// `source` read by `DeviceBuffer::copy_to_host` (the driver's path).
+    source_bytes: &'a [u8],
+    target: &'a mut DeviceBuffer,
+    zeros: &'a [u8],
+}
+
+/// The host's bytes before a device-to-host batch: bytes outside every
+/// block must keep them.
+const UNTOUCHED: u8 = 0xA5;
+
+/// `blocks` from `source` into a pageable buffer of `host_len` bytes, then
+/// back from it into the zeroed target; each checked byte by byte against
+/// the driver's own copies.
+fn batch_both_ways(
+    stager: &mut Stager,
+    memories: &mut BatchMemories<'_>,
+    blocks: &[Block],
+    host_len: usize,
+    what: &str,
+) -> Result<(), Failed> {
+    let mut host = vec![UNTOUCHED; host_len];
+    stager.device_to_host_blocks(&mut host, memories.source, blocks)?;
+    let mut expected = vec![UNTOUCHED; host_len];
+    for block in blocks {
+        expected[block.host_offset..][..block.len]
+            .copy_from_slice(&memories.source_bytes[block.device_offset..][..block.len]);
+    }
+    same(&host, &expected, || format!("{what}: device to host"))?;
+
+    memories.target.copy_from_host(0, memories.zeros)?;
+    stager.host_to_device_blocks(memories.target, &host, blocks)?;
+    let device_len = memories.target.len();
+    let mut back = vec![0u8; device_len];
+    memories.target.copy_to_host(0, &mut back)?;
+    let mut expected = vec![0u8; device_len];
+    for block in blocks {
+        expected[block.device_offset..][..block.len]
+            .copy_from_slice(&host[block.host_offset..][..block.len]);
+    }
+    same(&back, &expected, || format!("{what}: host to device"))
+}
+
+/// The driver's batch copy came with CUDA 12.8.
+const BATCH_COPY_SINCE: i32 = 12080;
+
+/// `CUDA_ERROR_NOT_SUPPORTED`: what a forced batch copy returns where the
+/// driver has none.
+const CUDA_ERROR_NOT_SUPPORTED: u32 = 801;
+
+fn scattered_blocks(context: &Context) -> Result<(), Failed> {
+    const TOTAL: usize = 256 << 20;
+    /// Host bytes before and after the packed blocks, which no block
+    /// writes.
+    const MARGIN: usize = 4096 + 3;
+    let device_len = 2 * TOTAL;
+    let source = device_with(context, &pattern(device_len, 41))?;
+    let mut source_bytes = vec![0u8; device_len];
+    source.copy_to_host(0, &mut source_bytes)?;
+    let mut target = DeviceBuffer::new(context, device_len)?;
+    let zeros = vec![0u8; device_len];
+    let mut memories = BatchMemories {
+        source: &source,
+        source_bytes: &source_bytes,
+        target: &mut target,
+        zeros: &zeros,
+    };
+
+    // Awkward sizes: none a multiple of another, one larger than a chunk;
+    // device offsets odd and out of order, host offsets packed with gaps.
+    let lens = [(4 << 10) + 3, 37 << 10, (2 << 20) + 5, DEFAULT_CHUNK + 4097];
+    let device_at = [300 << 20, 7, (100 << 20) + 4099, (50 << 20) + 1];
+    let mut host_at = 3;
+    let awkward: Vec<Block> = lens
+        .iter()
+        .zip(device_at)
+        .map(|(&len, device_offset)| {
+            let block = Block::new(device_offset, host_at, len);
+            host_at += len + 5;
+            block
+        })
+        .collect();
+    let awkward_host_len = host_at + 11;
+
+    let batch_copy = driver_version().unwrap_or(0) >= BATCH_COPY_SINCE;
+    for copies in [DeviceCopies::Batch, DeviceCopies::Loop] {
+        let options = StagingOptions::builder().device_copies(copies).build();
+        let mut stager = Stager::with_options(context, options)?;
+        if copies == DeviceCopies::Batch && !batch_copy {
+            // A driver older than CUDA 12.8: a forced batch copy is refused.
+            let mut host = vec![0u8; awkward_host_len];
+            let refused = stager.device_to_host_blocks(&mut host, &source, &awkward);
+            check(
+                matches!(&refused, Err(hostcopy_driver::cuda::Error::Driver(e)) if e.code() == CUDA_ERROR_NOT_SUPPORTED),
+                || format!("DeviceCopies::Batch without the driver's batch copy: {refused:?}"),
+            )?;
+            eprintln!(
+                "gpu_staging: driver older than CUDA 12.8: DeviceCopies::Batch checked refused"
+            );
+            continue;
+        }
+        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+        for block in [64 << 10, 256 << 10, 2 << 20] {
+            let blocks = random_blocks(&mut rng, TOTAL / block, block, device_len, MARGIN);
+            batch_both_ways(
+                &mut stager,
+                &mut memories,
+                &blocks,
+                MARGIN + TOTAL + MARGIN,
+                &format!("{copies:?}, {} KiB blocks", block >> 10),
+            )?;
+        }
+        batch_both_ways(
+            &mut stager,
+            &mut memories,
+            &awkward,
+            awkward_host_len,
+            &format!("{copies:?}, awkward sizes"),
+        )?;
+    }
+    Ok(())
+}
+
+fn scope_with_batches(context: &Context) -> Result<(), Failed> {
+    const LARGE: usize = 1 << 30;
+    const SMALL: usize = 100 << 10;
+    const SMALL_AT: usize = 12_345;
+    const BLOCK: usize = 256 << 10;
+    const BLOCKS: usize = 256;
+    let source = device_with(context, &pattern(LARGE, 53))?;
+    let mut source_bytes = vec![0u8; LARGE];
+    source.copy_to_host(0, &mut source_bytes)?;
+    let blocks = random_blocks(
+        &mut XorShift(0x2545_F491_4F6C_DD1D),
+        BLOCKS,
+        BLOCK,
+        LARGE,
+        0,
+    );
+
+    let mut large = vec![0u8; LARGE];
+    let mut small = vec![0u8; SMALL];
+    let mut pool = vec![UNTOUCHED; BLOCKS * BLOCK];
+    let mut stager = Stager::new(context)?;
+    stager.scope(|scope| -> Result<(), Failed> {
+        let _left_to_the_scope = scope.device_to_host(&mut large, &source)?;
+        let small = scope.device_to_host_at(&mut small, &source, SMALL_AT)?;
+        let batch = scope.device_to_host_blocks(&mut pool, &source, &blocks)?;
+        // Out of order; the large one left to the scope.
+        batch.wait()?;
+        small.wait()?;
+        Ok(())
+    })??;
+    same(&large, &source_bytes, || "the 1 GiB transfer".into())?;
+    same(&small, &source_bytes[SMALL_AT..][..SMALL], || {
+        "the 100 KiB transfer".into()
+    })?;
+    let mut expected = vec![0u8; BLOCKS * BLOCK];
+    for block in &blocks {
+        expected[block.host_offset..][..block.len]
+            .copy_from_slice(&source_bytes[block.device_offset..][..block.len]);
+    }
+    same(&pool, &expected, || "the batch".into())
 }

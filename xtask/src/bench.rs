@@ -12,9 +12,11 @@ Runs driver/benches/staged_copy/: staged transfers (cuda::staging, default
 options) beside pinned memory (the link) and the driver's pageable path, both
 ways, with ratios: 1 GiB (H2D with streaming and with cached stores), a
 never-touched destination, sizes 64 MiB to --max-gib (default 16), small
-sizes 4 KiB to 4 MiB (the crossover), two GPUs at once where present.
-Prints a table last; writes bench.txt and bench.csv to DIR (default
-bench-out).";
+sizes 4 KiB to 4 MiB (the crossover), two GPUs at once where present;
+batches of scattered blocks (the stager's batch copy and loop beside the
+driver's loop and cuMemcpyBatchAsync), the caller's share of a scope
+transfer, 64 MiB and 1 GiB with chunks that ramp and without. Prints a
+table last; writes bench.txt and bench.csv to DIR (default bench-out).";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {
     if args.iter().any(|a| a == "-h" || a == "--help") {

@@ -12,10 +12,10 @@ use crate::paths::{self, Destination, Direction, Timed};
 use crate::table::{Row, median, size};
 
 /// What every group is compared with: the link, and the staged default.
-struct Reference {
-    pinned_d2h: f64,
-    pinned_h2d: f64,
-    staged_d2h: f64,
+pub(crate) struct Reference {
+    pub(crate) pinned_d2h: f64,
+    pub(crate) pinned_h2d: f64,
+    pub(crate) staged_d2h: f64,
 }
 
 /// The rows, and lines that say what they mean (crossover, two GPUs).
@@ -55,14 +55,22 @@ pub(crate) fn run_all(context: &Context, options: &Options) -> Result<Report, Er
     sizes(context, options, &reference, &mut report)?;
     small(context, options, &mut report)?;
     two_gpus(options, headline_bytes, &reference, &mut report)?;
+    crate::batches::run(context, options, &reference, &mut report)?;
     Ok(report)
 }
 
-fn gbps(bytes: usize, timed: &Timed) -> f64 {
+pub(crate) fn gbps(bytes: usize, timed: &Timed) -> f64 {
     bytes as f64 / median(&timed.times) / 1e9
 }
 
-fn row(group: &str, path: &str, bytes: usize, timed: &Timed, pinned: f64, driver: f64) -> Row {
+pub(crate) fn row(
+    group: &str,
+    path: &str,
+    bytes: usize,
+    timed: &Timed,
+    pinned: f64,
+    driver: f64,
+) -> Row {
     println!(
         "  {group}: {path}, {}: {:.1} GB/s",
         size(bytes),
@@ -76,6 +84,22 @@ fn row(group: &str, path: &str, bytes: usize, timed: &Timed, pinned: f64, driver
         pinned_gbps: pinned,
         driver_gbps: driver,
         caller_share: timed.caller_share,
+        not_run: None,
+    }
+}
+
+/// A row that was not measured, and why.
+pub(crate) fn not_run(group: &str, path: &str, bytes: usize, reason: &str) -> Row {
+    println!("  {group}: {path}, {}: not run ({reason})", size(bytes));
+    Row {
+        group: group.into(),
+        path: path.into(),
+        bytes,
+        seconds: f64::NAN,
+        pinned_gbps: f64::NAN,
+        driver_gbps: f64::NAN,
+        caller_share: f64::NAN,
+        not_run: Some(reason.into()),
     }
 }
 
@@ -84,7 +108,7 @@ fn pattern(bytes: usize, seed: u8) -> Vec<u8> {
     (0..bytes).map(|i| (i % 251) as u8 ^ seed).collect()
 }
 
-fn check(what: &str, got: &[u8], expected: &[u8]) -> Result<(), Error> {
+pub(crate) fn check(what: &str, got: &[u8], expected: &[u8]) -> Result<(), Error> {
     if got != expected {
         eprintln!("staged_copy: {what}: wrong bytes");
         std::process::exit(1);
@@ -260,7 +284,7 @@ fn option_sweep(
 }
 
 /// Bytes of host memory available, from /proc/meminfo (unbounded if unknown).
-fn host_available() -> usize {
+pub(crate) fn host_available() -> usize {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {

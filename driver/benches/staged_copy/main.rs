@@ -13,12 +13,20 @@
 //! 64 MiB to `--max-gib` (default 16; sizes that do not fit the GPU or half
 //! the host's available memory are skipped with a message), small sizes
 //! 4 KiB to 4 MiB staged vs the driver's path (to set the crossover), and
-//! two GPUs at once where there are two. A default run takes about a
-//! minute on an H200 host; `--quick` runs each group once at small sizes
+//! two GPUs at once where there are two. Then (`batches.rs`) batches of
+//! scattered blocks (64 KiB, 256 KiB and 2 MiB, 1 GiB in all) through the
+//! stager with the driver's batch copy and with a loop, beside a loop of
+//! the driver's copies and `cuMemcpyBatchAsync` called directly (pageable
+//! and pinned); the caller's share of a scope transfer, 64 MiB to 16 GiB;
+//! and a 64 MiB and a 1 GiB transfer with chunks that ramp up and down and
+//! without, beside pinned memory. A default run takes about two minutes on
+//! an H200 host; `--quick` runs each group once at small sizes
 //! (CI: proves it builds and runs); with `--simulated` (feature
 //! `simulator`) it runs against the simulated driver, which checks the
-//! benchmark's logic and byte checks but measures nothing real.
+//! benchmark's logic and byte checks but measures nothing real (the rows
+//! that call the driver directly say "not run" there).
 
+mod batches;
 mod groups;
 mod paths;
 mod table;

@@ -20,7 +20,7 @@ pub(crate) struct Timed {
 }
 
 impl Timed {
-    fn plain(times: Vec<Duration>) -> Timed {
+    pub(crate) fn plain(times: Vec<Duration>) -> Timed {
         Timed {
             times,
             caller_share: f64::NAN,
@@ -29,7 +29,7 @@ impl Timed {
 }
 
 /// Runs `once` `runs + 1` times, dropping the first (warm-up) time.
-fn timed(
+pub(crate) fn timed(
     runs: usize,
     mut once: impl FnMut() -> Result<Duration, Error>,
 ) -> Result<Vec<Duration>, Error> {
@@ -141,6 +141,37 @@ pub(crate) fn staged_h2d(
         Ok(start.elapsed())
     })?;
     Ok(with_share(times, &enqueue[1..]))
+}
+
+/// Staged device to host into `host` with the blocking call (the stager
+/// queues every chunk itself, then waits).
+pub(crate) fn staged_d2h_blocking(
+    stager: &mut Stager,
+    device: &DeviceBuffer,
+    host: &mut [u8],
+    runs: usize,
+) -> Result<Timed, Error> {
+    let times = timed(runs, || {
+        let start = Instant::now();
+        stager.device_to_host(&mut *host, device)?;
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
+}
+
+/// Staged host to device from `host` with the blocking call.
+pub(crate) fn staged_h2d_blocking(
+    stager: &mut Stager,
+    device: &mut DeviceBuffer,
+    host: &[u8],
+    runs: usize,
+) -> Result<Timed, Error> {
+    let times = timed(runs, || {
+        let start = Instant::now();
+        stager.host_to_device(&mut *device, host)?;
+        Ok(start.elapsed())
+    })?;
+    Ok(Timed::plain(times))
 }
 
 fn with_share(times: Vec<Duration>, enqueue: &[Duration]) -> Timed {

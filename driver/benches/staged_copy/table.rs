@@ -19,6 +19,8 @@ pub(crate) struct Row {
     pub(crate) driver_gbps: f64,
     /// Share of the transfer the caller spent in driver calls (NaN: n/a).
     pub(crate) caller_share: f64,
+    /// Why the row was not measured (`seconds` is then NaN).
+    pub(crate) not_run: Option<String>,
 }
 
 impl Row {
@@ -62,6 +64,15 @@ pub(crate) fn text(rows: &[Row]) -> String {
                 "\n{group}\n| path | size | GB/s | x pinned | x driver | caller in driver calls |\n|---|---:|---:|---:|---:|---:|"
             );
         }
+        if let Some(reason) = &row.not_run {
+            let _ = writeln!(
+                out,
+                "| {} | {} | not run ({reason}) | - | - | - |",
+                row.path,
+                size(row.bytes),
+            );
+            continue;
+        }
         let caller = if row.caller_share.is_finite() {
             format!("{:.2}%", 100.0 * row.caller_share)
         } else {
@@ -80,22 +91,30 @@ pub(crate) fn text(rows: &[Row]) -> String {
     out
 }
 
-/// The rows as CSV, one line each.
+/// The rows as CSV, one line each; group, path and the reason a row was
+/// not run quoted (they hold commas), figures of a row not run NaN.
 pub(crate) fn csv(rows: &[Row]) -> String {
-    let mut out = String::from("group,path,bytes,seconds,gbps,x_pinned,x_driver,caller_share\n");
+    let mut out =
+        String::from("group,path,bytes,seconds,gbps,x_pinned,x_driver,caller_share,not_run\n");
     for row in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{:.6},{:.3},{:.4},{:.4},{:.5}",
-            row.group,
-            row.path,
+            "{},{},{},{:.6},{:.3},{:.4},{:.4},{:.5},{}",
+            quoted(&row.group),
+            quoted(&row.path),
             row.bytes,
             row.seconds,
             row.gbps(),
             row.gbps() / row.pinned_gbps,
             row.gbps() / row.driver_gbps,
             row.caller_share,
+            quoted(row.not_run.as_deref().unwrap_or("")),
         );
     }
     out
+}
+
+/// A CSV field in double quotes, its own double quotes doubled.
+fn quoted(field: &str) -> String {
+    format!("\"{}\"", field.replace('"', "\"\""))
 }

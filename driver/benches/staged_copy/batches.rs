@@ -1,0 +1,838 @@
+//! Batched transfers of scattered blocks, the caller's share of a scope
+//! transfer, and chunks that ramp up and down, each beside the driver's own
+//! ways of doing the same.
+//!
+//! - Scattered blocks: 1 GiB (64 MiB with `--quick`) in blocks of 64 KiB,
+//!   256 KiB and 2 MiB, at random distinct slots of a device buffer twice
+//!   that size, packed one after the other in pre-faulted pageable memory.
+//!   D2H: a loop of `cuMemcpyDtoH` into pageable memory (the driver's
+//!   loop, what `x driver` compares with), `cuMemcpyBatchAsync` into
+//!   pageable and into pinned memory (`x pinned` compares with the
+//!   latter), a loop of `cuMemcpyDtoHAsync` into pinned memory, and the
+//!   stager's batch with `DeviceCopies::Batch` and `DeviceCopies::Loop`.
+//!   H2D: a loop of `cuMemcpyHtoD` from pageable memory,
+//!   `cuMemcpyBatchAsync` from pinned memory and the stager's two. The
+//!   layer does not expose the batch copy, so it is called here from
+//!   libcuda opened as the layer opens it; where the driver lacks it, or
+//!   with `--simulated`, its rows say "not run" and why.
+//! - Caller share: the call that starts a scope transfer
+//!   (`scope.device_to_host`) against the whole scope, 64 MiB to 16 GiB D2H
+//!   and 1 GiB and 16 GiB H2D (64 MiB only with `--quick`; sizes above
+//!   `--max-gib`, or that do not fit, are skipped). Target: under 2%.
+//! - Ramp: one 64 MiB transfer with chunks that ramp up and down and
+//!   without, both ways, through the blocking call and through a scope,
+//!   beside pinned memory of the same size (targets: 92% of pinned D2H,
+//!   85% of pinned H2D); the same at 1 GiB (not with `--quick`), to show
+//!   that large transfers lose nothing.
+//!
+//! Every row's bytes are checked after its runs (the program stops at the
+//! first wrong byte), so no wrong fast path is reported.
+
+use core::ffi::{c_int, c_uint};
+use std::time::{Duration, Instant};
+
+use hostcopy_driver::cuda::staging::{Block, DeviceCopies, Stager, StagingOptions};
+use hostcopy_driver::cuda::{
+    CUdeviceptr, CUstream, Context, DeviceBuffer, Error, PinnedBuffer, Stream,
+};
+
+use crate::Options;
+use crate::groups::{Reference, Report, gbps, host_available, not_run, row};
+use crate::paths::{self, Direction, Timed, timed};
+use crate::table::size;
+
+/// Runs the three groups.
+pub(crate) fn run(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let batch_copy = BatchCopy::open(options);
+    scattered(context, options, batch_copy.as_ref(), report)?;
+    caller_share(context, options, reference, report)?;
+    ramp(context, options, report)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// Test data and checks.
+
+/// Fills `buffer` with a pattern of `seed` on every core (a fresh buffer's
+/// pages are first touched there too): each 8-byte word a distinct hash of
+/// its index, so a block copied to the wrong place never matches.
+fn fill(buffer: &mut [u8], seed: u64) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let piece = buffer.len().div_ceil(threads).next_multiple_of(8).max(8);
+    std::thread::scope(|scope| {
+        for (index, part) in buffer.chunks_mut(piece).enumerate() {
+            scope.spawn(move || {
+                let first = (index * piece / 8) as u64;
+                for (word, bytes) in part.chunks_mut(8).enumerate() {
+                    let value = ((first + word as u64) ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let value = value ^ (value >> 29);
+                    bytes.copy_from_slice(&value.to_le_bytes()[..bytes.len()]);
+                }
+            });
+        }
+    });
+}
+
+/// A pageable buffer of `len` bytes, filled (so pre-faulted) with `seed`'s
+/// pattern.
+fn filled(len: usize, seed: u64) -> Vec<u8> {
+    let mut buffer = vec![0u8; len];
+    fill(&mut buffer, seed);
+    buffer
+}
+
+/// Stops the program if `got` differs from `expected` (compared on every
+/// core).
+fn check_same(what: &str, got: &[u8], expected: &[u8]) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let piece = got.len().div_ceil(threads).max(1);
+    let same = got.len() == expected.len()
+        && std::thread::scope(|scope| {
+            let parts: Vec<_> = got
+                .chunks(piece)
+                .zip(expected.chunks(piece))
+                .map(|(a, b)| scope.spawn(move || a == b))
+                .collect();
+            parts
+                .into_iter()
+                .all(|part| part.join().expect("a comparing thread"))
+        });
+    if !same {
+        eprintln!("staged_copy: {what}: wrong bytes");
+        std::process::exit(1);
+    }
+}
+
+/// Stops the program unless every block's bytes at its host offset of
+/// `host` equal those at its device offset of `device` (device memory read
+/// back, or its source).
+fn check_blocks(what: &str, blocks: &[Block], host: &[u8], device: &[u8]) {
+    for (index, block) in blocks.iter().enumerate() {
+        if host[block.host_offset..][..block.len] != device[block.device_offset..][..block.len] {
+            eprintln!("staged_copy: {what}: block {index} has wrong bytes");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64) for block placements.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// `total / len` blocks of `len` bytes at distinct random slots of a device
+/// buffer of `device_len` bytes (cut into slots of `len`), packed one after
+/// the other in host memory.
+fn random_blocks(rng: &mut XorShift, total: usize, len: usize, device_len: usize) -> Vec<Block> {
+    let count = total / len;
+    let slots = device_len / len;
+    let mut all: Vec<usize> = (0..slots).collect();
+    for i in 0..count.min(slots) {
+        let j = i + (rng.next() % (slots - i) as u64) as usize;
+        all.swap(i, j);
+    }
+    all.truncate(count);
+    all.into_iter()
+        .enumerate()
+        .map(|(index, slot)| Block::new(slot * len, index * len, len))
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// The driver's batch copy, from libcuda.
+
+/// `CUmemLocation` (cuda.h): a location type and an id; all zero: no hint.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MemLocation {
+    kind: c_uint,
+    id: c_int,
+}
+
+/// `CUmemcpyAttributes` (cuda.h, CUDA 12.8): how the copies an entry
+/// applies to behave.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MemcpyAttributes {
+    src_access_order: c_uint,
+    src_loc_hint: MemLocation,
+    dst_loc_hint: MemLocation,
+    flags: c_uint,
+}
+
+// The layout cuda.h gives it: six 4-byte fields.
+const _: () = assert!(core::mem::size_of::<MemcpyAttributes>() == 24);
+
+/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`: sources read in stream order.
+const SRC_ACCESS_ORDER_STREAM: c_uint = 1;
+
+/// `cuMemcpyBatchAsync_v2` (CUDA 13's prototype), `CUresult` as `c_uint`.
+type BatchV2 = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut MemcpyAttributes,
+    *mut usize,
+    usize,
+    CUstream,
+) -> c_uint;
+
+/// `cuMemcpyBatchAsync` (CUDA 12.8's prototype): `failIdx` before the
+/// stream.
+type BatchV1 = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut MemcpyAttributes,
+    *mut usize,
+    usize,
+    *mut usize,
+    CUstream,
+) -> c_uint;
+
+/// The driver's batch copy, looked up in libcuda (kept loaded for the
+/// rest of the process).
+#[derive(Clone, Copy)]
+enum BatchCopy {
+    V2(BatchV2),
+    V1(BatchV1),
+}
+
+impl BatchCopy {
+    /// The batch copy of the library the layer opens, by its CUDA 13 name
+    /// first; `Err` says why there is none.
+    fn open(options: &Options) -> Result<BatchCopy, String> {
+        if options.simulated {
+            return Err("--simulated: the raw driver call is not simulated".into());
+        }
+        let name = std::env::var("HOSTCOPY_LIBCUDA").unwrap_or_else(|_| {
+            if cfg!(windows) {
+                "nvcuda.dll".to_string()
+            } else {
+                "libcuda.so.1".to_string()
+            }
+        });
+        // SAFETY: loading the NVIDIA driver runs its initializers, which
+        // expect nothing of the caller; the layer has loaded it already
+        // (this adds a reference).
+        let library = unsafe { libloading::Library::new(&name) }
+            .map_err(|error| format!("{name}: {error}"))?;
+        // Never unloaded: the function pointers below stay valid.
+        let library: &'static libloading::Library = Box::leak(Box::new(library));
+        // SAFETY: `BatchV2` is `cuMemcpyBatchAsync_v2`'s C prototype in
+        // cuda.h (CUDA 13), with `CUresult` as an unsigned int.
+        if let Ok(symbol) = unsafe { library.get::<BatchV2>(b"cuMemcpyBatchAsync_v2\0") } {
+            return Ok(BatchCopy::V2(*symbol));
+        }
+        // SAFETY: `BatchV1` is `cuMemcpyBatchAsync`'s C prototype in cuda.h
+        // (CUDA 12.8 and 12.9), `CUresult` as above.
+        match unsafe { library.get::<BatchV1>(b"cuMemcpyBatchAsync\0") } {
+            Ok(symbol) => Ok(BatchCopy::V1(*symbol)),
+            Err(_) => Err("the driver has no cuMemcpyBatchAsync (CUDA 12.8 on)".into()),
+        }
+    }
+
+    /// Copies `sizes[i]` bytes from `srcs[i]` to `dsts[i]`, every `i`, in
+    /// one driver call on `stream` (sources read in stream order), then
+    /// waits for the stream, also after an error.
+    ///
+    /// # Safety
+    ///
+    /// For every `i`, one side of copy `i` is device memory of the
+    /// stream's context and the other host memory; `dsts[i]` is writable
+    /// and `srcs[i]` readable for `sizes[i]` bytes, and nothing else
+    /// touches them until this returns; no two destinations overlap.
+    unsafe fn copy(
+        self,
+        stream: &Stream,
+        dsts: &mut [CUdeviceptr],
+        srcs: &mut [CUdeviceptr],
+        sizes: &mut [usize],
+    ) -> Result<(), String> {
+        assert!(dsts.len() == srcs.len() && srcs.len() == sizes.len());
+        // The raw call goes to the calling thread's current context.
+        stream
+            .context()
+            .make_current()
+            .map_err(|error| error.to_string())?;
+        let mut attributes = MemcpyAttributes {
+            src_access_order: SRC_ACCESS_ORDER_STREAM,
+            ..MemcpyAttributes::default()
+        };
+        let mut first_copy = [0usize];
+        let raw = stream.as_stream().raw();
+        // SAFETY: the three arrays hold `dsts.len()` elements and the one
+        // attributes entry its index, all alive for the call (the driver
+        // reads them only during it); the copies' ranges are our caller's,
+        // who keeps them untouched until the stream is synchronized below;
+        // `raw` is a stream of the layer, alive while `stream` is, and not
+        // the legacy default stream (which the batch copy refuses).
+        let code = unsafe {
+            match self {
+                BatchCopy::V2(f) => f(
+                    dsts.as_mut_ptr(),
+                    srcs.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    dsts.len(),
+                    &mut attributes,
+                    first_copy.as_mut_ptr(),
+                    1,
+                    raw,
+                ),
+                BatchCopy::V1(f) => {
+                    let mut failed = 0usize;
+                    f(
+                        dsts.as_mut_ptr(),
+                        srcs.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        dsts.len(),
+                        &mut attributes,
+                        first_copy.as_mut_ptr(),
+                        1,
+                        &mut failed,
+                        raw,
+                    )
+                }
+            }
+        };
+        let synchronized = stream.as_stream().synchronize();
+        if code != 0 {
+            return Err(format!("cuMemcpyBatchAsync refused: CUDA error {code}"));
+        }
+        synchronized.map_err(|error| error.to_string())
+    }
+}
+
+/// Host addresses as the batch copy takes them (`CUdeviceptr` values).
+fn host_address(base: *const u8, offset: usize) -> CUdeviceptr {
+    base.wrapping_add(offset).expose_provenance() as CUdeviceptr
+}
+
+// ---------------------------------------------------------------------
+// Scattered blocks.
+
+/// A measured row, or why it was not run.
+type Outcome = Result<Timed, String>;
+
+/// Times a row of raw batch copies: `Err` with the reason where there is
+/// no batch copy or the driver refused it.
+fn raw_rows(
+    batch_copy: Result<&BatchCopy, &String>,
+    runs: usize,
+    mut once: impl FnMut(BatchCopy) -> Result<(), String>,
+) -> Outcome {
+    let batch_copy = *batch_copy.map_err(Clone::clone)?;
+    let mut failure = None;
+    let times = timed(runs, || {
+        if failure.is_some() {
+            return Ok(Duration::ZERO);
+        }
+        let start = Instant::now();
+        if let Err(reason) = once(batch_copy) {
+            failure = Some(reason);
+        }
+        Ok(start.elapsed())
+    })
+    .map_err(|error: Error| error.to_string())?;
+    match failure {
+        Some(reason) => Err(reason),
+        None => Ok(Timed::plain(times)),
+    }
+}
+
+/// One scattered-block table row.
+fn push(
+    report: &mut Report,
+    group: &str,
+    path: &str,
+    bytes: usize,
+    outcome: &Outcome,
+    pinned: f64,
+    driver: f64,
+) {
+    report.rows.push(match outcome {
+        Ok(timed) => row(group, path, bytes, timed, pinned, driver),
+        Err(reason) => not_run(group, path, bytes, reason),
+    });
+}
+
+fn figure(bytes: usize, outcome: &Outcome) -> f64 {
+    outcome
+        .as_ref()
+        .map_or(f64::NAN, |timed| gbps(bytes, timed))
+}
+
+fn scattered(
+    context: &Context,
+    options: &Options,
+    batch_copy: Result<&BatchCopy, &String>,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let total: usize = if options.quick { 64 << 20 } else { 1 << 30 };
+    let device_len = 2 * total;
+    let runs = options.runs;
+    // What the device holds: a pattern uploaded by the driver.
+    let mut image = filled(device_len, 1);
+    let mut device = DeviceBuffer::new(context, device_len)?;
+    device.copy_from_host(0, &image)?;
+    let mut host = filled(total, 2);
+    let mut pinned = PinnedBuffer::new(context, total)?;
+    let stream = Stream::new(context)?;
+    let with_copies = |copies| {
+        Stager::with_options(
+            context,
+            StagingOptions::builder().device_copies(copies).build(),
+        )
+    };
+    let mut batch_stager = with_copies(DeviceCopies::Batch)?;
+    let mut loop_stager = with_copies(DeviceCopies::Loop)?;
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let block_sizes = [64usize << 10, 256 << 10, 2 << 20];
+    let placements: Vec<Vec<Block>> = block_sizes
+        .iter()
+        .map(|&len| random_blocks(&mut rng, total, len, device_len))
+        .collect();
+
+    for (&len, blocks) in block_sizes.iter().zip(&placements) {
+        let group = format!(
+            "scattered {} blocks, D2H (x pinned: of cuMemcpyBatchAsync into pinned; x driver: of the loop of cuMemcpyDtoH)",
+            size(len)
+        );
+        let what = |path: &str| format!("scattered {} D2H, {path}", size(len));
+
+        fill(&mut host, 3);
+        let driver_loop = timed(runs, || {
+            let start = Instant::now();
+            for block in blocks {
+                device.copy_to_host(
+                    block.device_offset,
+                    &mut host[block.host_offset..][..block.len],
+                )?;
+            }
+            Ok(start.elapsed())
+        })?;
+        check_blocks(&what("driver loop"), blocks, &host, &image);
+        let driver_loop: Outcome = Ok(Timed::plain(driver_loop));
+
+        fill(&mut host, 4);
+        let host_base = host.as_mut_ptr();
+        let (mut dsts, mut srcs, mut sizes) = arrays(blocks, |block| {
+            (
+                host_address(host_base, block.host_offset),
+                device.raw() + block.device_offset as CUdeviceptr,
+            )
+        });
+        let batch_pageable = raw_rows(batch_copy, runs, |batch| {
+            // SAFETY: `random_blocks` puts each block in its own slot inside
+            // `device_len` bytes (the device buffer, of this context, alive)
+            // and packs the host ranges, disjoint, inside `total` bytes
+            // (`host`'s length); nothing touches `host` until `copy` has
+            // waited for the stream.
+            unsafe { batch.copy(&stream, &mut dsts, &mut srcs, &mut sizes) }
+        });
+        if batch_pageable.is_ok() {
+            check_blocks(&what("batch, pageable"), blocks, &host, &image);
+        }
+
+        fill(&mut pinned, 5);
+        let pinned_base = pinned.raw_ptr();
+        let (mut dsts, mut srcs, mut sizes) = arrays(blocks, |block| {
+            (
+                host_address(pinned_base, block.host_offset),
+                device.raw() + block.device_offset as CUdeviceptr,
+            )
+        });
+        let batch_pinned = raw_rows(batch_copy, runs, |batch| {
+            // SAFETY: as above, with the host ranges inside the pinned
+            // buffer of `total` bytes, untouched until `copy` has waited.
+            unsafe { batch.copy(&stream, &mut dsts, &mut srcs, &mut sizes) }
+        });
+        if batch_pinned.is_ok() {
+            check_blocks(&what("batch, pinned"), blocks, &pinned, &image);
+        }
+
+        fill(&mut pinned, 6);
+        let async_loop = timed(runs, || {
+            let start = Instant::now();
+            let queued = blocks.iter().try_for_each(|block| {
+                // SAFETY: `random_blocks` packs the host ranges, disjoint,
+                // inside `total` bytes (the pinned buffer's length; the
+                // device side is checked by the call), and nothing touches
+                // the pinned buffer until the stream is synchronized below,
+                // also after an error.
+                unsafe {
+                    stream.as_stream().copy_device_to_host(
+                        pinned_base.wrapping_add(block.host_offset),
+                        &device,
+                        block.device_offset,
+                        block.len,
+                    )
+                }
+            });
+            let synchronized = stream.as_stream().synchronize();
+            queued?;
+            synchronized?;
+            Ok(start.elapsed())
+        })?;
+        check_blocks(&what("async loop, pinned"), blocks, &pinned, &image);
+        let async_loop: Outcome = Ok(Timed::plain(async_loop));
+
+        let mut staged: Vec<(String, Outcome)> = Vec::new();
+        for (stager, seed) in [(&mut batch_stager, 7), (&mut loop_stager, 8)] {
+            fill(&mut host, seed);
+            let outcome = timed(runs, || {
+                let start = Instant::now();
+                stager.device_to_host_blocks(&mut host, &device, blocks)?;
+                Ok(start.elapsed())
+            })?;
+            let path = format!(
+                "staged, DeviceCopies::{:?}",
+                stager.options().device_copies()
+            );
+            check_blocks(&what(&path), blocks, &host, &image);
+            staged.push((path, Ok(Timed::plain(outcome))));
+        }
+
+        let (pinned_figure, driver_figure) =
+            (figure(total, &batch_pinned), figure(total, &driver_loop));
+        for (path, outcome) in [
+            ("loop of cuMemcpyDtoH, pageable".to_string(), &driver_loop),
+            ("cuMemcpyBatchAsync, pageable".to_string(), &batch_pageable),
+            ("cuMemcpyBatchAsync, pinned".to_string(), &batch_pinned),
+            ("loop of cuMemcpyDtoHAsync, pinned".to_string(), &async_loop),
+        ]
+        .into_iter()
+        .chain(staged.iter().map(|(path, outcome)| (path.clone(), outcome)))
+        {
+            push(
+                report,
+                &group,
+                &path,
+                total,
+                outcome,
+                pinned_figure,
+                driver_figure,
+            );
+        }
+    }
+
+    // Host to device: the device's bytes read back into `image` after each
+    // row, whose source has a pattern of its own (a row that wrote nothing
+    // would leave the previous row's bytes).
+    for (&len, blocks) in block_sizes.iter().zip(&placements) {
+        let group = format!(
+            "scattered {} blocks, H2D (x pinned: of cuMemcpyBatchAsync from pinned; x driver: of the loop of cuMemcpyHtoD)",
+            size(len)
+        );
+        let what = |path: &str| format!("scattered {} H2D, {path}", size(len));
+
+        fill(&mut host, 11);
+        let driver_loop = timed(runs, || {
+            let start = Instant::now();
+            for block in blocks {
+                device
+                    .copy_from_host(block.device_offset, &host[block.host_offset..][..block.len])?;
+            }
+            Ok(start.elapsed())
+        })?;
+        device.copy_to_host(0, &mut image)?;
+        check_blocks(&what("driver loop"), blocks, &host, &image);
+        let driver_loop: Outcome = Ok(Timed::plain(driver_loop));
+
+        fill(&mut pinned, 12);
+        let pinned_base = pinned.raw_ptr();
+        let (mut dsts, mut srcs, mut sizes) = arrays(blocks, |block| {
+            (
+                device.raw() + block.device_offset as CUdeviceptr,
+                host_address(pinned_base, block.host_offset),
+            )
+        });
+        let batch_pinned = raw_rows(batch_copy, runs, |batch| {
+            // SAFETY: `random_blocks` puts each block in its own slot inside
+            // `device_len` bytes (the device buffer, of this context, alive;
+            // destinations disjoint) and its host range inside `total`
+            // bytes (the pinned buffer's length), which nothing writes
+            // until `copy` has waited for the stream.
+            unsafe { batch.copy(&stream, &mut dsts, &mut srcs, &mut sizes) }
+        });
+        if batch_pinned.is_ok() {
+            device.copy_to_host(0, &mut image)?;
+            check_blocks(&what("batch, pinned"), blocks, &pinned, &image);
+        }
+
+        let mut staged: Vec<(String, Outcome)> = Vec::new();
+        for (stager, seed) in [(&mut batch_stager, 13), (&mut loop_stager, 14)] {
+            fill(&mut host, seed);
+            let outcome = timed(runs, || {
+                let start = Instant::now();
+                stager.host_to_device_blocks(&mut device, &host, blocks)?;
+                Ok(start.elapsed())
+            })?;
+            let path = format!(
+                "staged, DeviceCopies::{:?}",
+                stager.options().device_copies()
+            );
+            device.copy_to_host(0, &mut image)?;
+            check_blocks(&what(&path), blocks, &host, &image);
+            staged.push((path, Ok(Timed::plain(outcome))));
+        }
+
+        let (pinned_figure, driver_figure) =
+            (figure(total, &batch_pinned), figure(total, &driver_loop));
+        for (path, outcome) in [
+            ("loop of cuMemcpyHtoD, pageable".to_string(), &driver_loop),
+            ("cuMemcpyBatchAsync, pinned".to_string(), &batch_pinned),
+        ]
+        .into_iter()
+        .chain(staged.iter().map(|(path, outcome)| (path.clone(), outcome)))
+        {
+            push(
+                report,
+                &group,
+                &path,
+                total,
+                outcome,
+                pinned_figure,
+                driver_figure,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The batch copy's three arrays for `blocks`, with `ends` giving each
+/// block's destination and source.
+fn arrays(
+    blocks: &[Block],
+    ends: impl Fn(&Block) -> (CUdeviceptr, CUdeviceptr),
+) -> (Vec<CUdeviceptr>, Vec<CUdeviceptr>, Vec<usize>) {
+    let (dsts, srcs) = blocks.iter().map(ends).unzip();
+    (dsts, srcs, blocks.iter().map(|block| block.len).collect())
+}
+
+// ---------------------------------------------------------------------
+// The caller's share of a scope transfer.
+
+/// The call that starts a scope transfer against the whole scope.
+fn caller_share(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let candidates: Vec<usize> = [64usize << 20, 256 << 20, 1 << 30, 4 << 30, 16 << 30]
+        .into_iter()
+        .filter(|&bytes| bytes <= options.max_bytes)
+        .collect();
+    // The largest size that fits: every smaller one uses the start of its
+    // buffers.
+    let mut fitted = None;
+    for &bytes in candidates.iter().rev() {
+        if bytes > host_available() / 2 {
+            println!(
+                "  caller share: {} skipped: more than half the host's available memory",
+                size(bytes)
+            );
+            continue;
+        }
+        match DeviceBuffer::new(context, bytes) {
+            Ok(device) => {
+                fitted = Some((bytes, device));
+                break;
+            }
+            Err(error) => println!(
+                "  caller share: {} skipped: no device memory ({error})",
+                size(bytes)
+            ),
+        }
+    }
+    let Some((largest, mut device)) = fitted else {
+        return Ok(());
+    };
+    let mut source = filled(largest, 21);
+    device.copy_from_host(0, &source)?;
+    let mut host = filled(largest, 22);
+    let mut stager = Stager::new(context)?;
+    let runs = options.runs;
+
+    let group = "caller share of a scope transfer, D2H (last column: the call that starts it / the whole scope; target < 2%)";
+    for &bytes in candidates.iter().filter(|&&bytes| bytes <= largest) {
+        let staged = paths::staged_d2h(&mut stager, &device, &mut host[..bytes], runs)?;
+        check_same(
+            &format!("caller share D2H {}", size(bytes)),
+            &host[..bytes],
+            &source[..bytes],
+        );
+        share_note(report, "D2H", bytes, &staged);
+        report.rows.push(row(
+            group,
+            "staged, scope",
+            bytes,
+            &staged,
+            reference.pinned_d2h,
+            f64::NAN,
+        ));
+    }
+
+    // From a pattern of its own, read back into `source`.
+    let h2d_sizes: &[usize] = if options.quick {
+        &[64 << 20]
+    } else {
+        &[1 << 30, 16 << 30]
+    };
+    let group = "caller share of a scope transfer, H2D (last column: the call that starts it / the whole scope; target < 2%)";
+    let mut upload = host;
+    fill(&mut upload, 23);
+    for &bytes in h2d_sizes.iter().filter(|&&bytes| bytes <= largest) {
+        let staged = paths::staged_h2d(&mut stager, &mut device, &upload[..bytes], runs)?;
+        device.copy_to_host(0, &mut source[..bytes])?;
+        check_same(
+            &format!("caller share H2D {}", size(bytes)),
+            &source[..bytes],
+            &upload[..bytes],
+        );
+        share_note(report, "H2D", bytes, &staged);
+        report.rows.push(row(
+            group,
+            "staged, scope",
+            bytes,
+            &staged,
+            reference.pinned_h2d,
+            f64::NAN,
+        ));
+    }
+    Ok(())
+}
+
+fn share_note(report: &mut Report, direction: &str, bytes: usize, staged: &Timed) {
+    let share = 100.0 * staged.caller_share;
+    report.notes.push(format!(
+        "caller share, {direction} {}: {share:.2}% of the scope in the call that starts the transfer ({}; target < 2%)",
+        size(bytes),
+        if share < 2.0 { "met" } else { "missed" }
+    ));
+}
+
+// ---------------------------------------------------------------------
+// Ramped chunks.
+
+/// One transfer with and without the ramp, both ways, beside pinned
+/// memory of the same size.
+fn ramp(context: &Context, options: &Options, report: &mut Report) -> Result<(), Error> {
+    let sizes: &[usize] = if options.quick {
+        &[64 << 20]
+    } else {
+        &[64 << 20, 1 << 30]
+    };
+    let runs = options.runs;
+    let with_ramp =
+        |ramp| Stager::with_options(context, StagingOptions::builder().ramp(ramp).build());
+    let (mut on, mut off) = (with_ramp(true)?, with_ramp(false)?);
+    for &bytes in sizes {
+        let source = filled(bytes, 31);
+        let mut device = DeviceBuffer::new(context, bytes)?;
+        device.copy_from_host(0, &source)?;
+        let mut host = filled(bytes, 32);
+        let mut back = filled(bytes, 33);
+
+        let group = format!(
+            "ramp on vs off, {} D2H (x pinned: pinned D2H of the same size)",
+            size(bytes)
+        );
+        let pinned = paths::pinned(context, &mut on, &mut device, Direction::D2H, bytes, runs)?;
+        let link = gbps(bytes, &pinned);
+        report
+            .rows
+            .push(row(&group, "pinned (link)", bytes, &pinned, link, f64::NAN));
+        let mut ratios = Vec::new();
+        for (stager, label) in [(&mut on, "on"), (&mut off, "off")] {
+            for scope in [false, true] {
+                fill(&mut host, 33);
+                let staged = if scope {
+                    paths::staged_d2h(stager, &device, &mut host, runs)?
+                } else {
+                    paths::staged_d2h_blocking(stager, &device, &mut host, runs)?
+                };
+                let path = ramp_path(label, scope);
+                check_same(&format!("ramp D2H {}, {path}", size(bytes)), &host, &source);
+                ratios.push(format!(
+                    "{path} {:.1}%",
+                    100.0 * gbps(bytes, &staged) / link
+                ));
+                report
+                    .rows
+                    .push(row(&group, &path, bytes, &staged, link, f64::NAN));
+            }
+        }
+        ramp_note(report, "D2H", bytes, 92, &ratios);
+
+        let group = format!(
+            "ramp on vs off, {} H2D (x pinned: pinned H2D of the same size)",
+            size(bytes)
+        );
+        let pinned = paths::pinned(context, &mut on, &mut device, Direction::H2D, bytes, runs)?;
+        let link = gbps(bytes, &pinned);
+        report
+            .rows
+            .push(row(&group, "pinned (link)", bytes, &pinned, link, f64::NAN));
+        let mut ratios = Vec::new();
+        let mut seed = 34;
+        for (stager, label) in [(&mut on, "on"), (&mut off, "off")] {
+            for scope in [false, true] {
+                // A pattern per row: one that wrote nothing would leave the
+                // previous row's bytes.
+                fill(&mut host, seed);
+                seed += 1;
+                let staged = if scope {
+                    paths::staged_h2d(stager, &mut device, &host, runs)?
+                } else {
+                    paths::staged_h2d_blocking(stager, &mut device, &host, runs)?
+                };
+                let path = ramp_path(label, scope);
+                device.copy_to_host(0, &mut back)?;
+                check_same(&format!("ramp H2D {}, {path}", size(bytes)), &back, &host);
+                ratios.push(format!(
+                    "{path} {:.1}%",
+                    100.0 * gbps(bytes, &staged) / link
+                ));
+                report
+                    .rows
+                    .push(row(&group, &path, bytes, &staged, link, f64::NAN));
+            }
+        }
+        ramp_note(report, "H2D", bytes, 85, &ratios);
+    }
+    Ok(())
+}
+
+fn ramp_path(label: &str, scope: bool) -> String {
+    let call = if scope { "in a scope" } else { "blocking call" };
+    format!("staged, ramp {label}, {call}")
+}
+
+fn ramp_note(report: &mut Report, direction: &str, bytes: usize, target: u32, ratios: &[String]) {
+    let target = if bytes == 64 << 20 {
+        format!(" (target >= {target}%)")
+    } else {
+        String::new()
+    };
+    report.notes.push(format!(
+        "ramp, {direction} {} of pinned{target}: {}",
+        size(bytes),
+        ratios.join(", ")
+    ));
+}
