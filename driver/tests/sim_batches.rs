@@ -252,3 +252,101 @@ fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
         device.assert_no_violations();
     }
 }
+
+// ---- review tests -------------------------------------------------------
+
+/// `wait_for` makes a new event per call and keeps it until the next
+/// *staged* transfer; transfers on the driver's path (below the crossover)
+/// never take them, so a loop of small ordered copies (what the Python
+/// `copy_to_host(..., stream=s)` does per call) grows without bound.
+#[test]
+fn wait_for_reuses_one_event_however_many_transfers_follow() {
+    use hostcopy_driver::cuda::Stream;
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let source = DeviceBuffer::new(&device.context, 100).unwrap();
+    let mut host = vec![0u8; 100];
+    let before = device.state().events;
+    for _ in 0..50 {
+        stager.wait_for(producer.as_stream()).unwrap();
+        stager.device_to_host(&mut host, &source).unwrap();
+    }
+    let after = device.state().events;
+    assert!(
+        after <= before + 1,
+        "{} events alive after 50 small ordered copies",
+        after - before
+    );
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// `device_to_pinned` is a transfer of the stager too: after `wait_for` it
+/// must wait for the stream (it did before the feeder: `wait_for` made the
+/// stager's streams wait at once). The injected failure of the next
+/// `cuStreamWaitEvent` shows whether it waits at all.
+#[test]
+fn device_to_pinned_waits_for_the_stream_given_to_wait_for() {
+    use hostcopy_driver::cuda::{PinnedBuffer, Stream};
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let source = DeviceBuffer::new(&device.context, CHUNK).unwrap();
+    let pinned = PinnedBuffer::new(&device.context, CHUNK).unwrap();
+    // The next cuStreamWaitEvent fails: whichever call orders stream 0
+    // after the producer must meet it.
+    sim::fail_call(device.ordinal, "cuStreamWaitEvent", 1, 999);
+    let ordered = stager.wait_for(producer.as_stream());
+    let copied = stager.device_to_pinned(pinned, &source, 0);
+    assert!(
+        ordered.is_err() || copied.is_err(),
+        "device_to_pinned queued its copy without waiting for the producer"
+    );
+    drop(stager);
+    let _ = sim::take_violations(device.ordinal);
+}
+
+/// A transfer that fails while making the stager's streams wait (a
+/// non-sticky error) drops the events `wait_for` recorded: the retry is no
+/// longer ordered after the stream. Before, `wait_for` itself waited (and
+/// reported the failure to its caller).
+
+/// A transfer on the driver's path goes through the legacy stream, which
+/// does not wait for a non-blocking stream: after `wait_for`, it waits on
+/// the host for the stream's work first (an injected failure of that wait
+/// shows the call is made, and made once).
+#[test]
+fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
+    use hostcopy_driver::cuda::Stream;
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let source = DeviceBuffer::new(&device.context, 100).unwrap();
+    let mut host = vec![0u8; 100];
+    stager.wait_for(producer.as_stream()).unwrap();
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    assert!(
+        stager.device_to_host(&mut host, &source).is_err(),
+        "the small transfer did not wait for the producer"
+    );
+    // The wait failed, so the next small transfer waits again; once a
+    // wait succeeded, the one after makes none.
+    stager.device_to_host(&mut host, &source).unwrap();
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    stager.device_to_host(&mut host, &source).unwrap();
+    drop(stager);
+    let _ = sim::take_violations(device.ordinal);
+}

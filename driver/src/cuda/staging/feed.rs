@@ -70,9 +70,6 @@ pub(super) struct Job {
     direction: Direction,
     chunks: ChunkArray,
     plan: Vec<PlannedChunk>,
-    /// Recorded on streams this job and every later one wait for
-    /// ([`Stager::wait_for`](super::Stager::wait_for)).
-    after: Vec<Event>,
     queued: Mutex<Queued>,
     done: Condvar,
 }
@@ -89,17 +86,11 @@ pub(super) struct Queued {
 }
 
 impl Job {
-    pub(super) fn new(
-        direction: Direction,
-        chunks: ChunkArray,
-        plan: Vec<PlannedChunk>,
-        after: Vec<Event>,
-    ) -> Job {
+    pub(super) fn new(direction: Direction, chunks: ChunkArray, plan: Vec<PlannedChunk>) -> Job {
         Job {
             direction,
             chunks,
             plan,
-            after,
             queued: Mutex::new(Queued::default()),
             done: Condvar::new(),
         }
@@ -202,21 +193,12 @@ impl Lanes {
     /// outcome in the job.
     fn queue_job(&self, job: &Job, mut window: Option<&mut Window>) {
         let _relaxed = RelaxedCapture::new();
+        // Unwinding from here would leave host functions queued on memory
+        // the caller may free, and the job's waiters waiting for good.
+        let _no_unwind = AbortOnUnwind;
         let mut error = None;
         let mut used = Vec::new();
-        // Every stream waits, so that later jobs are ordered too.
-        'order: for event in &job.after {
-            for stream in &self.streams {
-                if let Err(failed) = stream.as_stream().wait_event(event) {
-                    error = Some(failed);
-                    break 'order;
-                }
-            }
-        }
         for index in 0..job.plan.len() {
-            if error.is_some() {
-                break;
-            }
             let planned = &job.plan[index];
             let stream = self.streams[planned.buffer].as_stream();
             let step = match window.as_deref_mut() {
@@ -330,6 +312,18 @@ impl Lanes {
             }?;
         }
         Ok(())
+    }
+}
+
+/// Aborts the process if dropped during a panic: what is queued must not
+/// be given up on by unwinding.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::process::abort();
+        }
     }
 }
 

@@ -197,8 +197,12 @@ pub struct Stager {
     /// The error with which the streams last failed to drain: until they
     /// drain, queued work may still use the staging buffers.
     undrained: Option<DriverError>,
-    /// Recorded on streams the next transfer waits for ([`Stager::wait_for`]).
-    order_events: Vec<Event>,
+    /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
+    order_event: Option<Event>,
+    /// `wait_for` was called since the last transfer started: a transfer
+    /// on the driver's path (the legacy stream, which does not wait for
+    /// non-blocking streams) waits for `order_event` first.
+    order_pending: bool,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
@@ -275,7 +279,8 @@ impl Stager {
             workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
             next_seq: 0,
             undrained: None,
-            order_events: Vec::new(),
+            order_event: None,
+            order_pending: false,
             id: pending::next_stager_id(),
         };
         Ok(stager)
@@ -449,6 +454,7 @@ impl Stager {
                     // synchronizes with every blocking stream, a capturing
                     // one too; the driver refuses them during a global
                     // capture rather than break it.
+                    self.wait_for_order()?;
                     driver_path(host, device, offset)?;
                     return Ok(None);
                 }
@@ -464,6 +470,8 @@ impl Stager {
         if total == 0 {
             return Ok(None);
         }
+        // The stager's streams wait for `order_event` already.
+        self.order_pending = false;
         let _relaxed = RelaxedCapture::new();
         let sizes = chunk_sizes(total, self.options.chunk, self.options.ramp);
         let planned = plan(
@@ -489,8 +497,7 @@ impl Stager {
                 .map(|chunk| Chunk::new(chunk.host.clone(), stores, workers))
                 .collect(),
         );
-        let after = core::mem::take(&mut self.order_events);
-        let job = Arc::new(Job::new(direction, chunks.array(), planned, after));
+        let job = Arc::new(Job::new(direction, chunks.array(), planned));
         match queuing {
             Queuing::Now => self.lanes.queue_now(&job),
             Queuing::Feeder => {
@@ -515,6 +522,19 @@ impl Stager {
             job,
             device: memory.memory_in_use(),
         }))
+    }
+
+    /// Waits on the host for the work `wait_for` ordered the stager after,
+    /// if any since the last transfer: for the driver's path, whose legacy
+    /// stream does not wait for a non-blocking stream.
+    fn wait_for_order(&mut self) -> Result<(), Error> {
+        if self.order_pending {
+            if let Some(event) = &self.order_event {
+                event.synchronize()?;
+            }
+            self.order_pending = false;
+        }
+        Ok(())
     }
 
     /// `Ok` unless queued work may still use the staging buffers: then
@@ -602,7 +622,7 @@ impl Drop for Stager {
         // Borrowed transfers are finished (they borrow the stager), but a
         // pending transfer dropped unfinished may still be queued.
         self.drain();
-        self.order_events.clear();
+        self.order_event = None;
         if self.undrained.is_some() {
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.

@@ -213,8 +213,6 @@ impl Stager {
     /// Makes every later transfer of this stager wait for the work queued
     /// on `stream` so far: the kernel that wrote the data a device-to-host
     /// transfer reads, say. Transfers already started are not affected.
-    /// Returns at once: the stager's streams are made to wait when the next
-    /// transfer's chunks are queued.
     ///
     /// Refused with [`Error::Capturing`] when `stream` is capturing a graph
     /// (the stager's streams would join the capture), and with
@@ -223,15 +221,28 @@ impl Stager {
         let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
-        let event = crate::cuda::Event::ordering(&self.context)?;
-        {
-            let locked = capture::lock();
-            if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
-                return Err(Error::Capturing);
+        let event = match self.order_event.take() {
+            Some(event) => event,
+            None => crate::cuda::Event::ordering(&self.context)?,
+        };
+        let ordered = (|| {
+            {
+                let locked = capture::lock();
+                if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
+                    return Err(Error::Capturing);
+                }
+                event.record_known(&locked, stream, false)?;
             }
-            event.record_known(&locked, stream, false)?;
-        }
-        self.order_events.push(event);
-        Ok(())
+            // Every transfer started before is queued whole (the feeder has
+            // nothing left: a scope, the only user of it, has ended), so
+            // these waits come after them and before every later one.
+            for own in &self.lanes.streams {
+                own.as_stream().wait_event(&event)?;
+            }
+            Ok(())
+        })();
+        self.order_event = Some(event);
+        self.order_pending = ordered.is_ok();
+        ordered
     }
 }
