@@ -253,12 +253,11 @@ fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
     }
 }
 
-// ---- review tests -------------------------------------------------------
+// ---- wait_for: one event, and every transfer ordered by it ----
 
-/// `wait_for` makes a new event per call and keeps it until the next
-/// *staged* transfer; transfers on the driver's path (below the crossover)
-/// never take them, so a loop of small ordered copies (what the Python
-/// `copy_to_host(..., stream=s)` does per call) grows without bound.
+/// `wait_for` records one event, reused: a loop of small ordered copies
+/// (what the Python `copy_to_host(..., stream=s)` does per call) leaves no
+/// event behind per call.
 #[test]
 fn wait_for_reuses_one_event_however_many_transfers_follow() {
     use hostcopy_driver::cuda::Stream;
@@ -289,9 +288,9 @@ fn wait_for_reuses_one_event_however_many_transfers_follow() {
 }
 
 /// `device_to_pinned` is a transfer of the stager too: after `wait_for` it
-/// must wait for the stream (it did before the feeder: `wait_for` made the
-/// stager's streams wait at once). The injected failure of the next
-/// `cuStreamWaitEvent` shows whether it waits at all.
+/// waits for the stream (`wait_for` makes the stager's streams wait at
+/// once). The injected failure of the next `cuStreamWaitEvent` shows
+/// whether any call waits at all.
 #[test]
 fn device_to_pinned_waits_for_the_stream_given_to_wait_for() {
     use hostcopy_driver::cuda::{PinnedBuffer, Stream};
@@ -312,11 +311,6 @@ fn device_to_pinned_waits_for_the_stream_given_to_wait_for() {
     drop(stager);
     let _ = sim::take_violations(device.ordinal);
 }
-
-/// A transfer that fails while making the stager's streams wait (a
-/// non-sticky error) drops the events `wait_for` recorded: the retry is no
-/// longer ordered after the stream. Before, `wait_for` itself waited (and
-/// reported the failure to its caller).
 
 /// A transfer on the driver's path goes through the legacy stream, which
 /// does not wait for a non-blocking stream: after `wait_for`, it waits on
