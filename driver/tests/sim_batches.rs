@@ -193,6 +193,7 @@ fn a_ramped_transfer_is_byte_exact_both_ways() {
         .chunk(8 << 20)
         .buffers(3)
         .workers(2)
+        .ramp(true)
         .build();
     assert!(options.ramp());
     let mut stager = Stager::with_options(&device.context, options).unwrap();

@@ -84,9 +84,9 @@
 //! both memories ([`Error::BlockOutOfBounds`], with the block's index and
 //! the memory it is outside of), and no two may write the same bytes
 //! ([`Error::BlocksOverlap`], with both indices): destinations are
-//! disjoint, sources may overlap. A transfer's chunks ramp up from 1 MiB at
-//! its start and down at its end, where nothing overlaps them
-//! ([`StagingOptionsBuilder::ramp`]).
+//! disjoint, sources may overlap. A transfer's chunks can ramp up from
+//! 1 MiB at its start and down at its end, where nothing overlaps them
+//! ([`StagingOptionsBuilder::ramp`]; off by default, measured slower).
 //!
 //! # Errors
 //!

@@ -79,7 +79,7 @@ pub struct StagingOptions {
 impl Default for StagingOptions {
     /// [`DEFAULT_CHUNK`], [`DEFAULT_BUFFERS`], [`default_workers`]`(1)`,
     /// cached stores for host-to-device, [`DRIVER_PATH_BELOW`],
-    /// [`DeviceCopies::Auto`], chunks that ramp up and down.
+    /// [`DeviceCopies::Auto`], full chunks (no ramp).
     fn default() -> Self {
         StagingOptions {
             chunk: DEFAULT_CHUNK,
@@ -88,7 +88,7 @@ impl Default for StagingOptions {
             h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
             device_copies: DeviceCopies::Auto,
-            ramp: true,
+            ramp: false,
         }
     }
 }
@@ -209,9 +209,14 @@ impl StagingOptionsBuilder {
     }
 
     /// Whether a transfer's chunks ramp up from 1 MiB at its start and
-    /// down to 1 MiB at its end (default `true`): the first chunk's driver
-    /// copy and the last chunk's host copy overlap nothing, so they are
-    /// kept short. Without it every chunk but the last is full.
+    /// down to 1 MiB at its end, so that the first chunk's driver copy and
+    /// the last chunk's host copy, which overlap nothing, are short.
+    /// Default `false`: on the H200 host the ramp made a 64 MiB transfer
+    /// slower (D2H 73% of pinned against 82% with full chunks; H2D 61%
+    /// against 62%) and 1 GiB too (96% against 98%): every chunk's host
+    /// function runs on the context's one host-function thread, and the
+    /// fixed cost of each (its launch latency, waking the workers)
+    /// outweighs the shorter fill and drain (GPU_RUNS.md, run 22).
     pub fn ramp(mut self, ramp: bool) -> Self {
         self.options.ramp = ramp;
         self

@@ -7,9 +7,9 @@
 //! gathering driver call, one host function), and a block larger than a
 //! chunk's room is split across chunks.
 //!
-//! Chunk sizes ramp up at the start of a transfer and down at its end
-//! ([`chunk_sizes`]): the first chunk's driver copy and the last chunk's
-//! host copy overlap nothing, so they are kept small.
+//! With the `ramp` option, chunk sizes ramp up at the start of a transfer
+//! and down at its end ([`chunk_sizes`]): the first chunk's driver copy and
+//! the last chunk's host copy overlap nothing.
 
 use std::vec::Vec;
 
