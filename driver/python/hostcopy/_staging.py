@@ -11,6 +11,7 @@ C-contiguous; a destination must be writable.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Optional, Sequence, Union
 
@@ -153,9 +154,25 @@ def _span(size: int, offset: int, nbytes: Optional[int], side: str) -> int:
     return nbytes
 
 
-def _blocks(blocks: Any) -> list[tuple[int, int, int]]:
-    """``(device_offset, host_offset, nbytes)`` triples from a sequence of
-    triples or an ``(n, 3)`` integer array (numpy, a CPU tensor)."""
+def _blocks(blocks: Any) -> Any:
+    """The blocks for the native call: an ``(n, 3)`` integer numpy array as
+    its ``uint64`` bytes (checked without a Python object per block), or
+    ``(device_offset, host_offset, nbytes)`` triples from any other
+    sequence (a list of tuples, a CPU tensor)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(blocks, numpy.ndarray):
+        if blocks.ndim != 2 or blocks.shape[1] != 3 or blocks.dtype.kind not in "iu":
+            raise TypeError(
+                f"blocks: expected an (n, 3) integer array of (device_offset, host_offset, nbytes), "
+                f"got shape {blocks.shape} of {blocks.dtype}"
+            )
+        if blocks.dtype.kind == "i" and blocks.size:
+            negative = numpy.flatnonzero((blocks < 0).any(axis=1))
+            if negative.size:
+                index = int(negative[0])
+                raise ValueError(f"blocks[{index}] = {blocks[index].tolist()}: offsets and lengths are not negative")
+        words = numpy.ascontiguousarray(blocks, dtype=numpy.uint64)
+        return _native.host_memory(words, False, "blocks")
     if hasattr(blocks, "tolist"):
         blocks = blocks.tolist()
     triples = []

@@ -362,14 +362,14 @@ impl PyStager {
         src: CUdeviceptr,
         src_owner: Py<PyAny>,
         src_nbytes: usize,
-        blocks: Vec<(usize, usize, usize)>,
+        blocks: Bound<'_, PyAny>,
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = dst.get().range();
-        let blocks = to_blocks(&blocks);
+        let blocks = to_blocks(&blocks)?;
         let id = slf.get().stage(
             py,
             "copy_blocks_to_host",
@@ -400,14 +400,14 @@ impl PyStager {
         dst_owner: Py<PyAny>,
         dst_nbytes: usize,
         src: Bound<'_, HostMemory>,
-        blocks: Vec<(usize, usize, usize)>,
+        blocks: Bound<'_, PyAny>,
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = src.get().range();
-        let blocks = to_blocks(&blocks);
+        let blocks = to_blocks(&blocks)?;
         let id = slf.get().stage(
             py,
             "copy_blocks_to_device",
@@ -428,11 +428,37 @@ impl PyStager {
     }
 }
 
-fn to_blocks(blocks: &[(usize, usize, usize)]) -> Vec<Block> {
-    blocks
-        .iter()
-        .map(|&(device, host, nbytes)| Block::new(device, host, nbytes))
-        .collect()
+/// The blocks of a batch: `(device_offset, host_offset, nbytes)` triples
+/// as a sequence, or as native-endian `u64`s in host memory (an `(n, 3)`
+/// `uint64` array, read here without a Python object per block).
+fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
+    if let Ok(memory) = blocks.extract::<PyRef<'_, HostMemory>>() {
+        let range = memory.range();
+        if range.len % 24 != 0 {
+            return Err(PyValueError::new_err(format!(
+                "blocks: {} bytes is not a whole number of (u64, u64, u64) triples",
+                range.len
+            )));
+        }
+        let word = |index: usize| -> PyResult<usize> {
+            let at = core::ptr::with_exposed_provenance::<u64>(range.addr + 8 * index);
+            // SAFETY: `index < range.len / 8`: inside the buffer, whose
+            // export `memory` holds for this call (with the GIL, so no
+            // Python code writes it meanwhile); read unaligned.
+            let value = unsafe { at.read_unaligned() };
+            usize::try_from(value).map_err(|_| {
+                PyValueError::new_err(format!("blocks[{}]: {value} does not fit", index / 3))
+            })
+        };
+        return (0..range.len / 24)
+            .map(|i| Ok(Block::new(word(3 * i)?, word(3 * i + 1)?, word(3 * i + 2)?)))
+            .collect();
+    }
+    let triples: Vec<(usize, usize, usize)> = blocks.extract()?;
+    Ok(triples
+        .into_iter()
+        .map(|(device, host, nbytes)| Block::new(device, host, nbytes))
+        .collect())
 }
 
 /// `nbytes` bytes at `offset` of `memory`, or `OutOfBounds` for `side`.

@@ -462,6 +462,12 @@ def test_bad_batches_are_refused_with_the_offending_blocks(sim, numpy):
         stager.copy_blocks_to_host(pool, source, [(0, 0, 1), (1, 2)])
     with pytest.raises(ValueError, match=r"blocks\[0\]"):
         stager.copy_blocks_to_host(pool, source, [(0, -1, 1)])
+    with pytest.raises(ValueError, match=r"blocks\[1\]"):
+        stager.copy_blocks_to_host(pool, source, numpy.array([[0, 0, 1], [5, -1, 1]]))
+    with pytest.raises(TypeError, match=r"\(n, 3\)"):
+        stager.copy_blocks_to_host(pool, source, numpy.zeros((2, 2), numpy.int64))
+    with pytest.raises(hostcopy.BlocksOverlap):
+        stager.copy_blocks_to_host(pool, source, numpy.array([[0, 0, 8], [100, 4, 8]], numpy.uint32))
     assert sim.state(device)["host_fns_run"] == 0, "nothing was queued"
     sim.assert_no_violations(device)
 
