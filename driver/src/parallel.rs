@@ -239,6 +239,8 @@ impl CopyPool {
     ///
     /// Every record is as [`copy`](Self::copy) asks, and no two records'
     /// ranges overlap where one of them is a destination.
+    // Used by the staging layer's host function (feature `cuda`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) unsafe fn copy_list(&self, list: &[HostCopyArgs], stores: Stores) {
         match list {
             [] => {}
