@@ -146,6 +146,22 @@ def upload(tensor: object, data: bytes) -> None:
     assert back == data
 
 
+def offload(cache: object, pool: NDArray[np.uint8], evicted: NDArray[np.int64], block: int) -> str:
+    """A KV-cache offload: the evicted blocks of ``cache`` to the first slots
+    of ``pool``, in one call, then back into the same device blocks."""
+    blocks = np.stack([evicted * block, np.arange(evicted.size) * block, np.full(evicted.size, block)], axis=1)
+    try:
+        hostcopy.copy_blocks_to_host(pool, cache, blocks)
+        restored = hostcopy.copy_blocks_to_device(cache, pool, [(int(d), int(h), int(n)) for d, h, n in blocks], blocking=False)
+        if restored is not None:
+            restored.wait()
+    except hostcopy.BlockOutOfBounds as error:
+        return f"block {error.index} is outside the {error.side} memory"
+    except hostcopy.BlocksOverlap as error:
+        return f"blocks {error.first} and {error.second} overlap"
+    return f"{evicted.size} blocks offloaded and restored"
+
+
 def main() -> int:
     started: int = hostcopy.set_parallel_workers(2)
     workers, active = hostcopy.parallel_workers()
@@ -173,6 +189,10 @@ def main() -> int:
             print(f"stager on device {stager.device}: {stager.options['chunk']} byte chunks")
     except hostcopy.CudaUnavailable as error:
         print(f"no stager: {error}")
+    try:
+        print(offload(np.zeros(1 << 20, np.uint8), np.zeros(1 << 20, np.uint8), np.array([3, 1]), 4096))
+    except TypeError as error:  # a numpy array is host memory, not a GPU array
+        print(f"refused: {str(error).split(':')[0]}")
     version: str = hostcopy.__version__
     print(f"hostcopy {version}")
     print(f"{started} workers ({workers} started, {active} active), {hostcopy.rejected()} records rejected")
