@@ -15,7 +15,9 @@ pub use crate::parallel::Stores;
 /// GPU's write and the host copy (64 MiB: 37 to 40 GB/s). Short transfers
 /// keep the full chunk too: cutting a 64 MiB transfer into sixteen 4 MiB
 /// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks
-/// (GPU_RUNS.md, run 10).
+/// (GPU_RUNS.md, run 10), and ramping its ends down to 1 MiB chunks
+/// reached 73% of pinned against 82% (runs 22 and 24; see
+/// [`StagingOptionsBuilder::ramp`]).
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
 /// Default number of pinned staging buffers, each on its own stream.
