@@ -345,3 +345,71 @@ fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
     drop(stager);
     let _ = sim::take_violations(device.ordinal);
 }
+
+/// Two streams given to `wait_for` before a small transfer: it waits on the
+/// host for both (an injected failure of the second wait shows it is
+/// made), not only the last one's event.
+#[test]
+fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
+    use hostcopy_driver::cuda::Stream;
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let (first, second) = (
+        Stream::new(&device.context).unwrap(),
+        Stream::new(&device.context).unwrap(),
+    );
+    let source = DeviceBuffer::new(&device.context, 100).unwrap();
+    let mut host = vec![0u8; 100];
+    stager.wait_for(first.as_stream()).unwrap();
+    stager.wait_for(second.as_stream()).unwrap();
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 2, 2);
+    assert!(
+        stager.device_to_host(&mut host, &source).is_err(),
+        "the small transfer waited for one stream only"
+    );
+    drop(stager);
+    let _ = sim::take_violations(device.ordinal);
+}
+
+/// A pending transfer started after `wait_for` and not finished yet proves
+/// nothing: a small transfer after it still waits on the host for the
+/// stream (it follows neither the stager's streams nor that stream).
+#[test]
+fn a_small_transfer_after_an_unfinished_pending_one_still_waits_for_the_stream() {
+    use hostcopy_driver::cuda::Stream;
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let source = DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap();
+    let large: &'static mut [u8] = vec![0u8; 2 * CHUNK].leak();
+    let range = hostcopy_driver::HostMemoryMut::host_range_mut(large);
+    let mut small = vec![0u8; 100];
+    stager.wait_for(producer.as_stream()).unwrap();
+    // SAFETY: `large` is leaked: valid for good, and touched by nothing else.
+    let pending = unsafe { stager.start_device_to_host_unchecked(range, &source, 0) }.unwrap();
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    assert!(
+        stager.device_to_host(&mut small, &source).is_err(),
+        "the small transfer did not wait for the producer"
+    );
+    stager.finish_pending(pending).unwrap();
+    // Finished without error, the pending transfer proved the wait done.
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    stager
+        .device_to_host(&mut small, &source)
+        .expect("no wait left: the pending transfer proved it done");
+    drop(stager);
+    let _ = sim::take_violations(device.ordinal);
+}

@@ -195,7 +195,7 @@ impl Lanes {
         let _relaxed = RelaxedCapture::new();
         // Unwinding from here would leave host functions queued on memory
         // the caller may free, and the job's waiters waiting for good.
-        let _no_unwind = AbortOnUnwind;
+        let _no_unwind = AbortOnUnwind::new();
         let mut error = None;
         let mut used = Vec::new();
         for index in 0..job.plan.len() {
@@ -315,13 +315,24 @@ impl Lanes {
     }
 }
 
-/// Aborts the process if dropped during a panic: what is queued must not
-/// be given up on by unwinding.
-struct AbortOnUnwind;
+/// Aborts the process if dropped by a panic that began after it was made:
+/// what is queued must not be given up on by unwinding. (A transfer made
+/// in a destructor that runs during another panic is not aborted.)
+struct AbortOnUnwind {
+    panicking_before: bool,
+}
+
+impl AbortOnUnwind {
+    fn new() -> AbortOnUnwind {
+        AbortOnUnwind {
+            panicking_before: std::thread::panicking(),
+        }
+    }
+}
 
 impl Drop for AbortOnUnwind {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() && !self.panicking_before {
             std::process::abort();
         }
     }

@@ -198,11 +198,17 @@ pub struct Stager {
     /// drain, queued work may still use the staging buffers.
     undrained: Option<DriverError>,
     /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
-    order_event: Option<Event>,
-    /// `wait_for` was called since the last transfer started: a transfer
-    /// on the driver's path (the legacy stream, which does not wait for
-    /// non-blocking streams) waits for `order_event` first.
-    order_pending: bool,
+    /// Events `wait_for` recorded, each numbered, not yet known complete:
+    /// the stager's streams wait for them, and a transfer on the driver's
+    /// path (the legacy stream, which does not wait for non-blocking
+    /// streams) waits for them on the host first. A staged transfer
+    /// started after one that every stream waited for (`true`), and
+    /// finished without error, proves it complete.
+    order_events: Vec<(u64, bool, Event)>,
+    /// The number the next `wait_for` event gets.
+    next_order: u64,
+    /// Completed order events, reused.
+    spare_order_events: Vec<Event>,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
@@ -242,6 +248,8 @@ enum Blocks<'a> {
 struct InFlight {
     chunks: Chunks,
     job: Arc<Job>,
+    /// The number of the next `wait_for` event when it started.
+    order_upto: u64,
     /// The device allocation the queued copies use.
     device: DeviceInUse,
 }
@@ -279,8 +287,9 @@ impl Stager {
             workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
             next_seq: 0,
             undrained: None,
-            order_event: None,
-            order_pending: false,
+            order_events: Vec::new(),
+            next_order: 0,
+            spare_order_events: Vec::new(),
             id: pending::next_stager_id(),
         };
         Ok(stager)
@@ -470,8 +479,6 @@ impl Stager {
         if total == 0 {
             return Ok(None);
         }
-        // The stager's streams wait for `order_event` already.
-        self.order_pending = false;
         let _relaxed = RelaxedCapture::new();
         let sizes = chunk_sizes(total, self.options.chunk, self.options.ramp);
         let planned = plan(
@@ -520,6 +527,7 @@ impl Stager {
         Ok(Some(InFlight {
             chunks,
             job,
+            order_upto: self.next_order,
             device: memory.memory_in_use(),
         }))
     }
@@ -528,13 +536,24 @@ impl Stager {
     /// if any since the last transfer: for the driver's path, whose legacy
     /// stream does not wait for a non-blocking stream.
     fn wait_for_order(&mut self) -> Result<(), Error> {
-        if self.order_pending {
-            if let Some(event) = &self.order_event {
-                event.synchronize()?;
-            }
-            self.order_pending = false;
+        for (_, _, event) in &self.order_events {
+            event.synchronize()?;
         }
+        let done = self.order_events.drain(..).map(|(_, _, event)| event);
+        self.spare_order_events.extend(done);
         Ok(())
+    }
+
+    /// The order events numbered below `upto` that the streams waited for
+    /// are complete: a staged transfer started after them has finished.
+    fn order_events_complete(&mut self, upto: u64) {
+        let (done, kept) = core::mem::take(&mut self.order_events)
+            .into_iter()
+            .partition(|(number, waited, _)| *waited && *number < upto);
+        self.order_events = kept;
+        let done: Vec<(u64, bool, Event)> = done;
+        self.spare_order_events
+            .extend(done.into_iter().map(|(_, _, event)| event));
     }
 
     /// `Ok` unless queued work may still use the staging buffers: then
@@ -573,6 +592,7 @@ impl Stager {
         let InFlight {
             chunks,
             job,
+            order_upto,
             device,
         } = in_flight;
         let (error, events) = {
@@ -591,6 +611,7 @@ impl Stager {
             self.drain();
         } else {
             self.lanes.return_events(events);
+            self.order_events_complete(order_upto);
         }
         chunks.settle_and_free();
         self.release(device);
@@ -622,7 +643,8 @@ impl Drop for Stager {
         // Borrowed transfers are finished (they borrow the stager), but a
         // pending transfer dropped unfinished may still be queued.
         self.drain();
-        self.order_event = None;
+        self.order_events.clear();
+        self.spare_order_events.clear();
         if self.undrained.is_some() {
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.

@@ -221,18 +221,23 @@ impl Stager {
         let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
-        let event = match self.order_event.take() {
+        let event = match self.spare_order_events.pop() {
             Some(event) => event,
-            None => crate::cuda::Event::ordering(&self.context)?,
+            None => crate::cuda::Event::blocking(&self.context)?,
         };
-        let ordered = (|| {
-            {
-                let locked = capture::lock();
-                if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
-                    return Err(Error::Capturing);
-                }
-                event.record_known(&locked, stream, false)?;
+        let recorded = {
+            let locked = capture::lock();
+            match capture_graph(&locked, stream.context(), stream.raw()) {
+                Ok(None) => event.record_known(&locked, stream, false),
+                Ok(Some(_)) => Err(Error::Capturing),
+                Err(error) => Err(error.into()),
             }
+        };
+        if let Err(error) = recorded {
+            self.spare_order_events.push(event);
+            return Err(error);
+        }
+        let ordered = (|| {
             // Every transfer started before is queued whole (the feeder has
             // nothing left: a scope, the only user of it, has ended), so
             // these waits come after them and before every later one.
@@ -241,8 +246,11 @@ impl Stager {
             }
             Ok(())
         })();
-        self.order_event = Some(event);
-        self.order_pending = ordered.is_ok();
+        // Kept even if a wait failed: a transfer on the driver's path still
+        // waits for it on the host.
+        self.order_events
+            .push((self.next_order, ordered.is_ok(), event));
+        self.next_order += 1;
         ordered
     }
 }
