@@ -25,6 +25,17 @@ fn options(device_copies: DeviceCopies) -> StagingOptions {
         .build()
 }
 
+/// A stager whose transfers below a chunk take the driver's path.
+fn small_on_driver_path(device: &sim_support::Device) -> Stager {
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    Stager::with_options(&device.context, options).unwrap()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 9) as u8)
@@ -263,13 +274,7 @@ fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
 fn wait_for_reuses_one_event_however_many_transfers_follow() {
     use hostcopy_driver::cuda::Stream;
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = small_on_driver_path(&device);
     let producer = Stream::new(&device.context).unwrap();
     let source = DeviceBuffer::new(&device.context, 100).unwrap();
     let mut host = vec![0u8; 100];
@@ -321,13 +326,7 @@ fn device_to_pinned_waits_for_the_stream_given_to_wait_for() {
 fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
     use hostcopy_driver::cuda::Stream;
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = small_on_driver_path(&device);
     let producer = Stream::new(&device.context).unwrap();
     let source = DeviceBuffer::new(&device.context, 100).unwrap();
     let mut host = vec![0u8; 100];
@@ -353,13 +352,7 @@ fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
 fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
     use hostcopy_driver::cuda::Stream;
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = small_on_driver_path(&device);
     let (first, second) = (
         Stream::new(&device.context).unwrap(),
         Stream::new(&device.context).unwrap(),
@@ -384,13 +377,7 @@ fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
 fn a_small_transfer_after_an_unfinished_pending_one_still_waits_for_the_stream() {
     use hostcopy_driver::cuda::Stream;
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = small_on_driver_path(&device);
     let producer = Stream::new(&device.context).unwrap();
     let source = DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap();
     let large: &'static mut [u8] = vec![0u8; 2 * CHUNK].leak();

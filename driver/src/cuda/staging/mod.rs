@@ -481,7 +481,7 @@ impl Stager {
         }
         let _relaxed = RelaxedCapture::new();
         let sizes = chunk_sizes(total, self.options.chunk, self.options.ramp);
-        let planned = plan(
+        let mut planned = plan(
             &Layout {
                 direction,
                 host: host.addr,
@@ -498,10 +498,12 @@ impl Stager {
             Direction::HostToDevice => self.options.h2d_stores,
         };
         let workers = Arc::as_ptr(&self.workers);
+        // The host copies move into the chunk records, which the host
+        // functions read; the plan keeps the driver's side.
         let chunks = Chunks::new(
             planned
-                .iter()
-                .map(|chunk| Chunk::new(chunk.host.clone(), stores, workers))
+                .iter_mut()
+                .map(|chunk| Chunk::new(core::mem::take(&mut chunk.host), stores, workers))
                 .collect(),
         );
         let job = Arc::new(Job::new(direction, chunks.array(), planned));
@@ -547,13 +549,13 @@ impl Stager {
     /// The order events numbered below `upto` that the streams waited for
     /// are complete: a staged transfer started after them has finished.
     fn order_events_complete(&mut self, upto: u64) {
-        let (done, kept) = core::mem::take(&mut self.order_events)
-            .into_iter()
-            .partition(|(number, waited, _)| *waited && *number < upto);
-        self.order_events = kept;
-        let done: Vec<(u64, bool, Event)> = done;
-        self.spare_order_events
-            .extend(done.into_iter().map(|(_, _, event)| event));
+        for (number, waited, event) in core::mem::take(&mut self.order_events) {
+            if waited && number < upto {
+                self.spare_order_events.push(event);
+            } else {
+                self.order_events.push((number, waited, event));
+            }
+        }
     }
 
     /// `Ok` unless queued work may still use the staging buffers: then

@@ -237,15 +237,14 @@ impl Stager {
             self.spare_order_events.push(event);
             return Err(error);
         }
-        let ordered = (|| {
-            // Every transfer started before is queued whole (the feeder has
-            // nothing left: a scope, the only user of it, has ended), so
-            // these waits come after them and before every later one.
-            for own in &self.lanes.streams {
-                own.as_stream().wait_event(&event)?;
-            }
-            Ok(())
-        })();
+        // Every transfer started before is queued whole (the feeder has
+        // nothing left: a scope, the only user of it, has ended), so these
+        // waits come after them and before every later one.
+        let ordered = self
+            .lanes
+            .streams
+            .iter()
+            .try_for_each(|own| own.as_stream().wait_event(&event));
         // Kept even if a wait failed: a transfer on the driver's path still
         // waits for it on the host.
         self.order_events

@@ -109,7 +109,7 @@ pub(super) struct PlannedChunk {
     /// The driver's side: one copy, or a gathering batch.
     pub(super) device: Vec<DevicePiece>,
     /// The host function's side, in the direction's order (D2H: staging to
-    /// host; H2D: host to staging).
+    /// host; H2D: host to staging); moved into the chunk's record.
     pub(super) host: Vec<HostCopyArgs>,
 }
 
