@@ -26,8 +26,9 @@
 //! # fn main() {}
 //! ```
 //!
-//! `cuda::staging` has the rest: non-blocking transfers in a scope, memory
-//! another runtime owns (`cuda::DeviceView`), stream order
+//! `cuda::staging` has the rest: non-blocking transfers in a scope, batches
+//! of scattered blocks, memory another runtime owns (`cuda::DeviceView`;
+//! cudarc's `CudaSlice` and views with feature `cudarc`), stream order
 //! (`Stager::wait_for`), the options and how to tune them.
 //! The layer opens libcuda at run time: a binary starts on a machine
 //! without a driver, and its first call says what is missing.
@@ -36,7 +37,8 @@
 //!
 //! | layer | feature | what |
 //! | --- | --- | --- |
-//! | `cuda::staging` | `cuda` | staged transfers, blocking or in a scope |
+//! | `cuda::staging` | `cuda` | staged transfers, blocking or in a scope; single ranges or batches |
+//! | `cuda::staging::cudarc` | `cudarc` | the same from and to cudarc's device memory, in cudarc's stream order |
 //! | `cuda` | `cuda` | contexts, streams, events, pinned and device buffers, owned and scoped launches, graphs; `cuda::sim` with `simulator` |
 //! | `parallel` | `std` | `hostcopy_parallel_fn`: one record's copy split across worker threads |
 //! | [`Record`], [`RecordPool`] | none (`no_std`, no heap) | packing with bounds checks; a fixed-capacity record pool |
@@ -63,6 +65,10 @@
 //!   owned and raw records, each running `hostcopy_fn` or the parallel host
 //!   function, and staged transfers (`cuda::staging`): device to host into
 //!   any host memory, and back, at the link's speed in safe code.
+//! - `cudarc`: implies `cuda`; staged transfers from and to cudarc's
+//!   `CudaSlice`, `CudaView` and `CudaViewMut` in stream order with a
+//!   cudarc stream (`cuda::staging::cudarc`), and `Context::from_cudarc`.
+//!   cudarc's CUDA version stays the application's choice.
 //! - `simulator`: implies `cuda`; `cuda::sim`, an in-process simulated
 //!   driver that the CUDA layer's tests run against, in CI and under Miri.
 //! - `defmt`: `defmt::Format` on the error and region types.

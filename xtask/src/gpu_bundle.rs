@@ -16,8 +16,8 @@ use crate::command;
 pub(crate) const USAGE: &str = "\
 usage: cargo xtask gpu-bundle [--out DIR]
 
-Builds the GPU test binaries, the staged_d2h and kv_offload examples, the
-staged_copy benchmark (profile `gpu-bundle`) and the Python wheel
+Builds the GPU test binaries (cudarc's among them), the staged_d2h and
+kv_offload examples, the staged_copy benchmark (profile `gpu-bundle`) and the Python wheel
 (driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh.
 On the GPU host:
     sh DIR/run.sh        # results in $OUT, or DIR/out";
@@ -28,6 +28,7 @@ const STEPS: &[(&str, u32, &str)] = &[
     ("gpu-tests", 240, "bin/gpu --test-threads=1"),
     ("gpu-fault", 120, "bin/gpu_fault"),
     ("gpu-staging", 240, "bin/gpu_staging --test-threads=1"),
+    ("gpu-cudarc", 120, "bin/gpu_cudarc"),
     ("driver-loading", 60, "bin/driver_loading"),
     ("python", 540, "python/gpu.sh python/wheels"),
     ("example", 90, "bin/staged_d2h"),
@@ -93,6 +94,8 @@ fn bundle(out: &Path) -> Result<u64, String> {
         "gpu_fault",
         "--test",
         "gpu_staging",
+        "--test",
+        "gpu_cudarc",
         "--test",
         "driver_loading",
     ];
@@ -194,6 +197,7 @@ mod tests {
             "bin/gpu",
             "bin/gpu_fault",
             "bin/gpu_staging",
+            "bin/gpu_cudarc",
             "bin/driver_loading",
             "bin/staged_d2h",
             "bin/kv_offload",

@@ -56,6 +56,8 @@ pub(crate) fn run_all(context: &Context, options: &Options) -> Result<Report, Er
     small(context, options, &mut report)?;
     two_gpus(options, headline_bytes, &reference, &mut report)?;
     crate::batches::run(context, options, &reference, &mut report)?;
+    #[cfg(feature = "cudarc")]
+    crate::cudarc::run(context, options, &reference, &mut report)?;
     Ok(report)
 }
 

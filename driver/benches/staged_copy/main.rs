@@ -24,9 +24,13 @@
 //! (CI: proves it builds and runs); with `--simulated` (feature
 //! `simulator`) it runs against the simulated driver, which checks the
 //! benchmark's logic and byte checks but measures nothing real (the rows
-//! that call the driver directly say "not run" there).
+//! that call the driver directly say "not run" there). With feature
+//! `cudarc`, last (`cudarc.rs`): a `CudaSlice` that a cudarc kernel wrote
+//! beside a `DeviceBuffer`, both ways, runs interleaved.
 
 mod batches;
+#[cfg(feature = "cudarc")]
+mod cudarc;
 mod groups;
 mod paths;
 mod table;

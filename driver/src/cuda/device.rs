@@ -59,7 +59,8 @@ pub struct DeviceView {
     context: Context,
     ptr: CUdeviceptr,
     len: usize,
-    owner: Arc<dyn Send + Sync>,
+    /// `None` for memory a borrow keeps allocated ([`DeviceView::borrowed`]).
+    owner: Option<Arc<dyn Send + Sync>>,
 }
 
 /// Device memory a [`Stager`](super::staging::Stager) or a stream copy can
@@ -86,14 +87,17 @@ pub(crate) mod sealed {
 
 /// A share of device memory held by driver work that reads or writes it:
 /// the memory stays allocated while the share lives, and for good if it is
-/// [`leak`](Self::leak)ed.
-pub struct DeviceInUse(Arc<dyn Send + Sync>);
+/// [`leak`](Self::leak)ed. Empty for memory that a borrow keeps allocated
+/// instead, which nothing here can keep.
+pub struct DeviceInUse(Option<Arc<dyn Send + Sync>>);
 
 impl DeviceInUse {
     /// Keeps the memory for the rest of the process: a copy the driver
-    /// may still run uses it.
-    pub(crate) fn leak(self) {
+    /// may still run uses it. Whether there was a share to keep.
+    pub(crate) fn leak(self) -> bool {
+        let held = self.0.is_some();
         core::mem::forget(self.0);
+        held
     }
 }
 
@@ -194,8 +198,22 @@ impl DeviceView {
             context: context.clone(),
             ptr,
             len,
-            owner,
+            owner: Some(owner),
         })
+    }
+
+    /// A view of memory that a borrow keeps allocated for as long as the
+    /// transfer using the view runs (cudarc's slices, borrowed by a
+    /// blocking call), with its bounds known from that borrow: no owner to
+    /// hold, and no driver query.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn borrowed(context: &Context, ptr: CUdeviceptr, len: usize) -> DeviceView {
+        DeviceView {
+            context: context.clone(),
+            ptr,
+            len,
+            owner: None,
+        }
     }
 
     /// The ordinal of the device whose memory holds `ptr`, as the driver
@@ -343,7 +361,7 @@ impl sealed::Sealed for DeviceBuffer {
         self.len()
     }
     fn memory_in_use(&self) -> DeviceInUse {
-        DeviceInUse(self.allocation.clone())
+        DeviceInUse(Some(self.allocation.clone()))
     }
 }
 

@@ -138,6 +138,25 @@ macro_rules! entry_points {
         #[cfg(feature = "simulator")]
         pub(crate) use simulated_entry_points;
 
+        /// Every entry point as a C function of the driver's prototype,
+        /// forwarding to this module's wrapper of that name (so to the
+        /// simulator once it is installed), by name.
+        #[cfg(feature = "simulator")]
+        pub(crate) fn c_entry_points() -> std::vec::Vec<(&'static str, *const c_void)> {
+            std::vec![$({
+                /// The entry point, called from C.
+                ///
+                /// # Safety
+                ///
+                /// The driver's contract for it (see the wrapper).
+                unsafe extern "C" fn forward($($arg: $ty),*) -> CuResult {
+                    // SAFETY: our C caller upholds the driver's contract.
+                    unsafe { $name($($arg),*) }
+                }
+                (stringify!($name), forward as *const c_void)
+            }),*]
+        }
+
         /// The name of every entry point in the list.
         #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
         pub(crate) const ENTRY_POINT_NAMES: &[&str] = &[$(stringify!($name)),*];

@@ -214,6 +214,36 @@ pub(crate) unsafe fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CuRes
     })())
 }
 
+/// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`.
+const ATTRIBUTE_MEMORY_POOLS_SUPPORTED: c_uint = 115;
+
+/// `cuDeviceGetAttribute`, for programs that load the simulator as their
+/// libcuda ([`c_entry_points`](super::c_entry_points)); this crate's layer
+/// does not call it. It answers whether the device has memory pools, no:
+/// nothing here models `cuMemAllocAsync`. Any other attribute is
+/// `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+///
+/// `value` is writable.
+pub(crate) unsafe fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_uint,
+    device: CUdevice,
+) -> CuResult {
+    let mut state = lock();
+    result((|| {
+        let found = state.device(device)?;
+        state.fault(found, "cuDeviceGetAttribute")?;
+        if value.is_null() || attribute != ATTRIBUTE_MEMORY_POOLS_SUPPORTED {
+            return Err(codes::INVALID_VALUE);
+        }
+        // SAFETY: non-null and writable (our caller).
+        unsafe { value.write(0) };
+        Ok(())
+    })())
+}
+
 /// `cuDeviceGetName`: `hostcopy simulated device N`.
 ///
 /// # Safety

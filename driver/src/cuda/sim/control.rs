@@ -4,7 +4,12 @@
 use std::string::String;
 use std::vec::Vec;
 
-use super::super::ffi::{Simulated, SimulatedOptional, route_to_simulator, simulated_entry_points};
+use core::ffi::{c_int, c_uint, c_void};
+
+use super::super::ffi::{
+    self, CUdevice, CuResult, Simulated, SimulatedOptional, route_to_simulator,
+    simulated_entry_points,
+};
 use super::entry;
 use super::registry::{Device, lock, notify, wait};
 
@@ -21,6 +26,35 @@ static OPTIONAL_ENTRY_POINTS: SimulatedOptional = SimulatedOptional {
 /// driver mean nothing to the simulator.
 pub fn install() {
     route_to_simulator(&ENTRY_POINTS, &OPTIONAL_ENTRY_POINTS);
+}
+
+/// The simulator as a C library, for a program that loads libcuda itself
+/// (cudarc does): by name, each entry point this crate's layer calls and
+/// `cuDeviceGetAttribute`, as an `extern "C"` function with the driver's
+/// prototype of that name. A library that exports these names and jumps to
+/// these functions (the crate's `tests/sim_support/libcuda.rs` builds one)
+/// points such a program at this process's simulator. They reach it once
+/// [`install`]ed.
+pub fn c_entry_points() -> Vec<(&'static str, *const c_void)> {
+    /// `cuDeviceGetAttribute`, called from C.
+    ///
+    /// # Safety
+    ///
+    /// `value` is writable.
+    unsafe extern "C" fn device_get_attribute(
+        value: *mut c_int,
+        attribute: c_uint,
+        device: CUdevice,
+    ) -> CuResult {
+        // SAFETY: our C caller's contract is the simulator's.
+        unsafe { super::context::cuDeviceGetAttribute(value, attribute, device) }
+    }
+    let mut entries = ffi::c_entry_points();
+    entries.push((
+        "cuDeviceGetAttribute",
+        device_get_attribute as *const c_void,
+    ));
+    entries
 }
 
 /// A fresh device; its ordinal works with `cuDeviceGet` (and so
@@ -68,6 +102,9 @@ pub struct DeviceState {
     pub batch_copy_calls: u64,
     /// Successful `cuMemcpyDtoHAsync_v2` and `cuMemcpyHtoDAsync_v2` calls.
     pub async_copy_calls: u64,
+    /// Successful `cuStreamWaitEvent` calls on streams that are not
+    /// capturing (each makes a stream wait for an event's work).
+    pub stream_waits: u64,
 }
 
 /// The state of device `ordinal`.
@@ -109,6 +146,7 @@ pub fn device_state(ordinal: usize) -> DeviceState {
         destructors_run: device.destructors_run,
         batch_copy_calls: device.batch_copy_calls,
         async_copy_calls: device.async_copy_calls,
+        stream_waits: device.stream_waits,
     }
 }
 

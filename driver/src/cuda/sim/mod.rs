@@ -87,8 +87,8 @@ mod tests;
 
 pub use context::thread_capture_mode;
 pub use control::{
-    DeviceState, device_state, drain, hold, install, new_device, refuse_batch_copies, release,
-    take_violations, violations,
+    DeviceState, c_entry_points, device_state, drain, hold, install, new_device,
+    refuse_batch_copies, release, take_violations, violations,
 };
 pub use fault::{fail_call, fail_context};
 

@@ -131,6 +131,7 @@ pub(super) struct Device {
     pub(super) faults: Vec<Fault>,
     pub(super) batch_copy_calls: u64,
     pub(super) async_copy_calls: u64,
+    pub(super) stream_waits: u64,
     /// `refuse_batch_copies`: the batch copy answers
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     pub(super) refuses_batch_copies: bool,

@@ -229,7 +229,11 @@ pub(crate) unsafe fn cuStreamWaitEvent(
                 state.invalidate_capture(own);
                 Err(codes::STREAM_CAPTURE_ISOLATION)
             }
-            (None, None) => Ok(()),
+            (None, None) => {
+                let device = state.streams[&stream].device;
+                state.devices[device].stream_waits += 1;
+                Ok(())
+            }
         }
     })())
 }

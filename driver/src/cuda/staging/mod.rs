@@ -139,6 +139,9 @@
 //!    make one asynchronous driver copy at the link's speed.
 
 mod chunk;
+#[cfg(feature = "cudarc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
+pub mod cudarc;
 mod driver_path;
 mod feed;
 mod options;
@@ -621,11 +624,11 @@ impl Stager {
     }
 
     /// Lets go of a device allocation that queued copies used: dropped if
-    /// the streams are drained, kept for good (and counted) if not.
+    /// the streams are drained, kept for good (and counted) if not. (A
+    /// borrowed allocation, cudarc's, is neither: see the `cudarc` module.)
     fn release(&self, device: DeviceInUse) {
-        if self.undrained.is_some() {
+        if self.undrained.is_some() && device.leak() {
             chunk::count_leaked_device_buffer();
-            device.leak();
         }
     }
 }

@@ -1,0 +1,256 @@
+//! GPU tests of cudarc's device memory in staged transfers (feature
+//! `cudarc`) against the real driver: cudarc and the stager share the
+//! primary context; a slice that a cudarc kernel is still writing (it spins
+//! first) arrives whole, whether the copy is ordered on the kernel's stream
+//! or on another cudarc stream (through cudarc's write event); an upload
+//! into a slice that a kernel is still reading waits for that kernel; a
+//! batch out of a slice being written is byte-exact. Each would read or
+//! overwrite the slice too early without the ordering: a control copies
+//! through a view that nothing orders after the kernel and finds the slice
+//! unwritten. Elsewhere each
+//! reports itself ignored and why.
+
+mod gpu_support;
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use gpu_support::check;
+use hostcopy_driver::cuda::staging::{Block, Stager};
+use hostcopy_driver::cuda::{Context, DeviceView};
+use libtest_mimic::Failed;
+
+fn main() {
+    gpu_support::run(
+        "gpu_cudarc",
+        &[
+            (
+                "cudarc_and_the_stager_share_the_primary_context",
+                shared_context,
+            ),
+            (
+                "a_slice_a_kernel_is_still_writing_arrives_whole_on_the_kernels_stream",
+                read_on_the_kernels_stream,
+            ),
+            (
+                "a_slice_a_kernel_is_still_writing_arrives_whole_on_another_cudarc_stream",
+                read_on_another_stream,
+            ),
+            (
+                "control_a_copy_not_ordered_after_the_kernel_finds_the_slice_unwritten",
+                unordered_control,
+            ),
+            (
+                "an_upload_waits_for_a_kernel_still_reading_the_slice",
+                upload_after_a_reader,
+            ),
+            (
+                "a_batch_out_of_a_slice_a_kernel_is_still_writing_is_byte_exact",
+                batch_after_a_writer,
+            ),
+        ],
+    )
+}
+
+/// 256 MiB: 16 chunks.
+const WORDS: usize = 64 << 20;
+/// Long enough that a copy queued right after the launch would find the
+/// slice unwritten.
+const SPIN_NS: u64 = 200_000_000;
+
+/// cudarc's context on device 0, its two kernels, and a stager on the
+/// same context.
+struct Setup {
+    cuda: Arc<CudaContext>,
+    fill: CudaFunction,
+    copy: CudaFunction,
+    stager: Stager,
+}
+
+fn setup(context: &Context) -> Result<Setup, Failed> {
+    let cuda = CudaContext::new(context.ordinal())?;
+    let module = cuda.load_module(Ptx::from_src(include_str!(
+        "gpu_support/cudarc_kernels.ptx"
+    )))?;
+    let fill = module.load_function("hostcopy_fill")?;
+    let copy = module.load_function("hostcopy_copy")?;
+    let stager = Stager::new(&Context::from_cudarc(&cuda)?)?;
+    Ok(Setup {
+        cuda,
+        fill,
+        copy,
+        stager,
+    })
+}
+
+const GRID: LaunchConfig = LaunchConfig {
+    grid_dim: (528, 1, 1),
+    block_dim: (256, 1, 1),
+    shared_mem_bytes: 0,
+};
+
+/// What `hostcopy_fill` writes at word `i`.
+fn filled(i: usize, seed: u32) -> u32 {
+    (i as u32).wrapping_mul(0x9E37_79B1).wrapping_add(seed)
+}
+
+/// Launches `hostcopy_fill` on `stream`: after `spin` ns, word `i` of
+/// `slice` becomes `filled(i, seed)`.
+fn fill(
+    setup: &Setup,
+    stream: &Arc<CudaStream>,
+    slice: &mut CudaSlice<u32>,
+    spin: u64,
+    seed: u32,
+) -> Result<(), Failed> {
+    let words = slice.len() as u64;
+    let mut launch = stream.launch_builder(&setup.fill);
+    launch.arg(slice).arg(&words).arg(&spin).arg(&seed);
+    // SAFETY: the kernel's parameters are (u32 *dst, u64 words, u64 ns,
+    // u32 seed), and it writes `words` words of `slice` only.
+    unsafe { launch.launch(GRID) }?;
+    Ok(())
+}
+
+/// The first word that differs from `filled(_, seed)`, if any.
+fn first_wrong(words: &[u32], seed: u32) -> Option<(usize, u32)> {
+    words
+        .iter()
+        .enumerate()
+        .find(|&(i, &word)| word != filled(i, seed))
+        .map(|(i, &word)| (i, word))
+}
+
+fn shared_context(context: &Context) -> Result<(), Failed> {
+    let cuda = CudaContext::new(context.ordinal())?;
+    let from = Context::from_cudarc(&cuda)?;
+    check(
+        from.raw().addr() == cuda.cu_ctx().addr() && context.raw() == from.raw(),
+        || "cudarc's context is not the primary context".into(),
+    )
+}
+
+fn read_after_fill(context: &Context, copy_on_another_stream: bool) -> Result<(), Failed> {
+    let mut setup = setup(context)?;
+    let writer = setup.cuda.new_stream()?;
+    let reader = if copy_on_another_stream {
+        setup.cuda.new_stream()?
+    } else {
+        Arc::clone(&writer)
+    };
+    let mut slice = writer.alloc_zeros::<u32>(WORDS)?;
+    writer.synchronize()?;
+    fill(&setup, &writer, &mut slice, SPIN_NS, 7)?;
+    let mut host = vec![0u32; WORDS];
+    setup.stager.cudarc_to_host(&mut host, &slice, &reader)?;
+    check(first_wrong(&host, 7).is_none(), || {
+        format!(
+            "word {:?} arrived before the kernel wrote it",
+            first_wrong(&host, 7)
+        )
+    })
+}
+
+fn read_on_the_kernels_stream(context: &Context) -> Result<(), Failed> {
+    read_after_fill(context, false)
+}
+
+fn read_on_another_stream(context: &Context) -> Result<(), Failed> {
+    read_after_fill(context, true)
+}
+
+/// The control for the two tests above: the same copy through a view that
+/// nothing orders after the kernel runs while the kernel still spins, and
+/// finds the slice unwritten. (So the ordering is what those tests see.)
+fn unordered_control(context: &Context) -> Result<(), Failed> {
+    let mut setup = setup(context)?;
+    let writer = setup.cuda.new_stream()?;
+    let mut slice = writer.alloc_zeros::<u32>(WORDS)?;
+    writer.synchronize()?;
+    fill(&setup, &writer, &mut slice, SPIN_NS, 7)?;
+    let (ptr, read) = slice.device_ptr(&writer);
+    // SAFETY: `slice` outlives the blocking copy below, and nothing frees
+    // it meanwhile; the copy is not ordered with the kernel, on purpose.
+    let view = unsafe { DeviceView::new(context, ptr, WORDS * 4, Arc::new(())) }?;
+    let mut host = vec![0u32; WORDS];
+    setup.stager.device_to_host(&mut host, &view)?;
+    drop(read);
+    writer.synchronize()?;
+    check(first_wrong(&host, 7).is_some(), || {
+        "the kernel had finished before an unordered copy: the tests above prove nothing".into()
+    })
+}
+
+fn upload_after_a_reader(context: &Context) -> Result<(), Failed> {
+    let mut setup = setup(context)?;
+    let kernel_stream = setup.cuda.new_stream()?;
+    let upload_stream = setup.cuda.new_stream()?;
+    let mut source = kernel_stream.alloc_zeros::<u32>(WORDS)?;
+    let mut copied = kernel_stream.alloc_zeros::<u32>(WORDS)?;
+    fill(&setup, &kernel_stream, &mut source, 0, 1)?;
+    kernel_stream.synchronize()?;
+    // The kernel reads `source` after spinning; the upload overwrites it.
+    let words = WORDS as u64;
+    let mut launch = kernel_stream.launch_builder(&setup.copy);
+    launch
+        .arg(&mut copied)
+        .arg(&source)
+        .arg(&words)
+        .arg(&SPIN_NS);
+    // SAFETY: parameters (u32 *dst, const u32 *src, u64 words, u64 ns);
+    // it reads and writes `words` words of each.
+    unsafe { launch.launch(GRID) }?;
+    let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
+    setup
+        .stager
+        .host_to_cudarc(&mut source, &new, &upload_stream)?;
+    let mut host = vec![0u32; WORDS];
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &copied, &upload_stream)?;
+    check(first_wrong(&host, 1).is_none(), || {
+        format!(
+            "the kernel read word {:?} after the upload overwrote it",
+            first_wrong(&host, 1)
+        )
+    })?;
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &source, &upload_stream)?;
+    check(host == new, || "the upload did not arrive".into())
+}
+
+fn batch_after_a_writer(context: &Context) -> Result<(), Failed> {
+    let mut setup = setup(context)?;
+    let stream = setup.cuda.new_stream()?;
+    let mut slice = stream.alloc_zeros::<u32>(WORDS)?;
+    stream.synchronize()?;
+    fill(&setup, &stream, &mut slice, SPIN_NS, 9)?;
+    // 256 KiB blocks from scattered slots, into a packed pool.
+    const BLOCK: usize = 256 << 10;
+    let slots = [700usize, 3, 999, 512, 64, 1000, 1];
+    let blocks: Vec<Block> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, &slot)| Block::new(slot * BLOCK, i * BLOCK, BLOCK))
+        .collect();
+    let mut pool = vec![0u32; slots.len() * BLOCK / 4];
+    setup
+        .stager
+        .cudarc_to_host_blocks(&mut pool, &slice, &blocks, &stream)?;
+    for (i, &slot) in slots.iter().enumerate() {
+        let got = &pool[i * BLOCK / 4..(i + 1) * BLOCK / 4];
+        let first = slot * BLOCK / 4;
+        let wrong = got
+            .iter()
+            .enumerate()
+            .find(|&(j, &word)| word != filled(first + j, 9));
+        check(wrong.is_none(), || {
+            format!("block {i} (slot {slot}): word {wrong:?} is not the kernel's")
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,385 @@
+//! cudarc's device memory and streams in staged transfers, against the
+//! simulated driver: cudarc itself runs here, loading a libcuda that
+//! forwards to the simulator (`sim_support/libcuda.rs`), so both libraries
+//! share one simulated driver. One primary context for both; slices, views
+//! and batches byte-exact both ways, on cudarc's streams and on its default
+//! one; bad input refused before anything is queued; the stager's streams
+//! wait for cudarc's stream; after a transfer that cannot be drained,
+//! cudarc's stream waits for everything the stager queued; after a sticky
+//! error, cudarc's release of the slice is refused. cudarc's own copies
+//! here go through its pinned memory: from and to pageable memory they rely
+//! on the driver staging it within the call, which the simulator does not
+//! model.
+
+#![cfg(not(miri))]
+
+#[path = "sim_support/libcuda.rs"]
+mod libcuda;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use hostcopy_driver::cuda::sim;
+use hostcopy_driver::cuda::staging::{Block, Stager, StagingOptions};
+use hostcopy_driver::cuda::{Context, Error};
+
+const CHUNK: usize = 1 << 20;
+const BUFFERS: usize = 3;
+/// Three and a half chunks: the last one partial.
+const LEN: usize = 3 * CHUNK + CHUNK / 2 + 13;
+
+/// A simulated device, cudarc's context on it, a stream of cudarc's and a
+/// stager on the same context.
+struct Setup {
+    ordinal: usize,
+    cuda: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    stager: Stager,
+}
+
+fn setup() -> Setup {
+    if let Err(why) = libcuda::load() {
+        panic!("cudarc cannot be pointed at the simulator here: {why}");
+    }
+    let ordinal = sim::new_device();
+    let cuda = CudaContext::new(ordinal).expect("cudarc's context on the simulated device");
+    let stream = cuda.new_stream().expect("a cudarc stream");
+    let context = Context::from_cudarc(&cuda).expect("the same primary context");
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(BUFFERS)
+        .workers(2)
+        .driver_path_below(0)
+        .build();
+    let stager = Stager::with_options(&context, options).expect("a stager");
+    Setup {
+        ordinal,
+        cuda,
+        stream,
+        stager,
+    }
+}
+
+impl Setup {
+    /// Drops everything, waits for late work, and fails on any misuse the
+    /// simulator saw, cudarc's included.
+    fn finish(self) {
+        let ordinal = self.ordinal;
+        drop(self);
+        sim::drain(ordinal);
+        let violations = sim::take_violations(ordinal);
+        assert!(violations.is_empty(), "driver misuse: {violations:#?}");
+        assert!(!sim::device_state(ordinal).context_alive);
+    }
+
+    fn upload<T: DeviceRepr + ValidAsZeroBits + Copy>(&self, values: &[T]) -> CudaSlice<T> {
+        upload(&self.cuda, &self.stream, values)
+    }
+
+    fn download(&self, slice: &CudaSlice<u8>) -> Vec<u8> {
+        download(&self.cuda, &self.stream, slice)
+    }
+}
+
+/// `values` in new device memory, through cudarc's pinned memory (cudarc's
+/// copies from pageable memory rely on the driver staging it before the
+/// call returns, which the simulator does not model).
+fn upload<T: DeviceRepr + ValidAsZeroBits + Copy>(
+    cuda: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    values: &[T],
+) -> CudaSlice<T> {
+    // SAFETY: every element is written before it is read.
+    let mut pinned = unsafe { cuda.alloc_pinned::<T>(values.len()) }.unwrap();
+    pinned.as_mut_slice().unwrap().copy_from_slice(values);
+    let slice = stream.clone_htod(&pinned).unwrap();
+    stream.synchronize().unwrap();
+    slice
+}
+
+/// What `slice` holds, through cudarc's pinned memory.
+fn download(cuda: &Arc<CudaContext>, stream: &Arc<CudaStream>, slice: &CudaSlice<u8>) -> Vec<u8> {
+    // SAFETY: read only after the copy has filled it.
+    let mut pinned = unsafe { cuda.alloc_pinned::<u8>(slice.len()) }.unwrap();
+    stream.memcpy_dtoh(slice, &mut pinned).unwrap();
+    stream.synchronize().unwrap();
+    pinned.as_slice().unwrap().to_vec()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8)
+        .collect()
+}
+
+#[test]
+fn cudarc_and_the_stager_share_one_primary_context() {
+    let setup = setup();
+    let state = sim::device_state(setup.ordinal);
+    // cudarc's retain and the stager's context's.
+    assert_eq!(state.primary_retains, 2);
+    assert_eq!(
+        setup.stager.context().raw().addr(),
+        setup.cuda.cu_ctx().addr()
+    );
+    setup.finish();
+}
+
+#[test]
+fn slices_and_views_round_trip_byte_exact() {
+    let mut setup = setup();
+    let first = pattern(LEN, 1);
+    let mut slice = setup.upload(&first);
+    let mut host = vec![0u8; LEN];
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .unwrap();
+    assert!(host == first, "device to host");
+
+    let second = pattern(LEN, 2);
+    setup
+        .stager
+        .host_to_cudarc(&mut slice, &second, &setup.stream)
+        .unwrap();
+    assert!(setup.download(&slice) == second, "host to device");
+
+    // Views: a range out of the middle, read and written.
+    let (start, end) = (CHUNK / 3, LEN - 5);
+    let mut part = vec![0u8; end - start];
+    setup
+        .stager
+        .cudarc_to_host(&mut part, &slice.slice(start..end), &setup.stream)
+        .unwrap();
+    assert!(part[..] == second[start..end], "from a view");
+    let third = pattern(end - start, 3);
+    setup
+        .stager
+        .host_to_cudarc(&mut slice.slice_mut(start..end), &third, &setup.stream)
+        .unwrap();
+    let back = setup.download(&slice);
+    assert!(back[..start] == second[..start], "before the view");
+    assert!(back[start..end] == third[..], "into a view");
+    assert!(back[end..] == second[end..], "after the view");
+
+    // Typed memory: the host side counts elements of its own type.
+    let floats: Vec<f32> = (0..LEN / 4).map(|i| i as f32 * 0.5).collect();
+    let device_floats = setup.upload(&floats);
+    let mut host_floats = vec![0f32; floats.len()];
+    setup
+        .stager
+        .cudarc_to_host(&mut host_floats, &device_floats, &setup.stream)
+        .unwrap();
+    assert_eq!(host_floats, floats);
+    drop((slice, device_floats));
+    setup.finish();
+}
+
+#[test]
+fn on_cudarc_default_stream_too() {
+    if let Err(why) = libcuda::load() {
+        panic!("cudarc cannot be pointed at the simulator here: {why}");
+    }
+    let ordinal = sim::new_device();
+    // No stream of its own: cudarc works on the legacy default stream and
+    // tracks no events.
+    let cuda = CudaContext::new(ordinal).unwrap();
+    let stream = cuda.default_stream();
+    let mut stager = Stager::new(&Context::from_cudarc(&cuda).unwrap()).unwrap();
+    let bytes = pattern(LEN, 4);
+    let mut slice = upload(&cuda, &stream, &bytes);
+    let mut host = vec![0u8; LEN];
+    stager.cudarc_to_host(&mut host, &slice, &stream).unwrap();
+    assert!(host == bytes);
+    let other = pattern(LEN, 5);
+    stager.host_to_cudarc(&mut slice, &other, &stream).unwrap();
+    assert!(download(&cuda, &stream, &slice) == other);
+    drop((slice, stager, stream, cuda));
+    sim::drain(ordinal);
+    assert!(sim::take_violations(ordinal).is_empty());
+}
+
+#[test]
+fn batches_are_byte_exact_both_ways() {
+    let mut setup = setup();
+    let device_bytes = pattern(LEN, 6);
+    let mut slice = setup.upload(&device_bytes);
+    // Out of order, one across chunks, one empty.
+    let blocks = [
+        Block::new(2 * CHUNK + 100, 0, 70_000),
+        Block::new(5, 70_000, CHUNK + 3),
+        Block::new(LEN - 9, 70_000 + CHUNK + 3, 9),
+        Block::new(0, 0, 0),
+    ];
+    let pool_len = 70_000 + CHUNK + 12;
+    let mut pool = vec![0u8; pool_len];
+    setup
+        .stager
+        .cudarc_to_host_blocks(&mut pool, &slice, &blocks, &setup.stream)
+        .unwrap();
+    for block in &blocks {
+        let (d, h, n) = (block.device_offset, block.host_offset, block.len);
+        assert!(
+            pool[h..h + n] == device_bytes[d..d + n],
+            "{block:?} to host"
+        );
+    }
+
+    let source = pattern(pool_len, 7);
+    setup
+        .stager
+        .host_to_cudarc_blocks(&mut slice, &source, &blocks, &setup.stream)
+        .unwrap();
+    let mut expected = device_bytes.clone();
+    for block in &blocks {
+        let (d, h, n) = (block.device_offset, block.host_offset, block.len);
+        expected[d..d + n].copy_from_slice(&source[h..h + n]);
+    }
+    assert!(setup.download(&slice) == expected, "blocks to the device");
+    drop(slice);
+    setup.finish();
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_queued() {
+    let mut setup = setup();
+    let other = setup_other_device();
+    let slice = setup.upload(&pattern(LEN, 8));
+    let foreign_slice = upload(&other.0, &other.1, &pattern(LEN, 9));
+    let before = sim::device_state(setup.ordinal);
+    let mut host = vec![0u8; LEN];
+
+    let refused = setup.stager.cudarc_to_host(&mut host, &slice, &other.1);
+    assert!(
+        matches!(refused, Err(Error::ContextMismatch { .. })),
+        "{refused:?}"
+    );
+    let refused = setup
+        .stager
+        .cudarc_to_host(&mut host, &foreign_slice, &setup.stream);
+    assert!(
+        matches!(refused, Err(Error::ContextMismatch { .. })),
+        "{refused:?}"
+    );
+    let mut longer = vec![0u8; LEN + 1];
+    let refused = setup
+        .stager
+        .cudarc_to_host(&mut longer, &slice, &setup.stream);
+    assert!(
+        matches!(refused, Err(Error::DeviceOutOfBounds { .. })),
+        "{refused:?}"
+    );
+    let overlapping = [Block::new(0, 0, 64), Block::new(64, 32, 64)];
+    let refused =
+        setup
+            .stager
+            .cudarc_to_host_blocks(&mut host, &slice, &overlapping, &setup.stream);
+    assert!(
+        matches!(refused, Err(Error::BlocksOverlap { .. })),
+        "{refused:?}"
+    );
+    let outside = [Block::new(LEN - 8, 0, 16)];
+    let refused = setup
+        .stager
+        .cudarc_to_host_blocks(&mut host, &slice, &outside, &setup.stream);
+    assert!(
+        matches!(refused, Err(Error::BlockOutOfBounds { .. })),
+        "{refused:?}"
+    );
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(
+        (after.async_copy_calls, after.batch_copy_calls),
+        (before.async_copy_calls, before.batch_copy_calls),
+        "a refused transfer queued copies"
+    );
+    assert_eq!(after.host_fns_run, before.host_fns_run);
+    drop((slice, foreign_slice, other));
+    setup.finish();
+}
+
+/// cudarc's context and a stream on a second simulated device.
+fn setup_other_device() -> (Arc<CudaContext>, Arc<CudaStream>) {
+    let cuda = CudaContext::new(sim::new_device()).unwrap();
+    let stream = cuda.new_stream().unwrap();
+    (cuda, stream)
+}
+
+/// The waits a transfer makes: cudarc's stream for the slice's last
+/// writer, then each staging stream for cudarc's stream.
+#[test]
+fn every_staging_stream_waits_for_the_cudarc_stream() {
+    let mut setup = setup();
+    let slice = setup.upload(&pattern(LEN, 10));
+    let mut host = vec![0u8; LEN];
+    let before = sim::device_state(setup.ordinal).stream_waits;
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .unwrap();
+    let waits = sim::device_state(setup.ordinal).stream_waits - before;
+    assert_eq!(
+        waits,
+        1 + BUFFERS as u64,
+        "cudarc's wait for the writer and one per staging stream"
+    );
+    drop(slice);
+    setup.finish();
+}
+
+/// A transfer that fails and whose streams then fail to drain (injected,
+/// not sticky) leaves cudarc's stream waiting for every staging stream, so
+/// that the slice's read event, and its release, come after the copies
+/// the driver may still run. The stager drains and works again later.
+#[test]
+fn an_undrained_transfer_leaves_the_cudarc_stream_behind_the_staging_streams() {
+    let mut setup = setup();
+    let bytes = pattern(LEN, 11);
+    let slice = setup.upload(&bytes);
+    let mut host = vec![0u8; LEN];
+    let before = sim::device_state(setup.ordinal).stream_waits;
+    // The wait for the first chunk fails, then the drain.
+    sim::fail_call(setup.ordinal, "cuEventSynchronize", 1, 999);
+    sim::fail_call(setup.ordinal, "cuStreamSynchronize", 1, 999);
+    let failed = setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    assert!(failed.is_err(), "the injected failure is returned");
+    let waits = sim::device_state(setup.ordinal).stream_waits - before;
+    assert_eq!(
+        waits,
+        1 + 2 * BUFFERS as u64,
+        "cudarc's stream did not wait for each staging stream"
+    );
+    // The next transfer drains the streams first, then runs.
+    host.fill(0);
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .unwrap();
+    assert!(host == bytes);
+    drop(slice);
+    setup.finish();
+}
+
+/// After a sticky error the call returns it, and cudarc's release of the
+/// slice is refused too: the memory stays allocated.
+#[test]
+fn after_a_sticky_error_the_slice_is_not_freed() {
+    let mut setup = setup();
+    let slice = setup.upload(&pattern(LEN, 12));
+    let allocations = sim::device_state(setup.ordinal).device_allocations;
+    sim::fail_context(setup.ordinal, 700);
+    let mut host = vec![0u8; LEN];
+    let failed = setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    assert!(failed.is_err());
+    drop(slice);
+    assert_eq!(
+        sim::device_state(setup.ordinal).device_allocations,
+        allocations,
+        "the slice's memory was freed in a context with a sticky error"
+    );
+    let _ = setup.cuda.check_err();
+    drop(setup);
+}
