@@ -28,7 +28,7 @@ fn main() {
         "gpu_cudarc",
         &[
             (
-                "cudarc_and_the_stager_share_the_primary_context",
+                "cudarc_shares_the_primary_context_and_a_non_primary_one_is_refused",
                 shared_context,
             ),
             (
@@ -46,6 +46,10 @@ fn main() {
             (
                 "an_upload_waits_for_a_kernel_still_reading_the_slice",
                 upload_after_a_reader,
+            ),
+            (
+                "control_an_upload_not_ordered_after_the_kernel_overwrites_what_it_reads",
+                unordered_upload_control,
             ),
             (
                 "a_batch_out_of_a_slice_a_kernel_is_still_writing_is_byte_exact",
@@ -130,6 +134,29 @@ fn shared_context(context: &Context) -> Result<(), Failed> {
     check(
         from.raw().addr() == cuda.cu_ctx().addr() && context.raw() == from.raw(),
         || "cudarc's context is not the primary context".into(),
+    )?;
+    // A context of its own (cuCtxCreate) is not the primary one: refused,
+    // and so is its memory and its stream in a stager's calls.
+    let other = CudaContext::new_non_primary(context.ordinal(), 0)?;
+    let refused = Context::from_cudarc(&other);
+    check(
+        matches!(
+            refused,
+            Err(hostcopy_driver::cuda::Error::NotPrimaryContext { .. })
+        ),
+        || format!("a non-primary context: {refused:?}"),
+    )?;
+    let stream = other.new_stream()?;
+    let slice = stream.alloc_zeros::<u32>(1024)?;
+    let mut stager = Stager::new(context)?;
+    let mut host = vec![0u32; 1024];
+    let refused = stager.cudarc_to_host(&mut host, &slice, &stream);
+    check(
+        matches!(
+            refused,
+            Err(hostcopy_driver::cuda::Error::NotPrimaryContext { .. })
+        ),
+        || format!("memory of a non-primary context: {refused:?}"),
     )
 }
 
@@ -221,6 +248,44 @@ fn upload_after_a_reader(context: &Context) -> Result<(), Failed> {
         .stager
         .cudarc_to_host(&mut host, &source, &upload_stream)?;
     check(host == new, || "the upload did not arrive".into())
+}
+
+/// The control for the upload test: the same overwrite through a view that
+/// nothing orders after the reading kernel lands while the kernel still
+/// spins, and the kernel copies the new words, not the old.
+fn unordered_upload_control(context: &Context) -> Result<(), Failed> {
+    let mut setup = setup(context)?;
+    let kernel_stream = setup.cuda.new_stream()?;
+    let mut source = kernel_stream.alloc_zeros::<u32>(WORDS)?;
+    let mut copied = kernel_stream.alloc_zeros::<u32>(WORDS)?;
+    fill(&setup, &kernel_stream, &mut source, 0, 1)?;
+    kernel_stream.synchronize()?;
+    let words = WORDS as u64;
+    let mut launch = kernel_stream.launch_builder(&setup.copy);
+    launch
+        .arg(&mut copied)
+        .arg(&source)
+        .arg(&words)
+        .arg(&SPIN_NS);
+    // SAFETY: parameters (u32 *dst, const u32 *src, u64 words, u64 ns);
+    // it reads and writes `words` words of each.
+    unsafe { launch.launch(GRID) }?;
+    let (ptr, read) = source.device_ptr(&kernel_stream);
+    // SAFETY: `source` outlives the blocking copy below; the copy is not
+    // ordered with the kernel, on purpose.
+    let mut view = unsafe { DeviceView::new(context, ptr, WORDS * 4, Arc::new(())) }?;
+    let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
+    setup.stager.host_to_device(&mut view, &new)?;
+    drop(read);
+    kernel_stream.synchronize()?;
+    let mut host = vec![0u32; WORDS];
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &copied, &kernel_stream)?;
+    check(first_wrong(&host, 1).is_some(), || {
+        "the kernel had read the slice before an unordered upload: the upload test proves nothing"
+            .into()
+    })
 }
 
 fn batch_after_a_writer(context: &Context) -> Result<(), Failed> {

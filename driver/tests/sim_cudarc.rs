@@ -4,9 +4,10 @@
 //! share one simulated driver. One primary context for both; slices, views
 //! and batches byte-exact both ways, on cudarc's streams and on its default
 //! one; bad input refused before anything is queued; the stager's streams
-//! wait for cudarc's stream; after a transfer that cannot be drained,
-//! cudarc's stream waits for everything the stager queued; after a sticky
-//! error, cudarc's release of the slice is refused. cudarc's own copies
+//! wait for cudarc's stream (and the memory's own); nothing to copy orders
+//! nothing; a capturing stream is refused; after a transfer that cannot be
+//! drained, cudarc's stream waits for everything the stager queued; after a
+//! sticky error mid-transfer, cudarc's release of the slice is refused. cudarc's own copies
 //! here go through its pinned memory: from and to pageable memory they rely
 //! on the driver staging it within the call, which the simulator does not
 //! model.
@@ -305,7 +306,8 @@ fn setup_other_device() -> (Arc<CudaContext>, Arc<CudaStream>) {
 }
 
 /// The waits a transfer makes: cudarc's stream for the slice's last
-/// writer, then each staging stream for cudarc's stream.
+/// writer, then each staging stream for cudarc's stream, and for the
+/// slice's own stream where that is another.
 #[test]
 fn every_staging_stream_waits_for_the_cudarc_stream() {
     let mut setup = setup();
@@ -322,7 +324,22 @@ fn every_staging_stream_waits_for_the_cudarc_stream() {
         1 + BUFFERS as u64,
         "cudarc's wait for the writer and one per staging stream"
     );
-    drop(slice);
+    // Memory allocated on another stream: the stager waits for that
+    // stream as well.
+    let other = setup.cuda.new_stream().unwrap();
+    let elsewhere = upload(&setup.cuda, &other, &pattern(LEN, 15));
+    let before = sim::device_state(setup.ordinal).stream_waits;
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &elsewhere, &setup.stream)
+        .unwrap();
+    let waits = sim::device_state(setup.ordinal).stream_waits - before;
+    assert_eq!(
+        waits,
+        1 + 2 * BUFFERS as u64,
+        "one per staging stream for each of the two streams"
+    );
+    drop((slice, elsewhere, other));
     setup.finish();
 }
 
@@ -361,25 +378,96 @@ fn an_undrained_transfer_leaves_the_cudarc_stream_behind_the_staging_streams() {
     setup.finish();
 }
 
-/// After a sticky error the call returns it, and cudarc's release of the
-/// slice is refused too: the memory stays allocated.
+/// A sticky error in the middle of a transfer (chunks queued, the device
+/// held) is returned, and cudarc's release of the slice afterwards is
+/// refused by the driver: the memory stays allocated. The bridge's safety
+/// after a sticky error rests on that refusal (the stager cannot keep
+/// memory it only borrows).
 #[test]
-fn after_a_sticky_error_the_slice_is_not_freed() {
+fn a_sticky_error_mid_transfer_is_returned_and_the_slice_is_never_freed() {
     let mut setup = setup();
     let slice = setup.upload(&pattern(LEN, 12));
     let allocations = sim::device_state(setup.ordinal).device_allocations;
-    sim::fail_context(setup.ordinal, 700);
+    let ordinal = setup.ordinal;
+    sim::hold(ordinal);
     let mut host = vec![0u8; LEN];
-    let failed = setup
-        .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream);
-    assert!(failed.is_err());
+    let failed = std::thread::scope(|scope| {
+        let transfer = scope.spawn(|| {
+            setup
+                .stager
+                .cudarc_to_host(&mut host, &slice, &setup.stream)
+        });
+        while sim::device_state(ordinal).queued < BUFFERS {
+            std::thread::yield_now();
+        }
+        sim::fail_context(ordinal, 700);
+        sim::release(ordinal);
+        transfer.join().unwrap()
+    });
+    assert!(failed.is_err(), "the sticky error is returned");
     drop(slice);
     assert_eq!(
-        sim::device_state(setup.ordinal).device_allocations,
+        sim::device_state(ordinal).device_allocations,
         allocations,
         "the slice's memory was freed in a context with a sticky error"
     );
     let _ = setup.cuda.check_err();
     drop(setup);
+}
+
+/// A zero-length transfer and a refused one order nothing: no stream waits
+/// for another, no event is left behind.
+#[test]
+fn nothing_to_copy_and_refused_calls_order_nothing() {
+    let mut setup = setup();
+    let mut slice = setup.upload(&pattern(LEN, 13));
+    let before = sim::device_state(setup.ordinal);
+    let mut empty: [u8; 0] = [];
+    setup
+        .stager
+        .cudarc_to_host(&mut empty, &slice, &setup.stream)
+        .unwrap();
+    setup
+        .stager
+        .host_to_cudarc(&mut slice, &empty[..], &setup.stream)
+        .unwrap();
+    let mut longer = vec![0u8; LEN + 1];
+    let refused = setup
+        .stager
+        .cudarc_to_host(&mut longer, &slice, &setup.stream);
+    assert!(refused.is_err());
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(after.stream_waits, before.stream_waits, "waits were made");
+    assert_eq!(after.events, before.events, "events were left behind");
+    drop(slice);
+    setup.finish();
+}
+
+/// A stream capturing a graph is refused before cudarc or the stager
+/// touches it, and the capture ends with nothing of the transfer in it.
+#[test]
+fn a_capturing_stream_is_refused_before_anything_is_queued() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let mut setup = setup();
+    let slice = setup.upload(&pattern(LEN, 14));
+    let before = sim::device_state(setup.ordinal);
+    setup
+        .stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    let mut host = vec![0u8; LEN];
+    let refused = setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    assert!(matches!(refused, Err(Error::Capturing)), "{refused:?}");
+    let graph = setup
+        .stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .expect("the capture was left intact");
+    drop(graph);
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(after.stream_waits, before.stream_waits);
+    assert_eq!(after.async_copy_calls, before.async_copy_calls);
+    drop(slice);
+    setup.finish();
 }

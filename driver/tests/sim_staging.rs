@@ -199,6 +199,45 @@ fn transfers_below_the_crossover_take_the_drivers_path() {
     );
 }
 
+/// From pageable memory the driver's synchronous upload returns before its
+/// bytes reach the device (the simulator models that): a small transfer on
+/// the driver's path returns only once they have, so that work on a
+/// non-blocking stream, or a stream-ordered free, finds them there. The
+/// simulated device is held: the call must not return until it runs.
+#[test]
+fn a_small_upload_on_the_drivers_path_returns_once_its_bytes_have_landed() {
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(2)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut target = DeviceBuffer::new(&device.context, 64).unwrap();
+    let bytes = pattern(64, 2);
+    sim::hold(device.ordinal);
+    std::thread::scope(|scope| {
+        let upload = scope.spawn(|| stager.host_to_device(&mut target, &bytes));
+        while sim::device_state(device.ordinal).queued == 0 {
+            std::thread::yield_now();
+        }
+        // Time enough for a call that does not wait to return.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let returned_early = upload.is_finished();
+        sim::release(device.ordinal);
+        upload.join().unwrap().unwrap();
+        assert!(
+            !returned_early,
+            "the upload returned while its copy to the device was still queued"
+        );
+    });
+    let mut back = vec![0u8; 64];
+    target.copy_to_host(0, &mut back).unwrap();
+    assert_eq!(back, bytes);
+    device.assert_no_violations();
+}
+
 #[test]
 fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_handles() {
     let device = device();

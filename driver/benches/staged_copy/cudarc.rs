@@ -67,7 +67,8 @@ pub(crate) fn run(
 
     let mut stager = Stager::new(&Context::from_cudarc(&cuda)?)?;
     let mut host = vec![0u32; words];
-    // The copy right behind the kernel: checked word by word.
+    // The copy queued right behind the kernel (which does not spin here;
+    // the GPU tests check the ordering): checked word by word.
     stager.cudarc_to_host(&mut host, &slice, &stream)?;
     let wrong = host
         .iter()

@@ -59,8 +59,7 @@ pub struct DeviceView {
     context: Context,
     ptr: CUdeviceptr,
     len: usize,
-    /// `None` for memory a borrow keeps allocated ([`DeviceView::borrowed`]).
-    owner: Option<Arc<dyn Send + Sync>>,
+    owner: Arc<dyn Send + Sync>,
 }
 
 /// Device memory a [`Stager`](super::staging::Stager) or a stream copy can
@@ -92,6 +91,13 @@ pub(crate) mod sealed {
 pub struct DeviceInUse(Option<Arc<dyn Send + Sync>>);
 
 impl DeviceInUse {
+    /// No share: for memory that the caller's borrow keeps allocated for
+    /// the whole call that uses it (cudarc's, in a blocking call).
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn borrowed() -> DeviceInUse {
+        DeviceInUse(None)
+    }
+
     /// Keeps the memory for the rest of the process: a copy the driver
     /// may still run uses it. Whether there was a share to keep.
     pub(crate) fn leak(self) -> bool {
@@ -198,22 +204,8 @@ impl DeviceView {
             context: context.clone(),
             ptr,
             len,
-            owner: Some(owner),
+            owner,
         })
-    }
-
-    /// A view of memory that a borrow keeps allocated for as long as the
-    /// transfer using the view runs (cudarc's slices, borrowed by a
-    /// blocking call), with its bounds known from that borrow: no owner to
-    /// hold, and no driver query.
-    #[cfg(feature = "cudarc")]
-    pub(crate) fn borrowed(context: &Context, ptr: CUdeviceptr, len: usize) -> DeviceView {
-        DeviceView {
-            context: context.clone(),
-            ptr,
-            len,
-            owner: None,
-        }
     }
 
     /// The ordinal of the device whose memory holds `ptr`, as the driver
@@ -327,8 +319,15 @@ pub(crate) fn copy_from_host<M: DeviceMemory + ?Sized>(
         return Ok(());
     }
     memory.memory_context().bind()?;
-    // SAFETY: `dst` is in bounds; `src` is a live slice; synchronous.
+    // SAFETY: `dst` is in bounds; `src` is a live slice, which the driver
+    // has read (into its staging memory if pageable) when the call returns.
     unsafe { ffi::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }.ok()?;
+    // From pageable memory the call returns before the bytes reach the
+    // device: wait for them on the legacy stream, which the copy went
+    // through, so that work not ordered with that stream (a non-blocking
+    // stream's, a stream-ordered free) finds them there.
+    // SAFETY: synchronizes the legacy default stream of the bound context.
+    unsafe { ffi::cuStreamSynchronize(core::ptr::null_mut()) }.ok()?;
     Ok(())
 }
 
@@ -378,7 +377,7 @@ impl sealed::Sealed for DeviceView {
         self.len
     }
     fn memory_in_use(&self) -> DeviceInUse {
-        DeviceInUse(self.owner.clone())
+        DeviceInUse(Some(self.owner.clone()))
     }
 }
 

@@ -72,7 +72,8 @@ fn build_and_load() -> Result<(), String> {
         source(&names).ok_or("the forwarding libcuda is written for x86_64 and aarch64")?;
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sim-libcuda");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let src = dir.join("libcuda.rs");
+    // Per process: test binaries may build theirs at the same time.
+    let src = dir.join(format!("libcuda-{}.rs", std::process::id()));
     let library = dir.join(format!("libcuda-{}.so", std::process::id()));
     std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
@@ -89,7 +90,9 @@ fn build_and_load() -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    // SAFETY: the library runs no initializer of its own.
+    // SAFETY: loading it runs only the Rust standard library's own
+    // initializers (the generated source defines none), which expect
+    // nothing of the caller.
     let opened = unsafe { libloading::Library::new(&library) }.map_err(|e| e.to_string())?;
     // Never unloaded: cudarc keeps its own handle and function pointers.
     let opened: &'static libloading::Library = Box::leak(Box::new(opened));
@@ -103,5 +106,6 @@ fn build_and_load() -> Result<(), String> {
         unsafe { register(index, function.addr()) };
     }
     let _ = std::fs::remove_file(&library);
+    let _ = std::fs::remove_file(&src);
     Ok(())
 }

@@ -4,7 +4,7 @@
 use std::string::String;
 use std::vec::Vec;
 
-use core::ffi::{c_int, c_uint, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::super::ffi::{
     self, CUdevice, CuResult, Simulated, SimulatedOptional, route_to_simulator,
@@ -29,8 +29,9 @@ pub fn install() {
 }
 
 /// The simulator as a C library, for a program that loads libcuda itself
-/// (cudarc does): by name, each entry point this crate's layer calls and
-/// `cuDeviceGetAttribute`, as an `extern "C"` function with the driver's
+/// (cudarc does): by name, each entry point this crate's layer calls,
+/// `cuDeviceGetAttribute` and `cuGetErrorString` (which answers with the
+/// error's name), as an `extern "C"` function with the driver's
 /// prototype of that name. A library that exports these names and jumps to
 /// these functions (the crate's `tests/sim_support/libcuda.rs` builds one)
 /// points such a program at this process's simulator. They reach it once
@@ -49,11 +50,21 @@ pub fn c_entry_points() -> Vec<(&'static str, *const c_void)> {
         // SAFETY: our C caller's contract is the simulator's.
         unsafe { super::context::cuDeviceGetAttribute(value, attribute, device) }
     }
+    /// `cuGetErrorString`, called from C: the error's name.
+    ///
+    /// # Safety
+    ///
+    /// `text` is null or writable.
+    unsafe extern "C" fn get_error_string(error: c_uint, text: *mut *const c_char) -> CuResult {
+        // SAFETY: our C caller's contract is `cuGetErrorName`'s.
+        unsafe { super::codes::cuGetErrorName(error, text) }
+    }
     let mut entries = ffi::c_entry_points();
     entries.push((
         "cuDeviceGetAttribute",
         device_get_attribute as *const c_void,
     ));
+    entries.push(("cuGetErrorString", get_error_string as *const c_void));
     entries
 }
 

@@ -47,6 +47,7 @@ impl State {
         let device = context.device;
         let queue = core::mem::take(&mut context.queue);
         for op in queue {
+            self.staged.remove(&(ctx, op.seq));
             self.discard(device, op);
         }
         notify();
@@ -157,6 +158,7 @@ fn worker(ctx: u64) {
             run(op.kind);
         }
         state = lock();
+        state.staged.remove(&(ctx, op.seq));
         if let Some(context) = state.contexts.get_mut(&ctx) {
             context.running = None;
             context.completed = op.seq;

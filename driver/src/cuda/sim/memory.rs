@@ -5,6 +5,7 @@
 
 use core::alloc::Layout;
 use core::ffi::{c_uint, c_void};
+use std::boxed::Box;
 use std::format;
 use std::vec::Vec;
 
@@ -211,10 +212,15 @@ impl State {
 
 /// A copy on `stream`, or, for a synchronous copy (`None`), on the current
 /// context's default stream, waited for.
+/// Queues a copy on `stream`, or on the current context's legacy default
+/// stream and waits for it (`None`). A synchronous copy of a pageable
+/// source (`staged`, the source's bytes) reads them instead and returns
+/// once queued.
 fn copy(
     mut guard: Guard,
     entry: &'static str,
     stream: Option<CUstream>,
+    staged: Option<Box<[u8]>>,
     copy: impl FnOnce(&mut State) -> Result<MemCopy, u32>,
 ) -> CuResult {
     let sync = stream.is_none();
@@ -227,7 +233,11 @@ fn copy(
         }),
     };
     let outcome = stream.and_then(|stream| {
-        let work = Work::Copy(copy(state)?);
+        let mut memcopy = copy(state)?;
+        if let Some(staged) = &staged {
+            memcopy.src = SendPtr(staged.as_ptr().cast_mut());
+        }
+        let work = Work::Copy(memcopy);
         let queued = if state.capture_work(stream, work)? {
             None
         } else {
@@ -241,9 +251,35 @@ fn copy(
         Ok(queued)
     });
     match outcome {
-        Ok(Some((ctx, seq))) if sync => result(State::wait_for(guard, ctx, seq).1),
+        Ok(Some((ctx, seq))) if sync => match staged {
+            // Read by the queued copy; freed once it has run or been dropped.
+            Some(staged) => {
+                guard.staged.insert((ctx, seq), staged);
+                CuResult(codes::SUCCESS)
+            }
+            None => result(State::wait_for(guard, ctx, seq).1),
+        },
         Ok(_) => CuResult(codes::SUCCESS),
         Err(code) => CuResult(code),
+    }
+}
+
+impl State {
+    /// Whether `[addr, addr + len)` lies in one page-locked range: a pinned
+    /// allocation or a registration.
+    fn page_locked(&self, addr: usize, len: usize) -> bool {
+        let end = addr.saturating_add(len);
+        let pinned = self
+            .host_allocations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(start, a)| end <= start + a.layout.size());
+        let registered = self
+            .registrations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(start, r)| end <= start + r.len);
+        pinned || registered
     }
 }
 
@@ -375,8 +411,11 @@ pub(crate) unsafe fn cuMemHostUnregister(ptr: *mut c_void) -> CuResult {
     })())
 }
 
-/// `cuMemcpyHtoD_v2`: queued on the current context's default stream and
-/// waited for.
+/// `cuMemcpyHtoD_v2`: queued on the current context's default stream. From
+/// page-locked memory (pinned or registered) it is waited for. From
+/// pageable memory, as the driver does, the source is copied to a staging
+/// buffer and the call returns: the copy to the device follows in stream
+/// order.
 ///
 /// # Safety
 ///
@@ -387,7 +426,14 @@ pub(crate) unsafe fn cuMemcpyHtoD_v2(
     bytes: usize,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoD_v2";
-    copy(lock(), ENTRY, None, |state| {
+    let guard = lock();
+    let staged =
+        (bytes > 0 && !src.is_null() && !guard.page_locked(src.addr(), bytes)).then(|| {
+            // SAFETY: `src` is readable for `bytes` bytes (our caller).
+            let source = unsafe { core::slice::from_raw_parts(src.cast::<u8>(), bytes) };
+            Box::<[u8]>::from(source)
+        });
+    copy(guard, ENTRY, None, staged, |state| {
         Ok(MemCopy {
             dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
             src: SendPtr(src.cast::<u8>().cast_mut()),
@@ -405,7 +451,7 @@ pub(crate) unsafe fn cuMemcpyHtoD_v2(
 /// `dst` is writable for `bytes` bytes.
 pub(crate) unsafe fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoH_v2";
-    copy(lock(), ENTRY, None, |state| {
+    copy(lock(), ENTRY, None, None, |state| {
         Ok(MemCopy {
             dst: SendPtr(dst.cast()),
             src: SendPtr(state.device_range(ENTRY, src, bytes)?),
@@ -428,7 +474,7 @@ pub(crate) unsafe fn cuMemcpyHtoDAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoDAsync_v2";
-    copy(lock(), ENTRY, Some(stream), |state| {
+    copy(lock(), ENTRY, Some(stream), None, |state| {
         Ok(MemCopy {
             dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
             src: SendPtr(src.cast::<u8>().cast_mut()),
@@ -451,7 +497,7 @@ pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoHAsync_v2";
-    copy(lock(), ENTRY, Some(stream), |state| {
+    copy(lock(), ENTRY, Some(stream), None, |state| {
         Ok(MemCopy {
             dst: SendPtr(dst.cast()),
             src: SendPtr(state.device_range(ENTRY, src, bytes)?),

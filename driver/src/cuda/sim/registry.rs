@@ -8,6 +8,7 @@
 use core::alloc::Layout;
 use core::cell::Cell;
 use core::ffi::c_void;
+use std::boxed::Box;
 use std::collections::{BTreeMap, VecDeque};
 use std::format;
 use std::string::String;
@@ -307,6 +308,10 @@ pub(super) struct State {
     pub(super) host_allocations: BTreeMap<usize, Allocation>,
     pub(super) device_allocations: BTreeMap<usize, Allocation>,
     pub(super) registrations: BTreeMap<usize, Registration>,
+    /// Staging copies of pageable sources of `cuMemcpyHtoD_v2`, by context
+    /// and sequence number of the queued copy that reads them: freed when
+    /// it has run or been dropped.
+    pub(super) staged: BTreeMap<(u64, u64), Box<[u8]>>,
     /// Destroyed handles: their kind and device.
     pub(super) dead: BTreeMap<u64, (Kind, usize)>,
     pub(super) violations: Vec<(Option<usize>, String)>,
@@ -365,6 +370,7 @@ impl State {
             host_allocations: BTreeMap::new(),
             device_allocations: BTreeMap::new(),
             registrations: BTreeMap::new(),
+            staged: BTreeMap::new(),
             dead: BTreeMap::new(),
             violations: Vec::new(),
             destructors: VecDeque::new(),

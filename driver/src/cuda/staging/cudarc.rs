@@ -3,7 +3,8 @@
 //! A program that already uses [cudarc](https://docs.rs/cudarc) keeps its
 //! `CudaSlice`s, views and streams: [`Context::from_cudarc`] gives the
 //! stager the same primary context, and the `*_cudarc*` calls of
-//! [`Stager`] take cudarc's memory and stream as they are, in safe code.
+//! [`Stager`] take cudarc's memory ([`CudarcMemory`], [`CudarcMemoryMut`])
+//! and a cudarc stream as they are, in safe code.
 //!
 //! ```no_run
 //! use cudarc::driver::CudaContext;
@@ -24,47 +25,113 @@
 //!
 //! # Order and lifetime
 //!
-//! Each call orders itself as a copy of cudarc's on `stream` would be:
+//! Each call is ordered as cudarc orders its own copy of that memory on
+//! `stream` (`CudaStream::memcpy_dtoh`, `memcpy_htod`), and after the
+//! memory's own stream (the one it was allocated on) too:
 //!
-//! - before it reads (writes) the device memory, `stream` waits for the
-//!   memory's last writer (and readers), through cudarc's own events
-//!   (`DevicePtr::device_ptr`, `DevicePtrMut::device_ptr_mut`), and the
-//!   stager's streams wait for `stream` ([`Stager::wait_for`]): the kernel
-//!   that wrote the data, on `stream` or on any other cudarc stream, comes
-//!   first;
+//! - before it reads the memory, `stream` waits for its last write that
+//!   cudarc tracks (before it writes: for its last write and its last read),
+//!   through cudarc's events (`DevicePtr::device_ptr`,
+//!   `DevicePtrMut::device_ptr_mut`); then the stager's streams wait for
+//!   `stream` and for the memory's own stream ([`Stager::wait_for`]). A
+//!   kernel that wrote the data on `stream`, on the memory's stream or on
+//!   another cudarc stream of the same `CudaContext` comes first.
 //! - after it, cudarc records the memory's read (write) event on `stream`,
-//!   so later writers, readers and the slice's release wait for it.
+//!   so its later writers, readers and its release wait for it.
 //!
-//! The calls block until the bytes have arrived, and they borrow the
-//! memory until then: safe code cannot drop a `CudaSlice` (which frees it)
-//! while the stager uses it. If a transfer fails and the stager's streams
-//! cannot be drained (queued copies may still run), `stream` is first made
-//! to wait for everything queued on them, so the read (write) event that
-//! cudarc records, and with it the slice's release, come after those
-//! copies; where even that is refused, the context has a sticky error and
-//! the driver refuses every later call in it, the release included. (A
-//! [`DeviceBuffer`](crate::cuda::DeviceBuffer) is kept allocated for good
-//! in that case instead: the stager owns a share of it, but only borrows a
-//! `CudaSlice`.)
+//! cudarc tracks one read event per slice, which each reader records
+//! again, and tracks nothing in a context with one stream or with event
+//! tracking turned off (`CudaContext::disable_event_tracking`, an `unsafe`
+//! call): there, as for cudarc's own copies, work on other streams is
+//! ordered with `stream` by the caller.
 //!
-//! A context where cudarc's event tracking was turned off
-//! (`CudaContext::disable_event_tracking`, an `unsafe` call) has no events
-//! to order by: there, as for cudarc's own copies, the caller orders work
-//! on other streams with `stream`.
+//! The calls block until the bytes have arrived, and they borrow the memory
+//! until then: safe code cannot drop a `CudaSlice` (which frees it) while
+//! the stager uses it. If a transfer fails and the stager's streams cannot
+//! be drained (queued copies may still run), `stream` and the memory's
+//! stream are first made to wait for everything queued on them, so that the
+//! read (write) event cudarc records, and with it the slice's release, come
+//! after those copies; where even that is refused, the context has a sticky
+//! error and the driver refuses every later call in it, the release
+//! included. (A [`DeviceBuffer`](crate::cuda::DeviceBuffer) is kept
+//! allocated for good in that case instead: the stager owns a share of it,
+//! but only borrows cudarc's memory.)
+//!
+//! A call on a stream that is capturing a graph is refused
+//! ([`Error::Capturing`]) before anything is queued. A capture that another
+//! thread begins on `stream` during the call (cudarc's capture does not go
+//! through this layer's capture lock) makes the stager's streams join it:
+//! the transfer then fails, the capture is invalidated, and nothing the
+//! capture recorded ever runs.
 //!
 //! Transfers that return at once ([`Stager::scope`]) take this layer's
 //! [`DeviceBuffer`](crate::cuda::DeviceBuffer) and
-//! [`DeviceView`] only: cudarc's ordering is
-//! tied to a guard that a scope's transfer would have to hold until it
-//! is waited for.
+//! [`DeviceView`](crate::cuda::DeviceView) only: cudarc's ordering is tied
+//! to a guard that a scope's transfer would have to hold until it is
+//! waited for.
 
-use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
+use std::sync::Arc;
+
+use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut};
 
 use super::driver_path::DeviceSide;
-use super::{Block, Blocks, Stager};
-use crate::cuda::capture::RelaxedCapture;
-use crate::cuda::{Context, DeviceView, Error, Event, StreamRef};
-use crate::{HostMemory, HostMemoryMut};
+use super::{Block, Blocks, Direction, Stager, plan};
+use crate::cuda::device::{DeviceInUse, DeviceMemory, sealed};
+use crate::cuda::ffi::CUdeviceptr;
+use crate::cuda::{Context, Error, Event, StreamRef};
+use crate::{HostMemory, HostMemoryMut, HostRange};
+
+/// cudarc's device memory a transfer reads: `CudaSlice<T>`, `CudaView<T>`
+/// and `CudaViewMut<T>`. Sealed: their pointer, length and events come from
+/// cudarc's safe constructors, which this layer trusts.
+pub trait CudarcMemory<T>: private::Read<T> {}
+
+/// cudarc's device memory a transfer writes: `CudaSlice<T>` and
+/// `CudaViewMut<T>`. Sealed as [`CudarcMemory`] is.
+pub trait CudarcMemoryMut<T>: private::Write<T> {}
+
+mod private {
+    use ::cudarc::driver::{DevicePtr, DevicePtrMut};
+
+    pub trait Read<T>: DevicePtr<T> {}
+    pub trait Write<T>: DevicePtrMut<T> {}
+}
+
+impl<T> private::Read<T> for CudaSlice<T> {}
+impl<T> private::Read<T> for CudaView<'_, T> {}
+impl<T> private::Read<T> for CudaViewMut<'_, T> {}
+impl<T> private::Write<T> for CudaSlice<T> {}
+impl<T> private::Write<T> for CudaViewMut<'_, T> {}
+impl<T> CudarcMemory<T> for CudaSlice<T> {}
+impl<T> CudarcMemory<T> for CudaView<'_, T> {}
+impl<T> CudarcMemory<T> for CudaViewMut<'_, T> {}
+impl<T> CudarcMemoryMut<T> for CudaSlice<T> {}
+impl<T> CudarcMemoryMut<T> for CudaViewMut<'_, T> {}
+
+/// cudarc's memory for the length of one blocking call, which borrows it:
+/// nothing here can keep it allocated longer, and nothing needs to.
+struct Borrowed {
+    context: Context,
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+impl DeviceMemory for Borrowed {}
+
+impl sealed::Sealed for Borrowed {
+    fn memory_context(&self) -> &Context {
+        &self.context
+    }
+    fn memory_ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+    fn memory_len(&self) -> usize {
+        self.len
+    }
+    fn memory_in_use(&self) -> DeviceInUse {
+        DeviceInUse::borrowed()
+    }
+}
 
 impl Context {
     /// This layer's handle on the primary context that a cudarc context
@@ -89,14 +156,13 @@ impl Context {
 
 impl Stager {
     /// Copies `dst.len()` bytes from the start of cudarc's device memory
-    /// `src` (a `CudaSlice` or a view of one) into `dst`, in stream order
-    /// with `stream` (see the [module documentation](self)), and waits for
-    /// them.
+    /// `src` into `dst`, in stream order with `stream` (see the [module
+    /// documentation](self)), and waits for them.
     ///
-    /// `stream` and `src` are in the stager's context, or the call is
-    /// refused before anything is queued ([`Error::ContextMismatch`],
-    /// [`Error::NotPrimaryContext`]); `dst` longer than `src` is
-    /// [`Error::DeviceOutOfBounds`].
+    /// Refused before anything is queued: `stream` or `src` of another
+    /// context ([`Error::ContextMismatch`], [`Error::NotPrimaryContext`]),
+    /// `dst` longer than `src` ([`Error::DeviceOutOfBounds`]), a capturing
+    /// stream ([`Error::Capturing`]).
     pub fn cudarc_to_host<T, D, S>(
         &mut self,
         dst: &mut D,
@@ -105,17 +171,14 @@ impl Stager {
     ) -> Result<(), Error>
     where
         D: HostMemoryMut + ?Sized,
-        S: DevicePtr<T>,
+        S: CudarcMemory<T>,
     {
         let host = dst.host_range_mut();
-        self.read_cudarc(src, stream, |stager, view| {
-            stager.run(host, DeviceSide::Source(view), Blocks::One { offset: 0 })
-        })
+        self.read_cudarc(host, src, Blocks::One { offset: 0 }, stream)
     }
 
-    /// Copies `src` to the start of cudarc's device memory `dst` (a
-    /// `CudaSlice` or a mutable view of one), in stream order with
-    /// `stream`, and waits for it. Refused as
+    /// Copies `src` to the start of cudarc's device memory `dst`, in stream
+    /// order with `stream`, and waits for it. Refused as
     /// [`cudarc_to_host`](Self::cudarc_to_host) is.
     pub fn host_to_cudarc<T, D, S>(
         &mut self,
@@ -124,17 +187,11 @@ impl Stager {
         stream: &CudaStream,
     ) -> Result<(), Error>
     where
-        D: DevicePtrMut<T>,
+        D: CudarcMemoryMut<T>,
         S: HostMemory + ?Sized,
     {
         let host = src.host_range();
-        self.write_cudarc(dst, stream, |stager, view| {
-            stager.run(
-                host,
-                DeviceSide::Destination(view),
-                Blocks::One { offset: 0 },
-            )
-        })
+        self.write_cudarc(host, dst, Blocks::One { offset: 0 }, stream)
     }
 
     /// Copies each block from cudarc's device memory `src` into `dst` (a
@@ -151,12 +208,10 @@ impl Stager {
     ) -> Result<(), Error>
     where
         D: HostMemoryMut + ?Sized,
-        S: DevicePtr<T>,
+        S: CudarcMemory<T>,
     {
         let host = dst.host_range_mut();
-        self.read_cudarc(src, stream, |stager, view| {
-            stager.run(host, DeviceSide::Source(view), Blocks::Many(blocks))
-        })
+        self.read_cudarc(host, src, Blocks::Many(blocks), stream)
     }
 
     /// Copies each block from `src` into cudarc's device memory `dst` (a
@@ -172,72 +227,146 @@ impl Stager {
         stream: &CudaStream,
     ) -> Result<(), Error>
     where
-        D: DevicePtrMut<T>,
+        D: CudarcMemoryMut<T>,
         S: HostMemory + ?Sized,
     {
         let host = src.host_range();
-        self.write_cudarc(dst, stream, |stager, view| {
-            stager.run(host, DeviceSide::Destination(view), Blocks::Many(blocks))
-        })
+        self.write_cudarc(host, dst, Blocks::Many(blocks), stream)
     }
 
-    /// Runs `transfer`, which reads `src`, between cudarc's wait for the
-    /// memory's last writer and its record of this read.
-    fn read_cudarc<T, S: DevicePtr<T>>(
+    /// A transfer that reads `src`, between cudarc's wait for the memory's
+    /// last writer and its record of this read.
+    fn read_cudarc<T, S: CudarcMemory<T>>(
         &mut self,
+        host: HostRange,
         src: &S,
+        blocks: Blocks<'_>,
         stream: &CudaStream,
-        transfer: impl FnOnce(&mut Stager, &DeviceView) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        self.expect_cudarc(stream.context())?;
-        self.expect_cudarc(src.stream().context())?;
+        let own = src.stream();
         let len = src.num_bytes();
+        if !self.check_cudarc(Direction::DeviceToHost, host, len, blocks, stream, own)? {
+            return Ok(());
+        }
         // `stream` waits for the memory's last writer now; `read` records
-        // the read on `stream` when dropped, after `in_order` returns.
+        // this read on `stream` when dropped, after `in_order` returns.
         let (ptr, read) = src.device_ptr(stream);
-        let result = self.in_order(stream, ptr, len, transfer);
+        let result = self.in_order(Direction::DeviceToHost, host, ptr, len, blocks, stream, own);
         drop(read);
         result
     }
 
-    /// Runs `transfer`, which writes `dst`, between cudarc's wait for the
-    /// memory's last readers and writer and its record of this write.
-    fn write_cudarc<T, D: DevicePtrMut<T>>(
+    /// A transfer that writes `dst`, between cudarc's wait for the
+    /// memory's last reader and writer and its record of this write.
+    fn write_cudarc<T, D: CudarcMemoryMut<T>>(
         &mut self,
+        host: HostRange,
         dst: &mut D,
+        blocks: Blocks<'_>,
         stream: &CudaStream,
-        transfer: impl FnOnce(&mut Stager, &DeviceView) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        self.expect_cudarc(stream.context())?;
-        self.expect_cudarc(dst.stream().context())?;
+        let own = Arc::clone(dst.stream());
         let len = dst.num_bytes();
+        if !self.check_cudarc(Direction::HostToDevice, host, len, blocks, stream, &own)? {
+            return Ok(());
+        }
         let (ptr, written) = dst.device_ptr_mut(stream);
-        let result = self.in_order(stream, ptr, len, transfer);
+        let result = self.in_order(
+            Direction::HostToDevice,
+            host,
+            ptr,
+            len,
+            blocks,
+            stream,
+            &own,
+        );
         drop(written);
         result
     }
 
-    /// Runs `transfer` on `len` bytes at `ptr` after the work queued on
-    /// `stream`, and leaves `stream` ordered after whatever of it the
-    /// stager's streams may still run.
+    /// Everything checked before cudarc or the stager does anything:
+    /// `false` if there is nothing to copy.
+    fn check_cudarc(
+        &self,
+        direction: Direction,
+        host: HostRange,
+        len: usize,
+        blocks: Blocks<'_>,
+        stream: &CudaStream,
+        own: &CudaStream,
+    ) -> Result<bool, Error> {
+        self.expect_cudarc(stream.context())?;
+        self.expect_cudarc(own.context())?;
+        let total = match blocks {
+            Blocks::One { offset } => {
+                if offset.checked_add(host.len).is_none_or(|end| end > len) {
+                    return Err(Error::DeviceOutOfBounds {
+                        offset,
+                        nbytes: host.len,
+                        len,
+                    });
+                }
+                host.len
+            }
+            Blocks::Many(blocks) => {
+                plan::check_blocks(blocks, direction, host.len, len)?;
+                blocks.iter().map(|block| block.len).sum()
+            }
+        };
+        if total == 0 {
+            return Ok(false);
+        }
+        for stream in [stream, own] {
+            if self.cudarc_stream(stream).is_capturing()? {
+                return Err(Error::Capturing);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The transfer on `len` bytes at `ptr`, after the work queued on
+    /// `stream` and on the memory's own stream `own`; leaves both ordered
+    /// after whatever of it the stager's streams may still run.
+    #[allow(clippy::too_many_arguments)]
     fn in_order(
         &mut self,
-        stream: &CudaStream,
-        ptr: u64,
+        direction: Direction,
+        host: HostRange,
+        ptr: CUdeviceptr,
         len: usize,
-        transfer: impl FnOnce(&mut Stager, &DeviceView) -> Result<(), Error>,
+        blocks: Blocks<'_>,
+        stream: &CudaStream,
+        own: &CudaStream,
     ) -> Result<(), Error> {
-        // The caller borrows the memory for the whole call, and cudarc's
-        // bounds are the slice's own.
+        let memory = Borrowed {
+            context: self.context.clone(),
+            ptr,
+            len,
+        };
         let context = self.context.clone();
-        let view = DeviceView::borrowed(&context, ptr, len);
-        // SAFETY: `stream` is a live stream (borrowed for this call) of the
-        // stager's context (checked by the caller).
-        let stream = unsafe { StreamRef::from_raw(&context, stream.cu_stream().cast()) };
+        let separate = own.cu_stream() != stream.cu_stream();
+        // SAFETY: both are live streams (borrowed for this call) of the
+        // stager's context (checked by `check_cudarc`).
+        let (stream, own) = unsafe {
+            (
+                StreamRef::from_raw(&context, stream.cu_stream().cast()),
+                StreamRef::from_raw(&context, own.cu_stream().cast()),
+            )
+        };
         self.wait_for(stream)?;
-        let result = transfer(self, &view);
+        if separate {
+            self.wait_for(own)?;
+        }
+        let device = match direction {
+            Direction::DeviceToHost => DeviceSide::Source(&memory),
+            Direction::HostToDevice => DeviceSide::Destination(&memory),
+        };
+        let result = self.run(host, device, blocks);
         if self.undrained.is_some() {
             self.order_after_queued(stream);
+            if separate {
+                self.order_after_queued(own);
+            }
         }
         result
     }
@@ -249,7 +378,7 @@ impl Stager {
     /// error is, and a context that refuses these calls refuses that next
     /// use too (a sticky error).
     fn order_after_queued(&self, stream: StreamRef<'_>) {
-        let _relaxed = RelaxedCapture::new();
+        let _relaxed = crate::cuda::capture::RelaxedCapture::new();
         for own in &self.lanes.streams {
             if let Ok(event) = Event::ordering(&self.context)
                 && event.record(own.as_stream()).is_ok()
@@ -257,6 +386,13 @@ impl Stager {
                 let _ = stream.wait_event(&event);
             }
         }
+    }
+
+    /// A cudarc stream of the stager's context, for a query.
+    fn cudarc_stream<'a>(&'a self, stream: &CudaStream) -> StreamRef<'a> {
+        // SAFETY: a live stream (borrowed by our caller for longer than the
+        // query) of the stager's context (checked before).
+        unsafe { StreamRef::from_raw(&self.context, stream.cu_stream().cast()) }
     }
 
     /// `Ok` if `context` is the stager's context.
