@@ -168,10 +168,13 @@ fn read_after_fill(context: &Context, copy_on_another_stream: bool) -> Result<()
     } else {
         Arc::clone(&writer)
     };
-    let mut slice = writer.alloc_zeros::<u32>(WORDS)?;
-    writer.synchronize()?;
-    fill(&setup, &writer, &mut slice, SPIN_NS, 7)?;
+    // Allocated on a third stream, so that with a reader of its own only
+    // cudarc's write event orders the copy after the kernel.
+    let allocator = setup.cuda.new_stream()?;
+    let mut slice = allocator.alloc_zeros::<u32>(WORDS)?;
+    allocator.synchronize()?;
     let mut host = vec![0u32; WORDS];
+    fill(&setup, &writer, &mut slice, SPIN_NS, 7)?;
     setup.stager.cudarc_to_host(&mut host, &slice, &reader)?;
     check(first_wrong(&host, 7).is_none(), || {
         format!(
@@ -197,12 +200,12 @@ fn unordered_control(context: &Context) -> Result<(), Failed> {
     let writer = setup.cuda.new_stream()?;
     let mut slice = writer.alloc_zeros::<u32>(WORDS)?;
     writer.synchronize()?;
+    let mut host = vec![0u32; WORDS];
     fill(&setup, &writer, &mut slice, SPIN_NS, 7)?;
     let (ptr, read) = slice.device_ptr(&writer);
     // SAFETY: `slice` outlives the blocking copy below, and nothing frees
     // it meanwhile; the copy is not ordered with the kernel, on purpose.
     let view = unsafe { DeviceView::new(context, ptr, WORDS * 4, Arc::new(())) }?;
-    let mut host = vec![0u32; WORDS];
     setup.stager.device_to_host(&mut host, &view)?;
     drop(read);
     writer.synchronize()?;
@@ -215,10 +218,15 @@ fn upload_after_a_reader(context: &Context) -> Result<(), Failed> {
     let mut setup = setup(context)?;
     let kernel_stream = setup.cuda.new_stream()?;
     let upload_stream = setup.cuda.new_stream()?;
-    let mut source = kernel_stream.alloc_zeros::<u32>(WORDS)?;
-    let mut copied = kernel_stream.alloc_zeros::<u32>(WORDS)?;
+    // Allocated on a third stream: only cudarc's read event orders the
+    // upload after the kernel.
+    let allocator = setup.cuda.new_stream()?;
+    let mut source = allocator.alloc_zeros::<u32>(WORDS)?;
+    let mut copied = allocator.alloc_zeros::<u32>(WORDS)?;
+    allocator.synchronize()?;
     fill(&setup, &kernel_stream, &mut source, 0, 1)?;
     kernel_stream.synchronize()?;
+    let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
     // The kernel reads `source` after spinning; the upload overwrites it.
     let words = WORDS as u64;
     let mut launch = kernel_stream.launch_builder(&setup.copy);
@@ -230,7 +238,6 @@ fn upload_after_a_reader(context: &Context) -> Result<(), Failed> {
     // SAFETY: parameters (u32 *dst, const u32 *src, u64 words, u64 ns);
     // it reads and writes `words` words of each.
     unsafe { launch.launch(GRID) }?;
-    let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
     setup
         .stager
         .host_to_cudarc(&mut source, &new, &upload_stream)?;
@@ -260,6 +267,7 @@ fn unordered_upload_control(context: &Context) -> Result<(), Failed> {
     let mut copied = kernel_stream.alloc_zeros::<u32>(WORDS)?;
     fill(&setup, &kernel_stream, &mut source, 0, 1)?;
     kernel_stream.synchronize()?;
+    let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
     let words = WORDS as u64;
     let mut launch = kernel_stream.launch_builder(&setup.copy);
     launch
@@ -274,7 +282,6 @@ fn unordered_upload_control(context: &Context) -> Result<(), Failed> {
     // SAFETY: `source` outlives the blocking copy below; the copy is not
     // ordered with the kernel, on purpose.
     let mut view = unsafe { DeviceView::new(context, ptr, WORDS * 4, Arc::new(())) }?;
-    let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
     setup.stager.host_to_device(&mut view, &new)?;
     drop(read);
     kernel_stream.synchronize()?;
@@ -293,6 +300,7 @@ fn batch_after_a_writer(context: &Context) -> Result<(), Failed> {
     let stream = setup.cuda.new_stream()?;
     let mut slice = stream.alloc_zeros::<u32>(WORDS)?;
     stream.synchronize()?;
+    let mut pool = vec![0u32; 7 * (256 << 10) / 4];
     fill(&setup, &stream, &mut slice, SPIN_NS, 9)?;
     // 256 KiB blocks from scattered slots, into a packed pool.
     const BLOCK: usize = 256 << 10;
@@ -302,7 +310,6 @@ fn batch_after_a_writer(context: &Context) -> Result<(), Failed> {
         .enumerate()
         .map(|(i, &slot)| Block::new(slot * BLOCK, i * BLOCK, BLOCK))
         .collect();
-    let mut pool = vec![0u32; slots.len() * BLOCK / 4];
     setup
         .stager
         .cudarc_to_host_blocks(&mut pool, &slice, &blocks, &stream)?;

@@ -39,6 +39,12 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(0)
+}
+
+/// As [`setup`], with single transfers below `driver_path_below` bytes
+/// taking the small paths.
+fn setup_with(driver_path_below: usize) -> Setup {
     if let Err(why) = libcuda::load() {
         panic!("cudarc cannot be pointed at the simulator here: {why}");
     }
@@ -50,7 +56,7 @@ fn setup() -> Setup {
         .chunk(CHUNK)
         .buffers(BUFFERS)
         .workers(2)
-        .driver_path_below(0)
+        .driver_path_below(driver_path_below)
         .build();
     let stager = Stager::with_options(&context, options).expect("a stager");
     Setup {
@@ -469,5 +475,140 @@ fn a_capturing_stream_is_refused_before_anything_is_queued() {
     assert_eq!(after.stream_waits, before.stream_waits);
     assert_eq!(after.async_copy_calls, before.async_copy_calls);
     drop(slice);
+    setup.finish();
+}
+
+/// Below the crossover a download takes the driver's synchronous path and
+/// an upload one asynchronous copy on the stager's first stream: byte-exact
+/// both ways, no host function run.
+#[test]
+fn small_transfers_are_byte_exact_both_ways() {
+    let mut setup = setup_with(CHUNK);
+    let bytes = pattern(4096 + 13, 16);
+    let mut slice = setup.upload(&bytes);
+    let before = sim::device_state(setup.ordinal);
+    let mut host = vec![0u8; bytes.len()];
+    setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .unwrap();
+    assert!(host == bytes, "small download");
+    let other = pattern(bytes.len(), 17);
+    setup
+        .stager
+        .host_to_cudarc(&mut slice, &other, &setup.stream)
+        .unwrap();
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(after.host_fns_run, before.host_fns_run, "nothing staged");
+    assert_eq!(
+        after.async_copy_calls,
+        before.async_copy_calls + 1,
+        "the upload is one asynchronous copy"
+    );
+    assert!(setup.download(&slice) == other, "small upload");
+    drop(slice);
+    setup.finish();
+}
+
+/// A small upload whose wait fails, and whose stream then fails to drain
+/// (injected, not sticky), leaves cudarc's stream waiting for every
+/// staging stream, as a staged transfer does.
+#[test]
+fn a_small_upload_that_cannot_be_drained_leaves_the_cudarc_stream_behind() {
+    let mut setup = setup_with(CHUNK);
+    let mut slice = setup.upload(&pattern(4096, 18));
+    let bytes = pattern(4096, 19);
+    let before = sim::device_state(setup.ordinal).stream_waits;
+    setup
+        .stager
+        .host_to_cudarc(&mut slice, &bytes, &setup.stream)
+        .unwrap();
+    let ok_waits = sim::device_state(setup.ordinal).stream_waits - before;
+    // The wait for the copy fails, then the drain.
+    sim::fail_call(setup.ordinal, "cuStreamSynchronize", 1, 999);
+    sim::fail_call(setup.ordinal, "cuStreamSynchronize", 2, 999);
+    let before = sim::device_state(setup.ordinal).stream_waits;
+    let failed = setup
+        .stager
+        .host_to_cudarc(&mut slice, &bytes, &setup.stream);
+    assert!(failed.is_err());
+    let waits = sim::device_state(setup.ordinal).stream_waits - before;
+    assert_eq!(
+        waits,
+        ok_waits + BUFFERS as u64,
+        "cudarc's stream did not wait for each staging stream"
+    );
+    // Drained by the next call, which works.
+    setup
+        .stager
+        .host_to_cudarc(&mut slice, &bytes, &setup.stream)
+        .unwrap();
+    assert!(setup.download(&slice) == bytes);
+    drop(slice);
+    setup.finish();
+}
+
+/// An error cudarc kept from a call that could not return it is returned
+/// before anything is queued or ordered, as cudarc's own copies return it.
+#[test]
+fn an_error_cudarc_kept_is_returned_before_anything_is_queued() {
+    use cudarc::driver::{DriverError, sys::cudaError_enum};
+    let mut setup = setup();
+    let slice = setup.upload(&pattern(LEN, 20));
+    let before = sim::device_state(setup.ordinal);
+    setup
+        .cuda
+        .record_err::<()>(Err(DriverError(cudaError_enum::CUDA_ERROR_LAUNCH_FAILED)));
+    let mut host = vec![0u8; LEN];
+    let failed = setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    assert!(
+        matches!(failed, Err(Error::Driver(error)) if error.code() == 719),
+        "{failed:?}"
+    );
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(after.stream_waits, before.stream_waits);
+    assert_eq!(after.async_copy_calls, before.async_copy_calls);
+    assert_eq!(after.host_fns_run, before.host_fns_run);
+    drop(slice);
+    setup.finish();
+}
+
+/// With the memory on another stream than the one given, a capture on the
+/// memory's stream is refused too, and an undrained failure leaves both
+/// streams behind the staging streams.
+#[test]
+fn the_memorys_own_stream_is_checked_and_ordered_too() {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let mut setup = setup();
+    let own = setup.cuda.new_stream().unwrap();
+    let slice = upload(&setup.cuda, &own, &pattern(LEN, 21));
+    let mut host = vec![0u8; LEN];
+    own.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    let refused = setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    assert!(matches!(refused, Err(Error::Capturing)), "{refused:?}");
+    drop(
+        own.end_capture(CUgraphInstantiate_flags(0))
+            .expect("intact"),
+    );
+
+    let before = sim::device_state(setup.ordinal).stream_waits;
+    sim::fail_call(setup.ordinal, "cuEventSynchronize", 1, 999);
+    sim::fail_call(setup.ordinal, "cuStreamSynchronize", 1, 999);
+    let failed = setup
+        .stager
+        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    assert!(failed.is_err());
+    let waits = sim::device_state(setup.ordinal).stream_waits - before;
+    assert_eq!(
+        waits,
+        1 + 4 * BUFFERS as u64,
+        "cudarc's wait, the staging streams' waits for both streams, both streams' waits for the staging streams"
+    );
+    drop((slice, own));
     setup.finish();
 }

@@ -238,6 +238,32 @@ fn a_small_upload_on_the_drivers_path_returns_once_its_bytes_have_landed() {
     device.assert_no_violations();
 }
 
+/// If the wait for a small upload's bytes fails after the driver took them,
+/// they may still land: the device memory is kept for good (and counted),
+/// never freed under the queued copy.
+#[test]
+fn a_small_upload_whose_wait_fails_keeps_its_device_memory() {
+    let device = device();
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(2)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut target = DeviceBuffer::new(&device.context, 64).unwrap();
+    let before = staging::leaked().device_buffers;
+    sim::hold(device.ordinal);
+    sim::fail_call(device.ordinal, "cuStreamSynchronize", 1, OUT_OF_MEMORY);
+    let failed = stager.host_to_device(&mut target, &pattern(64, 3));
+    assert!(failed.is_err(), "the failed wait is returned");
+    assert!(staging::leaked().device_buffers > before, "counted");
+    // Frees nothing: the copy is still queued.
+    drop(target);
+    sim::release(device.ordinal);
+    device.assert_no_violations();
+}
+
 #[test]
 fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_handles() {
     let device = device();

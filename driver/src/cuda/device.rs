@@ -327,7 +327,14 @@ pub(crate) fn copy_from_host<M: DeviceMemory + ?Sized>(
     // through, so that work not ordered with that stream (a non-blocking
     // stream's, a stream-ordered free) finds them there.
     // SAFETY: synchronizes the legacy default stream of the bound context.
-    unsafe { ffi::cuStreamSynchronize(core::ptr::null_mut()) }.ok()?;
+    if let Err(error) = unsafe { ffi::cuStreamSynchronize(core::ptr::null_mut()) }.ok() {
+        // The bytes may still land: keep the memory allocated for good, as
+        // a staged transfer that cannot be drained does.
+        if memory.memory_in_use().leak() {
+            super::staging::count_leaked_device_buffer();
+        }
+        return Err(error.into());
+    }
     Ok(())
 }
 

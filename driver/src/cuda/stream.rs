@@ -338,8 +338,9 @@ impl StreamRef<'_> {
     ///
     /// `dst` lies in live device memory of the stream's context that
     /// outlives the copy, and nothing else touches it meanwhile; `src` is
-    /// pinned host memory, readable for `nbytes` bytes, that nothing writes
-    /// until the copy has finished in stream order.
+    /// host memory, readable for `nbytes` bytes, that nothing writes until
+    /// the copy has finished in stream order (pageable memory the driver
+    /// copies within the call).
     pub(crate) unsafe fn copy_host_to_device_raw(
         &self,
         dst: CUdeviceptr,

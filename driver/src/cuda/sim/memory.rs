@@ -5,7 +5,6 @@
 
 use core::alloc::Layout;
 use core::ffi::{c_uint, c_void};
-use std::boxed::Box;
 use std::format;
 use std::vec::Vec;
 
@@ -210,17 +209,15 @@ impl State {
     }
 }
 
-/// A copy on `stream`, or, for a synchronous copy (`None`), on the current
-/// context's default stream, waited for.
 /// Queues a copy on `stream`, or on the current context's legacy default
-/// stream and waits for it (`None`). A synchronous copy of a pageable
-/// source (`staged`, the source's bytes) reads them instead and returns
-/// once queued.
+/// stream and waits for it (`None`). A synchronous copy that `stages` its
+/// (pageable) source copies it into a staging buffer once the copy is
+/// checked, queues the copy from there and returns.
 fn copy(
     mut guard: Guard,
     entry: &'static str,
     stream: Option<CUstream>,
-    staged: Option<Box<[u8]>>,
+    stages: bool,
     copy: impl FnOnce(&mut State) -> Result<MemCopy, u32>,
 ) -> CuResult {
     let sync = stream.is_none();
@@ -232,10 +229,17 @@ fn copy(
             Ok(state.contexts[&ctx].default_stream)
         }),
     };
+    let mut staged = None;
     let outcome = stream.and_then(|stream| {
         let mut memcopy = copy(state)?;
-        if let Some(staged) = &staged {
-            memcopy.src = SendPtr(staged.as_ptr().cast_mut());
+        if stages {
+            // SAFETY: the source is readable for `bytes` bytes (the
+            // caller's contract); the device side was just checked.
+            let source = unsafe { core::slice::from_raw_parts(memcopy.src.0, memcopy.bytes) };
+            // A `Vec`: moving it into the table keeps the pointer valid.
+            let buffer: Vec<u8> = source.to_vec();
+            memcopy.src = SendPtr(buffer.as_ptr().cast_mut());
+            staged = Some(buffer);
         }
         let work = Work::Copy(memcopy);
         let queued = if state.capture_work(stream, work)? {
@@ -427,13 +431,8 @@ pub(crate) unsafe fn cuMemcpyHtoD_v2(
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoD_v2";
     let guard = lock();
-    let staged =
-        (bytes > 0 && !src.is_null() && !guard.page_locked(src.addr(), bytes)).then(|| {
-            // SAFETY: `src` is readable for `bytes` bytes (our caller).
-            let source = unsafe { core::slice::from_raw_parts(src.cast::<u8>(), bytes) };
-            Box::<[u8]>::from(source)
-        });
-    copy(guard, ENTRY, None, staged, |state| {
+    let pageable = bytes > 0 && !src.is_null() && !guard.page_locked(src.addr(), bytes);
+    copy(guard, ENTRY, None, pageable, |state| {
         Ok(MemCopy {
             dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
             src: SendPtr(src.cast::<u8>().cast_mut()),
@@ -451,7 +450,7 @@ pub(crate) unsafe fn cuMemcpyHtoD_v2(
 /// `dst` is writable for `bytes` bytes.
 pub(crate) unsafe fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoH_v2";
-    copy(lock(), ENTRY, None, None, |state| {
+    copy(lock(), ENTRY, None, false, |state| {
         Ok(MemCopy {
             dst: SendPtr(dst.cast()),
             src: SendPtr(state.device_range(ENTRY, src, bytes)?),
@@ -474,7 +473,7 @@ pub(crate) unsafe fn cuMemcpyHtoDAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoDAsync_v2";
-    copy(lock(), ENTRY, Some(stream), None, |state| {
+    copy(lock(), ENTRY, Some(stream), false, |state| {
         Ok(MemCopy {
             dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
             src: SendPtr(src.cast::<u8>().cast_mut()),
@@ -497,7 +496,7 @@ pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoHAsync_v2";
-    copy(lock(), ENTRY, Some(stream), None, |state| {
+    copy(lock(), ENTRY, Some(stream), false, |state| {
         Ok(MemCopy {
             dst: SendPtr(dst.cast()),
             src: SendPtr(state.device_range(ENTRY, src, bytes)?),

@@ -41,7 +41,12 @@
 //!   functions (called with the real pointers, on that thread), async
 //!   copies (bytes really copied), event records, graph launches (their
 //!   nodes with the parameters the executable had at launch). Synchronous
-//!   copies, synchronize and event synchronize wait for the ops before them.
+//!   copies, synchronize and event synchronize wait for the ops before them
+//!   (a stream's synchronize also for the record of every event it waited
+//!   for);
+//!   a synchronous upload from pageable memory (`cuMemcpyHtoD_v2`), as in
+//!   the driver, returns once its source is staged, before the bytes reach
+//!   the device.
 //!   A driver call from a host function or destructor returns
 //!   `CUDA_ERROR_NOT_PERMITTED` and is a violation.
 //! - The batch copy `cuMemcpyBatchAsync_v2` (an optional entry point:
@@ -66,7 +71,9 @@
 //! worker reached it); concurrency between streams of one context (one FIFO
 //! serializes them, which the driver's single host-function thread also
 //! does for host functions); capture modes (all act as relaxed); cross-context
-//! event waits (a violation here); pageable-memory staging; memory limits;
+//! event waits (a violation here); pageable memory in asynchronous copies
+//! (the driver stages it within the call; here the copy reads it when it
+//! runs); memory limits;
 //! any entry point this crate does not call.
 
 // Entry points keep the driver's names.

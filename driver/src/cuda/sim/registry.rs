@@ -8,7 +8,6 @@
 use core::alloc::Layout;
 use core::cell::Cell;
 use core::ffi::c_void;
-use std::boxed::Box;
 use std::collections::{BTreeMap, VecDeque};
 use std::format;
 use std::string::String;
@@ -169,7 +168,8 @@ pub(super) struct Context {
 pub(super) struct Stream {
     pub(super) ctx: u64,
     pub(super) device: usize,
-    /// Sequence number of the stream's last queued op.
+    /// Sequence number of the stream's last queued op, or of the record of
+    /// an event it waited for, whichever is later.
     pub(super) last_seq: u64,
     pub(super) capture: Option<u64>,
     /// While capturing: the nodes the stream's next node depends on.
@@ -311,7 +311,7 @@ pub(super) struct State {
     /// Staging copies of pageable sources of `cuMemcpyHtoD_v2`, by context
     /// and sequence number of the queued copy that reads them: freed when
     /// it has run or been dropped.
-    pub(super) staged: BTreeMap<(u64, u64), Box<[u8]>>,
+    pub(super) staged: BTreeMap<(u64, u64), Vec<u8>>,
     /// Destroyed handles: their kind and device.
     pub(super) dead: BTreeMap<u64, (Kind, usize)>,
     pub(super) violations: Vec<(Option<usize>, String)>,

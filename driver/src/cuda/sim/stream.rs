@@ -230,7 +230,13 @@ pub(crate) unsafe fn cuStreamWaitEvent(
                 Err(codes::STREAM_CAPTURE_ISOLATION)
             }
             (None, None) => {
-                let device = state.streams[&stream].device;
+                // The stream's later work, and a synchronize of it, come
+                // after the event's: all ops run in one queue, so it is
+                // enough that the stream's last op counts as the event's.
+                let recorded = state.events[&event].record_seq;
+                let s = state.streams.get_mut(&stream).expect("checked");
+                s.last_seq = s.last_seq.max(recorded.unwrap_or(0));
+                let device = s.device;
                 state.devices[device].stream_waits += 1;
                 Ok(())
             }

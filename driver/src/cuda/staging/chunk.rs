@@ -39,7 +39,8 @@ pub struct Leaked {
     /// Device allocations kept for good because a queued driver copy could
     /// still have read or written them when their transfer returned (the
     /// [`DeviceBuffer`](crate::cuda::DeviceBuffer) was free to drop; its
-    /// memory was not freed).
+    /// memory was not freed), by a staged transfer or by a small upload
+    /// whose wait failed after the driver took its bytes.
     pub device_buffers: usize,
 }
 
@@ -56,7 +57,7 @@ pub(super) fn count_leaked_buffers(buffers: usize) {
     LEAKED_BUFFERS.fetch_add(buffers, Ordering::Relaxed);
 }
 
-pub(super) fn count_leaked_device_buffer() {
+pub(crate) fn count_leaked_device_buffer() {
     LEAKED_DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed);
 }
 

@@ -47,22 +47,31 @@
 //!
 //! The calls block until the bytes have arrived, and they borrow the memory
 //! until then: safe code cannot drop a `CudaSlice` (which frees it) while
-//! the stager uses it. If a transfer fails and the stager's streams cannot
-//! be drained (queued copies may still run), `stream` and the memory's
-//! stream are first made to wait for everything queued on them, so that the
-//! read (write) event cudarc records, and with it the slice's release, come
-//! after those copies; where even that is refused, the context has a sticky
-//! error and the driver refuses every later call in it, the release
-//! included. (A [`DeviceBuffer`](crate::cuda::DeviceBuffer) is kept
-//! allocated for good in that case instead: the stager owns a share of it,
-//! but only borrows cudarc's memory.)
+//! the stager uses it. Every device copy runs on the stager's own streams
+//! (a small upload too: one asynchronous copy on its first stream), except
+//! a small download, which takes the driver's synchronous path and has
+//! finished when it returns. If a transfer fails and the stager's streams
+//! cannot be drained (queued copies may still run), `stream` and the
+//! memory's stream are first made to wait for everything queued on them,
+//! so that the read (write) event cudarc records, and with it the slice's
+//! release, come after those copies. That ordering can itself be refused:
+//! with a sticky error the driver then refuses every later call in the
+//! context, the release included; for any other refusal (the driver out of
+//! memory for an event) the call still returns the error, and the stager
+//! refuses further work until its streams drain. (A
+//! [`DeviceBuffer`](crate::cuda::DeviceBuffer) is kept allocated for good
+//! in that case instead: the stager owns a share of it, but only borrows
+//! cudarc's memory.) An error cudarc kept from an earlier call it could not
+//! return from (a drop, a wait) is returned before anything is queued, as
+//! cudarc's own copies return it.
 //!
 //! A call on a stream that is capturing a graph is refused
-//! ([`Error::Capturing`]) before anything is queued. A capture that another
-//! thread begins on `stream` during the call (cudarc's capture does not go
-//! through this layer's capture lock) makes the stager's streams join it:
-//! the transfer then fails, the capture is invalidated, and nothing the
-//! capture recorded ever runs.
+//! ([`Error::Capturing`]) before anything is queued. Capture a stream only
+//! from the thread that uses it: cudarc's captures do not go through this
+//! layer's capture lock, so a capture another thread begins on `stream`
+//! during the call may take in the stager's streams (the transfer then
+//! fails and that capture is invalidated) or the event cudarc records
+//! after the transfer.
 //!
 //! Transfers that return at once ([`Stager::scope`]) take this layer's
 //! [`DeviceBuffer`](crate::cuda::DeviceBuffer) and
@@ -78,7 +87,7 @@ use super::driver_path::DeviceSide;
 use super::{Block, Blocks, Direction, Stager, plan};
 use crate::cuda::device::{DeviceInUse, DeviceMemory, sealed};
 use crate::cuda::ffi::CUdeviceptr;
-use crate::cuda::{Context, Error, Event, StreamRef};
+use crate::cuda::{Context, DriverError, Error, Event, StreamRef};
 use crate::{HostMemory, HostMemoryMut, HostRange};
 
 /// cudarc's device memory a transfer reads: `CudaSlice<T>`, `CudaView<T>`
@@ -107,6 +116,11 @@ impl<T> CudarcMemory<T> for CudaView<'_, T> {}
 impl<T> CudarcMemory<T> for CudaViewMut<'_, T> {}
 impl<T> CudarcMemoryMut<T> for CudaSlice<T> {}
 impl<T> CudarcMemoryMut<T> for CudaViewMut<'_, T> {}
+
+/// A cudarc result as this layer's error.
+fn cudarc_result<T>(result: Result<T, ::cudarc::driver::DriverError>) -> Result<T, Error> {
+    result.map_err(|error| DriverError::from_code(error.0 as u32).into())
+}
 
 /// cudarc's memory for the length of one blocking call, which borrows it:
 /// nothing here can keep it allocated longer, and nothing needs to.
@@ -251,7 +265,11 @@ impl Stager {
         // `stream` waits for the memory's last writer now; `read` records
         // this read on `stream` when dropped, after `in_order` returns.
         let (ptr, read) = src.device_ptr(stream);
-        let result = self.in_order(Direction::DeviceToHost, host, ptr, len, blocks, stream, own);
+        let result = match cudarc_result(stream.context().check_err()) {
+            Ok(()) => self.in_order(Direction::DeviceToHost, host, ptr, len, blocks, stream, own),
+            // cudarc could not make `stream` wait for the writer.
+            Err(error) => Err(error),
+        };
         drop(read);
         result
     }
@@ -271,15 +289,19 @@ impl Stager {
             return Ok(());
         }
         let (ptr, written) = dst.device_ptr_mut(stream);
-        let result = self.in_order(
-            Direction::HostToDevice,
-            host,
-            ptr,
-            len,
-            blocks,
-            stream,
-            &own,
-        );
+        let result = match cudarc_result(stream.context().check_err()) {
+            Ok(()) => self.in_order(
+                Direction::HostToDevice,
+                host,
+                ptr,
+                len,
+                blocks,
+                stream,
+                &own,
+            ),
+            // cudarc could not make `stream` wait for the readers and writer.
+            Err(error) => Err(error),
+        };
         drop(written);
         result
     }
@@ -297,6 +319,11 @@ impl Stager {
     ) -> Result<bool, Error> {
         self.expect_cudarc(stream.context())?;
         self.expect_cudarc(own.context())?;
+        // An error cudarc kept from a call that could not return it (a
+        // drop, a wait): returned here, as cudarc's own copies return it,
+        // rather than left to make the waits below fail unseen.
+        cudarc_result(stream.context().bind_to_thread())?;
+        cudarc_result(own.context().bind_to_thread())?;
         let total = match blocks {
             Blocks::One { offset } => {
                 if offset.checked_add(host.len).is_none_or(|end| end > len) {
@@ -361,7 +388,14 @@ impl Stager {
             Direction::DeviceToHost => DeviceSide::Source(&memory),
             Direction::HostToDevice => DeviceSide::Destination(&memory),
         };
-        let result = self.run(host, device, blocks);
+        let small =
+            matches!(blocks, Blocks::One { .. }) && host.len < self.options.driver_path_below;
+        let result = match direction {
+            Direction::HostToDevice if small => self.small_upload(host, ptr),
+            // A small download takes the driver's synchronous path, which
+            // waits for cudarc's streams on the host first.
+            _ => self.run(host, device, blocks),
+        };
         if self.undrained.is_some() {
             self.order_after_queued(stream);
             if separate {
@@ -369,6 +403,42 @@ impl Stager {
             }
         }
         result
+    }
+
+    /// A single upload below the crossover: one asynchronous driver copy
+    /// on the stager's first stream (which waits for `stream` and the
+    /// memory's stream) and a wait for that stream, instead of the driver's
+    /// synchronous path, whose legacy stream cudarc's streams would not be
+    /// ordered after if the wait for it failed. The driver stages a
+    /// pageable source within the call. A failed wait drains the streams
+    /// as after a staged transfer.
+    fn small_upload(&mut self, host: HostRange, device: CUdeviceptr) -> Result<(), Error> {
+        let copied = {
+            let _relaxed = crate::cuda::capture::RelaxedCapture::new();
+            let lane = self.lanes.streams[0].as_stream();
+            let src = core::ptr::with_exposed_provenance::<u8>(host.addr);
+            // SAFETY: `device` starts `host.len` bytes of cudarc's memory
+            // of the stager's context (bounds checked), which the caller
+            // borrows for the call; `src` is the caller's host memory,
+            // borrowed for the call. The copy has run when the stream is
+            // synchronized below; if that fails, the stream is drained or
+            // the stager refuses work and cudarc's streams are ordered
+            // after it (`in_order`).
+            let queued = unsafe { lane.copy_host_to_device_raw(device, src, host.len) };
+            queued.and_then(|()| lane.synchronize())
+        };
+        match copied {
+            Ok(()) => {
+                // Every stream waited for the order events so far, and the
+                // first has now run past them.
+                self.order_events_complete(self.next_order);
+                Ok(())
+            }
+            Err(error) => {
+                self.drain();
+                Err(error.into())
+            }
+        }
     }
 
     /// Makes `stream` wait for everything queued on the stager's streams:

@@ -167,6 +167,7 @@ use driver_path::{DeviceSide, driver_path};
 use feed::{Feeder, Job, Lanes};
 use plan::{Layout, chunk_sizes, plan};
 
+pub(crate) use chunk::count_leaked_device_buffer;
 pub use chunk::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
