@@ -587,10 +587,16 @@ fn the_memorys_own_stream_is_checked_and_ordered_too() {
     let mut host = vec![0u8; LEN];
     own.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .unwrap();
+    let before = sim::device_state(setup.ordinal).stream_waits;
     let refused = setup
         .stager
         .cudarc_to_host(&mut host, &slice, &setup.stream);
     assert!(matches!(refused, Err(Error::Capturing)), "{refused:?}");
+    assert_eq!(
+        sim::device_state(setup.ordinal).stream_waits,
+        before,
+        "refused only after ordering on the other stream"
+    );
     drop(
         own.end_capture(CUgraphInstantiate_flags(0))
             .expect("intact"),
@@ -610,5 +616,30 @@ fn the_memorys_own_stream_is_checked_and_ordered_too() {
         "cudarc's wait, the staging streams' waits for both streams, both streams' waits for the staging streams"
     );
     drop((slice, own));
+    setup.finish();
+}
+
+/// A small upload from pinned memory, which the driver would read after
+/// an asynchronous copy's call returns, takes the driver's synchronous path
+/// instead: no asynchronous copy.
+#[test]
+fn a_small_upload_from_pinned_memory_takes_the_synchronous_path() {
+    use hostcopy_driver::cuda::PinnedBuffer;
+    let mut setup = setup_with(CHUNK);
+    let mut slice = setup.upload(&pattern(4096, 22));
+    let mut pinned = PinnedBuffer::new(setup.stager.context(), 4096).unwrap();
+    pinned.copy_from_slice(&pattern(4096, 23));
+    let before = sim::device_state(setup.ordinal).async_copy_calls;
+    setup
+        .stager
+        .host_to_cudarc(&mut slice, &pinned, &setup.stream)
+        .unwrap();
+    assert_eq!(
+        sim::device_state(setup.ordinal).async_copy_calls,
+        before,
+        "an asynchronous copy read the caller's pinned memory"
+    );
+    assert!(setup.download(&slice) == pattern(4096, 23));
+    drop((slice, pinned));
     setup.finish();
 }

@@ -210,14 +210,11 @@ impl State {
 }
 
 /// Queues a copy on `stream`, or on the current context's legacy default
-/// stream and waits for it (`None`). A synchronous copy that `stages` its
-/// (pageable) source copies it into a staging buffer once the copy is
-/// checked, queues the copy from there and returns.
+/// stream and waits for it (`None`).
 fn copy(
     mut guard: Guard,
     entry: &'static str,
     stream: Option<CUstream>,
-    stages: bool,
     copy: impl FnOnce(&mut State) -> Result<MemCopy, u32>,
 ) -> CuResult {
     let sync = stream.is_none();
@@ -229,19 +226,8 @@ fn copy(
             Ok(state.contexts[&ctx].default_stream)
         }),
     };
-    let mut staged = None;
     let outcome = stream.and_then(|stream| {
-        let mut memcopy = copy(state)?;
-        if stages {
-            // SAFETY: the source is readable for `bytes` bytes (the
-            // caller's contract); the device side was just checked.
-            let source = unsafe { core::slice::from_raw_parts(memcopy.src.0, memcopy.bytes) };
-            // A `Vec`: moving it into the table keeps the pointer valid.
-            let buffer: Vec<u8> = source.to_vec();
-            memcopy.src = SendPtr(buffer.as_ptr().cast_mut());
-            staged = Some(buffer);
-        }
-        let work = Work::Copy(memcopy);
+        let work = Work::Copy(copy(state)?);
         let queued = if state.capture_work(stream, work)? {
             None
         } else {
@@ -255,17 +241,59 @@ fn copy(
         Ok(queued)
     });
     match outcome {
-        Ok(Some((ctx, seq))) if sync => match staged {
-            // Read by the queued copy; freed once it has run or been dropped.
-            Some(staged) => {
-                guard.staged.insert((ctx, seq), staged);
-                CuResult(codes::SUCCESS)
-            }
-            None => result(State::wait_for(guard, ctx, seq).1),
-        },
+        Ok(Some((ctx, seq))) if sync => result(State::wait_for(guard, ctx, seq).1),
         Ok(_) => CuResult(codes::SUCCESS),
         Err(code) => CuResult(code),
     }
+}
+
+/// `cuMemcpyHtoD_v2` from pageable memory, as the driver does it: waits
+/// for the work queued so far (the legacy stream synchronizes before the
+/// copy starts), copies the source into a staging buffer, queues the copy
+/// from there on the legacy stream and returns. Refused on a legacy stream
+/// that an event wait joined to a capture.
+///
+/// # Safety
+///
+/// `src` is readable for `bytes` bytes.
+unsafe fn staged_upload(guard: Guard, dst: CUdeviceptr, src: *const u8, bytes: usize) -> CuResult {
+    const ENTRY: &str = "cuMemcpyHtoD_v2";
+    let mut guard = guard;
+    let ctx = match guard.current_context(ENTRY) {
+        Ok(ctx) => ctx,
+        Err(code) => return CuResult(code),
+    };
+    if let Err(code) = guard.enter(ctx, ENTRY, false) {
+        return CuResult(code);
+    }
+    let upto = guard.contexts[&ctx].submitted;
+    let (mut guard, waited) = State::wait_for(guard, ctx, upto);
+    if let Err(code) = waited {
+        return CuResult(code);
+    }
+    let state = &mut *guard;
+    let queued = (|| {
+        let stream = state.contexts[&ctx].default_stream;
+        if state.streams[&stream].capture.is_some() {
+            return Err(codes::STREAM_CAPTURE_UNSUPPORTED);
+        }
+        let dst = state.device_range(ENTRY, dst, bytes)?;
+        // SAFETY: `src` is readable for `bytes` bytes (our caller).
+        let source = unsafe { core::slice::from_raw_parts(src, bytes) };
+        // A `Vec`: moving it into the table keeps the pointer valid.
+        let staging: Vec<u8> = source.to_vec();
+        let copy = MemCopy {
+            dst: SendPtr(dst),
+            src: SendPtr(staging.as_ptr().cast_mut()),
+            bytes,
+            device_side: DeviceSide::Dst,
+        };
+        let seq = state.enqueue(stream, OpKind::Work(Work::Copy(copy)), None);
+        // Read by the queued copy; freed once it has run or been dropped.
+        state.staged.insert((ctx, seq), staging);
+        Ok(())
+    })();
+    result(queued)
 }
 
 impl State {
@@ -431,8 +459,11 @@ pub(crate) unsafe fn cuMemcpyHtoD_v2(
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoD_v2";
     let guard = lock();
-    let pageable = bytes > 0 && !src.is_null() && !guard.page_locked(src.addr(), bytes);
-    copy(guard, ENTRY, None, pageable, |state| {
+    if bytes > 0 && !src.is_null() && !guard.page_locked(src.addr(), bytes) {
+        // SAFETY: forwarded: `src` is readable for `bytes` bytes.
+        return unsafe { staged_upload(guard, dst, src.cast(), bytes) };
+    }
+    copy(guard, ENTRY, None, |state| {
         Ok(MemCopy {
             dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
             src: SendPtr(src.cast::<u8>().cast_mut()),
@@ -450,7 +481,7 @@ pub(crate) unsafe fn cuMemcpyHtoD_v2(
 /// `dst` is writable for `bytes` bytes.
 pub(crate) unsafe fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoH_v2";
-    copy(lock(), ENTRY, None, false, |state| {
+    copy(lock(), ENTRY, None, |state| {
         Ok(MemCopy {
             dst: SendPtr(dst.cast()),
             src: SendPtr(state.device_range(ENTRY, src, bytes)?),
@@ -473,7 +504,7 @@ pub(crate) unsafe fn cuMemcpyHtoDAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoDAsync_v2";
-    copy(lock(), ENTRY, Some(stream), false, |state| {
+    copy(lock(), ENTRY, Some(stream), |state| {
         Ok(MemCopy {
             dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
             src: SendPtr(src.cast::<u8>().cast_mut()),
@@ -496,7 +527,7 @@ pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoHAsync_v2";
-    copy(lock(), ENTRY, Some(stream), false, |state| {
+    copy(lock(), ENTRY, Some(stream), |state| {
         Ok(MemCopy {
             dst: SendPtr(dst.cast()),
             src: SendPtr(state.device_range(ENTRY, src, bytes)?),

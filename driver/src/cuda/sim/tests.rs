@@ -823,6 +823,35 @@ fn copies_move_bytes_and_freeing_memory_a_queued_copy_uses_is_a_violation() {
     finish(device);
 }
 
+/// A stream that waited for an event is not done, and its synchronize does
+/// not return, until the event's work has run, though nothing is queued on
+/// the stream itself.
+#[test]
+fn a_stream_that_waited_for_an_event_is_done_only_after_the_events_work() {
+    let (device, _ctx) = setup();
+    let (a, b) = (new_stream(), new_stream());
+    let event = new_event();
+    let mut dev: ffi::CUdeviceptr = 0;
+    // SAFETY: writes one pointer.
+    ok(unsafe { ffi::cuMemAlloc_v2(&mut dev, 16) });
+    let mut pinned: *mut c_void = null_mut();
+    // SAFETY: writes one pointer.
+    ok(unsafe { ffi::cuMemHostAlloc(&mut pinned, 16, 0) });
+    hold(device);
+    // SAFETY: 16 bytes of pinned memory, kept until the context goes.
+    ok(unsafe { ffi::cuMemcpyDtoHAsync_v2(pinned, dev, 16, a) });
+    record(event, a);
+    assert_eq!(wait_event(b, event), 0);
+    // SAFETY: a handle.
+    let query = unsafe { ffi::cuStreamQuery(b) }.0;
+    assert_eq!(query, codes::NOT_READY, "b waits for a's copy");
+    release(device);
+    assert_eq!(sync(b), 0);
+    // SAFETY: a handle.
+    assert_eq!(unsafe { ffi::cuStreamQuery(a) }.0, 0, "a's copy ran first");
+    finish(device);
+}
+
 unsafe extern "C" fn call_driver(data: *mut c_void) {
     // SAFETY: tests pass a leaked `AtomicUsize`.
     let out = unsafe { &*data.cast::<AtomicUsize>() };

@@ -48,9 +48,10 @@
 //! The calls block until the bytes have arrived, and they borrow the memory
 //! until then: safe code cannot drop a `CudaSlice` (which frees it) while
 //! the stager uses it. Every device copy runs on the stager's own streams
-//! (a small upload too: one asynchronous copy on its first stream), except
-//! a small download, which takes the driver's synchronous path and has
-//! finished when it returns. If a transfer fails and the stager's streams
+//! (a small upload from pageable memory too: one asynchronous copy on its
+//! first stream), except a small download or a small upload from pinned
+//! memory, which take the driver's synchronous path and have finished when
+//! they return. If a transfer fails and the stager's streams
 //! cannot be drained (queued copies may still run), `stream` and the
 //! memory's stream are first made to wait for everything queued on them,
 //! so that the read (write) event cudarc records, and with it the slice's
@@ -63,7 +64,11 @@
 //! in that case instead: the stager owns a share of it, but only borrows
 //! cudarc's memory.) An error cudarc kept from an earlier call it could not
 //! return from (a drop, a wait) is returned before anything is queued, as
-//! cudarc's own copies return it.
+//! cudarc's own copies return it. cudarc keeps one such error per
+//! `CudaContext`, shared by its threads: a call of cudarc's on another
+//! thread in between can take it first (the transfer then runs without
+//! that wait, as cudarc's own copy would), or this call can return an
+//! error another thread's work left.
 //!
 //! A call on a stream that is capturing a graph is refused
 //! ([`Error::Capturing`]) before anything is queued. Capture a stream only
@@ -85,7 +90,7 @@ use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut
 
 use super::driver_path::DeviceSide;
 use super::{Block, Blocks, Direction, Stager, plan};
-use crate::cuda::device::{DeviceInUse, DeviceMemory, sealed};
+use crate::cuda::device::{DeviceInUse, DeviceMemory, driver_knows_host_memory, sealed};
 use crate::cuda::ffi::CUdeviceptr;
 use crate::cuda::{Context, DriverError, Error, Event, StreamRef};
 use crate::{HostMemory, HostMemoryMut, HostRange};
@@ -391,9 +396,13 @@ impl Stager {
         let small =
             matches!(blocks, Blocks::One { .. }) && host.len < self.options.driver_path_below;
         let result = match direction {
-            Direction::HostToDevice if small => self.small_upload(host, ptr),
-            // A small download takes the driver's synchronous path, which
-            // waits for cudarc's streams on the host first.
+            // From pageable memory, which the driver reads within the call.
+            Direction::HostToDevice if small && !driver_knows_host_memory(host.addr) => {
+                self.small_upload(host, ptr)
+            }
+            // A small download, or a small upload from pinned memory, takes
+            // the driver's synchronous path (finished when it returns),
+            // which waits for cudarc's streams on the host first.
             _ => self.run(host, device, blocks),
         };
         if self.undrained.is_some() {
@@ -405,13 +414,14 @@ impl Stager {
         result
     }
 
-    /// A single upload below the crossover: one asynchronous driver copy
-    /// on the stager's first stream (which waits for `stream` and the
-    /// memory's stream) and a wait for that stream, instead of the driver's
-    /// synchronous path, whose legacy stream cudarc's streams would not be
-    /// ordered after if the wait for it failed. The driver stages a
-    /// pageable source within the call. A failed wait drains the streams
-    /// as after a staged transfer.
+    /// A single upload below the crossover from pageable memory: one
+    /// asynchronous driver copy on the stager's first stream (which waits
+    /// for `stream` and the memory's stream) and a wait for that stream,
+    /// instead of the driver's synchronous path, whose legacy stream
+    /// cudarc's streams would not be ordered after if the wait for it
+    /// failed. The driver copies the pageable source into its own staging
+    /// memory within the call, so nothing reads it after the call. A failed
+    /// wait drains the streams as after a staged transfer.
     fn small_upload(&mut self, host: HostRange, device: CUdeviceptr) -> Result<(), Error> {
         let copied = {
             let _relaxed = crate::cuda::capture::RelaxedCapture::new();
@@ -419,11 +429,12 @@ impl Stager {
             let src = core::ptr::with_exposed_provenance::<u8>(host.addr);
             // SAFETY: `device` starts `host.len` bytes of cudarc's memory
             // of the stager's context (bounds checked), which the caller
-            // borrows for the call; `src` is the caller's host memory,
-            // borrowed for the call. The copy has run when the stream is
-            // synchronized below; if that fails, the stream is drained or
-            // the stager refuses work and cudarc's streams are ordered
-            // after it (`in_order`).
+            // borrows for the call; `src` is the caller's pageable host
+            // memory, borrowed for the call, which the driver has read when
+            // the call returns. The device side has been written when the
+            // stream is synchronized below; if that fails, the stream is
+            // drained, or the stager refuses work and cudarc's streams are
+            // ordered after it (`in_order`).
             let queued = unsafe { lane.copy_host_to_device_raw(device, src, host.len) };
             queued.and_then(|()| lane.synchronize())
         };
