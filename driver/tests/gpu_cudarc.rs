@@ -119,6 +119,24 @@ fn fill(
     Ok(())
 }
 
+/// Launches `hostcopy_copy` on `stream`: after `SPIN_NS` ns, `dst`
+/// becomes a copy of `src`.
+fn copy(
+    setup: &Setup,
+    stream: &Arc<CudaStream>,
+    dst: &mut CudaSlice<u32>,
+    src: &CudaSlice<u32>,
+) -> Result<(), Failed> {
+    assert_eq!(dst.len(), src.len(), "the kernel copies `src`'s length");
+    let words = src.len() as u64;
+    let mut launch = stream.launch_builder(&setup.copy);
+    launch.arg(dst).arg(src).arg(&words).arg(&SPIN_NS);
+    // SAFETY: parameters (u32 *dst, const u32 *src, u64 words, u64 ns); it
+    // reads and writes `words` words of each, and both are that long.
+    unsafe { launch.launch(GRID) }?;
+    Ok(())
+}
+
 /// The first word that differs from `filled(_, seed)`, if any.
 fn first_wrong(words: &[u32], seed: u32) -> Option<(usize, u32)> {
     words
@@ -228,16 +246,7 @@ fn upload_after_a_reader(context: &Context) -> Result<(), Failed> {
     kernel_stream.synchronize()?;
     let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
     // The kernel reads `source` after spinning; the upload overwrites it.
-    let words = WORDS as u64;
-    let mut launch = kernel_stream.launch_builder(&setup.copy);
-    launch
-        .arg(&mut copied)
-        .arg(&source)
-        .arg(&words)
-        .arg(&SPIN_NS);
-    // SAFETY: parameters (u32 *dst, const u32 *src, u64 words, u64 ns);
-    // it reads and writes `words` words of each.
-    unsafe { launch.launch(GRID) }?;
+    copy(&setup, &kernel_stream, &mut copied, &source)?;
     setup
         .stager
         .host_to_cudarc(&mut source, &new, &upload_stream)?;
@@ -268,16 +277,7 @@ fn unordered_upload_control(context: &Context) -> Result<(), Failed> {
     fill(&setup, &kernel_stream, &mut source, 0, 1)?;
     kernel_stream.synchronize()?;
     let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
-    let words = WORDS as u64;
-    let mut launch = kernel_stream.launch_builder(&setup.copy);
-    launch
-        .arg(&mut copied)
-        .arg(&source)
-        .arg(&words)
-        .arg(&SPIN_NS);
-    // SAFETY: parameters (u32 *dst, const u32 *src, u64 words, u64 ns);
-    // it reads and writes `words` words of each.
-    unsafe { launch.launch(GRID) }?;
+    copy(&setup, &kernel_stream, &mut copied, &source)?;
     let (ptr, read) = source.device_ptr(&kernel_stream);
     // SAFETY: `source` outlives the blocking copy below; the copy is not
     // ordered with the kernel, on purpose.

@@ -36,6 +36,17 @@ fn options(stores: Stores) -> StagingOptions {
         .build()
 }
 
+/// A stager whose single transfers below a chunk take the driver's path.
+fn on_the_drivers_path_below_a_chunk(device: &sim_support::Device) -> Stager {
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(2)
+        .workers(1)
+        .driver_path_below(CHUNK)
+        .build();
+    Stager::with_options(&device.context, options).unwrap()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
@@ -179,13 +190,7 @@ fn every_staging_buffer_stream_and_event_is_returned() {
 #[test]
 fn transfers_below_the_crossover_take_the_drivers_path() {
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(2)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = on_the_drivers_path_below_a_chunk(&device);
     let expected = pattern(CHUNK - 1, 1);
     let mut source = DeviceBuffer::new(&device.context, CHUNK - 1).unwrap();
     source.copy_from_host(0, &expected).unwrap();
@@ -207,13 +212,7 @@ fn transfers_below_the_crossover_take_the_drivers_path() {
 #[test]
 fn a_small_upload_on_the_drivers_path_returns_once_its_bytes_have_landed() {
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(2)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = on_the_drivers_path_below_a_chunk(&device);
     let mut target = DeviceBuffer::new(&device.context, 64).unwrap();
     let bytes = pattern(64, 2);
     sim::hold(device.ordinal);
@@ -244,13 +243,7 @@ fn a_small_upload_on_the_drivers_path_returns_once_its_bytes_have_landed() {
 #[test]
 fn a_small_upload_whose_wait_fails_keeps_its_device_memory() {
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(2)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = on_the_drivers_path_below_a_chunk(&device);
     let mut target = DeviceBuffer::new(&device.context, 64).unwrap();
     let before = staging::leaked().device_buffers;
     sim::hold(device.ordinal);
