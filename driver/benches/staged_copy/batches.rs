@@ -370,6 +370,26 @@ fn push(
     });
 }
 
+/// A group's rows: the driver's paths called directly, then the stager's,
+/// each beside the batch copy with pinned memory and the driver's loop.
+fn push_group(
+    report: &mut Report,
+    group: &str,
+    bytes: usize,
+    direct: &[(&str, &Outcome)],
+    staged: &[(String, Outcome)],
+    pinned: &Outcome,
+    driver: &Outcome,
+) {
+    let (pinned, driver) = (figure(bytes, pinned), figure(bytes, driver));
+    let staged = staged
+        .iter()
+        .map(|(path, outcome)| (path.as_str(), outcome));
+    for (path, outcome) in direct.iter().copied().chain(staged) {
+        push(report, group, path, bytes, outcome, pinned, driver);
+    }
+}
+
 fn figure(bytes: usize, outcome: &Outcome) -> f64 {
     outcome
         .as_ref()
@@ -507,27 +527,21 @@ fn scattered(
             staged.push((path, Ok(Timed::plain(outcome))));
         }
 
-        let (pinned_figure, driver_figure) =
-            (figure(total, &batch_pinned), figure(total, &driver_loop));
-        for (path, outcome) in [
-            ("loop of cuMemcpyDtoH, pageable".to_string(), &driver_loop),
-            ("cuMemcpyBatchAsync, pageable".to_string(), &batch_pageable),
-            ("cuMemcpyBatchAsync, pinned".to_string(), &batch_pinned),
-            ("loop of cuMemcpyDtoHAsync, pinned".to_string(), &async_loop),
-        ]
-        .into_iter()
-        .chain(staged.iter().map(|(path, outcome)| (path.clone(), outcome)))
-        {
-            push(
-                report,
-                &group,
-                &path,
-                total,
-                outcome,
-                pinned_figure,
-                driver_figure,
-            );
-        }
+        let direct = [
+            ("loop of cuMemcpyDtoH, pageable", &driver_loop),
+            ("cuMemcpyBatchAsync, pageable", &batch_pageable),
+            ("cuMemcpyBatchAsync, pinned", &batch_pinned),
+            ("loop of cuMemcpyDtoHAsync, pinned", &async_loop),
+        ];
+        push_group(
+            report,
+            &group,
+            total,
+            &direct,
+            &staged,
+            &batch_pinned,
+            &driver_loop,
+        );
     }
 
     // Host to device: the device's bytes read back into `image` after each
@@ -591,25 +605,19 @@ fn scattered(
             staged.push((path, Ok(Timed::plain(outcome))));
         }
 
-        let (pinned_figure, driver_figure) =
-            (figure(total, &batch_pinned), figure(total, &driver_loop));
-        for (path, outcome) in [
-            ("loop of cuMemcpyHtoD, pageable".to_string(), &driver_loop),
-            ("cuMemcpyBatchAsync, pinned".to_string(), &batch_pinned),
-        ]
-        .into_iter()
-        .chain(staged.iter().map(|(path, outcome)| (path.clone(), outcome)))
-        {
-            push(
-                report,
-                &group,
-                &path,
-                total,
-                outcome,
-                pinned_figure,
-                driver_figure,
-            );
-        }
+        let direct = [
+            ("loop of cuMemcpyHtoD, pageable", &driver_loop),
+            ("cuMemcpyBatchAsync, pinned", &batch_pinned),
+        ];
+        push_group(
+            report,
+            &group,
+            total,
+            &direct,
+            &staged,
+            &batch_pinned,
+            &driver_loop,
+        );
     }
     Ok(())
 }
