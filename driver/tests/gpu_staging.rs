@@ -104,7 +104,8 @@ fn awkward_sizes(context: &Context) -> Result<(), Failed> {
             .buffers(3)
             .h2d_stores(stores)
             .driver_path_below(0)
-            .build();
+            .build()
+            .unwrap();
         for len in [
             1,
             4095,
@@ -404,7 +405,10 @@ fn scattered_blocks(context: &Context) -> Result<(), Failed> {
 
     let batch_copy = driver_version().unwrap_or(0) >= BATCH_COPY_SINCE;
     for copies in [DeviceCopies::Batch, DeviceCopies::Loop] {
-        let options = StagingOptions::builder().device_copies(copies).build();
+        let options = StagingOptions::builder()
+            .device_copies(copies)
+            .build()
+            .unwrap();
         let mut stager = Stager::with_options(context, options)?;
         if copies == DeviceCopies::Batch && !batch_copy {
             // A driver older than CUDA 12.8: a forced batch copy is refused.

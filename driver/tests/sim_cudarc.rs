@@ -57,7 +57,8 @@ fn setup_with(driver_path_below: usize) -> Setup {
         .buffers(BUFFERS)
         .workers(2)
         .driver_path_below(driver_path_below)
-        .build();
+        .build()
+        .unwrap();
     let stager = Stager::with_options(&context, options).expect("a stager");
     Setup {
         ordinal,

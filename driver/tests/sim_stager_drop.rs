@@ -27,7 +27,8 @@ fn a_stager_dropped_after_a_sticky_error_keeps_the_workers_a_host_function_may_u
         .buffers(1)
         .workers(1)
         .driver_path_below(0)
-        .build();
+        .build()
+        .unwrap();
     let mut stager = Stager::with_options(&device.context, options).unwrap();
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &vec![0xA5u8; len]).unwrap();

@@ -19,7 +19,7 @@ use sim_support::{device, scaled};
 
 /// Chunk size of the tests: large enough for the workers to split each
 /// chunk outside Miri (parts are at least 256 KiB).
-const CHUNK: usize = scaled(1 << 20, 256);
+const CHUNK: usize = scaled(1 << 20, staging::MIN_CHUNK);
 
 /// An arbitrary error code for injected faults (CUDA_ERROR_LAUNCH_FAILED).
 const LAUNCH_FAILED: u32 = 719;
@@ -34,6 +34,7 @@ fn options(stores: Stores) -> StagingOptions {
         .h2d_stores(stores)
         .driver_path_below(0)
         .build()
+        .unwrap()
 }
 
 /// A stager whose single transfers below a chunk take the driver's path.
@@ -43,7 +44,8 @@ fn on_the_drivers_path_below_a_chunk(device: &sim_support::Device) -> Stager {
         .buffers(2)
         .workers(1)
         .driver_path_below(CHUNK)
-        .build();
+        .build()
+        .unwrap();
     Stager::with_options(&device.context, options).unwrap()
 }
 
@@ -407,7 +409,8 @@ fn the_drivers_thread_copies_alone_with_no_workers() {
         .buffers(2)
         .workers(0)
         .driver_path_below(0)
-        .build();
+        .build()
+        .unwrap();
     let mut stager = Stager::with_options(&device.context, options).unwrap();
     assert_eq!(stager.workers(), 0);
     let len = 3 * CHUNK + 1;
@@ -430,7 +433,8 @@ fn two_devices_stage_at_once_each_with_its_own_workers() {
                     .buffers(2)
                     .stagers(2)
                     .driver_path_below(0)
-                    .build();
+                    .build()
+                    .unwrap();
                 assert_eq!(options.workers(), staging::default_workers(2));
                 let mut stager = Stager::with_options(&device.context, options).unwrap();
                 let len = scaled(5, 3) * CHUNK + index;

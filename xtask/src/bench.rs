@@ -15,7 +15,7 @@ never-touched destination, sizes 64 MiB to --max-gib (default 16), small
 sizes 4 KiB to 4 MiB (the crossover), two GPUs at once where present;
 batches of scattered blocks (the stager's batch copy and loop beside the
 driver's loop and cuMemcpyBatchAsync), the caller's share of a scope
-transfer, 64 MiB and 1 GiB with chunks that ramp and without. Prints a
+transfer, one transfer of 64 MiB to 1 GiB beside pinned memory. Prints a
 table last; writes bench.txt and bench.csv to DIR (default bench-out).";
 
 pub(crate) fn main(args: &[String]) -> ExitCode {

@@ -181,7 +181,7 @@ fn headline(
     ] {
         let mut stager = Stager::with_options(
             context,
-            StagingOptions::builder().h2d_stores(stores).build(),
+            StagingOptions::builder().h2d_stores(stores).build()?,
         )?;
         let staged = paths::staged_h2d(&mut stager, &mut device, &source, runs)?;
         device.copy_to_host(0, &mut host)?;
@@ -265,7 +265,7 @@ fn option_sweep(
             .chunk(chunk_mib << 20)
             .buffers(buffers)
             .workers(workers)
-            .build();
+            .build()?;
         let mut stager = Stager::with_options(context, built)?;
         let staged = paths::staged_d2h(&mut stager, &device, &mut host, options.runs)?;
         check("option sweep", &host, &source)?;
@@ -376,7 +376,7 @@ fn sizes(
 
 /// 4 KiB to 4 MiB, staged (no crossover) vs the driver's path, per call.
 fn small(context: &Context, options: &Options, report: &mut Report) -> Result<(), Error> {
-    let all_staged = StagingOptions::builder().driver_path_below(0).build();
+    let all_staged = StagingOptions::builder().driver_path_below(0).build()?;
     let mut stager = Stager::with_options(context, all_staged)?;
     let device = DeviceBuffer::new(context, 4 << 20)?;
     let mut host = vec![1u8; 4 << 20];
@@ -482,7 +482,7 @@ fn two_gpus_once(runs: usize, bytes: usize, workers: usize) -> Result<Timed, Err
                     let mut device = DeviceBuffer::new(&context, bytes)?;
                     device.copy_from_host(0, &source)?;
                     let mut host = vec![1u8; bytes];
-                    let options = StagingOptions::builder().workers(workers).build();
+                    let options = StagingOptions::builder().workers(workers).build()?;
                     let mut stager = Stager::with_options(&context, options)?;
                     let mut times = Vec::new();
                     for _ in 0..=runs {

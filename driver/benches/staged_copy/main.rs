@@ -18,8 +18,8 @@
 //! stager with the driver's batch copy and with a loop, beside a loop of
 //! the driver's copies and `cuMemcpyBatchAsync` called directly (pageable
 //! and pinned); the caller's share of a scope transfer, 64 MiB to 16 GiB;
-//! and a 64 MiB and a 1 GiB transfer with chunks that ramp up and down and
-//! without, beside pinned memory. A default run takes about two minutes on
+//! and one transfer of 64 MiB, 256 MiB and 1 GiB, blocking and in a
+//! scope, beside pinned memory. A default run takes about two minutes on
 //! an H200 host; `--quick` runs each group once at small sizes
 //! (CI: proves it builds and runs); with `--simulated` (feature
 //! `simulator`) it runs against the simulated driver, which checks the

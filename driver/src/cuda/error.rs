@@ -220,6 +220,20 @@ pub enum Error {
         /// That memory's length in bytes.
         len: usize,
     },
+    /// An option of a [`Stager`](crate::cuda::staging::Stager) outside the
+    /// range it can work with (a zero chunk, no staging buffer, more
+    /// workers than a pool can have). Refused before any driver call.
+    InvalidOption {
+        /// The option's name, as its builder method is called (`"chunk"`,
+        /// `"buffers"`, `"workers"`, `"stagers"`).
+        option: &'static str,
+        /// The value given.
+        value: usize,
+        /// The smallest value accepted.
+        min: usize,
+        /// The largest value accepted.
+        max: usize,
+    },
     /// Blocks `first` and `second` of a batched transfer (indices in the
     /// list given, `first < second`) write some of the same bytes: their
     /// destinations overlap, so the result would depend on the order of
@@ -317,6 +331,15 @@ impl fmt::Display for Error {
             Error::BlocksOverlap { first, second } => write!(
                 f,
                 "blocks {first} and {second} write overlapping bytes: destinations of a batch must be disjoint"
+            ),
+            Error::InvalidOption {
+                option,
+                value,
+                min,
+                max,
+            } => write!(
+                f,
+                "staging option {option} = {value} is outside {min}..={max}"
             ),
         }
     }

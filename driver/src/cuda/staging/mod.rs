@@ -84,9 +84,7 @@
 //! both memories ([`Error::BlockOutOfBounds`], with the block's index and
 //! the memory it is outside of), and no two may write the same bytes
 //! ([`Error::BlocksOverlap`], with both indices): destinations are
-//! disjoint, sources may overlap. A transfer's chunks can ramp up from
-//! 1 MiB at its start and down at its end, where nothing overlaps them
-//! ([`StagingOptionsBuilder::ramp`]; off by default, measured slower).
+//! disjoint, sources may overlap.
 //!
 //! # Errors
 //!
@@ -171,8 +169,8 @@ pub(crate) use chunk::count_leaked_device_buffer;
 pub use chunk::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
-    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, DeviceCopies, RESERVED_CORES,
-    StagingOptions, StagingOptionsBuilder, Stores, default_workers,
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, DeviceCopies, MAX_BUFFERS, MAX_CHUNK,
+    MIN_CHUNK, RESERVED_CORES, StagingOptions, StagingOptionsBuilder, Stores, default_workers,
 };
 pub use pending::PendingTransfer;
 pub use plan::Block;
@@ -484,7 +482,7 @@ impl Stager {
             return Ok(None);
         }
         let _relaxed = RelaxedCapture::new();
-        let sizes = chunk_sizes(total, self.options.chunk, self.options.ramp);
+        let sizes = chunk_sizes(total, self.options.chunk);
         let mut planned = plan(
             &Layout {
                 direction,

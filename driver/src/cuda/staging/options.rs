@@ -5,6 +5,8 @@
 
 pub use crate::parallel::Stores;
 
+use crate::cuda::error::Error;
+
 /// Default chunk: the bytes one staging buffer carries per copy.
 ///
 /// Measured on an H200 host (PCIe Gen5, 16-core VM), 1 GiB device to
@@ -16,9 +18,26 @@ pub use crate::parallel::Stores;
 /// keep the full chunk too: cutting a 64 MiB transfer into sixteen 4 MiB
 /// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks
 /// (GPU_RUNS.md, run 10), and ramping its ends down to 1 MiB chunks
-/// reached 73% of pinned against 82% (runs 22 and 24; see
-/// [`StagingOptionsBuilder::ramp`]).
+/// reached 73% of pinned against 82% (runs 22 and 24), so chunks do not
+/// ramp.
 pub const DEFAULT_CHUNK: usize = 16 << 20;
+
+/// The smallest chunk [`StagingOptionsBuilder::build`] accepts: one page.
+///
+/// Every chunk costs two driver calls and one host function (about 15 us
+/// on the H200 host), so a chunk of a few bytes turns a copy into millions
+/// of host functions: a 4 MiB transfer in 1-byte chunks ran for more than
+/// 25 seconds there. At 4 KiB the same transfer is 1,024 chunks.
+pub const MIN_CHUNK: usize = 4 << 10;
+
+/// The largest chunk accepted: each staging buffer is one pinned
+/// allocation of this size, and chunks beyond 16 MiB were measured slower
+/// (64 MiB: 37 to 40 GB/s against 52 to 54).
+pub const MAX_CHUNK: usize = 1 << 30;
+
+/// The most staging buffers accepted: each is a pinned allocation and a
+/// stream of its own, and more than 4 to 6 were never measured faster.
+pub const MAX_BUFFERS: usize = 64;
 
 /// Default number of pinned staging buffers, each on its own stream.
 ///
@@ -75,13 +94,12 @@ pub struct StagingOptions {
     pub(super) h2d_stores: Stores,
     pub(super) driver_path_below: usize,
     pub(super) device_copies: DeviceCopies,
-    pub(super) ramp: bool,
 }
 
 impl Default for StagingOptions {
     /// [`DEFAULT_CHUNK`], [`DEFAULT_BUFFERS`], [`default_workers`]`(1)`,
     /// cached stores for host-to-device, [`DRIVER_PATH_BELOW`],
-    /// [`DeviceCopies::Auto`], full chunks (no ramp).
+    /// [`DeviceCopies::Auto`].
     fn default() -> Self {
         StagingOptions {
             chunk: DEFAULT_CHUNK,
@@ -90,7 +108,6 @@ impl Default for StagingOptions {
             h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
             device_copies: DeviceCopies::Auto,
-            ramp: false,
         }
     }
 }
@@ -106,8 +123,9 @@ impl StagingOptions {
     ///     .buffers(3)
     ///     .stagers(2) // two GPUs at once: each stager gets half the cores
     ///     .h2d_stores(Stores::Cached)
-    ///     .build();
+    ///     .build()?;
     /// assert_eq!(options.chunk(), 8 << 20);
+    /// # Ok::<(), hostcopy_driver::cuda::Error>(())
     /// ```
     pub fn builder() -> StagingOptionsBuilder {
         StagingOptionsBuilder {
@@ -146,14 +164,10 @@ impl StagingOptions {
     pub fn device_copies(&self) -> DeviceCopies {
         self.device_copies
     }
-
-    /// Whether chunks ramp up at the start of a transfer and down at its end.
-    pub fn ramp(&self) -> bool {
-        self.ramp
-    }
 }
 
-/// Builds [`StagingOptions`]; every setter overrides one default.
+/// Builds [`StagingOptions`]; every setter overrides one default, and
+/// [`build`](Self::build) checks them all before any driver call.
 #[derive(Clone, Copy, Debug)]
 pub struct StagingOptionsBuilder {
     options: StagingOptions,
@@ -162,30 +176,32 @@ pub struct StagingOptionsBuilder {
 }
 
 impl StagingOptionsBuilder {
-    /// Bytes per chunk, at least 1 (default [`DEFAULT_CHUNK`]).
+    /// Bytes per chunk, [`MIN_CHUNK`] to [`MAX_CHUNK`] (default
+    /// [`DEFAULT_CHUNK`]).
     pub fn chunk(mut self, bytes: usize) -> Self {
-        self.options.chunk = bytes.max(1);
+        self.options.chunk = bytes;
         self
     }
 
-    /// Staging buffers, at least 1 (default [`DEFAULT_BUFFERS`]).
+    /// Staging buffers, 1 to [`MAX_BUFFERS`] (default [`DEFAULT_BUFFERS`]).
     pub fn buffers(mut self, buffers: usize) -> Self {
-        self.options.buffers = buffers.max(1);
+        self.options.buffers = buffers;
         self
     }
 
-    /// Worker threads, exactly (0: the driver's thread copies alone).
-    /// Overrides [`stagers`](Self::stagers).
+    /// Worker threads, exactly, 0 to
+    /// [`MAX_WORKERS`](crate::parallel::MAX_WORKERS) (0: the driver's
+    /// thread copies alone). Overrides [`stagers`](Self::stagers).
     pub fn workers(mut self, workers: usize) -> Self {
-        self.workers = Some(workers.min(crate::parallel::MAX_WORKERS));
+        self.workers = Some(workers);
         self
     }
 
-    /// How many stagers will transfer at once (one per GPU), so that the
-    /// default worker count is this stager's share of the cores:
-    /// [`default_workers`]`(stagers)`. Default 1.
+    /// How many stagers will transfer at once (one per GPU), at least 1,
+    /// so that the default worker count is this stager's share of the
+    /// cores: [`default_workers`]`(stagers)`. Default 1.
     pub fn stagers(mut self, stagers: usize) -> Self {
-        self.stagers = stagers.max(1);
+        self.stagers = stagers;
         self
     }
 
@@ -210,28 +226,41 @@ impl StagingOptionsBuilder {
         self
     }
 
-    /// Whether a transfer's chunks ramp up from 1 MiB at its start and
-    /// down to 1 MiB at its end, so that the first chunk's driver copy and
-    /// the last chunk's host copy, which overlap nothing, are short.
-    /// Default `false`: on the H200 host the ramp made a 64 MiB transfer
-    /// slower (D2H 73% of pinned against 82% with full chunks; H2D 61%
-    /// against 62%) and 1 GiB too (96% against 98%): every chunk's host
-    /// function runs on the context's one host-function thread, and the
-    /// fixed cost of each (its launch latency, waking the workers)
-    /// outweighs the shorter fill and drain (GPU_RUNS.md, run 22).
-    pub fn ramp(mut self, ramp: bool) -> Self {
-        self.options.ramp = ramp;
-        self
-    }
-
-    /// The options.
-    pub fn build(self) -> StagingOptions {
-        StagingOptions {
-            workers: self
-                .workers
-                .unwrap_or_else(|| default_workers(self.stagers)),
+    /// The options, or [`Error::InvalidOption`] naming the first one
+    /// outside its range (checked here, so that a bad option is refused
+    /// before any driver call).
+    ///
+    /// ```
+    /// use hostcopy_driver::cuda::Error;
+    /// use hostcopy_driver::cuda::staging::StagingOptions;
+    ///
+    /// let refused = StagingOptions::builder().chunk(0).build();
+    /// assert!(matches!(refused, Err(Error::InvalidOption { option: "chunk", value: 0, .. })));
+    /// ```
+    pub fn build(self) -> Result<StagingOptions, Error> {
+        let check = |option, value, min, max| {
+            if (min..=max).contains(&value) {
+                Ok(value)
+            } else {
+                Err(Error::InvalidOption {
+                    option,
+                    value,
+                    min,
+                    max,
+                })
+            }
+        };
+        let max_workers = crate::parallel::MAX_WORKERS;
+        let workers = match self.workers {
+            Some(workers) => check("workers", workers, 0, max_workers)?,
+            None => default_workers(check("stagers", self.stagers, 1, max_workers)?),
+        };
+        Ok(StagingOptions {
+            chunk: check("chunk", self.options.chunk, MIN_CHUNK, MAX_CHUNK)?,
+            buffers: check("buffers", self.options.buffers, 1, MAX_BUFFERS)?,
+            workers,
             ..self.options
-        }
+        })
     }
 }
 
@@ -251,4 +280,64 @@ pub fn default_workers(stagers: usize) -> usize {
         cores.saturating_sub(1)
     };
     (usable / stagers.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(builder: StagingOptionsBuilder) -> (&'static str, usize) {
+        match builder.build() {
+            Err(Error::InvalidOption { option, value, .. }) => (option, value),
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn zero_and_absurd_counts_are_refused_by_name_before_any_driver_call() {
+        let b = StagingOptions::builder;
+        assert_eq!(refused(b().chunk(0)), ("chunk", 0));
+        assert_eq!(refused(b().chunk(MIN_CHUNK - 1)), ("chunk", MIN_CHUNK - 1));
+        assert_eq!(refused(b().chunk(MAX_CHUNK + 1)), ("chunk", MAX_CHUNK + 1));
+        assert_eq!(refused(b().buffers(0)), ("buffers", 0));
+        assert_eq!(
+            refused(b().buffers(MAX_BUFFERS + 1)),
+            ("buffers", MAX_BUFFERS + 1)
+        );
+        let too_many = crate::parallel::MAX_WORKERS + 1;
+        assert_eq!(refused(b().workers(too_many)), ("workers", too_many));
+        assert_eq!(refused(b().stagers(0)), ("stagers", 0));
+        assert_eq!(refused(b().workers(usize::MAX)), ("workers", usize::MAX));
+    }
+
+    #[test]
+    fn the_edges_of_each_range_are_accepted() {
+        let options = StagingOptions::builder()
+            .chunk(MIN_CHUNK)
+            .buffers(MAX_BUFFERS)
+            .workers(0)
+            .build()
+            .unwrap();
+        assert_eq!(
+            (options.chunk(), options.buffers(), options.workers()),
+            (MIN_CHUNK, MAX_BUFFERS, 0)
+        );
+        let options = StagingOptions::builder()
+            .chunk(MAX_CHUNK)
+            .buffers(1)
+            .build()
+            .unwrap();
+        assert_eq!(options.chunk(), MAX_CHUNK);
+        // An explicit worker count overrides `stagers`, even a bad one.
+        let options = StagingOptions::builder()
+            .stagers(0)
+            .workers(3)
+            .build()
+            .unwrap();
+        assert_eq!(options.workers(), 3);
+        assert_eq!(
+            StagingOptions::builder().build().unwrap(),
+            StagingOptions::default()
+        );
+    }
 }

@@ -6,10 +6,6 @@
 //! other into the staging buffers: many small blocks share one chunk (one
 //! gathering driver call, one host function), and a block larger than a
 //! chunk's room is split across chunks.
-//!
-//! With the `ramp` option, chunk sizes ramp up at the start of a transfer
-//! and down at its end ([`chunk_sizes`]): the first chunk's driver copy and
-//! the last chunk's host copy overlap nothing.
 
 use std::vec::Vec;
 
@@ -50,42 +46,22 @@ impl Block {
     }
 }
 
-/// The smallest chunk of a ramp: a chunk's fixed cost (a few driver calls
-/// and one host-function latency, about 15 us) stays small beside the
-/// 19 us one MiB takes on a PCIe Gen5 link.
-pub(super) const RAMP_FIRST: usize = 1 << 20;
-
 /// Host copies of a many-block chunk are cut to at most this many bytes,
 /// so that the workers share a chunk of a few large blocks evenly.
 const HOST_PIECE: usize = 512 << 10;
 
-/// The sizes of the chunks a transfer of `len` bytes is cut into, with
-/// chunks of at most `chunk` bytes.
-///
-/// With `ramp`, the chunks double from [`RAMP_FIRST`] up to `chunk` at the
-/// start and halve again at the end (64 MiB in 16 MiB chunks: 1, 2, 4, 8,
-/// three of 11.3, 8, 4, 2, 1 MiB); without it, full chunks and a shorter
-/// last one.
-pub(super) fn chunk_sizes(len: usize, chunk: usize, ramp: bool) -> Vec<usize> {
-    let chunk = chunk.max(1);
-    let mut head = Vec::new();
-    let mut rest = len;
-    if ramp {
-        let mut size = RAMP_FIRST;
-        while size < chunk && rest > 4 * size {
-            head.push(size);
-            rest -= 2 * size;
-            size *= 2;
-        }
-    }
-    let middle = rest.div_ceil(chunk);
-    let mut sizes = head.clone();
-    if let Some(each) = rest.checked_div(middle) {
-        let extra = rest % middle;
-        sizes.extend((0..middle).map(|index| each + usize::from(index < extra)));
-    }
-    sizes.extend(head.iter().rev());
-    sizes
+/// The sizes of the chunks a transfer of `len` bytes is cut into: as few
+/// chunks of at most `chunk` bytes as hold it, of equal size (within a
+/// byte), so that no short last chunk trails the others.
+pub(super) fn chunk_sizes(len: usize, chunk: usize) -> Vec<usize> {
+    let count = len.div_ceil(chunk.max(1));
+    let Some(each) = len.checked_div(count) else {
+        return Vec::new();
+    };
+    let extra = len % count;
+    (0..count)
+        .map(|index| each + usize::from(index < extra))
+        .collect()
 }
 
 /// A range of a chunk's driver copy: `len` bytes between `device` and
@@ -225,24 +201,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_ramp_sums_to_the_length_and_never_exceeds_the_chunk() {
+    fn chunks_sum_to_the_length_and_never_exceed_the_chunk() {
         for len in [1, 1 << 20, 3 << 20, 16 << 20, 64 << 20, (1 << 30) + 12345] {
-            for ramp in [false, true] {
-                let sizes = chunk_sizes(len, 16 << 20, ramp);
-                assert_eq!(sizes.iter().sum::<usize>(), len, "{len} {ramp}");
-                assert!(sizes.iter().all(|&s| s > 0 && s <= 16 << 20), "{sizes:?}");
-            }
+            let sizes = chunk_sizes(len, 16 << 20);
+            assert_eq!(sizes.iter().sum::<usize>(), len, "{len}");
+            assert!(sizes.iter().all(|&s| s > 0 && s <= 16 << 20), "{sizes:?}");
+            let (min, max) = (sizes.iter().min(), sizes.iter().max());
+            assert!(max.unwrap() - min.unwrap() <= 1, "{sizes:?}");
         }
         let mib = |sizes: Vec<usize>| sizes.iter().map(|s| s >> 20).collect::<Vec<_>>();
-        assert_eq!(
-            mib(chunk_sizes(64 << 20, 16 << 20, false)),
-            [16, 16, 16, 16]
-        );
-        assert_eq!(
-            mib(chunk_sizes(64 << 20, 16 << 20, true)),
-            [1, 2, 4, 8, 11, 11, 11, 8, 4, 2, 1]
-        );
-        assert!(chunk_sizes(0, 16 << 20, true).is_empty());
+        assert_eq!(mib(chunk_sizes(64 << 20, 16 << 20)), [16, 16, 16, 16]);
+        assert_eq!(mib(chunk_sizes(40 << 20, 16 << 20)), [13, 13, 13]);
+        assert!(chunk_sizes(0, 16 << 20).is_empty());
     }
 
     #[test]
