@@ -802,7 +802,7 @@ fn one_transfer(context: &Context, options: &Options, report: &mut Report) -> Re
             ));
             report
                 .rows
-                .push(row(&group, &path, bytes, &staged, link, f64::NAN));
+                .push(row(&group, path, bytes, &staged, link, f64::NAN));
         }
         one_transfer_note(report, "D2H", bytes, d2h_target, &ratios);
 
@@ -845,7 +845,7 @@ fn one_transfer(context: &Context, options: &Options, report: &mut Report) -> Re
             ));
             report
                 .rows
-                .push(row(&group, &path, bytes, &staged, link, f64::NAN));
+                .push(row(&group, path, bytes, &staged, link, f64::NAN));
         }
         one_transfer_note(report, "H2D", bytes, h2d_target, &ratios);
     }
