@@ -841,7 +841,8 @@ fn a_pending_transfer_finishes_later_and_reports_when_it_is_done() {
 }
 
 /// A pending transfer dropped unfinished keeps the device memory its
-/// queued copies use (the owner is never dropped), instead of letting it
+/// queued copies use (the owner is never dropped), and its chunk records,
+/// both counted in `leaked`, instead of letting them
 /// be freed under them; and dropping the stager waits for its queued work
 /// before freeing the staging buffers (before, it freed them under the
 /// copies: heap corruption, a use after free under Miri).
@@ -859,13 +860,19 @@ fn a_pending_transfer_dropped_unfinished_keeps_its_device_memory() {
     sim::hold(device.ordinal);
     // SAFETY: `host` is leaked: valid for good.
     let pending = unsafe { stager.start_device_to_host_unchecked(range, &view, 0) }.unwrap();
+    let before = staging::leaked();
     drop((pending, view));
-    assert_eq!(
-        device.state().device_allocations,
-        1,
-        "freed under a queued copy"
-    );
+    let kept = staging::leaked();
+    let allocations = device.state().device_allocations;
+    // Checked once the device runs again: a failed check would otherwise
+    // unwind into the stager's drop, which waits for the held device.
     sim::release(device.ordinal);
+    assert_eq!(allocations, 1, "freed under a queued copy");
+    assert!(
+        kept.device_buffers > before.device_buffers,
+        "kept without being counted"
+    );
+    assert!(kept.chunks >= before.chunks + 2, "two chunks kept, counted");
     drop(stager);
     device.assert_no_violations();
 }

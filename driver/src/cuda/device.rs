@@ -98,12 +98,15 @@ impl DeviceInUse {
         DeviceInUse(None)
     }
 
-    /// Keeps the memory for the rest of the process: a copy the driver
-    /// may still run uses it. Whether there was a share to keep.
-    pub(crate) fn leak(self) -> bool {
-        let held = self.0.is_some();
+    /// Keeps the memory for the rest of the process, counted in
+    /// [`leaked`](super::staging::leaked): a copy the driver may still run
+    /// uses it. (Borrowed memory has no share to keep: its owner answers
+    /// for it.)
+    pub(crate) fn keep(self) {
+        if self.0.is_some() {
+            super::retire::kept_device_allocation();
+        }
         core::mem::forget(self.0);
-        held
     }
 }
 
@@ -344,9 +347,7 @@ pub(crate) fn copy_from_host<M: DeviceMemory + ?Sized>(
     if let Err(error) = unsafe { ffi::cuStreamSynchronize(core::ptr::null_mut()) }.ok() {
         // The bytes may still land: keep the memory allocated for good, as
         // a staged transfer that cannot be drained does.
-        if memory.memory_in_use().leak() {
-            super::staging::count_leaked_device_buffer();
-        }
+        memory.memory_in_use().keep();
         return Err(error.into());
     }
     Ok(())

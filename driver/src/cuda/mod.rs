@@ -71,6 +71,7 @@ mod ffi;
 mod graph;
 mod launch;
 mod pinned;
+mod retire;
 mod scope;
 #[cfg(feature = "simulator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulator")))]

@@ -11,7 +11,7 @@
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 use std::boxed::Box;
 use std::vec::Vec;
 
@@ -19,47 +19,6 @@ use hostcopy_core::HostCopyArgs;
 
 use crate::owned::{self, HELD, PENDING, Settled};
 use crate::parallel::{CopyPool, Stores};
-
-static ABANDONED_CHUNKS: AtomicUsize = AtomicUsize::new(0);
-static LEAKED_BUFFERS: AtomicUsize = AtomicUsize::new(0);
-static LEAKED_DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
-
-/// What staging has leaked after context errors, process-wide.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Leaked {
-    /// Chunk records whose host function the driver skipped (each held by
-    /// a leaked array, so a late run still finds its state).
-    pub chunks: usize,
-    /// Pinned buffers never freed because a queued copy or host function
-    /// could still have touched them: staging buffers, and buffers given to
-    /// [`Stager::device_to_pinned`](super::Stager::device_to_pinned) or
-    /// [`Stager::pinned_to_device`](super::Stager::pinned_to_device).
-    pub buffers: usize,
-    /// Device allocations kept for good because a queued driver copy could
-    /// still have read or written them when their transfer returned (the
-    /// [`DeviceBuffer`](crate::cuda::DeviceBuffer) was free to drop; its
-    /// memory was not freed), by a staged transfer or by a small upload
-    /// whose wait failed after the driver took its bytes.
-    pub device_buffers: usize,
-}
-
-/// What staging has leaked after context errors in this process.
-pub fn leaked() -> Leaked {
-    Leaked {
-        chunks: ABANDONED_CHUNKS.load(Ordering::Relaxed),
-        buffers: LEAKED_BUFFERS.load(Ordering::Relaxed),
-        device_buffers: LEAKED_DEVICE_BUFFERS.load(Ordering::Relaxed),
-    }
-}
-
-pub(super) fn count_leaked_buffers(buffers: usize) {
-    LEAKED_BUFFERS.fetch_add(buffers, Ordering::Relaxed);
-}
-
-pub(crate) fn count_leaked_device_buffer() {
-    LEAKED_DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-}
 
 /// One chunk's record; `user_data` is the address of the whole chunk.
 #[derive(Debug)]
@@ -98,7 +57,7 @@ impl Chunk {
         match owned::settle(&self.state) {
             Settled::Finished => false,
             Settled::Abandoned => {
-                ABANDONED_CHUNKS.fetch_add(1, Ordering::Relaxed);
+                crate::cuda::retire::kept_chunks(1);
                 true
             }
         }
@@ -162,6 +121,14 @@ impl Chunks {
             // launched them has finished (our caller). Freed once.
             drop(unsafe { Box::from_raw(self.array.ptr.as_ptr()) });
         }
+    }
+}
+
+impl Chunks {
+    /// Keeps the chunks for good, counted: their host functions may still
+    /// run, and no one will settle them.
+    pub(super) fn keep(self) {
+        crate::cuda::retire::kept_chunks(self.array.len());
     }
 }
 

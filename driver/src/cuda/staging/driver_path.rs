@@ -204,7 +204,7 @@ impl Stager {
                 buffer: Some(pinned),
             });
         }
-        super::chunk::count_leaked_buffers(1);
+        crate::cuda::retire::kept_pinned_buffers(1);
         core::mem::forget(pinned);
         self.release(device);
         Err(PinnedTransferError {

@@ -165,8 +165,7 @@ use driver_path::{DeviceSide, driver_path};
 use feed::{Feeder, Job, Lanes};
 use plan::{Layout, chunk_sizes, plan};
 
-pub(crate) use chunk::count_leaked_device_buffer;
-pub use chunk::{Leaked, leaked};
+pub use super::retire::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
     DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, DeviceCopies, MAX_BUFFERS, MAX_CHUNK,
@@ -626,8 +625,8 @@ impl Stager {
     /// the streams are drained, kept for good (and counted) if not. (A
     /// borrowed allocation, cudarc's, is neither: see the `cudarc` module.)
     fn release(&self, device: DeviceInUse) {
-        if self.undrained.is_some() && device.leak() {
-            chunk::count_leaked_device_buffer();
+        if self.undrained.is_some() {
+            device.keep();
         }
     }
 }
@@ -653,7 +652,7 @@ impl Drop for Stager {
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.
             core::mem::forget(Arc::clone(&self.workers));
-            chunk::count_leaked_buffers(self.buffers.len());
+            super::retire::kept_pinned_buffers(self.buffers.len());
         } else {
             for buffer in &mut self.buffers {
                 // SAFETY: the streams drained just above: no queued work

@@ -96,9 +96,10 @@ impl PendingTransfer {
 impl Drop for PendingTransfer {
     fn drop(&mut self) {
         if let Some(in_flight) = self.in_flight.take() {
-            // Its copies may still run: keep their device memory, and the
-            // chunk records (never freed without a settle).
-            in_flight.device.leak();
+            // Its copies may still run: keep their device memory and the
+            // chunk records for good, counted.
+            in_flight.device.keep();
+            in_flight.chunks.keep();
         }
     }
 }

@@ -1,0 +1,64 @@
+//! What the layer keeps for good because queued driver work may still
+//! touch it, counted in one place.
+//!
+//! The rule: memory that a queued copy or host function may still read or
+//! write is never freed, never reused and never handed back to safe code.
+//! Where the layer cannot prove that work finished (a sticky error left
+//! the streams undrained, a pending transfer was dropped unfinished), it
+//! keeps the memory for the rest of the process and counts it here, so
+//! the cost of an error is bounded by what was in flight and visible
+//! through [`leaked`].
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+static CHUNKS: AtomicUsize = AtomicUsize::new(0);
+static BUFFERS: AtomicUsize = AtomicUsize::new(0);
+static DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+
+/// What the layer has kept for good, process-wide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leaked {
+    /// Chunk records a host function may still read: ones whose host
+    /// function the driver skipped (each held by a kept array, so a late
+    /// run still finds its state), and the chunks of a
+    /// [`PendingTransfer`](super::staging::PendingTransfer) dropped
+    /// unfinished.
+    pub chunks: usize,
+    /// Pinned buffers never freed because a queued copy or host function
+    /// could still have touched them: staging buffers, and buffers given to
+    /// [`Stager::device_to_pinned`](super::staging::Stager::device_to_pinned) or
+    /// [`Stager::pinned_to_device`](super::staging::Stager::pinned_to_device).
+    pub buffers: usize,
+    /// Device allocations kept because a queued driver copy could still
+    /// have read or written them when their transfer returned (the
+    /// [`DeviceBuffer`](super::DeviceBuffer) was free to drop; its memory
+    /// was not freed): by a staged transfer that could not be drained, a
+    /// pending transfer dropped unfinished, or a small upload whose wait
+    /// failed after the driver took its bytes.
+    pub device_buffers: usize,
+}
+
+/// What the layer has kept for good in this process.
+pub fn leaked() -> Leaked {
+    Leaked {
+        chunks: CHUNKS.load(Ordering::Relaxed),
+        buffers: BUFFERS.load(Ordering::Relaxed),
+        device_buffers: DEVICE_BUFFERS.load(Ordering::Relaxed),
+    }
+}
+
+/// `count` chunk records kept.
+pub(crate) fn kept_chunks(count: usize) {
+    CHUNKS.fetch_add(count, Ordering::Relaxed);
+}
+
+/// `count` pinned buffers kept.
+pub(crate) fn kept_pinned_buffers(count: usize) {
+    BUFFERS.fetch_add(count, Ordering::Relaxed);
+}
+
+/// One device allocation kept.
+pub(crate) fn kept_device_allocation() {
+    DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+}
