@@ -222,7 +222,11 @@ impl PyStager {
         if let Some(below) = driver_path_below {
             options = options.driver_path_below(below);
         }
-        let options = options.build();
+        // Checked before `Context::primary`: a bad option is refused without
+        // a driver call (and without a driver).
+        let options = options
+            .build()
+            .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
         let made = py.detach(|| {
             crate::keeping_current(|| {
                 let context = Context::primary(device)?;
