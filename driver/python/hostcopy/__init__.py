@@ -57,6 +57,7 @@ from ._errors import (
 )
 from ._staging import (
     Stager,
+    StagerOptions,
     Transfer,
     copy_blocks_to_device,
     copy_blocks_to_host,
@@ -74,6 +75,7 @@ __version__: str = _native.__version__
 
 __all__ = [
     "Stager",
+    "StagerOptions",
     "Transfer",
     "copy_blocks_to_device",
     "copy_blocks_to_host",
