@@ -37,9 +37,13 @@ echo "--- fresh virtual environment in $venv"
 
 # With the simulated driver (`--features simulator`), so that the launch and
 # staging paths run here without a GPU; HOSTCOPY_REQUIRE_SIM makes a wheel
-# without it a failure rather than skipped tests.
-echo "--- pip install driver/python, with the simulated driver (maturin builds the abi3 extension)"
-MATURIN_PEP517_ARGS="--features simulator" "$venv/bin/python" -m pip install --quiet "$here"
+# without it a failure rather than skipped tests. As a debug build (cargo's
+# `dev` profile: unoptimised, debug assertions and overflow checks on): an
+# optimised build can read a dangling pointer and still see the right value
+# (a buffer export moved after CPython pointed its shape into it passed every
+# test in release and failed most of them in debug), and it compiles faster.
+echo "--- pip install driver/python, with the simulated driver (maturin builds the abi3 extension, debug)"
+MATURIN_PEP517_ARGS="--features simulator --profile dev" "$venv/bin/python" -m pip install --quiet "$here"
 export HOSTCOPY_REQUIRE_SIM=1
 
 # From outside the source tree, so that `import hostcopy` finds the installed

@@ -1,8 +1,21 @@
-"""The exceptions hostcopy raises. Each carries the numbers that make it."""
+"""The exceptions hostcopy raises. Each carries the numbers that make it.
+
+Packing's refusals are ``PackError`` subclasses, named as the variants of
+the Rust ``hostcopy_driver::PackError``. The CUDA layer's errors
+(``hostcopy_driver::cuda::Error``) each have a class (src/errors.rs maps
+them, one arm per variant): ``Driver`` is ``CudaUnavailable`` or
+``CudaError``, ``Pool`` ``RecordPoolError``, ``Pack`` a ``PackError``,
+``Capturing`` ``StreamCapturing``, ``DeviceOutOfBounds`` ``OutOfBounds``,
+``ContextMismatch`` ``WrongDevice``, and ``ForeignNode``, ``ScopeOpen``,
+``NoCurrentContext``, ``NotPrimaryContext``, ``NotDeviceMemory``,
+``BlockOutOfBounds``, ``BlocksOverlap`` and ``InvalidOption`` the class of
+the same name. A ``RuntimeError`` that is none of these comes from a
+variant newer than this package.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 
 class PackError(ValueError):
@@ -135,3 +148,70 @@ class StreamCapturing(RuntimeError):
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
+
+
+class InvalidOption(ValueError):
+    """A ``Stager`` option the Rust layer cannot work with: outside ``min..=max``,
+    or not an integer (``operator.index`` refuses it, or it is a ``bool``).
+    Raised before any driver call, so without a GPU too.
+
+    ``option``: the keyword (``"chunk"``, ``"buffers"``, ``"workers"``,
+    ``"driver_path_below"``); ``value``:
+    what was given (the object itself where it is not an integer); ``min``,
+    ``max``: the range accepted, both included (``chunk``: 4 KiB to 1 GiB,
+    ``buffers``: 1 to 64, ``workers``: 0 to 1024).
+    """
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.option: str = fields.get("option", "")
+        self.value: Any = fields.get("value")
+        self.min: int = fields.get("min", 0)
+        self.max: int = fields.get("max", 0)
+
+
+class NoCurrentContext(RuntimeError):
+    """No CUDA context is current on the calling thread, so the null stream (0)
+    names none: pass a stream, or make a device current first (cuda.core's
+    ``Device.set_current()``, torch's first CUDA call)."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+
+
+class NotPrimaryContext(ValueError):
+    """A stream of a context of ``device`` (an ordinal) that is not the device's
+    primary context: hostcopy works in primary contexts, the ones cuda.core,
+    torch, cupy and the CUDA runtime use."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.device: int = fields.get("device", 0)
+
+
+class ForeignNode(ValueError):
+    """A graph node given to a graph (or an executable of a graph) it does not belong to."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+
+
+class ScopeOpen(RuntimeError):
+    """A launch scope of the Rust layer is open on the stream: until it returns,
+    the stream can neither begin a capture nor join one."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+
+
+class RecordPoolError(RuntimeError):
+    """A record pool of the Rust layer refused: every one of its ``capacity``
+    slots is held; or (a bug to report) ``user_data`` is not a slot of the
+    pool, or slot ``index`` was released twice. The attributes the case
+    does not give are ``None``."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.capacity: Optional[int] = fields.get("capacity")
+        self.user_data: Optional[int] = fields.get("user_data")
+        self.index: Optional[int] = fields.get("index")

@@ -11,7 +11,7 @@
 # `--features simulator` (ci.sh's, which stubtest checks).
 
 from types import TracebackType
-from typing import Any, Literal, Optional, Protocol, Sequence, SupportsInt, Union, final, type_check_only
+from typing import Any, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, Union, final, type_check_only
 
 from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
 
@@ -126,18 +126,25 @@ class HostMemory:
 
 @final
 class Stager:
+    """A stager of one device. The count options are integers in
+    ``operator.index``'s sense (not ``bool``); one outside the Rust builder's
+    range, or no integer, raises ``hostcopy.InvalidOption`` before any
+    driver call."""
+
     def __new__(
         cls,
         device: int,
-        chunk: Optional[int] = None,
-        buffers: Optional[int] = None,
-        workers: Optional[int] = None,
+        chunk: Optional[SupportsIndex] = None,
+        buffers: Optional[SupportsIndex] = None,
+        workers: Optional[SupportsIndex] = None,
         h2d_streaming: Optional[bool] = None,
-        driver_path_below: Optional[int] = None,
+        driver_path_below: Optional[SupportsIndex] = None,
     ) -> Self: ...
     @property
     def device(self) -> int: ...
-    def options(self) -> tuple[int, int, int, bool, int]: ...
+    def options(self) -> tuple[int, int, int, bool, int]:
+        """``(chunk, buffers, workers, h2d_streaming, driver_path_below)``:
+        ``hostcopy.Stager.options`` names them."""
     def close(self) -> None: ...
     def device_to_host(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, SupportsIndex, TypedDict, Union
 
 from . import _native
 from ._errors import NotContiguous, NotDeviceMemory, OutOfBounds, ReadOnlyBuffer
@@ -201,13 +201,34 @@ def _device_ordinal(device: Any) -> int:
     raise TypeError(f"device: expected an ordinal or a device object, got {type(device).__name__}")
 
 
+class StagerOptions(TypedDict):
+    """``Stager.options``: what the stager works with."""
+
+    #: Bytes per chunk (each staging buffer's size).
+    chunk: int
+    #: Pinned staging buffers, each on its own stream.
+    buffers: int
+    #: Copy threads of the stager's own pool as started (fewer than asked
+    #: where the system refused a thread).
+    workers: int
+    #: Whether host-to-device chunks are written with streaming stores.
+    h2d_streaming: bool
+    #: Transfers below this many bytes take the driver's own path.
+    driver_path_below: int
+
+
 class Stager:
     """Pinned staging buffers, one stream each, and copy workers of its own,
     on one device: what ``copy_to_host`` and ``copy_to_device`` use.
 
     Options left ``None`` take the Rust layer's defaults, measured on an
-    H200 host: 16 MiB chunks, 4 staging buffers, workers = cores - 4,
-    cached stores for host to device, the driver's own path below 2 MiB.
+    H200 host: 16 MiB chunks, 4 staging buffers, workers = cores - 4 (on
+    machines of more than 8 cores; cores - 1 on smaller ones), cached stores
+    for host to device, the driver's own path below 2 MiB. ``chunk``,
+    ``buffers``, ``workers`` and ``driver_path_below`` are integers
+    (``int``, numpy integers) in the ranges ``InvalidOption`` names (chunk
+    4 KiB to 1 GiB, 1 to 64 buffers, 0 to 1024 workers); anything else
+    raises ``InvalidOption``, a ``ValueError``, before any driver call.
     ``close()`` (or leaving a ``with`` block) frees the staging buffers.
     """
 
@@ -215,11 +236,11 @@ class Stager:
         self,
         device: Any = None,
         *,
-        chunk: Optional[int] = None,
-        buffers: Optional[int] = None,
-        workers: Optional[int] = None,
+        chunk: Optional[SupportsIndex] = None,
+        buffers: Optional[SupportsIndex] = None,
+        workers: Optional[SupportsIndex] = None,
         h2d_streaming: Optional[bool] = None,
-        driver_path_below: Optional[int] = None,
+        driver_path_below: Optional[SupportsIndex] = None,
     ) -> None:
         self._native = _native.Stager(
             _device_ordinal(device), chunk, buffers, workers, h2d_streaming, driver_path_below
@@ -231,16 +252,14 @@ class Stager:
         return int(self._native.device)
 
     @property
-    def options(self) -> dict[str, Union[int, bool]]:
-        """The options in force: chunk, buffers, workers, h2d_streaming, driver_path_below."""
+    def options(self) -> StagerOptions:
+        """The options in force (defaults filled in), read without waiting for
+        a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``,
+        ``driver_path_below``."""
         chunk, buffers, workers, streaming, below = self._native.options()
-        return {
-            "chunk": chunk,
-            "buffers": buffers,
-            "workers": workers,
-            "h2d_streaming": streaming,
-            "driver_path_below": below,
-        }
+        return StagerOptions(
+            chunk=chunk, buffers=buffers, workers=workers, h2d_streaming=streaming, driver_path_below=below
+        )
 
     def close(self) -> None:
         """Frees the staging buffers once queued transfers have finished."""

@@ -40,16 +40,28 @@ unsafe extern "C" {
 
 /// An exported buffer, released on drop.
 struct Export {
-    view: PyBufferView,
+    /// Boxed before `PyObject_GetBuffer` fills it, and never moved after:
+    /// exporters that fill the view with `PyBuffer_FillInfo` (`bytearray`,
+    /// `bytes`, `mmap`) point its `shape` and `strides` at the view's own
+    /// `len` and `itemsize`, so a view moved after the call (into a struct,
+    /// out of a function, into a pyclass) reads them from where it used to
+    /// be. The box keeps one address from the export to `PyBuffer_Release`,
+    /// which CPython also expects to be given the view it filled.
+    view: Box<PyBufferView>,
 }
 
 impl Export {
     fn new(obj: &Bound<'_, PyAny>) -> PyResult<Export> {
-        // SAFETY: an all-zero `Py_buffer` is a valid out-parameter.
-        let mut view: PyBufferView = unsafe { core::mem::zeroed() };
+        // SAFETY: every field is an integer or a raw pointer, for which all
+        // zero bytes are a valid value (0, null): a valid out-parameter. It
+        // is moved into the box before the call, while nothing points into
+        // it yet.
+        let mut view: Box<PyBufferView> = Box::new(unsafe { core::mem::zeroed() });
         // SAFETY: `obj` is a live object (we hold the GIL and a reference);
-        // on success the view holds the export until `PyBuffer_Release`.
-        let status = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut view, PYBUF_FULL_RO) };
+        // `view` is a valid `Py_buffer` at the address it keeps until it is
+        // dropped, after `PyBuffer_Release`; on success the view holds the
+        // export until then.
+        let status = unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, PYBUF_FULL_RO) };
         if status != 0 {
             return Err(PyErr::fetch(obj.py()));
         }
@@ -108,7 +120,7 @@ impl Drop for Export {
     fn drop(&mut self) {
         // SAFETY: releases the export `new` made, once; the GIL is held
         // wherever an `Export` lives (it never leaves a pyfunction).
-        unsafe { PyBuffer_Release(&mut self.view) };
+        unsafe { PyBuffer_Release(&mut *self.view) };
     }
 }
 

@@ -1,6 +1,25 @@
 //! The CUDA layer's errors (`hostcopy_driver::cuda::Error`) as the
-//! package's exception classes (defined in `hostcopy/_errors.py`).
+//! package's exception classes (defined in `hostcopy/_errors.py`): one
+//! class per variant, each with the variant's numbers as attributes.
+//!
+//! | Rust | Python |
+//! |---|---|
+//! | `Driver` | `CudaUnavailable` (no usable driver), `CudaError` |
+//! | `Pool` | `RecordPoolError` |
+//! | `Pack` | the `PackError` subclass of the same name |
+//! | `Capturing` | `StreamCapturing` |
+//! | `DeviceOutOfBounds` | `OutOfBounds` |
+//! | `ForeignNode` | `ForeignNode` |
+//! | `ScopeOpen` | `ScopeOpen` |
+//! | `NoCurrentContext` | `NoCurrentContext` |
+//! | `NotPrimaryContext` | `NotPrimaryContext` |
+//! | `NotDeviceMemory` | `NotDeviceMemory` |
+//! | `ContextMismatch` | `WrongDevice` |
+//! | `BlockOutOfBounds` | `BlockOutOfBounds` |
+//! | `BlocksOverlap` | `BlocksOverlap` |
+//! | `InvalidOption` | `InvalidOption` |
 
+use hostcopy_driver::PoolError;
 use hostcopy_driver::cuda::{BlockSide, DriverError, Error};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -66,6 +85,33 @@ pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: 
                 message,
                 [("first", int(first)?), ("second", int(second)?)],
             ),
+            Error::Pool(pool) => {
+                let (field, value) = match pool {
+                    PoolError::Exhausted { capacity } => ("capacity", capacity),
+                    PoolError::NotFromThisPool { user_data } => ("user_data", user_data),
+                    PoolError::NotHeld { index } => ("index", index),
+                    // `PoolError` is `#[non_exhaustive]`: a variant added
+                    // later is still a `RecordPoolError`, without numbers.
+                    _ => return Ok(error(py, "RecordPoolError", message, [])),
+                };
+                error(py, "RecordPoolError", message, [(field, int(value)?)])
+            }
+            Error::ForeignNode => error(py, "ForeignNode", message, []),
+            Error::ScopeOpen => error(py, "ScopeOpen", message, []),
+            Error::NoCurrentContext => error(py, "NoCurrentContext", message, []),
+            Error::NotPrimaryContext { device } => {
+                error(py, "NotPrimaryContext", message, [("device", int(device)?)])
+            }
+            Error::InvalidOption {
+                option,
+                value,
+                min,
+                max,
+            } => invalid_option(py, message, option, int(value)?, min, max)?,
+            // `Error` is `#[non_exhaustive]`: every variant of this version
+            // has its arm above, so this one is reached only by a variant
+            // added to hostcopy-driver after this binding was written, until
+            // it gets its own class.
             _ => PyRuntimeError::new_err(format!("{operation}: {message}")),
         })
     };
@@ -94,4 +140,28 @@ pub(crate) fn driver_error(py: Python<'_>, operation: &str, failure: DriverError
         Ok(fields) => error(py, "CudaError", format!("{operation}: {failure}"), fields),
         Err(failure) => failure,
     }
+}
+
+/// `hostcopy.InvalidOption`: `value` (an int as given, or the object that
+/// is not one) for `option`, which takes `min..=max`.
+pub(crate) fn invalid_option(
+    py: Python<'_>,
+    message: String,
+    option: &str,
+    value: Bound<'_, PyAny>,
+    min: usize,
+    max: usize,
+) -> PyResult<PyErr> {
+    let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
+    Ok(error(
+        py,
+        "InvalidOption",
+        message,
+        [
+            ("option", option.into_pyobject(py)?.into_any()),
+            ("value", value),
+            ("min", int(min)?),
+            ("max", int(max)?),
+        ],
+    ))
 }

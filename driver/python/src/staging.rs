@@ -15,13 +15,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hostcopy_driver::HostRange;
-use hostcopy_driver::cuda::staging::{Block, PendingTransfer, Stager, StagingOptions, Stores};
+use hostcopy_driver::cuda::staging::{
+    Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores,
+};
 use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, StreamRef};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 
 use crate::buffer::HostMemory;
-use crate::errors::layer_error;
+use crate::errors::{invalid_option, layer_error};
 
 /// A Python object that keeps device memory allocated, held by the layer
 /// for as long as queued copies may use the memory (for good after an
@@ -145,6 +148,56 @@ impl PyStager {
     }
 }
 
+/// The `usize` of a count option given to the builder's `set`, converted
+/// as `operator.index` converts: `int` and integer types with `__index__`
+/// (numpy's), not `float` or `str`, nor `bool` (`buffers=True` is a
+/// mistake, not 1). What is not an integer, or not a `usize` (negative, too
+/// large), raises `InvalidOption` with the range `build` checks, the class
+/// a value `build` refuses raises: a caller catches one class, `ValueError`.
+fn count_option(
+    py: Python<'_>,
+    option: &'static str,
+    set: fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
+    let integer = if value.is_instance_of::<PyBool>() {
+        Err(PyTypeError::new_err("a bool is not a count"))
+    } else {
+        py.import("operator")?.getattr("index")?.call1((value,))
+    };
+    // The range is asked of the builder itself, with a value no range
+    // holds, so that the binding does not restate the bounds; an option it
+    // does not bound takes any `usize`.
+    let (min, max) = match set(StagingOptions::builder(), usize::MAX).build() {
+        Err(Error::InvalidOption {
+            option: refused,
+            min,
+            max,
+            ..
+        }) if refused == option => (min, max),
+        _ => (0, usize::MAX),
+    };
+    match integer {
+        Ok(integer) => match integer.extract::<usize>() {
+            Ok(count) => Ok(count),
+            Err(_) => {
+                let message =
+                    format!("staging option {option} = {integer} is outside {min}..={max}");
+                Err(invalid_option(py, message, option, integer, min, max)?)
+            }
+        },
+        Err(not_integer) => {
+            let message = format!(
+                "staging option {option} = {} is not an integer: it takes {min}..={max}",
+                value.repr()?
+            );
+            let refused = invalid_option(py, message, option, value.clone(), min, max)?;
+            refused.set_cause(py, Some(not_integer));
+            Err(refused)
+        }
+    }
+}
+
 /// The stream a handle names, in `context`: the legacy default stream of
 /// `context` for handles 0 to 2 (0 and 1 name it; 2, the per-thread one,
 /// is the calling thread's), any other stream as the driver says, checked
@@ -196,21 +249,28 @@ impl PyStager {
     fn new(
         py: Python<'_>,
         device: usize,
-        chunk: Option<usize>,
-        buffers: Option<usize>,
-        workers: Option<usize>,
+        chunk: Option<Bound<'_, PyAny>>,
+        buffers: Option<Bound<'_, PyAny>>,
+        workers: Option<Bound<'_, PyAny>>,
         h2d_streaming: Option<bool>,
-        driver_path_below: Option<usize>,
+        driver_path_below: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
+        let counts: [(&'static str, Set, _); 4] = [
+            ("chunk", StagingOptionsBuilder::chunk, chunk),
+            ("buffers", StagingOptionsBuilder::buffers, buffers),
+            ("workers", StagingOptionsBuilder::workers, workers),
+            (
+                "driver_path_below",
+                StagingOptionsBuilder::driver_path_below,
+                driver_path_below,
+            ),
+        ];
         let mut options = StagingOptions::builder();
-        if let Some(chunk) = chunk {
-            options = options.chunk(chunk);
-        }
-        if let Some(buffers) = buffers {
-            options = options.buffers(buffers);
-        }
-        if let Some(workers) = workers {
-            options = options.workers(workers);
+        for (option, set, value) in counts {
+            if let Some(value) = value {
+                options = set(options, count_option(py, option, set, &value)?);
+            }
         }
         if let Some(streaming) = h2d_streaming {
             options = options.h2d_stores(if streaming {
@@ -219,10 +279,11 @@ impl PyStager {
                 Stores::Cached
             });
         }
-        if let Some(below) = driver_path_below {
-            options = options.driver_path_below(below);
-        }
-        let options = options.build();
+        // Checked before `Context::primary`: a bad option is refused without
+        // a driver call (and without a driver).
+        let options = options
+            .build()
+            .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
         let made = py.detach(|| {
             crate::keeping_current(|| {
                 let context = Context::primary(device)?;

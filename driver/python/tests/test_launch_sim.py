@@ -87,6 +87,23 @@ def test_a_failed_launch_names_the_code_and_frees_the_record(sim):
     sim.assert_no_violations(device)
 
 
+def test_the_null_stream_on_a_thread_without_a_current_context_is_no_current_context(sim):
+    sim.device()  # current on this thread only
+    caught = []
+
+    def launch():
+        try:
+            hostcopy.launch_host_copy(0, bytearray(8), bytes(8))
+        except Exception as error:  # re-raised below, on the test's thread
+            caught.append(error)
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    thread.join()
+    assert len(caught) == 1 and type(caught[0]) is hostcopy.NoCurrentContext, caught
+    assert "pass a stream" in str(caught[0])
+
+
 def test_capture_gives_the_record_to_the_graph_and_replays_keep_working(sim):
     device = sim.device()
     capturing = sim.stream(device)

@@ -400,6 +400,21 @@ def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy):
         faulthandler.cancel_dump_traceback_later()
 
 
+def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy):
+    device = sim.device()
+    with hostcopy.Stager(
+        device, chunk=numpy.int64(CHUNK), buffers=numpy.uint8(3), workers=2, h2d_streaming=True, driver_path_below=0
+    ) as stager:
+        assert stager.options == {
+            "chunk": CHUNK,
+            "buffers": 3,
+            "workers": 2,
+            "h2d_streaming": True,
+            "driver_path_below": 0,
+        }
+        assert all(type(value) is int for name, value in stager.options.items() if name != "h2d_streaming")
+
+
 def test_a_jax_array_is_refused_as_a_destination():
     class Array:  # what a jax array looks like to the type check
         __module__ = "jaxlib.xla_extension"

@@ -87,3 +87,43 @@ def test_packing_errors_come_before_the_driver_is_needed():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "refused"
+
+
+def test_stager_options_are_refused_by_name_before_the_driver_is_needed():
+    done = run_python(
+        """
+        import ctypes, hostcopy
+        GIB, WORD_MAX = 1 << 30, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+        cases = [
+            (dict(chunk=0), ("chunk", 0, 4096, GIB)),
+            (dict(chunk=4095), ("chunk", 4095, 4096, GIB)),
+            (dict(chunk=GIB + 1), ("chunk", GIB + 1, 4096, GIB)),
+            (dict(buffers=0), ("buffers", 0, 1, 64)),
+            (dict(buffers=65), ("buffers", 65, 1, 64)),
+            (dict(workers=1025), ("workers", 1025, 0, 1024)),
+            (dict(workers=1 << 70), ("workers", 1 << 70, 0, 1024)),
+            (dict(chunk=-1), ("chunk", -1, 4096, GIB)),
+            (dict(driver_path_below=-1), ("driver_path_below", -1, 0, WORD_MAX)),
+            (dict(chunk=4096.0), ("chunk", 4096.0, 4096, GIB)),
+            (dict(buffers="4"), ("buffers", "4", 1, 64)),
+            (dict(buffers=True), ("buffers", True, 1, 64)),
+        ]
+        for options, expected in cases:
+            try:
+                hostcopy.Stager(0, **options)
+            except hostcopy.InvalidOption as error:
+                assert isinstance(error, ValueError)
+                found = (error.option, error.value, error.min, error.max)
+                assert found == expected and type(error.value) is type(expected[1]), (options, found)
+                if not isinstance(expected[1], int) or isinstance(expected[1], bool):
+                    assert isinstance(error.__cause__, TypeError), options
+                print(error)
+            else:
+                raise SystemExit(f"accepted {options}")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 12
+    assert lines[0] == "staging option chunk = 0 is outside 4096..=1073741824"
+    assert lines[-1] == "staging option buffers = True is not an integer: it takes 1..=64"
