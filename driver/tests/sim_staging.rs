@@ -929,3 +929,34 @@ fn the_primary_context_of_a_raw_stream_is_found() {
     drop(stream);
     device.assert_no_violations();
 }
+
+/// `wait_for` before transfers that prove nothing complete (empty ones,
+/// pinned copies) keeps a bounded number of events alive. Before, every
+/// call kept one until a later staged transfer finished: 2,000 live events
+/// after 2,000 empty copies.
+#[test]
+fn events_stay_bounded_over_thousands_of_waits_before_empty_and_pinned_copies() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let source = DeviceBuffer::new(&device.context, 4096).unwrap();
+    let mut pinned = Some(PinnedBuffer::new(&device.context, 4096).unwrap());
+    let mut empty: [u8; 0] = [];
+    let calls = scaled(2000, 80);
+    let mut most = 0;
+    for _ in 0..calls {
+        stager.wait_for(producer.as_stream()).unwrap();
+        stager.device_to_host(&mut empty[..], &source).unwrap();
+        stager.wait_for(producer.as_stream()).unwrap();
+        let given = pinned.take().unwrap();
+        pinned = Some(stager.device_to_pinned(given, &source, 0).unwrap());
+        most = most.max(device.state().events);
+    }
+    assert!(
+        most <= staging::MAX_ORDER_EVENTS,
+        "{most} events alive at once over {calls} rounds"
+    );
+    drop((stager, pinned));
+    assert_eq!(device.state().events, 0);
+    device.assert_no_violations();
+}

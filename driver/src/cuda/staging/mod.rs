@@ -547,6 +547,31 @@ impl Stager {
         Ok(())
     }
 
+    /// Lets go of the order events the driver reports complete, then, while
+    /// [`MAX_ORDER_EVENTS`] are held, waits on the host for the oldest: so
+    /// that the events held stay bounded however often `wait_for` is
+    /// called between transfers that would prove them complete.
+    fn retire_order_events(&mut self) -> Result<(), Error> {
+        let mut index = 0;
+        while index < self.order_events.len() {
+            if self.order_events[index].2.query()? {
+                let (_, _, event) = self.order_events.remove(index);
+                self.spare_order_events.push(event);
+            } else {
+                index += 1;
+            }
+        }
+        while self.order_events.len() >= MAX_ORDER_EVENTS {
+            let (_, _, event) = self.order_events.remove(0);
+            let waited = event.synchronize();
+            self.spare_order_events.push(event);
+            waited?;
+        }
+        // Spares beyond the bound are never needed at once again.
+        self.spare_order_events.truncate(MAX_ORDER_EVENTS);
+        Ok(())
+    }
+
     /// The order events numbered below `upto` that the streams waited for
     /// are complete: a staged transfer started after them has finished.
     fn order_events_complete(&mut self, upto: u64) {
@@ -630,6 +655,10 @@ impl Stager {
         }
     }
 }
+
+/// The most events [`Stager::wait_for`] keeps for work not known complete:
+/// past it, `wait_for` waits on the host for the oldest first.
+pub const MAX_ORDER_EVENTS: usize = 64;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`, for a feeder thread the system refused.
 const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;

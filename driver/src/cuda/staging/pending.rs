@@ -218,10 +218,18 @@ impl Stager {
     /// Refused with [`Error::Capturing`] when `stream` is capturing a graph
     /// (the stager's streams would join the capture), and with
     /// [`Error::ContextMismatch`] for a stream of another context.
+    ///
+    /// The stager holds one event per call until it knows the work
+    /// complete; at most [`MAX_ORDER_EVENTS`](super::MAX_ORDER_EVENTS) of
+    /// them, so that a program calling this before every transfer keeps a
+    /// bounded number of events alive: each call first lets go of those
+    /// the driver reports complete, and past the bound waits on the host
+    /// for the oldest.
     pub fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
+        self.retire_order_events()?;
         let event = match self.spare_order_events.pop() {
             Some(event) => event,
             None => crate::cuda::Event::blocking(&self.context)?,

@@ -22,9 +22,54 @@ use crate::{HostMemory, HostMemoryMut};
 pub struct StagingScope<'scope, 'env: 'scope> {
     stager: RefCell<&'env mut Stager>,
     /// Enqueued transfers not waited for yet, by handle index.
-    in_flight: RefCell<Vec<Option<InFlight>>>,
+    in_flight: RefCell<Slots>,
     /// Invariant in both lifetimes, as `std::thread::Scope` is.
     _lifetimes: PhantomData<(&'scope mut &'scope (), &'env mut &'env ())>,
+}
+
+/// The transfers of a scope, each in the slot its handle names. A slot is
+/// reused once its handle has waited, so a long-lived scope holds as many
+/// slots as transfers were ever in flight at once, not one per transfer.
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Option<InFlight>>,
+    /// Slots whose transfer was waited for, to be reused.
+    free: Vec<usize>,
+}
+
+impl Slots {
+    fn insert(&mut self, in_flight: InFlight) -> usize {
+        match self.free.pop() {
+            Some(index) => {
+                self.slots[index] = Some(in_flight);
+                index
+            }
+            None => {
+                self.slots.push(Some(in_flight));
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// The transfer in slot `index`, whose slot is then free. Each handle
+    /// takes its own slot once (`Transfer::wait` consumes it), so no
+    /// handle can take a transfer started after its own.
+    fn take(&mut self, index: usize) -> Option<InFlight> {
+        let taken = self.slots[index].take();
+        if taken.is_some() {
+            self.free.push(index);
+        }
+        taken
+    }
+
+    fn drain(&mut self) -> Vec<InFlight> {
+        self.free.clear();
+        self.slots.drain(..).flatten().collect()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
 }
 
 /// A transfer started in a [`StagingScope`]: wait for it with
@@ -68,7 +113,7 @@ impl Stager {
     {
         let scope = StagingScope {
             stager: RefCell::new(self),
-            in_flight: RefCell::new(Vec::new()),
+            in_flight: RefCell::new(Slots::default()),
             _lifetimes: PhantomData,
         };
         // Waits on unwind too: a panic in `f` must not end the borrows
@@ -187,17 +232,16 @@ impl<'scope, 'env> StagingScope<'scope, 'env> {
                 index: None,
             });
         };
-        let mut list = self.in_flight.borrow_mut();
-        list.push(Some(in_flight));
+        let index = self.in_flight.borrow_mut().insert(in_flight);
         Ok(Transfer {
             scope: self,
-            index: Some(list.len() - 1),
+            index: Some(index),
         })
     }
 
     /// Waits for every transfer not waited for yet; the first error.
     fn finish_all(&self) -> Result<(), Error> {
-        let pending: Vec<InFlight> = self.in_flight.borrow_mut().drain(..).flatten().collect();
+        let pending = self.in_flight.borrow_mut().drain();
         let mut stager = self.stager.borrow_mut();
         let mut result = Ok(());
         for in_flight in pending {
@@ -213,7 +257,7 @@ impl Transfer<'_, '_> {
         let Some(index) = self.index else {
             return Ok(());
         };
-        let taken = self.scope.in_flight.borrow_mut()[index].take();
+        let taken = self.scope.in_flight.borrow_mut().take(index);
         match taken {
             Some(in_flight) => self.scope.stager.borrow_mut().finish(in_flight),
             None => Ok(()),
@@ -231,7 +275,7 @@ impl Drop for FinishOnDrop<'_, '_, '_> {
 
 impl fmt::Debug for StagingScope<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let in_flight = self.in_flight.borrow().iter().flatten().count();
+        let in_flight = self.in_flight.borrow().in_flight();
         f.debug_struct("StagingScope")
             .field("in_flight", &in_flight)
             .finish()
