@@ -500,3 +500,21 @@ def test_the_one_call_block_functions(sim, numpy):
     hostcopy.copy_blocks_to_device(target, pool, blocks)
     assert target.read()[4 << 20 : 7 << 20] == data[4 << 20 : 7 << 20]
     sim.assert_no_violations(device)
+
+
+def test_events_stay_bounded_over_thousands_of_empty_and_small_copies(sim, numpy):
+    # Every copy given a stream waits for it: before, each kept an event
+    # until a later staged transfer finished (2,000 empty copies, 2,000
+    # live events).
+    device = sim.device()
+    stager = small_stager(device)
+    producer = sim.stream(device)
+    source = sim.array(device, pattern(64, 3))
+    empty = numpy.empty(0, numpy.uint8)
+    most = 0
+    for _ in range(2000):
+        stager.copy_to_host(empty, source, stream=producer, nbytes=0)
+        most = max(most, sim.state(device)["events"])
+    assert most <= 64 + 8, f"{most} events alive at once"
+    stager.close()
+    sim.assert_no_violations(device)
