@@ -8,11 +8,10 @@
 //! `setup.rs`, the wine servers of the Windows rows in `wineserver.rs`.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use crate::checks::{Workspace, compare_layouts};
 use crate::layout_report::Layout;
-use crate::report::{self, Failure, Outcome};
+use crate::report::{self, Failure, Outcome, progress};
 use crate::targets::{Libraries, TARGETS, Target, Tests, parse_args};
 use crate::wineserver::WineServers;
 use crate::{self_test, setup};
@@ -144,13 +143,4 @@ fn print_table(targets: &[&Target], rows: &[Vec<Outcome>]) {
 fn not_run(label: &str, why: &str) -> Outcome {
     eprintln!("  {label} ... not run: {why}");
     Outcome::NotRun(why.to_owned())
-}
-
-/// Runs one step with a progress line: the step, then ok or FAILED and how long it took.
-pub(crate) fn progress<T>(label: &str, step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
-    let start = Instant::now();
-    let result = step();
-    let verdict = if result.is_ok() { "ok" } else { "FAILED" };
-    eprintln!("  {label} ... {verdict} ({:.1}s)", start.elapsed().as_secs_f64());
-    result
 }

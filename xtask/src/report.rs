@@ -1,7 +1,18 @@
-//! What the checks found: one outcome per check, the failures collected over
-//! the whole run, and the table that shows them side by side.
+//! What the checks found: a progress line per step as it runs, one outcome
+//! per check, the failures collected over the whole run, and the table that
+//! shows them side by side.
 
 use std::fmt;
+use std::time::Instant;
+
+/// Runs one step with a progress line: the step, then ok or FAILED and how long it took.
+pub(crate) fn progress<T>(label: &str, step: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let start = Instant::now();
+    let result = step();
+    let verdict = if result.is_ok() { "ok" } else { "FAILED" };
+    eprintln!("  {label} ... {verdict} ({:.1}s)", start.elapsed().as_secs_f64());
+    result
+}
 
 /// The result of one check on one target.
 #[derive(Clone, Debug, PartialEq, Eq)]

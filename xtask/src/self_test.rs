@@ -14,10 +14,9 @@
 
 use std::fs;
 
-use crate::abi::progress;
 use crate::checks::{self, Workspace};
 use crate::layout_report::Layout;
-use crate::report;
+use crate::report::{self, progress};
 use crate::targets::Target;
 
 /// A deliberately broken input, the targets it applies to, and what must catch it.

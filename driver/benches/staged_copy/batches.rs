@@ -36,8 +36,9 @@ use hostcopy_driver::cuda::{
 };
 
 use crate::Options;
-use crate::groups::{Reference, Report, gbps, host_available, not_run, row};
+use crate::machine::host_available;
 use crate::paths::{self, Direction, Timed, timed};
+use crate::report::{Reference, Report, gbps, not_run, row};
 use crate::table::size;
 
 /// Runs the three groups.

@@ -11,8 +11,8 @@ use hostcopy_driver::cuda::staging::Stager;
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
-use crate::groups::{Reference, Report, not_run, row};
 use crate::paths::Timed;
+use crate::report::{Reference, Report, not_run, row};
 use crate::table::size;
 
 const GROUP: &str = "cudarc";
@@ -105,7 +105,7 @@ pub(crate) fn run(
             reference.pinned_h2d
         };
         let timed = Timed::plain(times);
-        gbps[path] = crate::groups::gbps(bytes, &timed);
+        gbps[path] = crate::report::gbps(bytes, &timed);
         report
             .rows
             .push(row(GROUP, PATHS[path], bytes, &timed, pinned, f64::NAN));

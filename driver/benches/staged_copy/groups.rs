@@ -1,4 +1,6 @@
-//! The measured groups, each beside the pinned (link) figure and the
+//! The groups of whole-buffer transfers (1 GiB with default options, a
+//! never-touched destination, the options around the defaults, sizes,
+//! small sizes, two GPUs), each beside the pinned (link) figure and the
 //! driver's pageable path of the same run.
 
 use std::sync::Barrier;
@@ -8,101 +10,25 @@ use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
+use crate::machine::host_available;
 use crate::paths::{self, Destination, Direction, Timed};
-use crate::table::{Row, median, size};
+use crate::report::{Reference, Report, gbps, row};
 
-/// What every group is compared with: the link, and the staged default.
-pub(crate) struct Reference {
-    pub(crate) pinned_d2h: f64,
-    pub(crate) pinned_h2d: f64,
-    pub(crate) staged_d2h: f64,
-}
-
-/// The rows, and lines that say what they mean (crossover, two GPUs).
-pub(crate) struct Report {
-    pub(crate) rows: Vec<Row>,
-    pub(crate) notes: Vec<String>,
-}
-
-/// The machine and the default options, for the report's head.
-pub(crate) fn machine(context: &Context) -> String {
-    let name = context
-        .device_name()
-        .map(|n| n.to_string())
-        .unwrap_or_default();
-    let driver = hostcopy_driver::cuda::driver_version().unwrap_or(0);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let defaults = StagingOptions::default();
-    format!(
-        "{name}, driver {driver}, {cores} host cores; default options: {} MiB chunks, {} staging buffers, {} workers, H2D {:?} stores, driver path below {} KiB\n",
-        defaults.chunk() >> 20,
-        defaults.buffers(),
-        defaults.workers(),
-        defaults.h2d_stores(),
-        defaults.driver_path_below() >> 10,
-    )
-}
-
-pub(crate) fn run_all(context: &Context, options: &Options) -> Result<Report, Error> {
-    let mut report = Report {
-        rows: Vec::new(),
-        notes: Vec::new(),
-    };
+/// The groups of this file, in order; the first measures the reference
+/// that they and the later groups (`batches.rs`, `cudarc.rs`) compare with.
+pub(crate) fn run(
+    context: &Context,
+    options: &Options,
+    report: &mut Report,
+) -> Result<Reference, Error> {
     let headline_bytes = if options.quick { 64 << 20 } else { 1 << 30 };
-    let reference = headline(context, options, headline_bytes, &mut report)?;
-    never_touched(context, options, headline_bytes, &reference, &mut report)?;
-    option_sweep(context, options, headline_bytes, &reference, &mut report)?;
-    sizes(context, options, &reference, &mut report)?;
-    small(context, options, &mut report)?;
-    two_gpus(options, headline_bytes, &reference, &mut report)?;
-    crate::batches::run(context, options, &reference, &mut report)?;
-    #[cfg(feature = "cudarc")]
-    crate::cudarc::run(context, options, &reference, &mut report)?;
-    Ok(report)
-}
-
-pub(crate) fn gbps(bytes: usize, timed: &Timed) -> f64 {
-    bytes as f64 / median(&timed.times) / 1e9
-}
-
-pub(crate) fn row(
-    group: &str,
-    path: &str,
-    bytes: usize,
-    timed: &Timed,
-    pinned: f64,
-    driver: f64,
-) -> Row {
-    println!(
-        "  {group}: {path}, {}: {:.1} GB/s",
-        size(bytes),
-        gbps(bytes, timed)
-    );
-    Row {
-        group: group.into(),
-        path: path.into(),
-        bytes,
-        seconds: median(&timed.times),
-        pinned_gbps: pinned,
-        driver_gbps: driver,
-        caller_share: timed.caller_share,
-        not_run: None,
-    }
-}
-
-/// A row that was not measured, and why.
-pub(crate) fn not_run(group: &str, path: &str, bytes: usize, reason: &str) -> Row {
-    println!("  {group}: {path}, {}: not run ({reason})", size(bytes));
-    Row {
-        group: group.into(),
-        path: path.into(),
-        bytes,
-        seconds: f64::NAN,
-        pinned_gbps: f64::NAN,
-        driver_gbps: f64::NAN,
-        caller_share: f64::NAN,
-        not_run: Some(reason.into()),
-    }
+    let reference = headline(context, options, headline_bytes, report)?;
+    never_touched(context, options, headline_bytes, &reference, report)?;
+    option_sweep(context, options, headline_bytes, &reference, report)?;
+    sizes(context, options, &reference, report)?;
+    small(context, options, report)?;
+    two_gpus(options, headline_bytes, &reference, report)?;
+    Ok(reference)
 }
 
 /// A host buffer with a known pattern (every page touched).
@@ -283,17 +209,6 @@ fn option_sweep(
         .notes
         .push("options around the defaults: x driver there means x the staged default".into());
     Ok(())
-}
-
-/// Bytes of host memory available, from /proc/meminfo (unbounded if unknown).
-pub(crate) fn host_available() -> usize {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-            line.split_whitespace().nth(1)?.parse::<usize>().ok()
-        })
-        .map_or(usize::MAX, |kib| kib << 10)
 }
 
 /// 64 MiB to `--max-gib`, both directions, staged vs the driver's path.
