@@ -840,14 +840,55 @@ fn a_pending_transfer_finishes_later_and_reports_when_it_is_done() {
     device.assert_no_violations();
 }
 
-/// A pending transfer dropped unfinished keeps the device memory its
-/// queued copies use (the owner is never dropped), and its chunk records,
-/// both counted in `leaked`, instead of letting them
-/// be freed under them; and dropping the stager waits for its queued work
-/// before freeing the staging buffers (before, it freed them under the
-/// copies: heap corruption, a use after free under Miri).
+/// A pending transfer dropped unfinished waits for its copies (one drop
+/// rule with the Python `Transfer`), then lets go of the device memory:
+/// while the device is held the drop cannot return, and once it has
+/// returned the bytes are there and the memory is freed with its owner.
 #[test]
-fn a_pending_transfer_dropped_unfinished_keeps_its_device_memory() {
+fn a_pending_transfer_dropped_unfinished_waits_for_its_copies() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 2 * CHUNK + 9;
+    let expected = pattern(len, 24);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let view = view_of(source, 0, len);
+    let mut host = vec![0u8; len];
+    let range = hostcopy_driver::HostMemoryMut::host_range_mut(&mut host[..]);
+    sim::hold(device.ordinal);
+    // SAFETY: `host` is not touched until the drop below has returned.
+    let pending = unsafe { stager.start_device_to_host_unchecked(range, &view, 0) }.unwrap();
+    let dropped = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|threads| {
+        threads.spawn(|| {
+            drop(pending);
+            dropped.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let early = dropped.load(std::sync::atomic::Ordering::SeqCst);
+        sim::release(device.ordinal);
+        assert!(!early, "the drop returned while its copies were held");
+    });
+    assert!(
+        host == expected,
+        "the drop returned before the bytes arrived"
+    );
+    drop(view);
+    assert_eq!(
+        device.state().device_allocations,
+        0,
+        "kept after its copies ran"
+    );
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// After a context error a pending transfer's copies may still run: the
+/// drop keeps the device memory and the chunk records for good, counted
+/// in `leaked`, instead of letting them be freed under the copies; and
+/// dropping the stager then keeps its staging buffers too.
+#[test]
+fn a_pending_transfer_dropped_after_a_context_error_keeps_what_its_copies_use() {
     let device = device();
     let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
     let host: &'static mut [u8] = vec![0u8; 2 * CHUNK].leak();
@@ -860,6 +901,7 @@ fn a_pending_transfer_dropped_unfinished_keeps_its_device_memory() {
     sim::hold(device.ordinal);
     // SAFETY: `host` is leaked: valid for good.
     let pending = unsafe { stager.start_device_to_host_unchecked(range, &view, 0) }.unwrap();
+    sim::fail_context(device.ordinal, LAUNCH_FAILED);
     let before = staging::leaked();
     drop((pending, view));
     let kept = staging::leaked();
@@ -874,7 +916,6 @@ fn a_pending_transfer_dropped_unfinished_keeps_its_device_memory() {
     );
     assert!(kept.chunks >= before.chunks + 2, "two chunks kept, counted");
     drop(stager);
-    device.assert_no_violations();
 }
 
 #[test]

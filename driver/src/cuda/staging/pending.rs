@@ -25,8 +25,12 @@ use crate::cuda::stream::StreamRef;
 /// [`Stager::start_device_to_host_unchecked`]. Finish it with
 /// [`Stager::finish_pending`] on the stager that started it.
 ///
-/// Dropped unfinished, it keeps what its queued work may touch for good:
-/// its chunk records and the device memory are leaked, never freed.
+/// Dropped unfinished, it waits for its copies (as a Python `Transfer`
+/// does), then frees its chunk records and lets go of the device memory.
+/// If that wait fails (a context error), its queued work may still run: it
+/// keeps the chunk records and the device memory for good, counted in
+/// [`leaked`](super::leaked). Only [`Stager::finish_pending`] also drains
+/// the stager's streams after an error and reports it.
 #[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
 #[derive(Debug)]
 pub struct PendingTransfer {
@@ -95,7 +99,22 @@ impl PendingTransfer {
 
 impl Drop for PendingTransfer {
     fn drop(&mut self) {
-        if let Some(in_flight) = self.in_flight.take() {
+        let Some(in_flight) = self.in_flight.take() else {
+            return;
+        };
+        let _relaxed = RelaxedCapture::new();
+        let finished = {
+            let queued = in_flight.job.wait_queued();
+            queued.error.is_none()
+                && queued
+                    .events
+                    .iter()
+                    .all(|event| event.synchronize().is_ok())
+        };
+        if finished {
+            // Every chunk queued has run: nothing touches them any more.
+            in_flight.chunks.settle_and_free();
+        } else {
             // Its copies may still run: keep their device memory and the
             // chunk records for good, counted.
             in_flight.device.keep();
@@ -112,8 +131,9 @@ impl Stager {
     ///
     /// `dst` is writable host memory that nothing else reads or writes,
     /// and that stays allocated, until the transfer is given to
-    /// [`finish_pending`](Self::finish_pending) and that returns (or for
-    /// good, if the transfer is dropped unfinished).
+    /// [`finish_pending`](Self::finish_pending) and that returns, or until
+    /// the transfer is dropped (for good if it is dropped after a context
+    /// error: then its copies may still run).
     pub unsafe fn start_device_to_host_unchecked<S: DeviceMemory>(
         &mut self,
         dst: HostRange,
@@ -164,9 +184,9 @@ impl Stager {
     ///
     /// `src` is readable host memory that nothing writes, and that stays
     /// allocated, until the transfer is given to
-    /// [`finish_pending`](Self::finish_pending) and that returns (or for
-    /// good, if the transfer is dropped unfinished); nothing else reads or
-    /// writes `dst`'s range meanwhile.
+    /// [`finish_pending`](Self::finish_pending) and that returns, or until
+    /// the transfer is dropped (for good if it is dropped after a context
+    /// error); nothing else reads or writes `dst`'s range meanwhile.
     pub unsafe fn start_host_to_device_unchecked<D: DeviceMemory>(
         &mut self,
         dst: &D,
