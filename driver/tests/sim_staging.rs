@@ -1001,3 +1001,69 @@ fn events_stay_bounded_over_thousands_of_waits_before_empty_and_pinned_copies() 
     assert_eq!(device.state().events, 0);
     device.assert_no_violations();
 }
+
+/// Past `MAX_ORDER_EVENTS` waits for work that has not run, `wait_for`
+/// folds its events into one instead of waiting on the host for the
+/// oldest: a call before a non-blocking transfer must not block on the
+/// user's stream. The ordering still holds once the device runs: a small
+/// transfer on the driver's path, which waits on the host for the folded
+/// event, reads what the producer's queued copy wrote.
+#[test]
+fn waits_for_work_that_has_not_run_never_block_and_still_order() {
+    let device = device();
+    let mut stager = on_the_drivers_path_below_a_chunk(&device);
+    let producer = Stream::new(&device.context).unwrap();
+    let len = 64;
+    let expected = pattern(len, 27);
+    let pinned = {
+        let mut pinned = PinnedBuffer::new(&device.context, len).unwrap();
+        pinned.copy_from_slice(&expected);
+        pinned
+    };
+    let source = DeviceBuffer::new(&device.context, len).unwrap();
+    sim::hold(device.ordinal);
+    // Queued on the producer, run only once the device is released.
+    // SAFETY: `pinned` stays alive and unwritten until the stager's copy,
+    // which is ordered after this one, has returned.
+    unsafe {
+        producer
+            .as_stream()
+            .copy_host_to_device(&source, 0, pinned.raw_ptr(), len)
+    }
+    .unwrap();
+    let calls = staging::MAX_ORDER_EVENTS + scaled(2 * staging::MAX_ORDER_EVENTS, 4);
+    let (done, finished) = std::sync::mpsc::channel();
+    let most = std::thread::scope(|threads| {
+        let waiter = threads.spawn(|| {
+            let mut most = 0;
+            for _ in 0..calls {
+                stager.wait_for(producer.as_stream()).unwrap();
+                most = most.max(device.state().events);
+            }
+            let _ = done.send(());
+            most
+        });
+        // Generous: the calls take milliseconds; only a call that waits
+        // for the held device runs into it.
+        let limit = std::time::Duration::from_secs(scaled(30, 3600) as u64);
+        let returned = finished.recv_timeout(limit);
+        sim::release(device.ordinal);
+        assert!(
+            returned.is_ok(),
+            "wait_for blocked on work that had not run"
+        );
+        waiter.join().unwrap()
+    });
+    assert!(
+        most <= staging::MAX_ORDER_EVENTS + 1,
+        "{most} events alive at once"
+    );
+    let mut host = vec![0u8; len];
+    stager.device_to_host(&mut host, &source).unwrap();
+    assert!(
+        host == expected,
+        "the small transfer ran before the producer's copy"
+    );
+    drop((stager, pinned));
+    device.assert_no_violations();
+}

@@ -85,8 +85,8 @@ pub(crate) mod sealed {
 }
 
 /// A share of device memory held by driver work that reads or writes it:
-/// the memory stays allocated while the share lives, and for good if it is
-/// [`leak`](Self::leak)ed. Empty for memory that a borrow keeps allocated
+/// the memory stays allocated while the share lives, and for good once
+/// given to [`keep`](Self::keep). Empty for memory that a borrow keeps allocated
 /// instead, which nothing here can keep.
 pub struct DeviceInUse(Option<Arc<dyn Send + Sync>>);
 

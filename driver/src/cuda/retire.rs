@@ -19,11 +19,11 @@ static DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leaked {
-    /// Chunk records a host function may still read: ones whose host
-    /// function the driver skipped (each held by a kept array, so a late
-    /// run still finds its state), and the chunks of a
-    /// [`PendingTransfer`](super::staging::PendingTransfer) dropped
-    /// unfinished.
+    /// Chunk records kept because a host function may still read them:
+    /// every chunk of a transfer one of whose host functions the driver
+    /// skipped (one allocation, so a late run still finds its state), and
+    /// the chunks of a [`PendingTransfer`](super::staging::PendingTransfer)
+    /// dropped after a context error.
     pub chunks: usize,
     /// Pinned buffers never freed because a queued copy or host function
     /// could still have touched them: staging buffers, and buffers given to

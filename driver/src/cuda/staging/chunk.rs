@@ -54,13 +54,7 @@ impl Chunk {
     /// host function will touch the chunk's buffers. `true` if the chunk was
     /// abandoned (then its memory must never be freed).
     pub(super) fn settle(&self) -> bool {
-        match owned::settle(&self.state) {
-            Settled::Finished => false,
-            Settled::Abandoned => {
-                crate::cuda::retire::kept_chunks(1);
-                true
-            }
-        }
+        matches!(owned::settle(&self.state), Settled::Abandoned)
     }
 }
 
@@ -115,7 +109,11 @@ impl Chunks {
         for index in 0..self.array.len() {
             abandoned |= self.array.get(index).settle();
         }
-        if !abandoned {
+        if abandoned {
+            // One allocation: every chunk of it is kept, not only the
+            // abandoned ones.
+            self.keep();
+        } else {
             // SAFETY: from `Box::leak` in `new`; every chunk is HELD or
             // DONE: no host function touches them anymore, and whoever
             // launched them has finished (our caller). Freed once.

@@ -210,6 +210,9 @@ pub struct Stager {
     next_order: u64,
     /// Completed order events, reused.
     spare_order_events: Vec<Event>,
+    /// Waits for the order events when they are folded into one; made the
+    /// first time they are.
+    order_stream: Option<Stream>,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
@@ -291,6 +294,7 @@ impl Stager {
             order_events: Vec::new(),
             next_order: 0,
             spare_order_events: Vec::new(),
+            order_stream: None,
             id: pending::next_stager_id(),
         };
         Ok(stager)
@@ -547,10 +551,11 @@ impl Stager {
         Ok(())
     }
 
-    /// Lets go of the order events the driver reports complete, then, while
-    /// [`MAX_ORDER_EVENTS`] are held, waits on the host for the oldest: so
-    /// that the events held stay bounded however often `wait_for` is
-    /// called between transfers that would prove them complete.
+    /// Lets go of the order events the driver reports complete, and once
+    /// [`MAX_ORDER_EVENTS`] are held, folds them into one: so that the
+    /// events held stay bounded however often `wait_for` is called between
+    /// transfers that would prove them complete, without waiting on the
+    /// host (a non-blocking call must not block on the user's stream).
     fn retire_order_events(&mut self) -> Result<(), Error> {
         let mut index = 0;
         while index < self.order_events.len() {
@@ -561,14 +566,43 @@ impl Stager {
                 index += 1;
             }
         }
-        while self.order_events.len() >= MAX_ORDER_EVENTS {
-            let (_, _, event) = self.order_events.remove(0);
-            let waited = event.synchronize();
-            self.spare_order_events.push(event);
-            waited?;
+        if self.order_events.len() >= MAX_ORDER_EVENTS {
+            self.fold_order_events()?;
         }
         // Spares beyond the bound are never needed at once again.
         self.spare_order_events.truncate(MAX_ORDER_EVENTS);
+        Ok(())
+    }
+
+    /// Replaces the order events by one that completes after all of them:
+    /// recorded on a stream of the stager's own that waited for each and
+    /// carries no other work. On an error nothing is replaced.
+    fn fold_order_events(&mut self) -> Result<(), Error> {
+        if self.order_stream.is_none() {
+            self.order_stream = Some(Stream::new(&self.context)?);
+        }
+        let Some(stream) = &self.order_stream else {
+            unreachable!("made above");
+        };
+        let stream = stream.as_stream();
+        for (_, _, event) in &self.order_events {
+            stream.wait_event(event)?;
+        }
+        let folded = match self.spare_order_events.pop() {
+            Some(event) => event,
+            None => Event::blocking(&self.context)?,
+        };
+        if let Err(error) = folded.record(stream) {
+            self.spare_order_events.push(folded);
+            return Err(error);
+        }
+        // The stager's streams waited for it if they waited for every one;
+        // its number is the newest, which `order_events_complete` compares.
+        let waited = self.order_events.iter().all(|(_, waited, _)| *waited);
+        let newest = self.order_events.last().map_or(0, |(number, _, _)| *number);
+        let folded_in = self.order_events.drain(..).map(|(_, _, event)| event);
+        self.spare_order_events.extend(folded_in);
+        self.order_events.push((newest, waited, folded));
         Ok(())
     }
 
@@ -657,7 +691,8 @@ impl Stager {
 }
 
 /// The most events [`Stager::wait_for`] keeps for work not known complete:
-/// past it, `wait_for` waits on the host for the oldest first.
+/// at it, `wait_for` folds them into one (recorded on a stream of the
+/// stager's own that waited for each), without waiting on the host.
 pub const MAX_ORDER_EVENTS: usize = 64;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`, for a feeder thread the system refused.
@@ -677,6 +712,7 @@ impl Drop for Stager {
         self.drain();
         self.order_events.clear();
         self.spare_order_events.clear();
+        self.order_stream = None;
         if self.undrained.is_some() {
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.

@@ -243,8 +243,8 @@ impl Stager {
     /// complete; at most [`MAX_ORDER_EVENTS`](super::MAX_ORDER_EVENTS) of
     /// them, so that a program calling this before every transfer keeps a
     /// bounded number of events alive: each call first lets go of those
-    /// the driver reports complete, and past the bound waits on the host
-    /// for the oldest.
+    /// the driver reports complete, and at the bound folds the rest into
+    /// one. It never waits on the host.
     pub fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
