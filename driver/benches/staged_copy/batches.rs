@@ -52,6 +52,7 @@ pub(crate) fn run(
     scattered(context, options, batch_copy.as_ref(), report)?;
     caller_share(context, options, reference, report)?;
     one_transfer(context, options, report)?;
+    one_transfer_chunks(context, options, report)?;
     Ok(())
 }
 
@@ -849,6 +850,91 @@ fn one_transfer(context: &Context, options: &Options, report: &mut Report) -> Re
                 .push(row(&group, path, bytes, &staged, link, f64::NAN));
         }
         one_transfer_note(report, "H2D", bytes, h2d_target, &ratios);
+    }
+    Ok(())
+}
+
+/// Chunk sizes and staging buffers tried for one transfer: (chunk MiB,
+/// buffers), the default first.
+const CHUNK_CONFIGS: [(usize, usize); 6] = [(16, 4), (8, 4), (8, 8), (4, 4), (4, 8), (2, 8)];
+
+/// One transfer of 64 MiB and 256 MiB (64 MiB and two settings with
+/// `--quick`), both ways, blocking, with the chunk sizes and buffer counts
+/// of [`CHUNK_CONFIGS`] beside pinned memory: where a transfer's fill and
+/// drain (the first chunk's driver copy, the last one's host copy) cost
+/// more than its chunks' fixed costs.
+fn one_transfer_chunks(
+    context: &Context,
+    options: &Options,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let (sizes, configs): (&[usize], &[(usize, usize)]) = if options.quick {
+        (&[64 << 20], &CHUNK_CONFIGS[..2])
+    } else {
+        (&[64 << 20, 256 << 20], &CHUNK_CONFIGS[..])
+    };
+    let runs = options.runs;
+    let mut reference = Stager::new(context)?;
+    for &bytes in sizes {
+        let source = filled(bytes, 41);
+        let mut device = DeviceBuffer::new(context, bytes)?;
+        device.copy_from_host(0, &source)?;
+        let mut host = filled(bytes, 42);
+        let mut back = filled(bytes, 43);
+        for direction in [Direction::D2H, Direction::H2D] {
+            let name = match direction {
+                Direction::D2H => "D2H",
+                Direction::H2D => "H2D",
+            };
+            let group = format!(
+                "one transfer, {} {name}, by chunk and buffers (x pinned: pinned {name} of the same size)",
+                size(bytes)
+            );
+            let pinned =
+                paths::pinned(context, &mut reference, &mut device, direction, bytes, runs)?;
+            let link = gbps(bytes, &pinned);
+            report
+                .rows
+                .push(row(&group, "pinned (link)", bytes, &pinned, link, f64::NAN));
+            let mut ratios = Vec::new();
+            for (seed, &(chunk_mib, buffers)) in (44..).zip(configs) {
+                let built = StagingOptions::builder()
+                    .chunk(chunk_mib << 20)
+                    .buffers(buffers)
+                    .build()?;
+                let mut stager = Stager::with_options(context, built)?;
+                let path = format!("staged, {chunk_mib} MiB x {buffers} buffers");
+                let staged = match direction {
+                    Direction::D2H => {
+                        fill(&mut host, seed);
+                        let staged =
+                            paths::staged_d2h_blocking(&mut stager, &device, &mut host, runs)?;
+                        check_same(&format!("{group}, {path}"), &host, &source);
+                        staged
+                    }
+                    Direction::H2D => {
+                        fill(&mut host, seed);
+                        let staged =
+                            paths::staged_h2d_blocking(&mut stager, &mut device, &host, runs)?;
+                        device.copy_to_host(0, &mut back)?;
+                        check_same(&format!("{group}, {path}"), &back, &host);
+                        staged
+                    }
+                };
+                ratios.push(format!(
+                    "{chunk_mib}x{buffers} {:.1}%",
+                    100.0 * gbps(bytes, &staged) / link
+                ));
+                report
+                    .rows
+                    .push(row(&group, &path, bytes, &staged, link, f64::NAN));
+            }
+            report.notes.push(format!(
+                "one transfer, {name} {} of pinned by chunk MiB x buffers: {}",
+                size(bytes),
+                ratios.join(", ")
+            ));
+        }
     }
     Ok(())
 }
