@@ -62,9 +62,20 @@ class _Device:
         self.ptr, self.nbytes, self.owner, self.streams = ptr, nbytes, owner, streams
 
 
-def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
-    if writable and type(obj).__module__.split(".")[0] in ("jax", "jaxlib"):
+def _is_jax_array(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def _refuse_jax_destination(obj: Any, side: str) -> None:
+    """jax arrays are immutable, on any device, but their unversioned
+    DLPack capsules cannot say so: they are told by their type."""
+    if _is_jax_array(obj):
         raise TypeError(f"{side} is a jax array: jax arrays are immutable, so they cannot be a destination")
+
+
+def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
+    if writable:
+        _refuse_jax_destination(obj, side)
     if _is_cuda_core_buffer(obj):
         if getattr(obj, "is_closed", False):
             raise ValueError(f"{side} is a closed cuda.core Buffer")
@@ -115,6 +126,8 @@ def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
 
 
 def _host_side(obj: Any, side: str, writable: bool) -> Any:
+    if writable:
+        _refuse_jax_destination(obj, side)
     try:
         memoryview(obj).release()
     except TypeError:
@@ -127,11 +140,14 @@ def _host_side(obj: Any, side: str, writable: bool) -> Any:
             raise TypeError(
                 f"{side} is GPU memory (DLPack device type {int(device_type)}); host memory is expected here"
             )
-        capsule = obj.__dlpack__()
-        ptr, nbytes, _, _, contiguous = _native.dlpack_region(capsule)
-        if not contiguous:
-            raise NotContiguous(f"{side} is strided: a transfer moves one contiguous run of bytes", side=side, shape=(), strides=())
-        return _native.dlpack_host_memory(capsule, ptr, nbytes)
+        # A versioned capsule (DLPack 1.0) can say that the tensor is
+        # read-only; producers older than it take no max_version.
+        try:
+            capsule = obj.__dlpack__(max_version=(1, 0))
+        except TypeError:
+            capsule = obj.__dlpack__()
+        # The address and length come from the capsule, read in Rust.
+        return _native.dlpack_host_memory(capsule, writable, side)
     raise TypeError(
         f"{side}: expected host memory (the buffer protocol: numpy, bytearray, memoryview, mmap; "
         f"or a CPU tensor with __dlpack__), got {type(obj).__name__}"
@@ -171,7 +187,10 @@ def _blocks(blocks: Any) -> Any:
             if negative.size:
                 index = int(negative[0])
                 raise ValueError(f"blocks[{index}] = {blocks[index].tolist()}: offsets and lengths are not negative")
-        words = numpy.ascontiguousarray(blocks, dtype=numpy.uint64)
+        # Always a fresh copy (numpy.array copies by default, where
+        # ascontiguousarray would hand back a uint64 array as it is): no
+        # other thread holds it, so none writes it while it is read.
+        words = numpy.array(blocks, dtype=numpy.uint64, order="C")
         return _native.host_memory(words, False, "blocks")
     if hasattr(blocks, "tolist"):
         blocks = blocks.tolist()
@@ -230,6 +249,12 @@ class Stager:
     4 KiB to 1 GiB, 1 to 64 buffers, 0 to 1024 workers); anything else
     raises ``InvalidOption``, a ``ValueError``, before any driver call.
     ``close()`` (or leaving a ``with`` block) frees the staging buffers.
+
+    A transfer holds both of its sides alive, not their storage: do not
+    resize_ or free the storage of either side while a transfer runs (a
+    torch tensor's ``resize_()`` or ``untyped_storage().resize_(0)``, a
+    cuda.core ``Buffer``'s ``close()``). A blocking transfer releases the
+    GIL, so this holds for other threads during it too.
     """
 
     def __init__(
@@ -431,8 +456,11 @@ def copy_to_host(
     unwaited; work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
-    object alive does not stop an explicit free: do not ``close()`` a
-    cuda.core ``Buffer`` under a transfer. Uses one ``Stager`` per device,
+    object alive does not stop an explicit free: do not resize_ or free the
+    storage of either side while a transfer runs (a torch tensor's
+    ``resize_()`` or ``untyped_storage().resize_(0)``, a cuda.core
+    ``Buffer``'s ``close()``); that includes other threads during a
+    blocking copy, which releases the GIL. Uses one ``Stager`` per device,
     made on first use.
     """
     return _stager_for(src, "src").copy_to_host(
@@ -459,7 +487,8 @@ def copy_to_device(
     next reads the new bytes. The bytes are written behind the array
     library's back: a torch tensor's version counter does not move (do not
     overwrite a tensor autograd saved), and jax arrays, being immutable,
-    are refused as destinations.
+    are refused as destinations. As for ``copy_to_host``: do not resize_ or
+    free the storage of either side while a transfer runs.
     """
     return _stager_for(dst, "dst").copy_to_device(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset
@@ -487,7 +516,9 @@ def copy_blocks_to_host(
     writing the same host bytes raise ``BlocksOverlap`` (``first``,
     ``second``). Blocks may read overlapping device bytes.
 
-    ``stream`` and ``blocking`` work as for ``copy_to_host``.
+    ``stream`` and ``blocking`` work as for ``copy_to_host``, and as
+    there: do not resize_ or free the storage of either side while a
+    transfer runs.
     """
     return _stager_for(src, "src").copy_blocks_to_host(dst, src, blocks, stream=stream, blocking=blocking)
 
@@ -503,6 +534,7 @@ def copy_blocks_to_device(
     """Copies many scattered blocks of host memory ``src`` into GPU memory
     ``dst`` in one call (a KV-cache restore): the mirror of
     ``copy_blocks_to_host``. Here no two blocks may write the same device
-    bytes; they may read overlapping host bytes.
+    bytes; they may read overlapping host bytes. Do not resize_ or free
+    the storage of either side while a transfer runs.
     """
     return _stager_for(dst, "dst").copy_blocks_to_device(dst, src, blocks, stream=stream, blocking=blocking)

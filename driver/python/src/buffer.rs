@@ -118,8 +118,13 @@ impl Export {
 
 impl Drop for Export {
     fn drop(&mut self) {
-        // SAFETY: releases the export `new` made, once; the GIL is held
-        // wherever an `Export` lives (it never leaves a pyfunction).
+        // SAFETY: releases the export `new` made, once (`Drop` runs once).
+        // `PyBuffer_Release` needs the GIL, and an `Export` is dropped only
+        // where it is held: in `checked_export`'s error returns and
+        // `buffer_region` (pyfunctions, called with the GIL), or, once it is
+        // inside a `HostMemory` (which a `Transfer` may hold long after the
+        // call returned), when that pyclass is deallocated, which Python
+        // does with the GIL held. A `HostMemory` never gives its export out.
         unsafe { PyBuffer_Release(&mut *self.view) };
     }
 }
@@ -164,22 +169,27 @@ fn checked_export(obj: &Bound<'_, PyAny>, writable: bool, side: &str) -> PyResul
         ));
     }
     if writable && view.readonly != 0 {
-        let message = format!(
-            "{side} is a read-only buffer of {} bytes ({}): a destination must be writable",
-            view.len,
-            obj.get_type().name()?
-        );
-        return Err(crate::packing::error(
-            obj.py(),
-            "ReadOnlyBuffer",
-            message,
-            [
-                ("side", side.into_pyobject(obj.py())?.into_any()),
-                ("len", view.len.into_pyobject(obj.py())?.into_any()),
-            ],
-        ));
+        let what = format!("a read-only buffer ({})", obj.get_type().name()?);
+        let len = usize::try_from(view.len).unwrap_or(0);
+        return Err(read_only(obj.py(), side, len, &what));
     }
     Ok(export)
+}
+
+/// `hostcopy.ReadOnlyBuffer` for a destination `side` of `len` bytes that
+/// is `what` (a read-only buffer, a tensor marked read-only).
+pub(crate) fn read_only(py: Python<'_>, side: &str, len: usize, what: &str) -> PyErr {
+    let message = format!("{side} is {what} of {len} bytes: a destination must be writable");
+    let fields = || -> PyResult<_> {
+        Ok([
+            ("side", side.into_pyobject(py)?.into_any()),
+            ("len", len.into_pyobject(py)?.into_any()),
+        ])
+    };
+    match fields() {
+        Ok(fields) => crate::packing::error(py, "ReadOnlyBuffer", message, fields),
+        Err(failure) => failure,
+    }
 }
 
 impl Export {
@@ -211,15 +221,24 @@ pub(crate) fn buffer_region(
 pub(crate) struct HostMemory {
     addr: usize,
     len: usize,
+    /// Whether the memory was checked writable when this was made (a
+    /// buffer export not read-only, a DLPack tensor not marked read-only):
+    /// only then may it be a destination.
+    writable: bool,
     /// Released on drop (with the GIL: a pyclass is dropped by Python).
     _export: Option<Export>,
     _owner: Option<Py<PyAny>>,
 }
 
-// SAFETY: the export is read only when made and released in `Drop`, which
-// for a pyclass runs in Python's deallocation, with the GIL held.
+// SAFETY: an `Export` is only raw pointers into CPython's `Py_buffer`, which
+// any thread may release as long as it holds the GIL; it is released only
+// in `Drop`, and every drop happens with the GIL held (see `Drop for
+// Export`), whichever thread that is.
 unsafe impl Send for Export {}
-// SAFETY: as above: nothing reads it through a shared reference after creation.
+// SAFETY: shared references reach an `Export` only through the frozen
+// `HostMemory` pyclass, and no method of `HostMemory` touches `_export`
+// after creation (its address and length are copied out when it is made):
+// nothing reads or writes the view through `&Export` from two threads.
 unsafe impl Sync for Export {}
 
 impl HostMemory {
@@ -231,11 +250,32 @@ impl HostMemory {
         }
     }
 
-    /// Memory at `addr` that `owner` keeps allocated.
-    pub(crate) fn owned_by(addr: usize, len: usize, owner: Py<PyAny>) -> HostMemory {
+    /// Refuses (`hostcopy.ReadOnlyBuffer`) memory not checked writable when
+    /// it was made, as the destination `side`.
+    pub(crate) fn check_writable(&self, py: Python<'_>, side: &str) -> PyResult<()> {
+        if self.writable {
+            return Ok(());
+        }
+        Err(read_only(
+            py,
+            side,
+            self.len,
+            "host memory taken as a source (not checked writable)",
+        ))
+    }
+
+    /// Memory at `addr` that `owner` keeps allocated; `writable` says
+    /// whether the caller checked that it may be written.
+    pub(crate) fn owned_by(
+        addr: usize,
+        len: usize,
+        writable: bool,
+        owner: Py<PyAny>,
+    ) -> HostMemory {
         HostMemory {
             addr,
             len,
+            writable,
             _export: None,
             _owner: Some(owner),
         }
@@ -262,6 +302,7 @@ pub(crate) fn host_memory(
     Ok(HostMemory {
         addr,
         len,
+        writable,
         _export: Some(export),
         _owner: None,
     })

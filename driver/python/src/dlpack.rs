@@ -1,8 +1,9 @@
 //! Reading a DLPack capsule (`__dlpack__()`'s result, unversioned
-//! `"dltensor"`): where the tensor's bytes are, how many, on which device,
-//! and whether they are one C-ordered run. The capsule is not consumed:
-//! whoever holds it keeps the tensor alive, and its destructor releases
-//! the tensor when it goes.
+//! `"dltensor"` or versioned `"dltensor_versioned"`): where the tensor's
+//! bytes are, how many, on which device, whether they are one C-ordered
+//! run, and (versioned only) whether the producer marked them read-only.
+//! The capsule is not consumed: whoever holds it keeps the tensor alive,
+//! and its destructor releases the tensor when it goes.
 
 use core::ffi::{CStr, c_void};
 
@@ -37,13 +38,55 @@ struct DlTensor {
     byte_offset: u64,
 }
 
-/// `(address, nbytes, device_type, device_id, c_contiguous)` of the tensor
-/// in a `"dltensor"` capsule. `device_type` is DLPack's: 1 CPU, 2 CUDA,
-/// 3 CUDA host (pinned), 13 CUDA managed.
-#[pyfunction]
-pub(crate) fn dlpack_region(
-    capsule: &Bound<'_, PyAny>,
-) -> PyResult<(usize, usize, i32, i32, bool)> {
+/// `DLManagedTensorVersioned` (DLPack 1.0), up to its `DLTensor`.
+#[repr(C)]
+struct DlManagedTensorVersioned {
+    /// `DLPackVersion`: `(major, minor)`.
+    version: [u32; 2],
+    /// Layout only: the producer's, for its deleter.
+    #[allow(dead_code)]
+    manager_ctx: *mut c_void,
+    /// Layout only: the capsule's destructor calls it, not this module.
+    #[allow(dead_code)]
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DlTensor,
+}
+
+// The header's layout on 64-bit targets (the only ones the driver builds for).
+const _: () = assert!(core::mem::size_of::<DlTensor>() == 48);
+const _: () = assert!(core::mem::offset_of!(DlTensor, byte_offset) == 40);
+const _: () = assert!(core::mem::offset_of!(DlManagedTensorVersioned, flags) == 24);
+const _: () = assert!(core::mem::offset_of!(DlManagedTensorVersioned, dl_tensor) == 32);
+
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the producer forbids writes.
+const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1;
+/// The DLPack major version whose `DLManagedTensorVersioned` is read here.
+const DLPACK_MAJOR_VERSION: u32 = 1;
+
+/// DLPack device types: CPU, CUDA host (pinned).
+const DL_CPU: i32 = 1;
+const DL_CUDA_HOST: i32 = 3;
+
+/// What a capsule says about its tensor.
+struct Tensor {
+    /// `data + byte_offset`.
+    addr: usize,
+    /// `shape` x item size.
+    nbytes: usize,
+    device_type: i32,
+    device_id: i32,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    contiguous: bool,
+    /// `DLPACK_FLAG_BITMASK_READ_ONLY`; `false` for an unversioned capsule,
+    /// which cannot say.
+    read_only: bool,
+}
+
+/// Reads the tensor of an unconsumed `"dltensor"` or `"dltensor_versioned"`
+/// capsule.
+fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let capsule = capsule
         .cast::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("__dlpack__() did not return a capsule"))?;
@@ -51,17 +94,35 @@ pub(crate) fn dlpack_region(
     // SAFETY: a capsule's name, when set, is a NUL-terminated string that
     // lives as long as the capsule.
     let name = name.map(|name| unsafe { name.as_cstr() });
-    if name != Some(c"dltensor") {
+    let (tensor, read_only) = if name == Some(c"dltensor") {
+        let tensor = capsule.pointer_checked(Some(c"dltensor"))?;
+        // SAFETY: a "dltensor" capsule points at a `DLManagedTensor`, whose
+        // first member is the `DLTensor`; the producer keeps it alive while
+        // the unconsumed capsule lives (the caller holds it for this call).
+        (unsafe { &*tensor.as_ptr().cast::<DlTensor>() }, false)
+    } else if name == Some(c"dltensor_versioned") {
+        let managed = capsule.pointer_checked(Some(c"dltensor_versioned"))?;
+        // SAFETY: a "dltensor_versioned" capsule points at a
+        // `DLManagedTensorVersioned`, alive while the unconsumed capsule
+        // lives (as above). Its `version` member comes first in every major
+        // version; the rest is read only once the major version is 1.
+        let managed = unsafe { &*managed.as_ptr().cast::<DlManagedTensorVersioned>() };
+        if managed.version[0] != DLPACK_MAJOR_VERSION {
+            return Err(PyValueError::new_err(format!(
+                "a DLPack {}.{} tensor: this reads major version {DLPACK_MAJOR_VERSION}",
+                managed.version[0], managed.version[1]
+            )));
+        }
+        (
+            &managed.dl_tensor,
+            managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0,
+        )
+    } else {
         return Err(PyValueError::new_err(format!(
-            "expected an unconsumed DLPack capsule named \"dltensor\", got {:?}",
+            "expected an unconsumed DLPack capsule named \"dltensor\" or \"dltensor_versioned\", got {:?}",
             name.map(CStr::to_string_lossy)
         )));
-    }
-    let tensor = capsule.pointer_checked(Some(c"dltensor"))?;
-    // SAFETY: a "dltensor" capsule points at a `DLManagedTensor`, whose
-    // first member is the `DLTensor`; the producer keeps it alive while
-    // the unconsumed capsule lives (we hold it).
-    let tensor = unsafe { &*tensor.as_ptr().cast::<DlTensor>() };
+    };
     let ndim = usize::try_from(tensor.ndim).unwrap_or(0);
     let read = |ptr: *const i64| -> Vec<i64> {
         if ptr.is_null() || ndim == 0 {
@@ -100,23 +161,100 @@ pub(crate) fn dlpack_region(
             expected = expected.saturating_mul(extent);
         }
     }
-    let addr = (tensor.data as usize).wrapping_add(tensor.byte_offset as usize);
-    Ok((
+    let addr = usize::try_from(tensor.byte_offset)
+        .ok()
+        .and_then(|offset| (tensor.data as usize).checked_add(offset))
+        .filter(|addr| addr.checked_add(nbytes).is_some())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "a DLPack tensor at {:#x} + byte_offset {} of {nbytes} bytes passes the end of the address space",
+                tensor.data as usize, tensor.byte_offset
+            ))
+        })?;
+    if tensor.data.is_null() && nbytes > 0 {
+        return Err(PyValueError::new_err(format!(
+            "a DLPack tensor of {nbytes} bytes at a null data pointer"
+        )));
+    }
+    Ok(Tensor {
         addr,
         nbytes,
-        tensor.device.device_type,
-        tensor.device.device_id,
+        device_type: tensor.device.device_type,
+        device_id: tensor.device.device_id,
+        shape,
+        strides,
         contiguous,
+        read_only,
+    })
+}
+
+/// `(address, nbytes, device_type, device_id, c_contiguous)` of the tensor
+/// in a `"dltensor"` or `"dltensor_versioned"` capsule. `device_type` is
+/// DLPack's: 1 CPU, 2 CUDA, 3 CUDA host (pinned), 13 CUDA managed.
+#[pyfunction]
+pub(crate) fn dlpack_region(
+    capsule: &Bound<'_, PyAny>,
+) -> PyResult<(usize, usize, i32, i32, bool)> {
+    let tensor = tensor_of(capsule)?;
+    Ok((
+        tensor.addr,
+        tensor.nbytes,
+        tensor.device_type,
+        tensor.device_id,
+        tensor.contiguous,
     ))
 }
 
-/// Host memory a DLPack capsule describes (a CPU tensor), kept for a
-/// transfer by holding the capsule.
+/// The host memory a DLPack capsule of a CPU (or pinned) tensor describes,
+/// kept for a transfer by holding the capsule. The address and length are
+/// the capsule's own (`data + byte_offset`, shape x item size), never the
+/// caller's. Refuses GPU memory (`TypeError`), a strided tensor
+/// (`hostcopy.NotContiguous`) and, for a destination (`writable`), a tensor
+/// its versioned capsule marks read-only (`hostcopy.ReadOnlyBuffer`); an
+/// unversioned capsule cannot mark one, and producers of immutable arrays
+/// are refused by the Python half before they get here.
 #[pyfunction]
 pub(crate) fn dlpack_host_memory(
     capsule: Bound<'_, PyAny>,
-    addr: usize,
-    len: usize,
-) -> crate::buffer::HostMemory {
-    crate::buffer::HostMemory::owned_by(addr, len, capsule.unbind())
+    writable: bool,
+    side: &str,
+) -> PyResult<crate::buffer::HostMemory> {
+    let py = capsule.py();
+    let tensor = tensor_of(&capsule)?;
+    if !matches!(tensor.device_type, DL_CPU | DL_CUDA_HOST) {
+        return Err(PyTypeError::new_err(format!(
+            "{side} is not host memory (DLPack device type {}, device {}); host memory is expected here",
+            tensor.device_type, tensor.device_id
+        )));
+    }
+    if !tensor.contiguous {
+        let message = format!(
+            "{side} is strided (shape {:?}, strides {:?} in elements): a transfer moves one contiguous run of bytes",
+            tensor.shape, tensor.strides
+        );
+        return Err(crate::packing::error(
+            py,
+            "NotContiguous",
+            message,
+            [
+                ("side", side.into_pyobject(py)?.into_any()),
+                ("shape", tensor.shape.into_pyobject(py)?.into_any()),
+                ("strides", tensor.strides.into_pyobject(py)?.into_any()),
+            ],
+        ));
+    }
+    if writable && tensor.read_only {
+        return Err(crate::buffer::read_only(
+            py,
+            side,
+            tensor.nbytes,
+            "a DLPack tensor its producer marked read-only",
+        ));
+    }
+    Ok(crate::buffer::HostMemory::owned_by(
+        tensor.addr,
+        tensor.nbytes,
+        writable,
+        capsule.unbind(),
+    ))
 }

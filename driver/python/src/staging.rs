@@ -357,6 +357,7 @@ impl PyStager {
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
+        dst.get().check_writable(py, "dst")?;
         let host = host_range(py, dst.get(), dst_offset, nbytes, "copy_to_host", "dst")?;
         let id = slf.get().stage(
             py,
@@ -367,8 +368,15 @@ impl PyStager {
             wait_for,
             order_before,
             blocking,
-            // SAFETY: `dst`'s export is held until the transfer finishes:
-            // by this call when blocking, by the `Transfer` otherwise.
+            // SAFETY: `host` lies inside `dst` (`host_range`), checked
+            // writable above, and `dst` is held until the transfer finishes:
+            // by this call when blocking, by the `Transfer` otherwise. What
+            // that keeps depends on the memory: a buffer export also stops
+            // the exporter resizing it (a `bytearray`); DLPack memory is held
+            // only by its capsule, which keeps the owner object alive but
+            // not its storage (torch's `resize_` frees it). That rests on the
+            // caller's promise, stated in the Python API: do not resize or
+            // free the storage of either side while a transfer runs.
             move |stager, view| unsafe { stager.start_device_to_host_unchecked(host, view, 0) },
         )?;
         Ok(id.map(|id| Transfer::new(slf.unbind(), id, dst.unbind())))
@@ -403,9 +411,14 @@ impl PyStager {
             wait_for,
             order_before,
             blocking,
-            // SAFETY: `src`'s export is held until the transfer finishes;
-            // the device range is the caller's to keep unshared meanwhile
-            // (the Python API's promise).
+            // SAFETY: `host` lies inside `src` (`host_range`), held until
+            // the transfer finishes (by this call when blocking, by the
+            // `Transfer` otherwise): a buffer export, or for DLPack memory
+            // only its capsule, which keeps the owner alive but not its
+            // storage. The storage staying allocated, and the device range
+            // unshared, rest on the caller's promise (the Python API's): do
+            // not resize or free the storage of either side while a transfer
+            // runs.
             move |stager, view| unsafe { stager.start_host_to_device_unchecked(view, 0, host) },
         )?;
         Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
@@ -429,6 +442,7 @@ impl PyStager {
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
+        dst.get().check_writable(py, "dst")?;
         let host = dst.get().range();
         let blocks = to_blocks(&blocks)?;
         let id = slf.get().stage(
@@ -440,8 +454,10 @@ impl PyStager {
             wait_for,
             order_before,
             blocking,
-            // SAFETY: as in `device_to_host`: `dst`'s export is held until
-            // the transfer finishes.
+            // SAFETY: as in `device_to_host`: `dst`, checked writable above,
+            // is held until the transfer finishes, and its storage stays
+            // allocated by the caller's promise where it is DLPack memory;
+            // every block lies inside it (the stager checks the batch).
             move |stager, view| unsafe {
                 stager.start_device_to_host_blocks_unchecked(host, view, &blocks)
             },
@@ -478,9 +494,10 @@ impl PyStager {
             wait_for,
             order_before,
             blocking,
-            // SAFETY: as in `host_to_device`: `src`'s export is held until
-            // the transfer finishes; the device blocks are the caller's to
-            // keep unshared meanwhile.
+            // SAFETY: as in `host_to_device`: `src` is held until the
+            // transfer finishes, and its storage stays allocated (DLPack
+            // memory) and the device blocks unshared by the caller's
+            // promise; every block lies inside both (the stager checks).
             move |stager, view| unsafe {
                 stager.start_host_to_device_blocks_unchecked(view, host, &blocks)
             },
@@ -501,17 +518,34 @@ fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
                 range.len
             )));
         }
+        // Each word is read once, here, and only the copy is checked and
+        // used: what the stager checks is what it queues.
+        let words: Vec<u64> = (0..range.len / 8)
+            .map(|index| {
+                let at = core::ptr::with_exposed_provenance::<u64>(range.addr + 8 * index);
+                // SAFETY: `index < range.len / 8`: inside the memory, which
+                // `memory` keeps (its export or owner) for this call. Read
+                // through a raw pointer, unaligned (a buffer need not be
+                // 8-aligned), with no reference to the memory formed. The
+                // GIL does not stop another thread writing it (numpy code
+                // that released the GIL may); the Python half passes a
+                // fresh private copy, so no other code holds the array. A
+                // caller of `_native` that passes memory it writes meanwhile
+                // makes this a data race, which Rust does not define; on the
+                // machine, a racing write can only tear the plain `u64`s
+                // read here, and every value is range-checked after the read
+                // (below, and by the stager for the batch), so a torn block
+                // is refused or copies bytes inside both memories.
+                unsafe { at.read_unaligned() }
+            })
+            .collect();
         let word = |index: usize| -> PyResult<usize> {
-            let at = core::ptr::with_exposed_provenance::<u64>(range.addr + 8 * index);
-            // SAFETY: `index < range.len / 8`: inside the buffer, whose
-            // export `memory` holds for this call (with the GIL, so no
-            // Python code writes it meanwhile); read unaligned.
-            let value = unsafe { at.read_unaligned() };
+            let value = words[index];
             usize::try_from(value).map_err(|_| {
                 PyValueError::new_err(format!("blocks[{}]: {value} does not fit", index / 3))
             })
         };
-        return (0..range.len / 24)
+        return (0..words.len() / 3)
             .map(|i| Ok(Block::new(word(3 * i)?, word(3 * i + 1)?, word(3 * i + 2)?)))
             .collect();
     }

@@ -423,6 +423,111 @@ def test_a_jax_array_is_refused_as_a_destination():
         hostcopy.Stager.copy_to_device(object.__new__(hostcopy.Stager), Array(), b"")
 
 
+class VersionedHostArray(HostArray):
+    """A host array whose ``__dlpack__`` takes ``max_version``, as DLPack 1.0
+    producers do: numpy then hands out a versioned capsule, with the
+    read-only flag set for a read-only array."""
+
+    def __dlpack__(self, stream=None, max_version=None):
+        return self.numpy_array.__dlpack__(max_version=max_version)
+
+
+class JaxLikeHostArray(HostArray):
+    """What a jax CPU array looks like to the type check: an immutable
+    array whose unversioned capsule cannot say it is read-only."""
+
+    __module__ = "jaxlib.xla_extension"
+
+
+def versioned_capsule(numpy, array):
+    try:
+        capsule = array.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        pytest.skip("this numpy has no DLPack 1.0 export (numpy >= 2.1 has)")
+    assert "dltensor_versioned" in repr(capsule)
+    return capsule
+
+
+def test_dlpack_host_memory_takes_its_address_and_length_from_the_capsule(sim, numpy):
+    native = hostcopy._native
+    array = numpy.zeros(100, numpy.uint16)
+    tail = array[10:]  # past the start of its buffer: data or byte_offset says so
+    assert len(native.dlpack_host_memory(tail.__dlpack__(), True, "dst")) == tail.nbytes == 180
+    with pytest.raises(TypeError):
+        native.dlpack_host_memory(tail.__dlpack__(), 0x1000, 16)  # no address or length from Python
+    strided = numpy.zeros((8, 8), numpy.uint16)[:, :4]
+    with pytest.raises(hostcopy.NotContiguous) as refused:
+        native.dlpack_host_memory(strided.__dlpack__(), False, "src")
+    assert (refused.value.side, list(refused.value.shape), list(refused.value.strides)) == ("src", [8, 4], [8, 1])
+
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(180, 41)
+    stager.copy_to_host(HostArray(tail), sim.array(device, data))
+    assert tail.tobytes() == data and not array[:10].any(), "written where the capsule says, nowhere else"
+    sim.assert_no_violations(device)
+
+
+def test_host_memory_not_checked_writable_is_refused_as_a_destination(sim):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(64, 43))
+    native = hostcopy._native
+    for target in (bytes(64), bytearray(64)):
+        memory = native.host_memory(target, False, "dst")  # checked as a source only
+        with pytest.raises(hostcopy.ReadOnlyBuffer) as refused:
+            stager._native.device_to_host(memory, 0, source.ptr, source, 64, [1], None, True)
+        assert (refused.value.side, refused.value.len) == ("dst", 64)
+        with pytest.raises(hostcopy.ReadOnlyBuffer):
+            stager._native.device_to_host_blocks(memory, source.ptr, source, 64, [(0, 0, 64)], [1], None, True)
+        assert bytes(target) == bytes(64), "nothing written into memory taken as a source"
+    writable = bytearray(64)
+    stager._native.device_to_host(native.host_memory(writable, True, "dst"), 0, source.ptr, source, 64, [1], None, True)
+    assert bytes(writable) == pattern(64, 43)
+    assert sim.state(device)["host_fns_run"] == 1, "nothing ran for the refused transfers"
+    sim.assert_no_violations(device)
+
+
+def test_a_versioned_capsule_marked_read_only_is_refused_as_a_destination(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(CHUNK + 5, 45)
+    source = sim.array(device, data)
+    read_only = numpy.frombuffer(bytes(len(data)), numpy.uint8)
+    versioned_capsule(numpy, read_only)
+    with pytest.raises(hostcopy.ReadOnlyBuffer) as refused:
+        stager.copy_to_host(VersionedHostArray(read_only), source)
+    assert (refused.value.side, refused.value.len) == ("dst", len(data))
+    with pytest.raises(hostcopy.ReadOnlyBuffer):
+        stager.copy_blocks_to_host(VersionedHostArray(read_only), source, [(0, 0, 16)])
+    assert not read_only.any()
+    # A source may be read-only; a writable array is a destination as before.
+    target = sim.array(device, bytes(len(data)))
+    stager.copy_to_device(target, VersionedHostArray(numpy.frombuffer(data, numpy.uint8)))
+    assert target.read() == data
+    writable = numpy.zeros(len(data), numpy.uint8)
+    stager.copy_to_host(VersionedHostArray(writable), source)
+    assert writable.tobytes() == data
+    sim.assert_no_violations(device)
+
+
+def test_a_jax_host_array_is_refused_as_a_destination(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(4096, 47)
+    source = sim.array(device, data)
+    immutable = numpy.zeros(len(data), numpy.uint8)
+    with pytest.raises(TypeError, match="immutable"):
+        stager.copy_to_host(JaxLikeHostArray(immutable), source)
+    with pytest.raises(TypeError, match="immutable"):
+        stager.copy_blocks_to_host(JaxLikeHostArray(immutable), source, [(0, 0, 16)])
+    assert not immutable.any()
+    target = sim.array(device, bytes(len(data)))
+    stager.copy_to_device(target, JaxLikeHostArray(numpy.frombuffer(data, numpy.uint8).copy()))
+    assert target.read() == data, "a jax array is a source like any other"
+    sim.assert_no_violations(device)
+
+
 def scattered(count: int, block: int) -> list[tuple[int, int, int]]:
     """Blocks of unequal sizes at device slots out of order, packed on the host with gaps."""
     blocks, host = [], 5
