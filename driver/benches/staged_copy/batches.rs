@@ -752,7 +752,6 @@ fn one_transfer(context: &Context, options: &Options, report: &mut Report) -> Re
     } else {
         &ONE_TRANSFER_TARGETS[..]
     };
-    let runs = options.runs;
     let mut stager = Stager::new(context)?;
     for &(bytes, d2h_target, h2d_target) in sizes {
         if host_available() < 3 * bytes {
@@ -762,96 +761,138 @@ fn one_transfer(context: &Context, options: &Options, report: &mut Report) -> Re
             ));
             continue;
         }
-        let source = filled(bytes, 31);
-        let mut device = DeviceBuffer::new(context, bytes)?;
-        device.copy_from_host(0, &source)?;
-        let mut host = filled(bytes, 32);
-        let mut back = filled(bytes, 33);
-
-        let group = format!(
-            "one transfer, {} D2H (x pinned: pinned D2H of the same size)",
-            size(bytes)
-        );
-        let pinned = paths::pinned(
-            context,
-            &mut stager,
-            &mut device,
-            Direction::D2H,
-            bytes,
-            runs,
-        )?;
-        let link = gbps(bytes, &pinned);
-        report
-            .rows
-            .push(row(&group, "pinned (link)", bytes, &pinned, link, f64::NAN));
-        let mut ratios = Vec::new();
-        for scope in [false, true] {
-            fill(&mut host, 33);
-            let staged = if scope {
-                paths::staged_d2h(&mut stager, &device, &mut host, runs)?
-            } else {
-                paths::staged_d2h_blocking(&mut stager, &device, &mut host, runs)?
-            };
-            let path = one_transfer_path(scope);
-            check_same(
-                &format!("one transfer D2H {}, {path}", size(bytes)),
-                &host,
-                &source,
+        let mut memory = TransferMemory::new(context, bytes, 31)?;
+        for (direction, target) in [(Direction::D2H, d2h_target), (Direction::H2D, h2d_target)] {
+            let name = direction_name(direction);
+            let group = format!(
+                "one transfer, {} {name} (x pinned: pinned {name} of the same size)",
+                size(bytes)
             );
-            ratios.push(format!(
-                "{path} {:.1}%",
-                100.0 * gbps(bytes, &staged) / link
+            let link = link_row(
+                context,
+                &mut stager,
+                &mut memory,
+                direction,
+                &group,
+                options,
+                report,
+            )?;
+            let mut ratios = Vec::new();
+            for (scope, seed) in [(false, 34), (true, 35)] {
+                let path = one_transfer_path(scope);
+                let label = format!("one transfer {name} {}, {path}", size(bytes));
+                let staged =
+                    memory.staged(&mut stager, direction, scope, seed, options.runs, &label)?;
+                ratios.push(format!(
+                    "{path} {:.1}%",
+                    100.0 * gbps(bytes, &staged) / link
+                ));
+                report
+                    .rows
+                    .push(row(&group, path, bytes, &staged, link, f64::NAN));
+            }
+            report.notes.push(format!(
+                "one transfer, {name} {} of pinned (target >= {target}%): {}",
+                size(bytes),
+                ratios.join(", ")
             ));
-            report
-                .rows
-                .push(row(&group, path, bytes, &staged, link, f64::NAN));
         }
-        one_transfer_note(report, "D2H", bytes, d2h_target, &ratios);
-
-        let group = format!(
-            "one transfer, {} H2D (x pinned: pinned H2D of the same size)",
-            size(bytes)
-        );
-        let pinned = paths::pinned(
-            context,
-            &mut stager,
-            &mut device,
-            Direction::H2D,
-            bytes,
-            runs,
-        )?;
-        let link = gbps(bytes, &pinned);
-        report
-            .rows
-            .push(row(&group, "pinned (link)", bytes, &pinned, link, f64::NAN));
-        let mut ratios = Vec::new();
-        for (scope, seed) in [(false, 34), (true, 35)] {
-            // A pattern per row: one that wrote nothing would leave the
-            // previous row's bytes.
-            fill(&mut host, seed);
-            let staged = if scope {
-                paths::staged_h2d(&mut stager, &mut device, &host, runs)?
-            } else {
-                paths::staged_h2d_blocking(&mut stager, &mut device, &host, runs)?
-            };
-            let path = one_transfer_path(scope);
-            device.copy_to_host(0, &mut back)?;
-            check_same(
-                &format!("one transfer H2D {}, {path}", size(bytes)),
-                &back,
-                &host,
-            );
-            ratios.push(format!(
-                "{path} {:.1}%",
-                100.0 * gbps(bytes, &staged) / link
-            ));
-            report
-                .rows
-                .push(row(&group, path, bytes, &staged, link, f64::NAN));
-        }
-        one_transfer_note(report, "H2D", bytes, h2d_target, &ratios);
     }
     Ok(())
+}
+
+/// A device buffer holding a known pattern and the host memory a transfer
+/// of it goes to and comes from.
+struct TransferMemory {
+    source: Vec<u8>,
+    device: DeviceBuffer,
+    host: Vec<u8>,
+    back: Vec<u8>,
+}
+
+impl TransferMemory {
+    fn new(context: &Context, bytes: usize, seed: u64) -> Result<TransferMemory, Error> {
+        let source = filled(bytes, seed);
+        let mut device = DeviceBuffer::new(context, bytes)?;
+        device.copy_from_host(0, &source)?;
+        Ok(TransferMemory {
+            source,
+            device,
+            host: filled(bytes, seed + 1),
+            back: filled(bytes, seed + 2),
+        })
+    }
+
+    /// One staged path, timed, then checked byte for byte: D2H into the
+    /// host memory, or H2D of the host memory filled with `seed` (a
+    /// pattern per row: one that wrote nothing would leave the previous
+    /// row's bytes), read back.
+    fn staged(
+        &mut self,
+        stager: &mut Stager,
+        direction: Direction,
+        scope: bool,
+        seed: u64,
+        runs: usize,
+        label: &str,
+    ) -> Result<Timed, Error> {
+        fill(&mut self.host, seed);
+        Ok(match direction {
+            Direction::D2H => {
+                let staged = if scope {
+                    paths::staged_d2h(stager, &self.device, &mut self.host, runs)?
+                } else {
+                    paths::staged_d2h_blocking(stager, &self.device, &mut self.host, runs)?
+                };
+                check_same(label, &self.host, &self.source);
+                staged
+            }
+            Direction::H2D => {
+                let staged = if scope {
+                    paths::staged_h2d(stager, &mut self.device, &self.host, runs)?
+                } else {
+                    paths::staged_h2d_blocking(stager, &mut self.device, &self.host, runs)?
+                };
+                self.device.copy_to_host(0, &mut self.back)?;
+                check_same(label, &self.back, &self.host);
+                staged
+            }
+        })
+    }
+}
+
+fn direction_name(direction: Direction) -> &'static str {
+    match direction {
+        Direction::D2H => "D2H",
+        Direction::H2D => "H2D",
+    }
+}
+
+/// Times pinned memory of the transfer's size in `direction`, pushes its
+/// row to `group` and returns its GB/s (the link).
+fn link_row(
+    context: &Context,
+    stager: &mut Stager,
+    memory: &mut TransferMemory,
+    direction: Direction,
+    group: &str,
+    options: &Options,
+    report: &mut Report,
+) -> Result<f64, Error> {
+    let bytes = memory.source.len();
+    let pinned = paths::pinned(
+        context,
+        stager,
+        &mut memory.device,
+        direction,
+        bytes,
+        options.runs,
+    )?;
+    let link = gbps(bytes, &pinned);
+    report
+        .rows
+        .push(row(group, "pinned (link)", bytes, &pinned, link, f64::NAN));
+    Ok(link)
 }
 
 /// Chunk sizes and staging buffers tried for one transfer: (chunk MiB,
@@ -873,29 +914,24 @@ fn one_transfer_chunks(
     } else {
         (&[64 << 20, 256 << 20], &CHUNK_CONFIGS[..])
     };
-    let runs = options.runs;
     let mut reference = Stager::new(context)?;
     for &bytes in sizes {
-        let source = filled(bytes, 41);
-        let mut device = DeviceBuffer::new(context, bytes)?;
-        device.copy_from_host(0, &source)?;
-        let mut host = filled(bytes, 42);
-        let mut back = filled(bytes, 43);
+        let mut memory = TransferMemory::new(context, bytes, 41)?;
         for direction in [Direction::D2H, Direction::H2D] {
-            let name = match direction {
-                Direction::D2H => "D2H",
-                Direction::H2D => "H2D",
-            };
+            let name = direction_name(direction);
             let group = format!(
                 "one transfer, {} {name}, by chunk and buffers (x pinned: pinned {name} of the same size)",
                 size(bytes)
             );
-            let pinned =
-                paths::pinned(context, &mut reference, &mut device, direction, bytes, runs)?;
-            let link = gbps(bytes, &pinned);
-            report
-                .rows
-                .push(row(&group, "pinned (link)", bytes, &pinned, link, f64::NAN));
+            let link = link_row(
+                context,
+                &mut reference,
+                &mut memory,
+                direction,
+                &group,
+                options,
+                report,
+            )?;
             let mut ratios = Vec::new();
             for (seed, &(chunk_mib, buffers)) in (44..).zip(configs) {
                 let built = StagingOptions::builder()
@@ -904,23 +940,9 @@ fn one_transfer_chunks(
                     .build()?;
                 let mut stager = Stager::with_options(context, built)?;
                 let path = format!("staged, {chunk_mib} MiB x {buffers} buffers");
-                let staged = match direction {
-                    Direction::D2H => {
-                        fill(&mut host, seed);
-                        let staged =
-                            paths::staged_d2h_blocking(&mut stager, &device, &mut host, runs)?;
-                        check_same(&format!("{group}, {path}"), &host, &source);
-                        staged
-                    }
-                    Direction::H2D => {
-                        fill(&mut host, seed);
-                        let staged =
-                            paths::staged_h2d_blocking(&mut stager, &mut device, &host, runs)?;
-                        device.copy_to_host(0, &mut back)?;
-                        check_same(&format!("{group}, {path}"), &back, &host);
-                        staged
-                    }
-                };
+                let label = format!("{group}, {path}");
+                let staged =
+                    memory.staged(&mut stager, direction, false, seed, options.runs, &label)?;
                 ratios.push(format!(
                     "{chunk_mib}x{buffers} {:.1}%",
                     100.0 * gbps(bytes, &staged) / link
@@ -945,18 +967,4 @@ fn one_transfer_path(scope: bool) -> &'static str {
     } else {
         "staged, blocking call"
     }
-}
-
-fn one_transfer_note(
-    report: &mut Report,
-    direction: &str,
-    bytes: usize,
-    target: u32,
-    ratios: &[String],
-) {
-    report.notes.push(format!(
-        "one transfer, {direction} {} of pinned (target >= {target}%): {}",
-        size(bytes),
-        ratios.join(", ")
-    ));
 }
