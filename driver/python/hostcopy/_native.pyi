@@ -196,8 +196,14 @@ class Stager:
 class Transfer:
     """A copy under way (``copy_to_host``/``copy_to_device`` with ``blocking=False``)."""
 
-    def wait(self) -> None: ...
-    def done(self) -> bool: ...
+    def wait(self) -> None:
+        """Waits until the bytes have arrived (after another thread's ``wait()``
+        on the same stager, if one is under way); the transfer's error, if
+        any, the same every time. After the stager's ``close()``, which waited
+        for every copy, it reports how this one ended."""
+    def done(self) -> bool:
+        """Whether the bytes have arrived, without waiting for them or for the
+        stager: ``False`` while another thread's ``wait()`` is finishing it."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

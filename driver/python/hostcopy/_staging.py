@@ -287,7 +287,9 @@ class Stager:
         )
 
     def close(self) -> None:
-        """Frees the staging buffers once queued transfers have finished."""
+        """Waits for every transfer in flight, then frees the staging buffers.
+        Later transfers raise ``ValueError``; ``wait()`` on an earlier
+        ``Transfer`` returns how it ended."""
         self._native.close()
 
     def __enter__(self) -> "Stager":

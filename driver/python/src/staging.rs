@@ -5,13 +5,15 @@
 //! keeps ownership. The GIL is released for every driver call and for the
 //! whole of a blocking transfer.
 //!
-//! The stager owns its transfers in flight: a `Transfer` names one by its
-//! id. Finishing one, or closing the stager (which finishes every one
-//! first), happens under the stager's lock, so a second `wait()` returns
-//! only after the first has seen the bytes arrive, and host memory is let
-//! go only once its transfer is finished.
+//! A `Transfer` holds the Rust layer's `PendingTransfer` itself; the
+//! stager keeps no list of them. Finishing one happens under the stager's
+//! lock, so a second `wait()` returns only after the first has seen the
+//! bytes arrive. Closing drops the `Stager`, whose drop waits for all the
+//! work queued on its streams (every copy of every transfer in flight), so
+//! that a `wait()` afterwards only asks the driver how the copies ended.
+//! Host memory is let go only once its transfer is finished, or dropped
+//! (which waits for its copies, or keeps what they touch for good).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hostcopy_driver::HostRange;
@@ -32,17 +34,6 @@ use crate::errors::{invalid_option, layer_error};
 /// is released the next time Python runs (pyo3's reference pool).
 struct PyOwner(#[allow(dead_code)] Py<PyAny>);
 
-/// What the stager's lock guards.
-struct State {
-    /// `None` once closed.
-    stager: Option<Stager>,
-    /// Non-blocking transfers not finished yet, by id.
-    pending: HashMap<u64, PendingTransfer>,
-    /// How each finished transfer ended, by id, until its `Transfer` goes.
-    outcomes: HashMap<u64, Result<(), Error>>,
-    next_id: u64,
-}
-
 /// A stager of one device, shared by Python threads (one transfer starts
 /// or finishes at a time; the copies themselves overlap).
 #[pyclass(module = "hostcopy._native", name = "Stager", frozen)]
@@ -51,16 +42,29 @@ pub(crate) struct PyStager {
     /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`, read
     /// without the lock (which a blocking transfer holds).
     options: (usize, usize, usize, bool, usize),
-    state: Mutex<State>,
+    /// `None` once closed.
+    stager: Mutex<Option<Stager>>,
 }
 
 /// A non-blocking transfer: `wait()` for it; dropped unwaited, it waits.
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct Transfer {
     stager: Py<PyStager>,
-    id: u64,
+    /// Changed only under the stager's lock (so that waiters queue behind
+    /// one another there), read alone by `done()`; never held while waiting
+    /// for the stager's lock, nor while a transfer is finished.
+    progress: Mutex<Progress>,
     /// The host memory, held until the transfer is finished.
     host: Mutex<Option<Py<HostMemory>>>,
+}
+
+/// Where a `Transfer` is.
+enum Progress {
+    Pending(PendingTransfer),
+    /// Taken by a `wait()` that has not returned yet.
+    Finishing,
+    /// How it ended, for every later `wait()`.
+    Ended(Result<(), Error>),
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,29 +79,29 @@ fn closed() -> PyErr {
 }
 
 impl PyStager {
-    /// Runs `f` on the state with the GIL released and the thread's current
+    /// Runs `f` on the stager (`None` once closed) with the GIL released and the thread's current
     /// context kept.
     fn locked<T: Send>(
         &self,
         py: Python<'_>,
         operation: &str,
-        f: impl FnOnce(&mut State, &Context) -> Result<T, Error> + Send,
+        f: impl FnOnce(&mut Option<Stager>, &Context) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
-        py.detach(|| crate::keeping_current(|| f(&mut lock(&self.state), &self.context)))
+        py.detach(|| crate::keeping_current(|| f(&mut lock(&self.stager), &self.context)))
             .map_err(|failure| layer_error(py, operation, "device", failure))
     }
 
     /// Starts a transfer with `start` on the open stager; blocking: waits for
-    /// it; otherwise files it under a new id.
+    /// it; otherwise returns it, for a `Transfer` to hold.
     fn transfer(
         &self,
         py: Python<'_>,
         operation: &str,
         blocking: bool,
         start: impl FnOnce(&mut Stager, &Context) -> Result<PendingTransfer, Error> + Send,
-    ) -> PyResult<Option<u64>> {
-        let started = self.locked(py, operation, |state, context| {
-            let Some(stager) = state.stager.as_mut() else {
+    ) -> PyResult<Option<PendingTransfer>> {
+        let started = self.locked(py, operation, |stager, context| {
+            let Some(stager) = stager.as_mut() else {
                 return Ok(None);
             };
             let pending = start(stager, context)?;
@@ -105,10 +109,7 @@ impl PyStager {
                 stager.finish_pending(pending)?;
                 return Ok(Some(None));
             }
-            let id = state.next_id;
-            state.next_id += 1;
-            state.pending.insert(id, pending);
-            Ok(Some(Some(id)))
+            Ok(Some(Some(pending)))
         })?;
         started.ok_or_else(closed)
     }
@@ -130,7 +131,7 @@ impl PyStager {
         order_before: Option<usize>,
         blocking: bool,
         start: impl FnOnce(&mut Stager, &DeviceView) -> Result<PendingTransfer, Error> + Send,
-    ) -> PyResult<Option<u64>> {
+    ) -> PyResult<Option<PendingTransfer>> {
         self.transfer(py, operation, blocking, move |stager, context| {
             // SAFETY: the owner keeps the memory allocated (the Python
             // API's promise for the arrays it was given).
@@ -302,12 +303,7 @@ impl PyStager {
                 options.h2d_stores() == Stores::Streaming,
                 options.driver_path_below(),
             ),
-            state: Mutex::new(State {
-                stager: Some(stager),
-                pending: HashMap::new(),
-                outcomes: HashMap::new(),
-                next_id: 0,
-            }),
+            stager: Mutex::new(Some(stager)),
         })
     }
 
@@ -322,17 +318,14 @@ impl PyStager {
         self.options
     }
 
-    /// Finishes every transfer in flight, then frees the staging buffers
-    /// and stops the workers, all under the stager's lock. Later
-    /// transfers raise; `wait()` on an earlier one returns how it ended.
+    /// Waits for every transfer in flight (the `Stager`'s drop waits for
+    /// all the work queued on its streams), then frees the staging buffers
+    /// and stops the workers, all under the stager's lock; after an error
+    /// that leaves copies running it keeps them instead. Later transfers
+    /// raise; `wait()` on an earlier one returns how it ended.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.locked(py, "Stager.close", |state, _| {
-            if let Some(mut stager) = state.stager.take() {
-                for (id, pending) in state.pending.drain() {
-                    state.outcomes.insert(id, stager.finish_pending(pending));
-                }
-                drop(stager);
-            }
+        self.locked(py, "Stager.close", |stager, _| {
+            drop(stager.take());
             Ok(())
         })
     }
@@ -359,7 +352,7 @@ impl PyStager {
         let py = slf.py();
         dst.get().check_writable(py, "dst")?;
         let host = host_range(py, dst.get(), dst_offset, nbytes, "copy_to_host", "dst")?;
-        let id = slf.get().stage(
+        let pending = slf.get().stage(
             py,
             "copy_to_host",
             src,
@@ -379,7 +372,7 @@ impl PyStager {
             // free the storage of either side while a transfer runs.
             move |stager, view| unsafe { stager.start_device_to_host_unchecked(host, view, 0) },
         )?;
-        Ok(id.map(|id| Transfer::new(slf.unbind(), id, dst.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
     }
 
     /// Copies `nbytes` bytes from byte `src_offset` of `src` to device
@@ -402,7 +395,7 @@ impl PyStager {
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = host_range(py, src.get(), src_offset, nbytes, "copy_to_device", "src")?;
-        let id = slf.get().stage(
+        let pending = slf.get().stage(
             py,
             "copy_to_device",
             dst,
@@ -421,7 +414,7 @@ impl PyStager {
             // runs.
             move |stager, view| unsafe { stager.start_host_to_device_unchecked(view, 0, host) },
         )?;
-        Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
     }
 
     /// Copies each block `(device_offset, host_offset, nbytes)` from the
@@ -445,7 +438,7 @@ impl PyStager {
         dst.get().check_writable(py, "dst")?;
         let host = dst.get().range();
         let blocks = to_blocks(&blocks)?;
-        let id = slf.get().stage(
+        let pending = slf.get().stage(
             py,
             "copy_blocks_to_host",
             src,
@@ -462,7 +455,7 @@ impl PyStager {
                 stager.start_device_to_host_blocks_unchecked(host, view, &blocks)
             },
         )?;
-        Ok(id.map(|id| Transfer::new(slf.unbind(), id, dst.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
     }
 
     /// Copies each block `(device_offset, host_offset, nbytes)` from `src`
@@ -485,7 +478,7 @@ impl PyStager {
         let py = slf.py();
         let host = src.get().range();
         let blocks = to_blocks(&blocks)?;
-        let id = slf.get().stage(
+        let pending = slf.get().stage(
             py,
             "copy_blocks_to_device",
             dst,
@@ -502,7 +495,7 @@ impl PyStager {
                 stager.start_host_to_device_blocks_unchecked(view, host, &blocks)
             },
         )?;
-        Ok(id.map(|id| Transfer::new(slf.unbind(), id, src.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
     }
 }
 
@@ -585,33 +578,47 @@ fn host_range(
 }
 
 impl Transfer {
-    fn new(stager: Py<PyStager>, id: u64, host: Py<HostMemory>) -> Transfer {
+    fn new(stager: Py<PyStager>, pending: PendingTransfer, host: Py<HostMemory>) -> Transfer {
         Transfer {
             stager,
-            id,
+            progress: Mutex::new(Progress::Pending(pending)),
             host: Mutex::new(Some(host)),
         }
     }
 
     /// Finishes the transfer unless it is finished already; how it ended.
-    /// Under the stager's lock: a second caller waits for the first.
+    /// Under the stager's lock, held until `Ended` is set: a second caller
+    /// waits there for the first.
     fn finish(&self, py: Python<'_>) -> PyResult<()> {
-        let id = self.id;
-        let ended = self
-            .stager
-            .get()
-            .locked(py, "Transfer.wait", move |state, _| {
-                if let Some(pending) = state.pending.remove(&id) {
-                    // Pending transfers exist only while the stager is open
-                    // (closing finishes them first).
-                    let outcome = match state.stager.as_mut() {
-                        Some(stager) => stager.finish_pending(pending),
-                        None => unreachable!("a closed stager has no pending transfer"),
-                    };
-                    state.outcomes.insert(id, outcome);
+        let ended = self.stager.get().locked(py, "Transfer.wait", |stager, _| {
+            // Taken out, not finished under this mutex: `done()` reads
+            // it meanwhile without waiting.
+            let taken = core::mem::replace(&mut *lock(&self.progress), Progress::Finishing);
+            let outcome = match taken {
+                Progress::Ended(outcome) => outcome,
+                Progress::Finishing => {
+                    unreachable!("a transfer is finishing only under the stager's lock")
                 }
-                Ok(state.outcomes.get(&id).copied().unwrap_or(Ok(())))
-            })?;
+                Progress::Pending(pending) => match stager.as_mut() {
+                    Some(stager) => stager.finish_pending(pending),
+                    // Closed meanwhile: the `Stager`'s drop waited for
+                    // all the work queued on its streams, so only how
+                    // the copies ended is left to ask (the query fails
+                    // after an error, as `finish_pending` would; it can
+                    // say "not yet" only after a drain that failed,
+                    // whose sticky error fails it too). Dropped, the
+                    // transfer frees its chunk records, or keeps what
+                    // its copies touch for good if they may still run.
+                    None => {
+                        let ended = pending.is_finished().map(drop);
+                        drop(pending);
+                        ended
+                    }
+                },
+            };
+            *lock(&self.progress) = Progress::Ended(outcome);
+            Ok(outcome)
+        })?;
         // Finished, or given up on with what a copy may touch kept by the
         // layer: the host memory may go.
         lock(&self.host).take();
@@ -627,18 +634,19 @@ impl Transfer {
         self.finish(py)
     }
 
-    /// Whether the bytes have arrived, without waiting for them (it may wait
-    /// for another thread's call on the same stager).
+    /// Whether the bytes have arrived, without waiting for them, nor for
+    /// the stager: `False` while another thread's `wait()` is finishing it.
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
-        let id = self.id;
-        self.stager
-            .get()
-            .locked(py, "Transfer.done", move |state, _| {
-                match state.pending.get(&id) {
-                    Some(pending) => pending.is_finished(),
-                    None => Ok(true),
-                }
+        // The transfer's own mutex only, never the stager's: a blocking
+        // copy or a `wait()` holds that one for as long as it waits.
+        py.detach(|| {
+            crate::keeping_current(|| match &*lock(&self.progress) {
+                Progress::Pending(pending) => pending.is_finished(),
+                Progress::Finishing => Ok(false),
+                Progress::Ended(_) => Ok(true),
             })
+        })
+        .map_err(|failure| layer_error(py, "Transfer.done", "device", failure))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -664,20 +672,18 @@ impl Transfer {
 
 impl Drop for Transfer {
     fn drop(&mut self) {
-        // Dropped unwaited: wait here, so that the arrays it holds are
+        // Dropped unwaited: finish here, through the stager (which drains
+        // its streams after an error), so that the arrays it holds are
         // released only after the copy. A failure cannot be raised from a
         // destructor; it is reported as an unraisable error.
-        Python::attach(|py| {
-            let unwaited = lock(&self.host).is_some();
-            if unwaited && let Err(failure) = self.finish(py) {
-                failure.write_unraisable(py, None);
-            }
-            let id = self.id;
-            let _ = self.stager.get().locked(py, "Transfer", move |state, _| {
-                state.outcomes.remove(&id);
-                Ok(())
+        let unwaited = matches!(*lock(&self.progress), Progress::Pending(_));
+        if unwaited {
+            Python::attach(|py| {
+                if let Err(failure) = self.finish(py) {
+                    failure.write_unraisable(py, None);
+                }
             });
-        });
+        }
     }
 }
 

@@ -381,6 +381,68 @@ def test_close_on_another_thread_keeps_the_destination_until_its_copy_ran(sim, n
     assert alive() is None
 
 
+def test_a_thousand_transfers_waited_or_dropped_leave_nothing_behind(sim, numpy):
+    # A Transfer holds its pending transfer itself: waited or dropped, it
+    # lets go of its events, chunk records and arrays, with the stager open.
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(CHUNK + 17, 47)
+    source = sim.array(device, data)
+    target = sim.array(device, bytes(CHUNK + 17))
+    stager.copy_to_host(numpy.empty(CHUNK + 17, numpy.uint8), source)  # the stager's own events made
+    before = sim.state(device)
+    most = 0
+    hosts = []
+    for i in range(1000):
+        host = numpy.frombuffer(bytearray(data), numpy.uint8) if i % 4 >= 2 else numpy.zeros(CHUNK + 17, numpy.uint8)
+        hosts.append(weakref.ref(host))
+        if i % 4 >= 2:
+            transfer = stager.copy_to_device(target, host, blocking=False)
+        else:
+            transfer = stager.copy_to_host(host, source, blocking=False)
+        if i % 2:
+            transfer.wait()
+            assert transfer.done()
+            if i % 4 < 2:
+                assert host.tobytes() == data
+        del host, transfer  # the even ones dropped unwaited: they wait
+        most = max(most, sim.state(device)["events"])
+    assert [ref for ref in hosts if ref() is not None] == [], "host arrays kept after their transfers"
+    after = sim.state(device)
+    assert most <= before["events"] + 8, f"{most} events alive at once, {before['events']} before"
+    assert after["events"] <= before["events"] + 8
+    assert after["device_allocations"] == before["device_allocations"]
+    assert after["host_allocations"] == before["host_allocations"]
+    assert target.read() == data
+    stager.close()
+    sim.assert_no_violations(device)
+
+
+def test_done_answers_without_waiting_for_the_stager(sim, numpy):
+    # done() asks the transfer's own events: another thread's blocking copy
+    # holding the stager does not hold it up.
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(2 * CHUNK, 49)
+    source = sim.array(device, data)
+    dst = numpy.zeros(2 * CHUNK, numpy.uint8)
+    sim.hold(device)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    copier = threading.Thread(target=lambda: stager.copy_to_host(numpy.zeros(2 * CHUNK, numpy.uint8), source))
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        copier.start()
+        threading.Event().wait(0.2)  # the copier holds the stager, waiting for the device
+        assert transfer.done() is False
+        sim.release(device)
+        copier.join()
+        transfer.wait()
+        assert transfer.done() and dst.tobytes() == data
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    stager.close()
+
+
 def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy):
     device = sim.device()
     stager = small_stager(device)
