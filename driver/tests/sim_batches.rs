@@ -337,8 +337,13 @@ fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
     );
     let source = DeviceBuffer::new(&device.context, 100).unwrap();
     let mut host = vec![0u8; 100];
+    // Held, so that neither event completes before the transfer: one the
+    // driver reports complete is let go by the next `wait_for` (it has
+    // nothing left to wait for).
+    sim::hold(device.ordinal);
     stager.wait_for(first.as_stream()).unwrap();
     stager.wait_for(second.as_stream()).unwrap();
+    sim::release(device.ordinal);
     sim::fail_call(device.ordinal, "cuEventSynchronize", 2, 2);
     assert!(
         stager.device_to_host(&mut host, &source).is_err(),
