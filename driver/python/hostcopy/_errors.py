@@ -101,7 +101,11 @@ class ReadOnlyBuffer(PackError):
 
 
 class IntegerOutOfRange(PackError):
-    """An address, offset or length that is negative or wider than a pointer (``name``, ``value``, ``max``)."""
+    """An address, offset or length that is negative or wider than a pointer (``name``, ``value``, ``max``).
+
+    ``name`` is the argument's (``"nbytes"``, ``"dst_offset"``), for a
+    block its index and field (``"blocks[3].host_offset"``); ``value`` the
+    integer given, ``max`` the largest a word holds."""
 
     name: str
     value: int
@@ -126,7 +130,10 @@ class CudaError(RuntimeError):
 
 
 class NotDeviceMemory(ValueError):
-    """The device side of a transfer is not GPU memory, as the driver reports it (``side``, ``addr``)."""
+    """The device side of a transfer is not GPU memory (``side``, ``addr``): host memory
+    (a CPU tensor or numpy array through DLPack, a buffer-protocol object), or
+    an address the driver does not know as device memory. ``addr`` is 0 where
+    it could not be read."""
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)

@@ -130,7 +130,10 @@ class Stager:
     """A stager of one device. The count options are integers in
     ``operator.index``'s sense (not ``bool``); one outside the Rust builder's
     range, or no integer, raises ``hostcopy.InvalidOption`` before any
-    driver call."""
+    driver call. A transfer's offsets, ``nbytes`` and block fields are
+    integers in the same sense (``TypeError`` otherwise), each a word
+    (``hostcopy.IntegerOutOfRange`` otherwise, naming it); ``blocks`` is a
+    sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers."""
 
     def __new__(
         cls,
@@ -150,10 +153,12 @@ class Stager:
     def device_to_host(
         self,
         dst: HostMemory,
-        dst_offset: int,
+        dst_offset: SupportsIndex,
         src: int,
+        src_len: int,
         src_owner: object,
-        nbytes: int,
+        src_offset: SupportsIndex,
+        nbytes: Optional[SupportsIndex],
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
@@ -161,10 +166,12 @@ class Stager:
     def host_to_device(
         self,
         dst: int,
+        dst_len: int,
         dst_owner: object,
+        dst_offset: SupportsIndex,
         src: HostMemory,
-        src_offset: int,
-        nbytes: int,
+        src_offset: SupportsIndex,
+        nbytes: Optional[SupportsIndex],
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
@@ -175,7 +182,7 @@ class Stager:
         src: int,
         src_owner: object,
         src_nbytes: int,
-        blocks: Union[Sequence[tuple[int, int, int]], HostMemory],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
@@ -186,7 +193,7 @@ class Stager:
         dst_owner: object,
         dst_nbytes: int,
         src: HostMemory,
-        blocks: Union[Sequence[tuple[int, int, int]], HostMemory],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,

@@ -6,7 +6,16 @@ The device side may be a cuda.core ``Buffer``, anything with ``__dlpack__``
 (numba device arrays, cupy, torch). The host side may be anything with the
 buffer protocol (numpy arrays, ``bytearray``, ``memoryview``, ``mmap``;
 ``bytes`` as a source) or a CPU tensor through DLPack. Both must be
-C-contiguous; a destination must be writable.
+C-contiguous; a destination must be writable. Host memory given as the
+device side (a CPU tensor, a numpy array, any buffer) raises
+``NotDeviceMemory``.
+
+``nbytes``, ``dst_offset``, ``src_offset`` and every field of a block are
+integers in ``operator.index``'s sense (``int``, numpy integer scalars;
+not ``bool``, ``float`` or ``str``, which raise ``TypeError``); one that
+is negative or wider than the platform's word raises ``IntegerOutOfRange``
+naming it (``nbytes``, ``blocks[3].host_offset``). The native module
+recognises them (src/integers.rs, src/blocks.rs).
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import threading
 from typing import Any, Optional, Sequence, SupportsIndex, TypedDict, Union
 
 from . import _native
-from ._errors import NotContiguous, NotDeviceMemory, OutOfBounds, ReadOnlyBuffer
+from ._errors import NotContiguous, NotDeviceMemory, ReadOnlyBuffer
 
 #: DLPack device types.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -73,6 +82,36 @@ def _refuse_jax_destination(obj: Any, side: str) -> None:
         raise TypeError(f"{side} is a jax array: jax arrays are immutable, so they cannot be a destination")
 
 
+def _host_memory_as_device(obj: Any, side: str, device_type: Optional[int] = None) -> NotDeviceMemory:
+    """``NotDeviceMemory`` for host memory given where GPU memory is expected:
+    a DLPack array of a host device type (``device_type``: a CPU tensor, a
+    numpy array, pinned memory) or a buffer-protocol object, with its
+    address where it can be read."""
+    addr = 0
+    try:
+        if device_type is None:
+            addr = _native.buffer_region(obj, False, side)[0]
+            what = f"a {type(obj).__name__}, host memory"
+        else:
+            addr = _native.dlpack_region(obj.__dlpack__())[0]
+            what = f"DLPack device type {device_type}"
+    except Exception:  # the address is only for the message: a strided array has one too
+        what = f"a {type(obj).__name__}" if device_type is None else f"DLPack device type {device_type}"
+    return NotDeviceMemory(
+        f"{side} is not GPU memory ({what}): pass host arrays as the other side",
+        side=side,
+        addr=addr,
+    )
+
+
+def _is_host_buffer(obj: Any) -> bool:
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
+
+
 def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
     if writable:
         _refuse_jax_destination(obj, side)
@@ -83,12 +122,7 @@ def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         device_type, _ = obj.__dlpack_device__()
         if int(device_type) not in (_DL_CUDA, _DL_CUDA_MANAGED):
-            raise NotDeviceMemory(
-                f"{side} is not GPU memory (DLPack device type {int(device_type)}): "
-                "pass host arrays as the other side",
-                side=side,
-                addr=0,
-            )
+            raise _host_memory_as_device(obj, side, int(device_type))
         # The producer orders its pending work (on its current stream)
         # before `consumer`; the transfer then waits for `consumer`.
         capsule = obj.__dlpack__(stream=consumer)
@@ -119,6 +153,8 @@ def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
         if producer is not None and producer != consumer:
             streams.append(int(producer))
         return _Device(int(ptr or 0), nbytes, obj, streams)
+    if _is_host_buffer(obj):
+        raise _host_memory_as_device(obj, side)
     raise TypeError(
         f"{side}: expected GPU memory (a cuda.core Buffer, or an array with __dlpack__ or "
         f"__cuda_array_interface__), got {type(obj).__name__}"
@@ -128,11 +164,7 @@ def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
 def _host_side(obj: Any, side: str, writable: bool) -> Any:
     if writable:
         _refuse_jax_destination(obj, side)
-    try:
-        memoryview(obj).release()
-    except TypeError:
-        pass
-    else:
+    if _is_host_buffer(obj):
         return _native.host_memory(obj, writable, side)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         device_type, _ = obj.__dlpack_device__()
@@ -154,58 +186,19 @@ def _host_side(obj: Any, side: str, writable: bool) -> Any:
     )
 
 
-def _span(size: int, offset: int, nbytes: Optional[int], side: str) -> int:
-    """The bytes a transfer moves (``nbytes``, or what ``side`` holds past
-    ``offset``), refused if past the end."""
-    if nbytes is None:
-        nbytes = max(size - offset, 0)
-    if offset < 0 or nbytes < 0 or offset + nbytes > size:
-        raise OutOfBounds(
-            f"{side} range of {nbytes} bytes at offset {offset} is out of bounds of a {size}-byte buffer",
-            side=side,
-            offset=offset,
-            nbytes=nbytes,
-            len=size,
-        )
-    return nbytes
-
-
 def _blocks(blocks: Any) -> Any:
-    """The blocks for the native call: an ``(n, 3)`` integer numpy array as
-    its ``uint64`` bytes (checked without a Python object per block), or
-    ``(device_offset, host_offset, nbytes)`` triples from any other
-    sequence (a list of tuples, a CPU tensor)."""
+    """The blocks for the native call, which recognises them (src/blocks.rs):
+    a numpy array as a fresh C-ordered copy of its own dtype (numpy.array
+    copies by default: no other thread holds the copy, so none writes it
+    while it is read; an integer dtype is read as it is, any other refused
+    there, never cast), a CPU tensor as its ``tolist()``, anything else as
+    it is."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(blocks, numpy.ndarray):
-        if blocks.ndim != 2 or blocks.shape[1] != 3 or blocks.dtype.kind not in "iu":
-            raise TypeError(
-                f"blocks: expected an (n, 3) integer array of (device_offset, host_offset, nbytes), "
-                f"got shape {blocks.shape} of {blocks.dtype}"
-            )
-        if blocks.dtype.kind == "i" and blocks.size:
-            negative = numpy.flatnonzero((blocks < 0).any(axis=1))
-            if negative.size:
-                index = int(negative[0])
-                raise ValueError(f"blocks[{index}] = {blocks[index].tolist()}: offsets and lengths are not negative")
-        # Always a fresh copy (numpy.array copies by default, where
-        # ascontiguousarray would hand back a uint64 array as it is): no
-        # other thread holds it, so none writes it while it is read.
-        words = numpy.array(blocks, dtype=numpy.uint64, order="C")
-        return _native.host_memory(words, False, "blocks")
-    if hasattr(blocks, "tolist"):
-        blocks = blocks.tolist()
-    triples = []
-    for index, block in enumerate(blocks):
-        try:
-            device_offset, host_offset, nbytes = (int(value) for value in block)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"blocks[{index}]: expected (device_offset, host_offset, nbytes), got {block!r}"
-            ) from error
-        if min(device_offset, host_offset, nbytes) < 0:
-            raise ValueError(f"blocks[{index}] = {block!r}: offsets and lengths are not negative")
-        triples.append((device_offset, host_offset, nbytes))
-    return triples
+        return numpy.array(blocks, order="C")
+    if hasattr(blocks, "tolist") and not _is_host_buffer(blocks):
+        return blocks.tolist()
+    return blocks
 
 
 def _device_ordinal(device: Any) -> int:
@@ -302,12 +295,12 @@ class Stager:
         self,
         dst: Any,
         src: Any,
-        nbytes: Optional[int] = None,
+        nbytes: Optional[SupportsIndex] = None,
         *,
         stream: Any = None,
         blocking: bool = True,
-        dst_offset: int = 0,
-        src_offset: int = 0,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
     ) -> Optional[Transfer]:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from GPU memory ``src`` into host memory ``dst``; see
@@ -315,22 +308,29 @@ class Stager:
         consumer = 1 if stream is None else (_stream_handle(stream) or 1)
         device = _device_side(src, "src", False, consumer)
         host = _host_side(dst, "dst", True)
-        nbytes = _span(device.nbytes, src_offset, nbytes, "src")
-        _span(len(host), dst_offset, nbytes, "dst")
         return self._native.device_to_host(
-            host, dst_offset, device.ptr + src_offset, device.owner, nbytes, device.streams, consumer, bool(blocking)
+            host,
+            dst_offset,
+            device.ptr,
+            device.nbytes,
+            device.owner,
+            src_offset,
+            nbytes,
+            device.streams,
+            consumer,
+            bool(blocking),
         )
 
     def copy_to_device(
         self,
         dst: Any,
         src: Any,
-        nbytes: Optional[int] = None,
+        nbytes: Optional[SupportsIndex] = None,
         *,
         stream: Any = None,
         blocking: bool = True,
-        dst_offset: int = 0,
-        src_offset: int = 0,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
     ) -> Optional[Transfer]:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from host memory ``src`` into GPU memory ``dst``; see
@@ -338,11 +338,11 @@ class Stager:
         consumer = 1 if stream is None else (_stream_handle(stream) or 1)
         device = _device_side(dst, "dst", True, consumer)
         host = _host_side(src, "src", False)
-        nbytes = _span(len(host), src_offset, nbytes, "src")
-        _span(device.nbytes, dst_offset, nbytes, "dst")
         return self._native.host_to_device(
-            device.ptr + dst_offset,
+            device.ptr,
+            device.nbytes,
             device.owner,
+            dst_offset,
             host,
             src_offset,
             nbytes,
@@ -355,7 +355,7 @@ class Stager:
         self,
         dst: Any,
         src: Any,
-        blocks: Union[Sequence[Sequence[int]], Any],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
         *,
         stream: Any = None,
         blocking: bool = True,
@@ -375,7 +375,7 @@ class Stager:
         self,
         dst: Any,
         src: Any,
-        blocks: Union[Sequence[Sequence[int]], Any],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
         *,
         stream: Any = None,
         blocking: bool = True,
@@ -416,9 +416,13 @@ def _device_of(obj: Any, side: str) -> int:
         device_type, device_id = obj.__dlpack_device__()
         if int(device_type) in (_DL_CUDA, _DL_CUDA_MANAGED):
             return int(device_id)
+        if hasattr(obj, "__dlpack__"):
+            raise _host_memory_as_device(obj, side, int(device_type))
     interface = getattr(obj, "__cuda_array_interface__", None)
     if interface is not None:
         return int(_native.device_holding(int(interface["data"][0] or 0), side))
+    if _is_host_buffer(obj):
+        raise _host_memory_as_device(obj, side)
     raise TypeError(
         f"{side}: expected GPU memory (a cuda.core Buffer, or an array with __dlpack__ or "
         f"__cuda_array_interface__), got {type(obj).__name__}"
@@ -428,12 +432,12 @@ def _device_of(obj: Any, side: str) -> int:
 def copy_to_host(
     dst: Any,
     src: Any,
-    nbytes: Optional[int] = None,
+    nbytes: Optional[SupportsIndex] = None,
     *,
     stream: Any = None,
     blocking: bool = True,
-    dst_offset: int = 0,
-    src_offset: int = 0,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
 ) -> Optional[Transfer]:
     """Copies GPU memory ``src`` into host memory ``dst`` at the link's speed.
 
@@ -441,7 +445,11 @@ def copy_to_host(
     a cuda.core ``Buffer``. ``dst``: a numpy array (a fresh ``np.empty`` is
     fine: the copy workers take its page faults in parallel), a
     ``bytearray``, an ``mmap``, a CPU tensor. ``nbytes`` defaults to all of
-    ``src`` past ``src_offset``; both sides must hold it.
+    ``src`` past ``src_offset``; both sides must hold it (``OutOfBounds``).
+    Offsets and ``nbytes`` are integers (``int``, numpy integers; not
+    ``bool`` or ``float``: ``TypeError``); a negative one, or one wider than
+    a word, raises ``IntegerOutOfRange`` with its ``name``. Host memory
+    given as ``src`` raises ``NotDeviceMemory`` (``side``, ``addr``).
 
     Stream order: the copy starts after the work queued on ``stream``
     (a cuda.core ``Stream``, a torch or cupy stream, anything with
@@ -473,12 +481,12 @@ def copy_to_host(
 def copy_to_device(
     dst: Any,
     src: Any,
-    nbytes: Optional[int] = None,
+    nbytes: Optional[SupportsIndex] = None,
     *,
     stream: Any = None,
     blocking: bool = True,
-    dst_offset: int = 0,
-    src_offset: int = 0,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
 ) -> Optional[Transfer]:
     """Copies host memory ``src`` into GPU memory ``dst`` at the link's
     speed: the mirror of ``copy_to_host``, with the same arguments.
@@ -500,7 +508,7 @@ def copy_to_device(
 def copy_blocks_to_host(
     dst: Any,
     src: Any,
-    blocks: Union[Sequence[Sequence[int]], Any],
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
     *,
     stream: Any = None,
     blocking: bool = True,
@@ -510,8 +518,15 @@ def copy_blocks_to_host(
     offload: blocks of a device cache into slots of a host pool).
 
     ``blocks``: ``(device_offset, host_offset, nbytes)`` triples, byte
-    offsets into ``src`` and ``dst``, as a list of tuples or an ``(n, 3)``
-    integer array. Any sizes, in any order; many small blocks share one
+    offsets into ``src`` and ``dst``: a sequence of 3-item sequences (a list
+    of tuples; not strings) whose items are integers in ``operator.index``'s
+    sense (``int``, numpy integers; a ``bool``, ``float`` or ``str`` raises
+    ``TypeError`` naming the block), or an ``(n, 3)`` array of an integer
+    dtype (``int8`` to ``int64``, ``uint8`` to ``uint64``; a float, bool or
+    object array raises ``TypeError``, never cast). A field that is negative
+    or wider than a word raises ``IntegerOutOfRange`` named
+    ``blocks[i].device_offset``, ``.host_offset`` or ``.nbytes``. Any sizes,
+    in any order; many small blocks share one
     staging chunk and one driver call. The whole batch is checked before
     anything is queued: a block outside either memory raises
     ``BlockOutOfBounds`` (with its ``index`` and ``side``), two blocks
@@ -528,7 +543,7 @@ def copy_blocks_to_host(
 def copy_blocks_to_device(
     dst: Any,
     src: Any,
-    blocks: Union[Sequence[Sequence[int]], Any],
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
     *,
     stream: Any = None,
     blocking: bool = True,

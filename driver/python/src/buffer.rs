@@ -39,7 +39,7 @@ unsafe extern "C" {
 }
 
 /// An exported buffer, released on drop.
-struct Export {
+pub(crate) struct Export {
     /// Boxed before `PyObject_GetBuffer` fills it, and never moved after:
     /// exporters that fill the view with `PyBuffer_FillInfo` (`bytearray`,
     /// `bytes`, `mmap`) point its `shape` and `strides` at the view's own
@@ -51,7 +51,7 @@ struct Export {
 }
 
 impl Export {
-    fn new(obj: &Bound<'_, PyAny>) -> PyResult<Export> {
+    pub(crate) fn new(obj: &Bound<'_, PyAny>) -> PyResult<Export> {
         // SAFETY: every field is an integer or a raw pointer, for which all
         // zero bytes are a valid value (0, null): a valid out-parameter. It
         // is moved into the box before the call, while nothing points into
@@ -69,7 +69,7 @@ impl Export {
     }
 
     /// `(shape, strides)` as Python sees them.
-    fn layout(&self) -> (Vec<isize>, Vec<isize>) {
+    pub(crate) fn layout(&self) -> (Vec<isize>, Vec<isize>) {
         let ndim = usize::try_from(self.view.ndim).unwrap_or(0);
         let read = |ptr: *mut isize| {
             if ptr.is_null() {
@@ -83,7 +83,7 @@ impl Export {
     }
 
     /// The struct-module format of an item (`"B"` where the exporter gave none).
-    fn format(&self) -> String {
+    pub(crate) fn format(&self) -> String {
         if self.view.format.is_null() {
             return "B".into();
         }
@@ -120,8 +120,8 @@ impl Drop for Export {
     fn drop(&mut self) {
         // SAFETY: releases the export `new` made, once (`Drop` runs once).
         // `PyBuffer_Release` needs the GIL, and an `Export` is dropped only
-        // where it is held: in `checked_export`'s error returns and
-        // `buffer_region` (pyfunctions, called with the GIL), or, once it is
+        // where it is held: in `checked_export`'s error returns,
+        // `buffer_region` and `crate::blocks` (called with the GIL), or, once it is
         // inside a `HostMemory` (which a `Transfer` may hold long after the
         // call returned), when that pyclass is deallocated, which Python
         // does with the GIL held. A `HostMemory` never gives its export out.
@@ -193,11 +193,22 @@ pub(crate) fn read_only(py: Python<'_>, side: &str, len: usize, what: &str) -> P
 }
 
 impl Export {
-    fn range(&self) -> (usize, usize) {
+    /// The address of the first byte and the length in bytes.
+    pub(crate) fn range(&self) -> (usize, usize) {
         (
             self.view.buf as usize,
             usize::try_from(self.view.len).unwrap_or(0),
         )
+    }
+
+    /// The size in bytes of one item.
+    pub(crate) fn itemsize(&self) -> usize {
+        usize::try_from(self.view.itemsize).unwrap_or(0)
+    }
+
+    /// Whether the exporter uses indirect (suboffset) buffers.
+    pub(crate) fn is_indirect(&self) -> bool {
+        !self.view.suboffsets.is_null()
     }
 }
 

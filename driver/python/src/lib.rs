@@ -6,13 +6,17 @@
 //! `hostcopy-driver`'s checks, the parallel copy workers, owned launches
 //! and graph nodes, and staged transfers (`hostcopy_driver::cuda`, which
 //! opens libcuda when first needed, so `import hostcopy` works without a
-//! driver). The Python half (`hostcopy/__init__.py`) classifies arguments.
+//! driver). The Python half (`hostcopy/__init__.py`) classifies arguments;
+//! a transfer's integers (offsets, lengths, blocks) are recognised here,
+//! once (`integers.rs`, `blocks.rs`).
 
 use pyo3::prelude::*;
 
+mod blocks;
 mod buffer;
 mod dlpack;
 mod errors;
+mod integers;
 mod launch;
 mod packing;
 mod parallel;

@@ -18,15 +18,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use hostcopy_driver::HostRange;
 use hostcopy_driver::cuda::staging::{
-    Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores,
+    PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores,
 };
 use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, StreamRef};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
+use crate::blocks::to_blocks;
 use crate::buffer::HostMemory;
 use crate::errors::{invalid_option, layer_error};
+use crate::integers::word;
 
 /// A Python object that keeps device memory allocated, held by the layer
 /// for as long as queued copies may use the memory (for good after an
@@ -330,31 +332,39 @@ impl PyStager {
         })
     }
 
-    /// Copies `nbytes` bytes from device memory at `src` (kept allocated by
-    /// `src_owner`) to byte `dst_offset` of `dst`, after the work queued on
-    /// each stream of `wait_for`. Blocking: returns `None` when the bytes
-    /// have arrived; otherwise a `Transfer`, and work queued later on
-    /// `order_before` waits for it (so that it cannot overwrite `src` under
-    /// the copy).
-    #[pyo3(signature = (dst, dst_offset, src, src_owner, nbytes, wait_for, order_before, blocking))]
+    /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
+    /// byte `src_offset` of the `src_len` bytes of device memory at `src`
+    /// (kept allocated by `src_owner`) to byte `dst_offset` of `dst`, after
+    /// the work queued on each stream of `wait_for`. The offsets and
+    /// `nbytes` are converted here (`crate::integers::word`) and checked
+    /// against both sides (`OutOfBounds`). Blocking: returns `None` when
+    /// the bytes have arrived; otherwise a `Transfer`, and work queued
+    /// later on `order_before` waits for it (so that it cannot overwrite
+    /// `src` under the copy).
+    #[pyo3(signature = (dst, dst_offset, src, src_len, src_owner, src_offset, nbytes, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn device_to_host(
         slf: Bound<'_, Self>,
         dst: Bound<'_, HostMemory>,
-        dst_offset: usize,
+        dst_offset: Bound<'_, PyAny>,
         src: CUdeviceptr,
+        src_len: usize,
         src_owner: Py<PyAny>,
-        nbytes: usize,
+        src_offset: Bound<'_, PyAny>,
+        nbytes: Option<Bound<'_, PyAny>>,
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
+        let operation = "copy_to_host";
+        let (dst_offset, src_offset, nbytes) = span_arguments(&dst_offset, &src_offset, nbytes)?;
+        let (src, nbytes) = device_range(py, src, src_len, src_offset, nbytes, operation, "src")?;
         dst.get().check_writable(py, "dst")?;
-        let host = host_range(py, dst.get(), dst_offset, nbytes, "copy_to_host", "dst")?;
+        let host = host_range(py, dst.get(), dst_offset, nbytes, operation, "dst")?;
         let pending = slf.get().stage(
             py,
-            "copy_to_host",
+            operation,
             src,
             nbytes,
             src_owner,
@@ -375,29 +385,38 @@ impl PyStager {
         Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
     }
 
-    /// Copies `nbytes` bytes from byte `src_offset` of `src` to device
-    /// memory at `dst` (kept allocated by `dst_owner`), after the work
-    /// queued on each stream of `wait_for`. Blocking: returns `None` when
-    /// the bytes have arrived; otherwise a `Transfer`, and work queued
-    /// later on `order_before` waits for it.
-    #[pyo3(signature = (dst, dst_owner, src, src_offset, nbytes, wait_for, order_before, blocking))]
+    /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
+    /// byte `src_offset` of `src` to byte `dst_offset` of the `dst_len`
+    /// bytes of device memory at `dst` (kept allocated by `dst_owner`),
+    /// after the work queued on each stream of `wait_for`; the offsets and
+    /// `nbytes` converted and checked as in `device_to_host`. Blocking:
+    /// returns `None` when the bytes have arrived; otherwise a `Transfer`,
+    /// and work queued later on `order_before` waits for it.
+    #[pyo3(signature = (dst, dst_len, dst_owner, dst_offset, src, src_offset, nbytes, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn host_to_device(
         slf: Bound<'_, Self>,
         dst: CUdeviceptr,
+        dst_len: usize,
         dst_owner: Py<PyAny>,
+        dst_offset: Bound<'_, PyAny>,
         src: Bound<'_, HostMemory>,
-        src_offset: usize,
-        nbytes: usize,
+        src_offset: Bound<'_, PyAny>,
+        nbytes: Option<Bound<'_, PyAny>>,
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
-        let host = host_range(py, src.get(), src_offset, nbytes, "copy_to_device", "src")?;
+        let operation = "copy_to_device";
+        let (dst_offset, src_offset, nbytes) = span_arguments(&dst_offset, &src_offset, nbytes)?;
+        let nbytes = nbytes.unwrap_or_else(|| src.get().range().len.saturating_sub(src_offset));
+        let host = host_range(py, src.get(), src_offset, nbytes, operation, "src")?;
+        let (dst, nbytes) =
+            device_range(py, dst, dst_len, dst_offset, Some(nbytes), operation, "dst")?;
         let pending = slf.get().stage(
             py,
-            "copy_to_device",
+            operation,
             dst,
             nbytes,
             dst_owner,
@@ -499,54 +518,49 @@ impl PyStager {
     }
 }
 
-/// The blocks of a batch: `(device_offset, host_offset, nbytes)` triples
-/// as a sequence, or as native-endian `u64`s in host memory (an `(n, 3)`
-/// `uint64` array, read here without a Python object per block).
-fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
-    if let Ok(memory) = blocks.extract::<PyRef<'_, HostMemory>>() {
-        let range = memory.range();
-        if range.len % 24 != 0 {
-            return Err(PyValueError::new_err(format!(
-                "blocks: {} bytes is not a whole number of (u64, u64, u64) triples",
-                range.len
-            )));
-        }
-        // Each word is read once, here, and only the copy is checked and
-        // used: what the stager checks is what it queues.
-        let words: Vec<u64> = (0..range.len / 8)
-            .map(|index| {
-                let at = core::ptr::with_exposed_provenance::<u64>(range.addr + 8 * index);
-                // SAFETY: `index < range.len / 8`: inside the memory, which
-                // `memory` keeps (its export or owner) for this call. Read
-                // through a raw pointer, unaligned (a buffer need not be
-                // 8-aligned), with no reference to the memory formed. The
-                // GIL does not stop another thread writing it (numpy code
-                // that released the GIL may); the Python half passes a
-                // fresh private copy, so no other code holds the array. A
-                // caller of `_native` that passes memory it writes meanwhile
-                // makes this a data race, which Rust does not define; on the
-                // machine, a racing write can only tear the plain `u64`s
-                // read here, and every value is range-checked after the read
-                // (below, and by the stager for the batch), so a torn block
-                // is refused or copies bytes inside both memories.
-                unsafe { at.read_unaligned() }
-            })
-            .collect();
-        let word = |index: usize| -> PyResult<usize> {
-            let value = words[index];
-            usize::try_from(value).map_err(|_| {
-                PyValueError::new_err(format!("blocks[{}]: {value} does not fit", index / 3))
-            })
-        };
-        return (0..words.len() / 3)
-            .map(|i| Ok(Block::new(word(3 * i)?, word(3 * i + 1)?, word(3 * i + 2)?)))
-            .collect();
+/// `(dst_offset, src_offset, nbytes)` as words, each refused by its name.
+fn span_arguments(
+    dst_offset: &Bound<'_, PyAny>,
+    src_offset: &Bound<'_, PyAny>,
+    nbytes: Option<Bound<'_, PyAny>>,
+) -> PyResult<(usize, usize, Option<usize>)> {
+    let dst_offset = word(dst_offset, || "dst_offset".into())?;
+    let src_offset = word(src_offset, || "src_offset".into())?;
+    let nbytes = nbytes
+        .map(|nbytes| word(&nbytes, || "nbytes".into()))
+        .transpose()?;
+    Ok((dst_offset, src_offset, nbytes))
+}
+
+/// The address of byte `offset` of the `len` bytes of device memory at
+/// `base`, and the bytes moved (`nbytes`, or all past `offset`), or
+/// `OutOfBounds` for `side`.
+fn device_range(
+    py: Python<'_>,
+    base: CUdeviceptr,
+    len: usize,
+    offset: usize,
+    nbytes: Option<usize>,
+    operation: &str,
+    side: &str,
+) -> PyResult<(CUdeviceptr, usize)> {
+    let nbytes = nbytes.unwrap_or_else(|| len.saturating_sub(offset));
+    let addr = u64::try_from(offset)
+        .ok()
+        .and_then(|offset| base.checked_add(offset));
+    match (offset.checked_add(nbytes), addr) {
+        (Some(end), Some(addr)) if end <= len => Ok((addr, nbytes)),
+        _ => Err(layer_error(
+            py,
+            operation,
+            side,
+            Error::DeviceOutOfBounds {
+                offset,
+                nbytes,
+                len,
+            },
+        )),
     }
-    let triples: Vec<(usize, usize, usize)> = blocks.extract()?;
-    Ok(triples
-        .into_iter()
-        .map(|(device, host, nbytes)| Block::new(device, host, nbytes))
-        .collect())
 }
 
 /// `nbytes` bytes at `offset` of `memory`, or `OutOfBounds` for `side`.

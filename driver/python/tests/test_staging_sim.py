@@ -538,13 +538,15 @@ def test_host_memory_not_checked_writable_is_refused_as_a_destination(sim):
     for target in (bytes(64), bytearray(64)):
         memory = native.host_memory(target, False, "dst")  # checked as a source only
         with pytest.raises(hostcopy.ReadOnlyBuffer) as refused:
-            stager._native.device_to_host(memory, 0, source.ptr, source, 64, [1], None, True)
+            stager._native.device_to_host(memory, 0, source.ptr, 64, source, 0, 64, [1], None, True)
         assert (refused.value.side, refused.value.len) == ("dst", 64)
         with pytest.raises(hostcopy.ReadOnlyBuffer):
             stager._native.device_to_host_blocks(memory, source.ptr, source, 64, [(0, 0, 64)], [1], None, True)
         assert bytes(target) == bytes(64), "nothing written into memory taken as a source"
     writable = bytearray(64)
-    stager._native.device_to_host(native.host_memory(writable, True, "dst"), 0, source.ptr, source, 64, [1], None, True)
+    stager._native.device_to_host(
+        native.host_memory(writable, True, "dst"), 0, source.ptr, 64, source, 0, 64, [1], None, True
+    )
     assert bytes(writable) == pattern(64, 43)
     assert sim.state(device)["host_fns_run"] == 1, "nothing ran for the refused transfers"
     sim.assert_no_violations(device)

@@ -126,7 +126,7 @@ def download(stager: hostcopy.Stager, tensor: object, out: NDArray[np.uint8], st
     try:
         stager.copy_to_host(out, tensor, half, stream=stream)
         pending = stager.copy_to_host(
-            out, tensor, out.nbytes - half, stream=stream, blocking=False, dst_offset=half, src_offset=half
+            out, tensor, out.nbytes - half, stream=stream, blocking=False, dst_offset=np.int64(half), src_offset=half
         )
         assert pending is not None  # blocking=False always hands back a Transfer
         with pending:
@@ -159,6 +159,8 @@ def offload(cache: object, pool: NDArray[np.uint8], evicted: NDArray[np.int64], 
         return f"block {error.index} is outside the {error.side} memory"
     except hostcopy.BlocksOverlap as error:
         return f"blocks {error.first} and {error.second} overlap"
+    except hostcopy.IntegerOutOfRange as error:  # a negative id, say: named blocks[i].device_offset
+        return f"{error.name} = {error.value} is not a byte offset (0..={error.max})"
     return f"{evicted.size} blocks offloaded and restored"
 
 
@@ -191,8 +193,8 @@ def main() -> int:
         print(f"no stager: {error}")
     try:
         print(offload(np.zeros(1 << 20, np.uint8), np.zeros(1 << 20, np.uint8), np.array([3, 1]), 4096))
-    except TypeError as error:  # a numpy array is host memory, not a GPU array
-        print(f"refused: {str(error).split(':')[0]}")
+    except hostcopy.NotDeviceMemory as error:  # a numpy array is host memory, not a GPU array
+        print(f"refused: {error.side} at {error.addr:#x} is not GPU memory")
     version: str = hostcopy.__version__
     print(f"hostcopy {version}")
     print(f"{started} workers ({workers} started, {active} active), {hostcopy.rejected()} records rejected")

@@ -1,0 +1,192 @@
+//! The blocks of a batch (`copy_blocks_to_host`, `copy_blocks_to_device`),
+//! recognised once, here: `(device_offset, host_offset, nbytes)` triples
+//! given as
+//!
+//! - a sequence (any iterable but `str`, `bytes`, `bytearray`) of entries
+//!   that are sequences of exactly three items (tuples, lists, numpy rows;
+//!   not strings), each item an integer as `crate::integers::word` takes
+//!   them (`int`, numpy integer scalars; not `bool`, `float` or `str`);
+//! - or a buffer-protocol object of shape `(n, 3)` whose items are
+//!   integers of 1, 2, 4 or 8 bytes, signed or not, in either byte order
+//!   (numpy's `int8` to `int64` and `uint8` to `uint64`): read as they
+//!   are, without a Python object per block. Any other item type (floats,
+//!   `bool`, objects) is refused, never cast.
+//!
+//! A field that is negative or wider than a word raises
+//! `hostcopy.IntegerOutOfRange` named `blocks[i].field`; anything else
+//! that is not a block, `TypeError` naming the block.
+
+use hostcopy_driver::cuda::staging::Block;
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyString};
+
+use crate::buffer::Export;
+use crate::integers::{out_of_range, word};
+
+/// The fields of a block, in order.
+const FIELDS: [&str; 3] = ["device_offset", "host_offset", "nbytes"];
+
+const EXPECTED: &str = "expected (device_offset, host_offset, nbytes) triples \
+     (a sequence of 3-item sequences, or an (n, 3) integer array)";
+
+/// The blocks `blocks` describes, or the error that says which block and
+/// field is wrong.
+pub(crate) fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
+    if is_text(blocks) {
+        return Err(PyTypeError::new_err(format!(
+            "blocks: {EXPECTED}, got {}",
+            blocks.get_type().name()?
+        )));
+    }
+    match Export::new(blocks) {
+        Ok(export) => return from_array(blocks.py(), &export),
+        // No buffer protocol: a sequence, read below.
+        Err(failure) if failure.is_instance_of::<PyTypeError>(blocks.py()) => {}
+        Err(failure) => return Err(failure),
+    }
+    let entries = blocks.try_iter().map_err(|_| {
+        let kind = blocks.get_type().name().map(|n| n.to_string());
+        PyTypeError::new_err(format!(
+            "blocks: {EXPECTED}, got {}",
+            kind.unwrap_or_default()
+        ))
+    })?;
+    let mut triples = Vec::new();
+    for (index, entry) in entries.enumerate() {
+        let entry = entry?;
+        let fields = triple(&entry).ok_or_else(|| -> PyErr {
+            let shown = entry.repr().map(|r| r.to_string()).unwrap_or_default();
+            PyTypeError::new_err(format!(
+                "blocks[{index}]: expected (device_offset, host_offset, nbytes), got {shown}"
+            ))
+        })?;
+        let mut words = [0usize; 3];
+        for ((slot, field), value) in words.iter_mut().zip(FIELDS).zip(&fields) {
+            *slot = word(value, || format!("blocks[{index}].{field}"))?;
+        }
+        triples.push(Block::new(words[0], words[1], words[2]));
+    }
+    Ok(triples)
+}
+
+/// `str`, `bytes` and `bytearray`: sequences, but never of blocks (`"123"`
+/// is no block `(1, 2, 3)`).
+fn is_text(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyByteArray>()
+}
+
+/// The three items of a block entry: a sequence (`PySequence_Check`, which
+/// numpy rows pass and mappings do not) of length 3 that is not text.
+fn triple<'py>(entry: &Bound<'py, PyAny>) -> Option<[Bound<'py, PyAny>; 3]> {
+    // SAFETY: `entry` is a live object and the GIL is held;
+    // `PySequence_Check` cannot fail.
+    let sequence = unsafe { ffi::PySequence_Check(entry.as_ptr()) } == 1;
+    if !sequence || is_text(entry) || entry.len().ok()? != 3 {
+        return None;
+    }
+    Some([
+        entry.get_item(0).ok()?,
+        entry.get_item(1).ok()?,
+        entry.get_item(2).ok()?,
+    ])
+}
+
+/// An item type of the struct module's syntax as blocks take it: whether
+/// it is signed and whether it is stored big-endian.
+fn integer_format(format: &str) -> Option<(bool, bool)> {
+    let (big_endian, code) = match format.as_bytes() {
+        [b'<', code] => (false, *code),
+        [b'>' | b'!', code] => (true, *code),
+        [b'@' | b'=', code] | [code] => (cfg!(target_endian = "big"), *code),
+        _ => return None,
+    };
+    match code {
+        b'b' | b'h' | b'i' | b'l' | b'q' | b'n' => Some((true, big_endian)),
+        b'B' | b'H' | b'I' | b'L' | b'Q' | b'N' => Some((false, big_endian)),
+        _ => None,
+    }
+}
+
+/// The blocks of an `(n, 3)` integer buffer.
+fn from_array(py: Python<'_>, export: &Export) -> PyResult<Vec<Block>> {
+    let (shape, strides) = export.layout();
+    let format = export.format();
+    let item = export.itemsize();
+    let [rows, 3] = shape[..] else {
+        return Err(PyTypeError::new_err(format!(
+            "blocks: {EXPECTED}, got an array of shape {shape:?}"
+        )));
+    };
+    let Some((signed, big_endian)) =
+        integer_format(&format).filter(|_| matches!(item, 1 | 2 | 4 | 8))
+    else {
+        return Err(PyTypeError::new_err(format!(
+            "blocks: an (n, 3) array of item type {format:?} ({item} bytes): blocks are integers \
+             (int8 to int64, uint8 to uint64), and other types are refused, not cast"
+        )));
+    };
+    if export.is_indirect() {
+        return Err(PyTypeError::new_err(
+            "blocks: an array of indirect (suboffset) buffers",
+        ));
+    }
+    let item_stride = isize::try_from(item).unwrap_or(isize::MAX);
+    let (row_stride, column_stride) = match strides[..] {
+        [row, column] => (row, column),
+        _ => (3 * item_stride, item_stride),
+    };
+    let (base, _) = export.range();
+    let rows = usize::try_from(rows).unwrap_or(0);
+    // Each item is read once, here, and only the copy is checked and used:
+    // what the stager checks is what it queues.
+    let mut blocks = Vec::with_capacity(rows);
+    for index in 0..rows {
+        let mut words = [0usize; 3];
+        for (column, (slot, field)) in words.iter_mut().zip(FIELDS).enumerate() {
+            // `index < shape[0]`, `column < 3`: an item of the export, whose
+            // offset the exporter's strides give.
+            let offset = isize::try_from(index).unwrap_or(isize::MAX) * row_stride
+                + isize::try_from(column).unwrap_or(isize::MAX) * column_stride;
+            let at = core::ptr::with_exposed_provenance::<u8>(base.wrapping_add_signed(offset));
+            let mut bytes = [0u8; 8];
+            // SAFETY: `at` is the first of the `item` bytes of one item of
+            // the export, which the caller holds for this call; copied
+            // bytewise, so any alignment does. The GIL does not stop
+            // another thread writing the memory (native code that released
+            // it may); the Python half passes a fresh private copy of a
+            // numpy array, so no other code holds that. A caller of
+            // `_native` that passes memory it writes meanwhile makes this a
+            // data race, which Rust does not define; on the machine, a
+            // racing write can only tear the plain bytes read here, and
+            // every value is range-checked after the read (below, and by
+            // the stager for the batch), so a torn block is refused or
+            // copies bytes inside both memories.
+            unsafe { core::ptr::copy_nonoverlapping(at, bytes.as_mut_ptr(), item) };
+            let stored = &mut bytes[..item];
+            if big_endian {
+                stored.reverse();
+            }
+            let negative = signed && stored[item - 1] & 0x80 != 0;
+            let mut wide = if negative { [0xFF; 16] } else { [0; 16] };
+            wide[..item].copy_from_slice(stored);
+            let value = i128::from_le_bytes(wide);
+            *slot = match usize::try_from(value) {
+                Ok(word) => word,
+                Err(_) => {
+                    let name = format!("blocks[{index}].{field}");
+                    return Err(out_of_range(
+                        py,
+                        &name,
+                        value.into_pyobject(py)?.into_any(),
+                    )?);
+                }
+            };
+        }
+        blocks.push(Block::new(words[0], words[1], words[2]));
+    }
+    Ok(blocks)
+}

@@ -1,0 +1,203 @@
+"""Every input typed: what a transfer takes as an integer, a block and
+device memory, against the simulated driver. Each test is a program a new
+user might write, and each mistake in it gets one documented error
+instead of being truncated, wrapped or misread.
+"""
+
+import ctypes
+
+import pytest
+
+import hostcopy
+from conftest import pattern
+
+CHUNK = 64 << 10
+WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+
+
+def small_stager(device: int) -> hostcopy.Stager:
+    return hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1, driver_path_below=0)
+
+
+class CpuTensor:
+    """What a CPU torch tensor shows: DLPack on the CPU, and a
+    ``__cuda_array_interface__`` that raises AttributeError (torch's property
+    does for a tensor not on a GPU)."""
+
+    def __init__(self, numpy_array):
+        self.numpy_array = numpy_array
+
+    def __dlpack__(self, stream=None):
+        return self.numpy_array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.numpy_array.__dlpack_device__()
+
+    @property
+    def __cuda_array_interface__(self):
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor type: torch.FloatTensor")
+
+
+def address_of(buffer) -> int:
+    return ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer))
+
+
+@pytest.mark.parametrize(
+    "blocks, named",
+    [
+        ([(0.5, 0.0, 8.9)], r"blocks\[0\]\.device_offset"),  # was truncated to (0, 0, 8)
+        ([(0, 0, 8), (16, 8, 8.0)], r"blocks\[1\]\.nbytes"),
+        ([(0, "8", 8)], r"blocks\[0\]\.host_offset"),
+        ([(True, 0, 8)], r"blocks\[0\]\.device_offset"),  # a bool is not an offset
+        (["123"], r"blocks\[0\]"),  # was the block (1, 2, 3)
+        ([b"\x00\x08\x08"], r"blocks\[0\]"),
+        ("000", r"blocks: expected"),
+        ([(0, 0, 8), 7], r"blocks\[1\]"),
+        ([{0: 0, 1: 0, 2: 8}], r"blocks\[0\]"),
+    ],
+)
+def test_block_fields_that_are_not_integers_are_refused_not_truncated(sim, numpy, blocks, named):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(256, 3))
+    pool = numpy.zeros(256, numpy.uint8)
+    with pytest.raises(TypeError, match=named):
+        stager.copy_blocks_to_host(pool, source, blocks)
+    with pytest.raises(TypeError, match=named):
+        hostcopy.copy_blocks_to_device(source, pool, blocks)
+    assert not pool.any(), "nothing was copied"
+    assert sim.state(device)["host_fns_run"] == 0, "nothing was queued"
+    sim.assert_no_violations(device)
+
+
+def test_blocks_take_python_and_numpy_integers_in_tuples_lists_and_rows(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(256, 5)
+    source = sim.array(device, data)
+    rows = numpy.array([[32, 8, 8]], numpy.int64)
+    for blocks in (
+        [(numpy.int64(16), numpy.uint32(0), numpy.int8(8)), [32, 8, 8]],
+        [(16, 0, 8), rows[0]],
+    ):
+        pool = numpy.zeros(16, numpy.uint8)
+        stager.copy_blocks_to_host(pool, source, blocks)
+        assert pool.tobytes() == data[16:24] + data[32:40]
+    sim.assert_no_violations(device)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", ">i8", "<u4"])
+def test_block_arrays_of_every_integer_dtype_are_read_as_they_are(sim, numpy, dtype):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(256, 7)
+    source = sim.array(device, data)
+    pool = numpy.zeros(24, numpy.uint8)
+    blocks = numpy.array([[100, 0, 8], [0, 8, 16]], dtype=dtype)
+    stager.copy_blocks_to_host(pool, source, blocks)
+    assert pool.tobytes() == data[100:108] + data[0:16]
+    strided = numpy.array([[100, 0, 8, 0], [0, 8, 16, 0]], dtype=dtype)[:, :3]
+    pool[:] = 0
+    stager.copy_blocks_to_host(pool, source, strided)
+    assert pool.tobytes() == data[100:108] + data[0:16]
+    sim.assert_no_violations(device)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bool", "object", "complex64"])
+def test_block_arrays_of_other_dtypes_are_refused_never_cast(sim, numpy, dtype):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(256, 9))
+    pool = numpy.zeros(256, numpy.uint8)
+    blocks = numpy.array([[0.5, 0, 8.9]]).astype(dtype)
+    with pytest.raises(TypeError, match=r"blocks"):
+        stager.copy_blocks_to_host(pool, source, blocks)
+    assert not pool.any() and sim.state(device)["host_fns_run"] == 0
+
+
+def test_a_negative_or_too_wide_block_field_raises_IntegerOutOfRange_naming_block_and_field(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(256, 11))
+    pool = numpy.zeros(256, numpy.uint8)
+    cases = [
+        ([(0, 0, 8), (0, 8, 8), (0, 16, 8), (0, -24, 8)], "blocks[3].host_offset", -24),
+        ([(0, 0, 1 << 64)], "blocks[0].nbytes", 1 << 64),
+        (numpy.array([[0, 0, 8], [-5, 8, 8]], numpy.int64), "blocks[1].device_offset", -5),
+        (numpy.array([[0, 0, -1]], numpy.int8), "blocks[0].nbytes", -1),
+    ]
+    for blocks, name, value in cases:
+        with pytest.raises(hostcopy.IntegerOutOfRange) as refused:
+            stager.copy_blocks_to_host(pool, source, blocks)
+        assert (refused.value.name, refused.value.value, refused.value.max) == (name, value, WORD_MAX)
+        assert name in str(refused.value)
+    assert sim.state(device)["host_fns_run"] == 0
+
+
+@pytest.mark.parametrize(
+    "argument, value",
+    [("nbytes", -1), ("dst_offset", -1), ("src_offset", -8), ("nbytes", 1 << 64), ("dst_offset", 1 << 64), ("src_offset", 1 << 70)],
+)
+def test_offsets_and_lengths_negative_or_wider_than_a_word_raise_IntegerOutOfRange(sim, numpy, argument, value):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(256, 13))
+    host = numpy.zeros(256, numpy.uint8)
+    calls = [
+        lambda **given: stager.copy_to_host(host, source, **given),
+        lambda **given: stager.copy_to_device(source, host, **given),
+        lambda **given: hostcopy.copy_to_host(host, source, **given),
+        lambda **given: hostcopy.copy_to_device(source, host, **given),
+    ]
+    for call in calls:
+        with pytest.raises(hostcopy.IntegerOutOfRange) as refused:
+            call(**{argument: value})
+        assert (refused.value.name, refused.value.value, refused.value.max) == (argument, value, WORD_MAX)
+        assert isinstance(refused.value, ValueError)
+    assert not host.any() and sim.state(device)["host_fns_run"] == 0
+    sim.assert_no_violations(device)
+
+
+def test_offsets_and_lengths_are_integers_not_bools_or_floats(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    data = pattern(256, 15)
+    source = sim.array(device, data)
+    host = numpy.zeros(256, numpy.uint8)
+    for given in ({"nbytes": True}, {"nbytes": 8.0}, {"dst_offset": 0.5}, {"src_offset": "8"}, {"dst_offset": False}):
+        with pytest.raises(TypeError, match=next(iter(given))):
+            stager.copy_to_host(host, source, **given)
+        with pytest.raises(TypeError, match=next(iter(given))):
+            stager.copy_to_device(source, host, **given)
+    assert not host.any()
+    stager.copy_to_host(host, source, numpy.uint16(8), dst_offset=numpy.int64(4), src_offset=numpy.int32(16))
+    assert host[4:12].tobytes() == data[16:24] and not host[:4].any() and not host[12:].any()
+    sim.assert_no_violations(device)
+
+
+def test_host_memory_given_as_the_device_side_raises_NotDeviceMemory(sim, numpy):
+    device = sim.device()
+    stager = small_stager(device)
+    source = sim.array(device, pattern(64, 17))
+    cpu = numpy.zeros(64, numpy.uint8)
+    tensor = CpuTensor(cpu)
+    raw = bytearray(64)
+    out = numpy.zeros(64, numpy.uint8)
+    cases = [
+        (lambda: hostcopy.copy_to_host(out, tensor), "src", cpu.ctypes.data),
+        (lambda: stager.copy_to_host(out, tensor), "src", cpu.ctypes.data),
+        (lambda: hostcopy.copy_to_device(tensor, out), "dst", cpu.ctypes.data),
+        (lambda: hostcopy.copy_to_host(out, raw), "src", address_of(raw)),
+        (lambda: stager.copy_to_host(out, raw), "src", address_of(raw)),
+        (lambda: stager.copy_to_device(memoryview(raw), out), "dst", address_of(raw)),
+        (lambda: hostcopy.copy_to_device(raw, out), "dst", address_of(raw)),
+        (lambda: hostcopy.copy_blocks_to_host(out, tensor, [(0, 0, 8)]), "src", cpu.ctypes.data),
+        (lambda: stager.copy_blocks_to_device(raw, out, [(0, 0, 8)]), "dst", address_of(raw)),
+        (lambda: hostcopy.copy_to_host(out, cpu), "src", cpu.ctypes.data),
+    ]
+    for call, side, addr in cases:
+        with pytest.raises(hostcopy.NotDeviceMemory, match="not GPU memory") as refused:
+            call()
+        assert (refused.value.side, refused.value.addr) == (side, addr)
+    assert not out.any() and raw == bytearray(64)
+    sim.assert_no_violations(device)
