@@ -19,7 +19,12 @@
 //! the driver's copies and `cuMemcpyBatchAsync` called directly (pageable
 //! and pinned); the caller's share of a scope transfer, 64 MiB to 16 GiB;
 //! and one transfer of 64 MiB, 256 MiB and 1 GiB, blocking and in a
-//! scope, beside pinned memory. A default run takes about two minutes on
+//! scope, beside pinned memory. Then (`chunk_cost.rs`) where a chunk's
+//! fixed cost goes (the driver's copies alone, an empty host function per
+//! chunk, a host function copying with a pool, the stager, an event per
+//! chunk with the calling thread copying), transfers beside another
+//! library's busy host functions, and CPU seconds per GiB against the
+//! driver's path. A default run takes about two minutes on
 //! an H200 host; `--quick` runs each group once at small sizes
 //! (CI: proves it builds and runs); with `--simulated` (feature
 //! `simulator`) it runs against the simulated driver, which checks the
@@ -29,6 +34,7 @@
 //! beside a `DeviceBuffer`, both ways, runs interleaved.
 
 mod batches;
+mod chunk_cost;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod groups;
@@ -107,6 +113,7 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
     };
     let reference = groups::run(context, options, &mut report)?;
     batches::run(context, options, &reference, &mut report)?;
+    chunk_cost::run(context, options, &reference, &mut report)?;
     #[cfg(feature = "cudarc")]
     cudarc::run(context, options, &reference, &mut report)?;
     Ok(report)

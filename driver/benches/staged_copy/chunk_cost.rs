@@ -1,0 +1,627 @@
+//! Where a staged chunk's fixed cost goes, and what the host side costs
+//! the rest of the program.
+//!
+//! - Per chunk: 256 MiB (64 MiB with `--quick`) device to warm pageable
+//!   host memory, cut into chunks of 1, 4 and 16 MiB that go round four
+//!   pinned buffers on four streams, with the host side run five ways side
+//!   by side: none (the driver's copies alone: the link, chunked); an empty
+//!   host function after each chunk's copy (what the driver charges for a
+//!   host function); a host function that copies the chunk out with a
+//!   worker pool (the stager's design, without its bookkeeping); the
+//!   stager itself with that chunk size; and no host function at all, the
+//!   calling thread waiting for an event after each chunk's copy, copying
+//!   the chunk out with the same pool and queuing the buffer's next chunk
+//!   (the host side off the context's one host-function thread).
+//! - Another library's host functions: while a thread launches, every
+//!   4 ms on a stream of its own, a host function that is busy for 2 ms,
+//!   1 GiB D2H through the stager, through the event-driven pipeline above
+//!   and through the driver's pageable path, each beside itself alone; and
+//!   how late those host functions started (their delay), alone and during
+//!   each transfer.
+//! - CPU time: the CPU seconds every thread of the process spent per GiB
+//!   moved (the driver's threads included), staged and on the driver's
+//!   pageable path, both ways.
+
+use core::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hostcopy_core::HostCopyArgs;
+use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores, default_workers};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, Event, PinnedBuffer, Stream};
+use hostcopy_driver::parallel::CopyPool;
+
+use crate::Options;
+use crate::paths::{self, Direction, Timed, timed};
+use crate::report::{Reference, Report, gbps, row};
+use crate::table::size;
+
+/// Staging buffers (and streams) of every pipeline here: the default.
+const BUFFERS: usize = 4;
+
+/// Chunk sizes tried, MiB.
+const CHUNKS_MIB: [usize; 3] = [1, 4, 16];
+
+/// Runs the three groups.
+pub(crate) fn run(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    per_chunk(context, options, reference, report)?;
+    foreign_host_functions(context, options, reference, report)?;
+    cpu_time(context, options, report)?;
+    Ok(())
+}
+
+/// How the host side of a chunked D2H pipeline runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HostSide {
+    /// No host side: the driver's copies alone.
+    None,
+    /// An empty host function after each chunk's copy.
+    EmptyHostFn,
+    /// A host function that copies the chunk out with the pool.
+    HostFnCopy,
+    /// No host function: wait for an event, copy with the pool, queue the
+    /// buffer's next chunk.
+    Events,
+}
+
+impl HostSide {
+    fn label(self) -> &'static str {
+        match self {
+            HostSide::None => "driver copies only (no host side)",
+            HostSide::EmptyHostFn => "+ an empty host function per chunk",
+            HostSide::HostFnCopy => "+ a host function copying with the pool",
+            HostSide::Events => "event per chunk, calling thread copies with the pool",
+        }
+    }
+}
+
+/// Device memory with a known pattern, and the host memory it goes to.
+struct Memory {
+    device: DeviceBuffer,
+    expected: Vec<u8>,
+    host: Vec<u8>,
+}
+
+impl Memory {
+    fn new(context: &Context, bytes: usize) -> Result<Memory, Error> {
+        let expected: Vec<u8> = (0..bytes)
+            .map(|index| (index.wrapping_mul(31) >> 3) as u8)
+            .collect();
+        let mut device = DeviceBuffer::new(context, bytes)?;
+        device.copy_from_host(0, &expected)?;
+        Ok(Memory {
+            device,
+            expected,
+            host: vec![1u8; bytes],
+        })
+    }
+
+    /// Panics unless the host memory holds the device's bytes (a row that
+    /// copied nothing, or to the wrong place, is never reported).
+    fn check(&mut self, what: &str) {
+        if let Some(at) = self
+            .host
+            .iter()
+            .zip(&self.expected)
+            .position(|(a, b)| a != b)
+        {
+            panic!("{what}: wrong byte at {at}");
+        }
+        self.host.fill(1);
+    }
+}
+
+/// Staging buffers, their streams and events, and a pool of workers: the
+/// pieces of a chunked pipeline built by hand.
+struct Pipeline {
+    buffers: Vec<PinnedBuffer>,
+    streams: Vec<Stream>,
+    events: Vec<Event>,
+    pool: CopyPool,
+    chunk: usize,
+}
+
+/// A host function's record: copy `args` with `pool`.
+struct HostFnChunk {
+    pool: *const CopyPool,
+    args: HostCopyArgs,
+}
+
+/// Copies one chunk out with the pool.
+///
+/// # Safety
+///
+/// `user_data` points at a live [`HostFnChunk`] whose pool and ranges stay
+/// valid until the host function has run.
+unsafe extern "C" fn copy_chunk(user_data: *mut c_void) {
+    // SAFETY: our caller's contract.
+    let chunk = unsafe { &*user_data.cast::<HostFnChunk>() };
+    // SAFETY: the pool outlives the pipeline's streams (synchronized before
+    // it is dropped); the ranges are a pinned buffer and the host memory,
+    // disjoint, alive until the streams are synchronized.
+    unsafe { (*chunk.pool).copy(&chunk.args, Stores::Streaming) };
+}
+
+/// Does nothing: what the driver charges for a host function.
+unsafe extern "C" fn nothing(_: *mut c_void) {}
+
+impl Pipeline {
+    fn new(context: &Context, chunk: usize) -> Result<Pipeline, Error> {
+        let mut pipeline = Pipeline {
+            buffers: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            pool: CopyPool::new(default_workers(1)),
+            chunk,
+        };
+        for _ in 0..BUFFERS {
+            pipeline.buffers.push(PinnedBuffer::new(context, chunk)?);
+            pipeline.streams.push(Stream::new(context)?);
+            pipeline.events.push(Event::ordering(context)?);
+        }
+        Ok(pipeline)
+    }
+
+    /// Queues chunk `index` of `device` into its buffer on its stream.
+    fn queue_copy(&self, device: &DeviceBuffer, index: usize) -> Result<(), Error> {
+        let lane = index % BUFFERS;
+        // SAFETY: the pinned buffer holds `chunk` bytes and is touched by
+        // nothing else until the stream has run the copy (each caller
+        // waits for that before reusing the buffer or dropping it).
+        unsafe {
+            self.streams[lane].as_stream().copy_device_to_host(
+                self.buffers[lane].raw_ptr(),
+                device,
+                index * self.chunk,
+                self.chunk,
+            )
+        }
+    }
+
+    /// The copy of chunk `index` from its buffer into `host`.
+    fn host_copy(&self, host: &mut [u8], index: usize) -> HostCopyArgs {
+        let lane = index % BUFFERS;
+        HostCopyArgs::new(
+            host[index * self.chunk..].as_mut_ptr().expose_provenance(),
+            self.buffers[lane].raw_ptr().expose_provenance(),
+            self.chunk,
+        )
+    }
+
+    /// One D2H transfer of `host.len()` bytes with the host side `side`.
+    fn transfer(
+        &self,
+        device: &DeviceBuffer,
+        host: &mut [u8],
+        side: HostSide,
+    ) -> Result<(), Error> {
+        let chunks = host.len() / self.chunk;
+        match side {
+            HostSide::None | HostSide::EmptyHostFn | HostSide::HostFnCopy => {
+                let records: Vec<HostFnChunk> = (0..chunks)
+                    .map(|index| HostFnChunk {
+                        pool: &self.pool,
+                        args: self.host_copy(host, index),
+                    })
+                    .collect();
+                for (index, record) in records.iter().enumerate() {
+                    self.queue_copy(device, index)?;
+                    let stream = self.streams[index % BUFFERS].as_stream();
+                    let launched = match side {
+                        // SAFETY: `nothing` touches nothing.
+                        HostSide::EmptyHostFn => unsafe {
+                            stream.launch_host_fn(nothing, core::ptr::null_mut())
+                        },
+                        // SAFETY: the record, the pool, the buffer and
+                        // `host` outlive the streams' synchronization below.
+                        HostSide::HostFnCopy => unsafe {
+                            stream.launch_host_fn(
+                                copy_chunk,
+                                core::ptr::from_ref(record).cast_mut().cast(),
+                            )
+                        },
+                        _ => Ok(()),
+                    };
+                    launched?;
+                }
+                for stream in &self.streams {
+                    stream.as_stream().synchronize()?;
+                }
+                // With no host side (or an empty one) the bytes stay in
+                // the staging buffers: `per_chunk` checks only the rows
+                // that copy them out.
+                drop(records);
+            }
+            HostSide::Events => {
+                for index in 0..chunks.min(BUFFERS) {
+                    self.queue_copy(device, index)?;
+                    self.events[index].record(self.streams[index].as_stream())?;
+                }
+                for index in 0..chunks {
+                    let lane = index % BUFFERS;
+                    self.events[lane].synchronize()?;
+                    let args = self.host_copy(host, index);
+                    // SAFETY: the event says the buffer holds the chunk and
+                    // no queued copy writes it until the next one is queued
+                    // just below; `host` and the buffer are disjoint.
+                    unsafe { self.pool.copy(&args, Stores::Streaming) };
+                    if index + BUFFERS < chunks {
+                        self.queue_copy(device, index + BUFFERS)?;
+                        self.events[lane].record(self.streams[lane].as_stream())?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn timed(
+        &self,
+        device: &DeviceBuffer,
+        host: &mut [u8],
+        side: HostSide,
+        runs: usize,
+    ) -> Result<Timed, Error> {
+        let times = timed(runs, || {
+            let start = Instant::now();
+            self.transfer(device, host, side)?;
+            Ok(start.elapsed())
+        })?;
+        Ok(Timed::plain(times))
+    }
+}
+
+/// The per-chunk group: see the module documentation.
+fn per_chunk(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let bytes = if options.quick { 64 << 20 } else { 256 << 20 };
+    let mut memory = Memory::new(context, bytes)?;
+    let group = format!(
+        "per chunk, {} D2H through {BUFFERS} buffers: where the fixed cost goes (x pinned: one pinned copy)",
+        size(bytes)
+    );
+    let chunks: &[usize] = if options.quick {
+        &CHUNKS_MIB[1..2]
+    } else {
+        &CHUNKS_MIB
+    };
+    for &mib in chunks {
+        let chunk = mib << 20;
+        let pipeline = Pipeline::new(context, chunk)?;
+        let mut line = Vec::new();
+        for side in [
+            HostSide::None,
+            HostSide::EmptyHostFn,
+            HostSide::HostFnCopy,
+            HostSide::Events,
+        ] {
+            let timed = pipeline.timed(&memory.device, &mut memory.host, side, options.runs)?;
+            if side == HostSide::None || side == HostSide::EmptyHostFn {
+                memory.host.fill(1);
+            } else {
+                memory.check(side.label());
+            }
+            let path = format!("{mib} MiB chunks, {}", side.label());
+            line.push(per_chunk_note(side, bytes, chunk, &timed));
+            report.rows.push(row(
+                &group,
+                &path,
+                bytes,
+                &timed,
+                reference.pinned_d2h,
+                f64::NAN,
+            ));
+        }
+        let built = StagingOptions::builder()
+            .chunk(chunk)
+            .buffers(BUFFERS)
+            .build()?;
+        let mut stager = Stager::with_options(context, built)?;
+        let staged = paths::staged_d2h_blocking(
+            &mut stager,
+            &memory.device,
+            &mut memory.host,
+            options.runs,
+        )?;
+        memory.check("stager");
+        line.push(format!(
+            "stager {:.1} us",
+            per_chunk_us(bytes, chunk, &staged)
+        ));
+        report.rows.push(row(
+            &group,
+            &format!("{mib} MiB chunks, the stager"),
+            bytes,
+            &staged,
+            reference.pinned_d2h,
+            f64::NAN,
+        ));
+        report.notes.push(format!(
+            "per chunk of {mib} MiB, time per chunk: {}",
+            line.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn per_chunk_us(bytes: usize, chunk: usize, timed: &Timed) -> f64 {
+    let seconds = crate::table::median(&timed.times);
+    1e6 * seconds / (bytes / chunk) as f64
+}
+
+fn per_chunk_note(side: HostSide, bytes: usize, chunk: usize, timed: &Timed) -> String {
+    let name = match side {
+        HostSide::None => "copies only",
+        HostSide::EmptyHostFn => "empty host fn",
+        HostSide::HostFnCopy => "host fn copy",
+        HostSide::Events => "events",
+    };
+    format!("{name} {:.1} us", per_chunk_us(bytes, chunk, timed))
+}
+
+// ---------------------------------------------------------------------
+// Another library's host functions on the same context.
+
+/// A foreign host function's record: when it was launched, and where the
+/// latest start delay goes.
+struct Stamp {
+    launched: Instant,
+    most: Arc<AtomicU64>,
+}
+
+/// Busy for 2 ms, after noting how late it started.
+///
+/// # Safety
+///
+/// `user_data` is a `Box<Stamp>` turned into a raw pointer, freed here.
+unsafe extern "C" fn busy(user_data: *mut c_void) {
+    // SAFETY: our caller's contract: ours to free.
+    let stamp = unsafe { Box::from_raw(user_data.cast::<Stamp>()) };
+    let delay = stamp.launched.elapsed().as_nanos() as u64;
+    stamp.most.fetch_max(delay, Ordering::Relaxed);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2) {
+        core::hint::spin_loop();
+    }
+}
+
+/// A thread launching a [`busy`] host function every 4 ms on a stream of
+/// its own, until stopped.
+struct ForeignLoad {
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<Result<(), Error>>,
+}
+
+impl ForeignLoad {
+    fn start(context: &Context) -> ForeignLoad {
+        let stop = Arc::new(AtomicBool::new(false));
+        let most = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (context, stop, most) = (context.clone(), Arc::clone(&stop), Arc::clone(&most));
+            std::thread::spawn(move || {
+                let stream = Stream::new(&context)?;
+                let start = Instant::now();
+                let mut next = Duration::ZERO;
+                while !stop.load(Ordering::Relaxed) {
+                    let stamp = Box::new(Stamp {
+                        launched: Instant::now(),
+                        most: Arc::clone(&most),
+                    });
+                    // SAFETY: `busy` frees the box and touches nothing else.
+                    unsafe {
+                        stream
+                            .as_stream()
+                            .launch_host_fn(busy, Box::into_raw(stamp).cast())?;
+                    }
+                    next += Duration::from_millis(4);
+                    if let Some(wait) = next.checked_sub(start.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+                stream.as_stream().synchronize()?;
+                Ok(())
+            })
+        };
+        ForeignLoad { stop, most, thread }
+    }
+
+    /// Forgets the delays seen so far (those of the warm-up).
+    fn reset(&self) {
+        self.most.store(0, Ordering::Relaxed);
+    }
+
+    /// Stops the thread; the longest delay seen since the last reset.
+    fn stop(self) -> Result<Duration, Error> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .expect("the foreign load thread panicked")?;
+        Ok(Duration::from_nanos(self.most.load(Ordering::Relaxed)))
+    }
+}
+
+/// Which transfer runs beside the foreign host functions.
+#[derive(Clone, Copy)]
+enum Beside {
+    Stager,
+    Events,
+    Driver,
+}
+
+impl Beside {
+    fn label(self) -> &'static str {
+        match self {
+            Beside::Stager => "stager",
+            Beside::Events => "event per chunk, calling thread copies (16 MiB chunks)",
+            Beside::Driver => "driver's pageable path",
+        }
+    }
+}
+
+fn foreign_host_functions(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let bytes = if options.quick { 64 << 20 } else { 1 << 30 };
+    let mut memory = Memory::new(context, bytes)?;
+    let group = format!(
+        "{} D2H beside another library's host functions (2 ms busy every 4 ms, own stream)",
+        size(bytes)
+    );
+    let mut stager = Stager::new(context)?;
+    let pipeline = Pipeline::new(context, 16 << 20)?;
+    let mut once = |beside: Beside, memory: &mut Memory| -> Result<Timed, Error> {
+        let timed = match beside {
+            Beside::Stager => paths::staged_d2h_blocking(
+                &mut stager,
+                &memory.device,
+                &mut memory.host,
+                options.runs,
+            )?,
+            Beside::Events => pipeline.timed(
+                &memory.device,
+                &mut memory.host,
+                HostSide::Events,
+                options.runs,
+            )?,
+            Beside::Driver => paths::driver_d2h(&memory.device, &mut memory.host, options.runs)?,
+        };
+        memory.check(beside.label());
+        Ok(timed)
+    };
+    // The foreign host functions' delay with nothing else running.
+    let load = ForeignLoad::start(context);
+    std::thread::sleep(Duration::from_millis(50));
+    load.reset();
+    std::thread::sleep(Duration::from_millis(200));
+    let idle = load.stop()?;
+    let mut notes = vec![format!("alone {:.2} ms", idle.as_secs_f64() * 1e3)];
+    for beside in [Beside::Stager, Beside::Events, Beside::Driver] {
+        let alone = once(beside, &mut memory)?;
+        let load = ForeignLoad::start(context);
+        std::thread::sleep(Duration::from_millis(20));
+        load.reset();
+        let loaded = once(beside, &mut memory);
+        let delay = load.stop()?;
+        let loaded = loaded?;
+        let kept = gbps(bytes, &loaded) / gbps(bytes, &alone);
+        for (timed, state) in [
+            (&alone, "alone"),
+            (&loaded, "with the foreign host functions"),
+        ] {
+            report.rows.push(row(
+                &group,
+                &format!("{}, {state}", beside.label()),
+                bytes,
+                timed,
+                reference.pinned_d2h,
+                f64::NAN,
+            ));
+        }
+        notes.push(format!(
+            "during the {} {:.2} ms (it kept {:.0}% of its speed alone; target >= 90%)",
+            beside.label(),
+            delay.as_secs_f64() * 1e3,
+            100.0 * kept
+        ));
+    }
+    report.notes.push(format!(
+        "foreign host functions, longest start delay: {}",
+        notes.join("; ")
+    ));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// CPU time.
+
+/// CPU time every thread of the process has used so far (the first field
+/// of each thread's `schedstat`, in nanoseconds); `None` where the kernel
+/// does not say.
+fn process_cpu() -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue; // a thread that ended meanwhile
+        };
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(total))
+}
+
+fn cpu_time(context: &Context, options: &Options, report: &mut Report) -> Result<(), Error> {
+    let bytes: usize = if options.quick { 64 << 20 } else { 1 << 30 };
+    let mut memory = Memory::new(context, bytes)?;
+    let mut stager = Stager::new(context)?;
+    let gib = (bytes * (options.runs + 1)) as f64 / f64::from(1u32 << 30);
+    let mut line = Vec::new();
+    for direction in [Direction::D2H, Direction::H2D] {
+        let mut seconds = [0.0f64; 2];
+        for (slot, staged) in [(0, true), (1, false)] {
+            let Some(before) = process_cpu() else {
+                report
+                    .notes
+                    .push("CPU time: not measured (no /proc/self/task/*/schedstat)".into());
+                return Ok(());
+            };
+            match (direction, staged) {
+                (Direction::D2H, true) => {
+                    paths::staged_d2h_blocking(
+                        &mut stager,
+                        &memory.device,
+                        &mut memory.host,
+                        options.runs,
+                    )?;
+                    memory.check("stager D2H");
+                }
+                (Direction::D2H, false) => {
+                    paths::driver_d2h(&memory.device, &mut memory.host, options.runs)?;
+                    memory.check("driver D2H");
+                }
+                (Direction::H2D, true) => {
+                    paths::staged_h2d_blocking(
+                        &mut stager,
+                        &mut memory.device,
+                        &memory.host,
+                        options.runs,
+                    )?;
+                }
+                (Direction::H2D, false) => {
+                    paths::driver_h2d(&mut memory.device, &memory.host, options.runs)?;
+                }
+            }
+            let after = process_cpu().unwrap_or(before);
+            seconds[slot] = (after - before).as_secs_f64() / gib;
+        }
+        let name = match direction {
+            Direction::D2H => "D2H",
+            Direction::H2D => "H2D",
+        };
+        line.push(format!(
+            "{name} staged {:.3} s, driver's path {:.3} s ({:.2}x; target <= 1.2x)",
+            seconds[0],
+            seconds[1],
+            seconds[0] / seconds[1]
+        ));
+    }
+    report.notes.push(format!(
+        "CPU seconds per GiB moved, every thread of the process, {}: {}",
+        size(bytes),
+        line.join("; ")
+    ));
+    Ok(())
+}
