@@ -3,6 +3,7 @@
 //! (`cargo xtask gpu-bundle`); elsewhere each reports itself ignored and why.
 
 mod gpu_support;
+mod layer_support;
 
 use std::time::Duration;
 
@@ -11,7 +12,10 @@ use hostcopy_driver::cuda::{
     CaptureMode, Context, DeviceBuffer, Error, Event, Graph, GraphExec, HostCopy, HostRegistration,
     PinnedBuffer, Stream,
 };
-use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool, owned_record_counts};
+use hostcopy_driver::{Record, RecordPool, owned_record_counts};
+use layer_support::{
+    RawBuffer, across_streams, launch_owned_in_retrying, raw_record, through_one_staging_buffer,
+};
 use libtest_mimic::Failed;
 
 fn main() {
@@ -60,101 +64,53 @@ fn main() {
     )
 }
 
-/// Host memory the tests reach only through raw addresses once records
-/// point into it, so that no Rust borrow is live while host functions write.
-struct RawBuffer {
-    bytes: Vec<u8>,
-    base: *mut u8,
-}
-
-impl RawBuffer {
-    fn new(bytes: Vec<u8>) -> RawBuffer {
-        let mut bytes = bytes;
-        let base = bytes.as_mut_ptr();
-        let _ = base.expose_provenance();
-        RawBuffer { bytes, base }
-    }
-
-    fn region(&self) -> RawRegion {
-        RawRegion::host(self.base.addr(), self.bytes.len())
-    }
-
-    /// The bytes, read after the host functions writing them have finished.
-    fn read(&self) -> &[u8] {
-        // SAFETY: `len` bytes of the vector; the caller synchronized first.
-        unsafe { std::slice::from_raw_parts(self.base, self.bytes.len()) }
-    }
-
-    /// Overwrites the bytes between launches.
-    fn write(&mut self, data: &[u8]) {
-        assert_eq!(data.len(), self.bytes.len());
-        // SAFETY: `len` bytes of the vector; no host function is running.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base, data.len()) };
-    }
-}
-
-/// A record between two raw buffers.
-fn raw_record(
-    dst: &RawBuffer,
-    dst_offset: usize,
-    src: &RawBuffer,
-    src_offset: usize,
-    nbytes: usize,
-) -> Result<Record<'static>, Failed> {
-    // SAFETY: every test keeps the buffers alive until the host functions
-    // (or the graphs) using these records are finished.
-    Ok(unsafe {
-        Record::from_raw_regions(dst.region(), dst_offset, src.region(), src_offset, nbytes)
-    }?)
-}
-
 /// Writes a fresh pattern into `src`, launches `exec` once and waits for it:
 /// the bytes every copy out of `src` must now hold.
 fn replay_once(
     exec: &mut GraphExec,
     stream: &Stream,
-    src: &mut RawBuffer,
+    src: &RawBuffer,
     seed: u32,
 ) -> Result<Vec<u8>, Failed> {
-    let data = pattern(src.bytes.len(), seed);
+    let data = pattern(src.len(), seed);
     src.write(&data);
     exec.launch(stream.as_stream())?;
     stream.as_stream().synchronize()?;
     Ok(data)
 }
 
+/// Waits up to 5 s for the boxed records alive to fall back to `baseline`
+/// once a graph and its executable are destroyed: graph-owned records are
+/// freed by user-object destructors, which the driver runs on its own
+/// thread shortly after.
+fn records_freed(baseline: usize) -> Result<(), Failed> {
+    let freed = eventually(Duration::from_secs(5), || owned_alive() == baseline);
+    check(freed, || {
+        format!(
+            "{} records still alive 5 s after the graph and executable were destroyed",
+            owned_alive() - baseline
+        )
+    })
+}
+
+/// [`records_freed`] for records in a pool: every slot of `pool` back.
+fn slots_return<const N: usize>(pool: &RecordPool<N>) -> Result<(), Failed> {
+    let returned = eventually(Duration::from_secs(5), || pool.available() == N);
+    check(returned, || {
+        format!(
+            "{} of {N} slots free 5 s after destruction",
+            pool.available()
+        )
+    })
+}
+
 fn stream_order(context: &Context) -> Result<(), Failed> {
     const CHUNK: usize = 1 << 20;
     const CHUNKS: usize = 64;
     let data = pattern(CHUNK * CHUNKS, 1);
-    let mut device = DeviceBuffer::new(context, data.len())?;
-    device.copy_from_host(0, &data)?;
-    let stream = Stream::new(context)?;
-    let slot = PinnedBuffer::new(context, CHUNK)?;
-    let slot_ptr = slot.raw_ptr();
-    let slot_region = slot.raw_region();
-    let dst = RawBuffer::new(vec![0u8; data.len()]);
-
-    // One pinned slot, one stream: D2H into the slot, host copy out of it,
-    // then the next D2H overwrites it. Only stream order keeps chunks apart.
-    let launched = stream.as_stream().scope(|scope| -> Result<(), Failed> {
-        for chunk in 0..CHUNKS {
-            // SAFETY: the slot is pinned and outlives the scope; in stream
-            // order this copy follows the host copy that read the slot last.
-            unsafe {
-                scope
-                    .stream()
-                    .copy_device_to_host(slot_ptr, &device, chunk * CHUNK, CHUNK)
-            }?;
-            // SAFETY: both regions outlive the scope.
-            let record = unsafe {
-                Record::from_raw_regions(dst.region(), chunk * CHUNK, slot_region, 0, CHUNK)
-            }?;
-            scope.launch(HostCopy::Single, record)?;
-        }
-        Ok(())
-    })?;
-    launched?;
+    // One pinned staging buffer, one stream: D2H into it, host copy out of
+    // it, then the next D2H overwrites it.
+    let dst = through_one_staging_buffer(context, &data, CHUNK)?;
     let wrong = (0..CHUNKS)
         .filter(|&c| dst.read()[c * CHUNK..(c + 1) * CHUNK] != data[c * CHUNK..(c + 1) * CHUNK])
         .count();
@@ -168,23 +124,19 @@ const RECORD_BYTES: usize = 64;
 fn load_owned_boxed(context: &Context) -> Result<(), Failed> {
     let total = STREAMS * PER_STREAM;
     let src = RawBuffer::new(pattern(total * RECORD_BYTES, 2));
-    let dst = RawBuffer::new(vec![0u8; total * RECORD_BYTES]);
+    let dst = RawBuffer::zeroed(total * RECORD_BYTES);
     let streams = (0..STREAMS)
         .map(|_| Stream::new(context))
         .collect::<Result<Vec<_>, _>>()?;
     let before = owned_record_counts();
-    for i in 0..PER_STREAM {
-        for (s, stream) in streams.iter().enumerate() {
-            let at = (i * STREAMS + s) * RECORD_BYTES;
-            stream.as_stream().launch_owned(
+    across_streams(&streams, PER_STREAM, RECORD_BYTES, |_, stream, at| {
+        stream
+            .launch_owned(
                 HostCopy::Single,
-                raw_record(&dst, at, &src, at, RECORD_BYTES)?,
-            )?;
-        }
-    }
-    for stream in &streams {
-        stream.as_stream().synchronize()?;
-    }
+                raw_record(&dst, at, &src, at, RECORD_BYTES),
+            )
+            .map(drop)
+    })?;
     let after = owned_record_counts();
     let (created, freed) = (after.created - before.created, after.freed - before.freed);
     check(created == total, || {
@@ -202,34 +154,17 @@ fn load_owned_pool(context: &Context) -> Result<(), Failed> {
     static POOL: RecordPool<1024> = RecordPool::new();
     let total = STREAMS * PER_STREAM;
     let src = RawBuffer::new(pattern(total * RECORD_BYTES, 3));
-    let dst = RawBuffer::new(vec![0u8; total * RECORD_BYTES]);
+    let dst = RawBuffer::zeroed(total * RECORD_BYTES);
     let streams = (0..STREAMS)
         .map(|_| Stream::new(context))
         .collect::<Result<Vec<_>, _>>()?;
     let mut exhausted = 0usize;
-    for i in 0..PER_STREAM {
-        for (s, stream) in streams.iter().enumerate() {
-            let at = (i * STREAMS + s) * RECORD_BYTES;
-            loop {
-                match stream.as_stream().launch_owned_in(
-                    &POOL,
-                    HostCopy::Single,
-                    raw_record(&dst, at, &src, at, RECORD_BYTES)?,
-                ) {
-                    Ok(_) => break,
-                    Err(Error::Pool(PoolError::Exhausted { .. })) => {
-                        // Never a wait inside the pool: the caller decides.
-                        exhausted += 1;
-                        stream.as_stream().synchronize()?;
-                    }
-                    Err(other) => return Err(other.into()),
-                }
-            }
-        }
-    }
-    for stream in &streams {
-        stream.as_stream().synchronize()?;
-    }
+    across_streams(&streams, PER_STREAM, RECORD_BYTES, |_, stream, at| {
+        exhausted += launch_owned_in_retrying(stream, &POOL, HostCopy::Single, || {
+            raw_record(&dst, at, &src, at, RECORD_BYTES)
+        })?;
+        Ok(())
+    })?;
     eprintln!("    pool exhausted {exhausted} times over {total} launches");
     check(POOL.available() == 1024, || {
         format!(
@@ -310,22 +245,22 @@ fn scope_refuses_capture(context: &Context) -> Result<(), Failed> {
 fn graph_replays(context: &Context) -> Result<(), Failed> {
     const LEN: usize = 1 << 20;
     let baseline = owned_alive();
-    let mut src = RawBuffer::new(vec![0u8; LEN]);
-    let mid = RawBuffer::new(vec![0u8; LEN]);
-    let dst = RawBuffer::new(vec![0u8; LEN]);
-    let other = RawBuffer::new(vec![0u8; LEN]);
+    let src = RawBuffer::zeroed(LEN);
+    let mid = RawBuffer::zeroed(LEN);
+    let dst = RawBuffer::zeroed(LEN);
+    let other = RawBuffer::zeroed(LEN);
     let stream = Stream::new(context)?;
 
     let mut graph = Graph::new(context)?;
-    let first = graph.add_host_copy(HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN)?, &[])?;
+    let first = graph.add_host_copy(HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN), &[])?;
     let second = graph.add_host_copy(
         HostCopy::Single,
-        raw_record(&dst, 0, &mid, 0, LEN)?,
+        raw_record(&dst, 0, &mid, 0, LEN),
         &[first],
     )?;
     let mut exec = graph.instantiate()?;
     for replay in 0..100u32 {
-        let data = replay_once(&mut exec, &stream, &mut src, 100 + replay)?;
+        let data = replay_once(&mut exec, &stream, &src, 100 + replay)?;
         check(dst.read() == &data[..], || {
             format!("replay {replay}: destination is not this replay's source")
         })?;
@@ -341,9 +276,9 @@ fn graph_replays(context: &Context) -> Result<(), Failed> {
     exec.set_host_copy(
         second,
         HostCopy::Single,
-        raw_record(&other, 0, &mid, 0, LEN)?,
+        raw_record(&other, 0, &mid, 0, LEN),
     )?;
-    let data = replay_once(&mut exec, &stream, &mut src, 999)?;
+    let data = replay_once(&mut exec, &stream, &src, 999)?;
     check(other.read() == &data[..], || {
         "updated node did not copy to its new destination".into()
     })?;
@@ -353,39 +288,31 @@ fn graph_replays(context: &Context) -> Result<(), Failed> {
 
     drop(exec);
     drop(graph);
-    // Graph-owned records are freed by user-object destructors, which the
-    // driver runs on its own thread shortly after.
-    let freed = eventually(Duration::from_secs(5), || owned_alive() == baseline);
-    check(freed, || {
-        format!(
-            "{} records still alive 5 s after the graph and executable were destroyed",
-            owned_alive() - baseline
-        )
-    })
+    records_freed(baseline)
 }
 
 fn captured_graph(context: &Context) -> Result<(), Failed> {
     const LEN: usize = 1 << 20;
     let baseline = owned_alive();
-    let mut src = RawBuffer::new(vec![0u8; LEN]);
-    let mid = RawBuffer::new(vec![0u8; LEN]);
-    let dst = RawBuffer::new(vec![0u8; LEN]);
+    let src = RawBuffer::zeroed(LEN);
+    let mid = RawBuffer::zeroed(LEN);
+    let dst = RawBuffer::zeroed(LEN);
     let stream = Stream::new(context)?;
 
     stream.as_stream().begin_capture(CaptureMode::ThreadLocal)?;
     stream
         .as_stream()
-        .launch_owned(HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN)?)?;
+        .launch_owned(HostCopy::Single, raw_record(&mid, 0, &src, 0, LEN))?;
     stream
         .as_stream()
-        .launch_owned(HostCopy::Single, raw_record(&dst, 0, &mid, 0, LEN)?)?;
+        .launch_owned(HostCopy::Single, raw_record(&dst, 0, &mid, 0, LEN))?;
     let graph = stream.as_stream().end_capture()?;
     check(owned_alive() == baseline + 2, || {
         "the captured graph does not hold its two records".into()
     })?;
     let mut exec = graph.instantiate()?;
     for replay in 0..100u32 {
-        let data = replay_once(&mut exec, &stream, &mut src, 300 + replay)?;
+        let data = replay_once(&mut exec, &stream, &src, 300 + replay)?;
         check(dst.read() == &data[..], || {
             format!("replay {replay}: destination is not this replay's source")
         })?;
@@ -395,30 +322,24 @@ fn captured_graph(context: &Context) -> Result<(), Failed> {
     }
     drop(graph);
     // The executable still owns references: the records must survive.
-    let data = replay_once(&mut exec, &stream, &mut src, 7)?;
+    let data = replay_once(&mut exec, &stream, &src, 7)?;
     check(dst.read() == &data[..], || {
         "executable failed after its graph was destroyed".into()
     })?;
     drop(exec);
-    let freed = eventually(Duration::from_secs(5), || owned_alive() == baseline);
-    check(freed, || {
-        format!(
-            "{} captured records alive 5 s after destruction",
-            owned_alive() - baseline
-        )
-    })
+    records_freed(baseline)
 }
 
 fn captured_graph_pool(context: &Context) -> Result<(), Failed> {
     static POOL: RecordPool<8> = RecordPool::new();
     let src = RawBuffer::new(pattern(4096, 5));
-    let dst = RawBuffer::new(vec![0u8; 4096]);
+    let dst = RawBuffer::zeroed(4096);
     let stream = Stream::new(context)?;
     stream.as_stream().begin_capture(CaptureMode::Global)?;
     stream.as_stream().launch_owned_in(
         &POOL,
         HostCopy::Single,
-        raw_record(&dst, 0, &src, 0, 4096)?,
+        raw_record(&dst, 0, &src, 0, 4096),
     )?;
     let graph = stream.as_stream().end_capture()?;
     let mut exec = graph.instantiate()?;
@@ -437,10 +358,7 @@ fn captured_graph_pool(context: &Context) -> Result<(), Failed> {
     })?;
     drop(exec);
     drop(graph);
-    let returned = eventually(Duration::from_secs(5), || POOL.available() == 8);
-    check(returned, || {
-        format!("{} of 8 slots free 5 s after destruction", POOL.available())
-    })
+    slots_return(&POOL)
 }
 
 fn pinned_round_trip(context: &Context) -> Result<(), Failed> {
@@ -499,23 +417,18 @@ fn pool_backed_launches(context: &Context) -> Result<(), Failed> {
 
     // A graph node and a node update, both from the pool.
     let a = RawBuffer::new(pattern(LEN, 9));
-    let b = RawBuffer::new(vec![0u8; LEN]);
-    let c = RawBuffer::new(vec![0u8; LEN]);
+    let b = RawBuffer::zeroed(LEN);
+    let c = RawBuffer::zeroed(LEN);
     let mut graph = Graph::new(context)?;
     let node =
-        graph.add_host_copy_in(&POOL, HostCopy::Single, raw_record(&b, 0, &a, 0, LEN)?, &[])?;
+        graph.add_host_copy_in(&POOL, HostCopy::Single, raw_record(&b, 0, &a, 0, LEN), &[])?;
     let mut exec = graph.instantiate()?;
     exec.launch(stream.as_stream())?;
     stream.as_stream().synchronize()?;
     check(b.read() == a.read(), || {
         "pool-owned graph node did not copy".into()
     })?;
-    exec.set_host_copy_in(
-        &POOL,
-        node,
-        HostCopy::Single,
-        raw_record(&c, 0, &a, 0, LEN)?,
-    )?;
+    exec.set_host_copy_in(&POOL, node, HostCopy::Single, raw_record(&c, 0, &a, 0, LEN))?;
     exec.launch(stream.as_stream())?;
     stream.as_stream().synchronize()?;
     check(c.read() == a.read(), || {
@@ -529,10 +442,7 @@ fn pool_backed_launches(context: &Context) -> Result<(), Failed> {
     })?;
     drop(exec);
     drop(graph);
-    let returned = eventually(Duration::from_secs(5), || POOL.available() == 8);
-    check(returned, || {
-        format!("{} of 8 slots free 5 s after destruction", POOL.available())
-    })?;
+    slots_return(&POOL)?;
 
     // Timing events around a transfer.
     let device = DeviceBuffer::new(context, 64 << 20)?;
@@ -564,18 +474,18 @@ fn parallel_launch_forms(context: &Context) -> Result<(), Failed> {
     }
     let stream = Stream::new(context)?;
     let src = RawBuffer::new(pattern(LEN, 21));
-    let scoped = RawBuffer::new(vec![0u8; LEN]);
-    let owned = RawBuffer::new(vec![0u8; LEN]);
-    let node_dst = RawBuffer::new(vec![0u8; LEN]);
-    let update_dst = RawBuffer::new(vec![0u8; LEN]);
+    let scoped = RawBuffer::zeroed(LEN);
+    let owned = RawBuffer::zeroed(LEN);
+    let node_dst = RawBuffer::zeroed(LEN);
+    let update_dst = RawBuffer::zeroed(LEN);
     let s = stream.as_stream();
-    let record = raw_record(&scoped, 0, &src, 0, LEN)?;
+    let record = raw_record(&scoped, 0, &src, 0, LEN);
     s.scope(|scope| scope.launch(HostCopy::Parallel, record))??;
-    s.launch_owned(HostCopy::Parallel, raw_record(&owned, 0, &src, 0, LEN)?)?;
+    s.launch_owned(HostCopy::Parallel, raw_record(&owned, 0, &src, 0, LEN))?;
     let mut graph = Graph::new(context)?;
     let node = graph.add_host_copy(
         HostCopy::Parallel,
-        raw_record(&node_dst, 0, &src, 0, LEN)?,
+        raw_record(&node_dst, 0, &src, 0, LEN),
         &[],
     )?;
     let mut exec = graph.instantiate()?;
@@ -583,7 +493,7 @@ fn parallel_launch_forms(context: &Context) -> Result<(), Failed> {
     exec.set_host_copy(
         node,
         HostCopy::Parallel,
-        raw_record(&update_dst, 0, &src, 0, LEN)?,
+        raw_record(&update_dst, 0, &src, 0, LEN),
     )?;
     exec.launch(s)?;
     s.synchronize()?;

@@ -29,73 +29,21 @@
 
 #![cfg(all(feature = "cuda", feature = "simulator"))]
 
+mod layer_support;
 mod sim_support;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::{
     CaptureMode, Context, DeviceBuffer, Error, Event, Graph, HostCopy, HostRegistration,
     PinnedBuffer, Stream,
 };
-use hostcopy_driver::{PoolError, RawRegion, Record, RecordPool};
+use hostcopy_driver::{PoolError, Record, RecordPool};
+use layer_support::{
+    RawBuffer, across_streams, launch_owned_in_retrying, raw_record, through_one_staging_buffer,
+};
 use sim_support::{Device, device, scaled};
-
-/// Host memory the tests reach only through raw addresses once records
-/// point into it, so that no Rust borrow is live while host functions write.
-struct RawBuffer {
-    bytes: Vec<u8>,
-    base: *mut u8,
-}
-
-// SAFETY: the buffer is plain memory; the tests synchronize before reading.
-unsafe impl Send for RawBuffer {}
-// SAFETY: as above.
-unsafe impl Sync for RawBuffer {}
-
-impl RawBuffer {
-    fn new(bytes: Vec<u8>) -> RawBuffer {
-        let mut bytes = bytes;
-        let base = bytes.as_mut_ptr();
-        let _ = base.expose_provenance();
-        RawBuffer { bytes, base }
-    }
-
-    fn zeroed(len: usize) -> RawBuffer {
-        RawBuffer::new(vec![0u8; len])
-    }
-
-    fn region(&self) -> RawRegion {
-        RawRegion::host(self.base.addr(), self.bytes.len())
-    }
-
-    /// The bytes, read after the host functions writing them have finished.
-    fn read(&self) -> &[u8] {
-        // SAFETY: `len` bytes of the vector; the caller synchronized first.
-        unsafe { std::slice::from_raw_parts(self.base, self.bytes.len()) }
-    }
-
-    /// Overwrites the bytes between launches.
-    fn write(&self, data: &[u8]) {
-        assert_eq!(data.len(), self.bytes.len());
-        // SAFETY: `len` bytes of the vector; no host function is running.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base, data.len()) };
-    }
-}
-
-/// A record between two raw buffers.
-fn raw_record(
-    dst: &RawBuffer,
-    dst_offset: usize,
-    src: &RawBuffer,
-    src_offset: usize,
-    nbytes: usize,
-) -> Record<'static> {
-    // SAFETY: every test keeps the buffers alive until the host functions
-    // (or the graphs) using these records are finished.
-    unsafe { Record::from_raw_regions(dst.region(), dst_offset, src.region(), src_offset, nbytes) }
-        .expect("a record inside both buffers")
-}
 
 /// A byte pattern with no short period.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
@@ -600,7 +548,7 @@ fn two_threads_launching_into_one_capture_are_serialized() {
     let graph = origin.as_stream().end_capture().unwrap();
     assert_eq!(
         dst.read(),
-        &vec![0u8; dst.bytes.len()][..],
+        &vec![0u8; dst.len()][..],
         "captured work ran live"
     );
     let mut exec = graph.instantiate().unwrap();
@@ -662,40 +610,11 @@ fn stream_order_through_one_staging_buffer() {
     let chunk = scaled(64 << 10, 256);
     let chunks = scaled(64, 4);
     let data = pattern(chunk * chunks, 10);
-    let mut source = DeviceBuffer::new(&device.context, data.len()).unwrap();
-    source.copy_from_host(0, &data).unwrap();
-    let stream = Stream::new(&device.context).unwrap();
-    let staging = PinnedBuffer::new(&device.context, chunk).unwrap();
-    let staging_ptr = staging.raw_ptr();
-    let staging_region = staging.raw_region();
-    let dst = RawBuffer::zeroed(data.len());
-    stream
-        .as_stream()
-        .scope(|scope| -> Result<(), Error> {
-            for c in 0..chunks {
-                // SAFETY: the staging buffer is pinned and outlives the scope;
-                // in stream order this copy follows the host copy that read
-                // it last.
-                unsafe {
-                    scope
-                        .stream()
-                        .copy_device_to_host(staging_ptr, &source, c * chunk, chunk)
-                }?;
-                // SAFETY: both regions outlive the scope.
-                let record = unsafe {
-                    Record::from_raw_regions(dst.region(), c * chunk, staging_region, 0, chunk)
-                }?;
-                scope.launch(HostCopy::Single, record)?;
-            }
-            Ok(())
-        })
-        .unwrap()
-        .unwrap();
+    let dst = through_one_staging_buffer(&device.context, &data, chunk).unwrap();
     assert!(
         dst.read() == &data[..],
         "a chunk was overwritten before its host copy"
     );
-    drop((staging, source, stream));
     device.assert_no_violations();
 }
 
@@ -715,34 +634,16 @@ fn sixteen_streams_of_owned_copies_return_every_slot() {
         .map(|_| Stream::new(&device.context))
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
-    let exhausted = AtomicUsize::new(0);
-    for i in 0..per_stream {
-        for (s, stream) in streams.iter().enumerate() {
-            let at = (i * STREAMS + s) * LEN;
-            let copy = if s % 2 == 0 {
-                HostCopy::Single
-            } else {
-                HostCopy::Parallel
-            };
-            loop {
-                match stream.as_stream().launch_owned_in(
-                    &POOL,
-                    copy,
-                    raw_record(&dst, at, &src, at, LEN),
-                ) {
-                    Ok(_) => break,
-                    Err(Error::Pool(PoolError::Exhausted { .. })) => {
-                        exhausted.fetch_add(1, Ordering::Relaxed);
-                        stream.as_stream().synchronize().unwrap();
-                    }
-                    Err(other) => panic!("launch: {other}"),
-                }
-            }
-        }
-    }
-    for stream in &streams {
-        stream.as_stream().synchronize().unwrap();
-    }
+    across_streams(&streams, per_stream, LEN, |s, stream, at| {
+        let copy = if s % 2 == 0 {
+            HostCopy::Single
+        } else {
+            HostCopy::Parallel
+        };
+        launch_owned_in_retrying(stream, &POOL, copy, || raw_record(&dst, at, &src, at, LEN))
+            .map(drop)
+    })
+    .unwrap();
     assert_eq!(POOL.available(), 256);
     assert!(dst.read() == src.read(), "destination differs from source");
     drop(streams);

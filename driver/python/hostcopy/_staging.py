@@ -201,6 +201,16 @@ def _blocks(blocks: Any) -> Any:
     return blocks
 
 
+def _sides(dst: Any, src: Any, to_device: bool, stream: Any) -> tuple[_Device, Any, int]:
+    """What every transfer reads first, in this order: the stream it is
+    ordered on (none given: 1, the legacy default stream), its device side,
+    then its host side (``to_device``: ``dst`` is the device side)."""
+    consumer = 1 if stream is None else (_stream_handle(stream) or 1)
+    if to_device:
+        return _device_side(dst, "dst", True, consumer), _host_side(src, "src", False), consumer
+    return _device_side(src, "src", False, consumer), _host_side(dst, "dst", True), consumer
+
+
 def _device_ordinal(device: Any) -> int:
     if device is None:
         return 0
@@ -305,9 +315,7 @@ class Stager:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from GPU memory ``src`` into host memory ``dst``; see
         ``hostcopy.copy_to_host``."""
-        consumer = 1 if stream is None else (_stream_handle(stream) or 1)
-        device = _device_side(src, "src", False, consumer)
-        host = _host_side(dst, "dst", True)
+        device, host, consumer = _sides(dst, src, False, stream)
         return self._native.device_to_host(
             host,
             dst_offset,
@@ -335,9 +343,7 @@ class Stager:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from host memory ``src`` into GPU memory ``dst``; see
         ``hostcopy.copy_to_device``."""
-        consumer = 1 if stream is None else (_stream_handle(stream) or 1)
-        device = _device_side(dst, "dst", True, consumer)
-        host = _host_side(src, "src", False)
+        device, host, consumer = _sides(dst, src, True, stream)
         return self._native.host_to_device(
             device.ptr,
             device.nbytes,
@@ -364,9 +370,7 @@ class Stager:
         ``blocks`` from GPU memory ``src`` into host memory ``dst``; see
         ``hostcopy.copy_blocks_to_host``."""
         triples = _blocks(blocks)
-        consumer = 1 if stream is None else (_stream_handle(stream) or 1)
-        device = _device_side(src, "src", False, consumer)
-        host = _host_side(dst, "dst", True)
+        device, host, consumer = _sides(dst, src, False, stream)
         return self._native.device_to_host_blocks(
             host, device.ptr, device.owner, device.nbytes, triples, device.streams, consumer, bool(blocking)
         )
@@ -384,9 +388,7 @@ class Stager:
         ``blocks`` from host memory ``src`` into GPU memory ``dst``; see
         ``hostcopy.copy_blocks_to_device``."""
         triples = _blocks(blocks)
-        consumer = 1 if stream is None else (_stream_handle(stream) or 1)
-        device = _device_side(dst, "dst", True, consumer)
-        host = _host_side(src, "src", False)
+        device, host, consumer = _sides(dst, src, True, stream)
         return self._native.host_to_device_blocks(
             device.ptr, device.owner, device.nbytes, host, triples, device.streams, consumer, bool(blocking)
         )

@@ -84,6 +84,19 @@ def buffer_bytes(buffer: BufferStandIn) -> bytes:
     return ctypes.string_at(buffer.handle, buffer.size)
 
 
+class HostArray:
+    """A host array with only DLPack (as a CPU torch tensor has)."""
+
+    def __init__(self, numpy_array):
+        self.numpy_array = numpy_array
+
+    def __dlpack__(self, stream=None):
+        return self.numpy_array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.numpy_array.__dlpack_device__()
+
+
 @pytest.fixture
 def numpy():
     return pytest.importorskip("numpy", reason="numpy is not installed (ci.sh installs it)")
@@ -151,3 +164,9 @@ def sim():
         pytest.skip(reason)
     native.sim_install()
     return Sim(native)
+
+
+@pytest.fixture
+def device(sim) -> int:
+    """A fresh simulated device of the test's own, its primary context current."""
+    return sim.device()

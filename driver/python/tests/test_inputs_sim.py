@@ -9,29 +9,22 @@ import ctypes
 import pytest
 
 import hostcopy
-from conftest import pattern
+from conftest import HostArray, pattern
 
 CHUNK = 64 << 10
 WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
 
 
-def small_stager(device: int) -> hostcopy.Stager:
+@pytest.fixture
+def stager(device) -> hostcopy.Stager:
+    """A stager of small chunks on the test's device, staged at every size."""
     return hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1, driver_path_below=0)
 
 
-class CpuTensor:
+class CpuTensor(HostArray):
     """What a CPU torch tensor shows: DLPack on the CPU, and a
     ``__cuda_array_interface__`` that raises AttributeError (torch's property
     does for a tensor not on a GPU)."""
-
-    def __init__(self, numpy_array):
-        self.numpy_array = numpy_array
-
-    def __dlpack__(self, stream=None):
-        return self.numpy_array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.numpy_array.__dlpack_device__()
 
     @property
     def __cuda_array_interface__(self):
@@ -56,9 +49,7 @@ def address_of(buffer) -> int:
         ([{0: 0, 1: 0, 2: 8}], r"blocks\[0\]"),
     ],
 )
-def test_block_fields_that_are_not_integers_are_refused_not_truncated(sim, numpy, blocks, named):
-    device = sim.device()
-    stager = small_stager(device)
+def test_block_fields_that_are_not_integers_are_refused_not_truncated(sim, numpy, device, stager, blocks, named):
     source = sim.array(device, pattern(256, 3))
     pool = numpy.zeros(256, numpy.uint8)
     with pytest.raises(TypeError, match=named):
@@ -70,9 +61,7 @@ def test_block_fields_that_are_not_integers_are_refused_not_truncated(sim, numpy
     sim.assert_no_violations(device)
 
 
-def test_blocks_take_python_and_numpy_integers_in_tuples_lists_and_rows(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_blocks_take_python_and_numpy_integers_in_tuples_lists_and_rows(sim, numpy, device, stager):
     data = pattern(256, 5)
     source = sim.array(device, data)
     rows = numpy.array([[32, 8, 8]], numpy.int64)
@@ -87,9 +76,7 @@ def test_blocks_take_python_and_numpy_integers_in_tuples_lists_and_rows(sim, num
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", ">i8", "<u4"])
-def test_block_arrays_of_every_integer_dtype_are_read_as_they_are(sim, numpy, dtype):
-    device = sim.device()
-    stager = small_stager(device)
+def test_block_arrays_of_every_integer_dtype_are_read_as_they_are(sim, numpy, device, stager, dtype):
     data = pattern(256, 7)
     source = sim.array(device, data)
     pool = numpy.zeros(24, numpy.uint8)
@@ -104,9 +91,7 @@ def test_block_arrays_of_every_integer_dtype_are_read_as_they_are(sim, numpy, dt
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bool", "object", "complex64"])
-def test_block_arrays_of_other_dtypes_are_refused_never_cast(sim, numpy, dtype):
-    device = sim.device()
-    stager = small_stager(device)
+def test_block_arrays_of_other_dtypes_are_refused_never_cast(sim, numpy, device, stager, dtype):
     source = sim.array(device, pattern(256, 9))
     pool = numpy.zeros(256, numpy.uint8)
     blocks = numpy.array([[0.5, 0, 8.9]]).astype(dtype)
@@ -115,9 +100,7 @@ def test_block_arrays_of_other_dtypes_are_refused_never_cast(sim, numpy, dtype):
     assert not pool.any() and sim.state(device)["host_fns_run"] == 0
 
 
-def test_a_negative_or_too_wide_block_field_raises_IntegerOutOfRange_naming_block_and_field(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_negative_or_too_wide_block_field_raises_IntegerOutOfRange_naming_block_and_field(sim, numpy, device, stager):
     source = sim.array(device, pattern(256, 11))
     pool = numpy.zeros(256, numpy.uint8)
     cases = [
@@ -138,9 +121,7 @@ def test_a_negative_or_too_wide_block_field_raises_IntegerOutOfRange_naming_bloc
     "argument, value",
     [("nbytes", -1), ("dst_offset", -1), ("src_offset", -8), ("nbytes", 1 << 64), ("dst_offset", 1 << 64), ("src_offset", 1 << 70)],
 )
-def test_offsets_and_lengths_negative_or_wider_than_a_word_raise_IntegerOutOfRange(sim, numpy, argument, value):
-    device = sim.device()
-    stager = small_stager(device)
+def test_offsets_and_lengths_negative_or_wider_than_a_word_raise_IntegerOutOfRange(sim, numpy, device, stager, argument, value):
     source = sim.array(device, pattern(256, 13))
     host = numpy.zeros(256, numpy.uint8)
     calls = [
@@ -158,9 +139,7 @@ def test_offsets_and_lengths_negative_or_wider_than_a_word_raise_IntegerOutOfRan
     sim.assert_no_violations(device)
 
 
-def test_offsets_and_lengths_are_integers_not_bools_or_floats(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_offsets_and_lengths_are_integers_not_bools_or_floats(sim, numpy, device, stager):
     data = pattern(256, 15)
     source = sim.array(device, data)
     host = numpy.zeros(256, numpy.uint8)
@@ -175,9 +154,7 @@ def test_offsets_and_lengths_are_integers_not_bools_or_floats(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_host_memory_given_as_the_device_side_raises_NotDeviceMemory(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_host_memory_given_as_the_device_side_raises_NotDeviceMemory(sim, numpy, device, stager):
     source = sim.array(device, pattern(64, 17))
     cpu = numpy.zeros(64, numpy.uint8)
     tensor = CpuTensor(cpu)

@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 import hostcopy
-from conftest import pattern
+from conftest import HostArray, pattern
 
 CHUNK = 256 << 10
 LAUNCH_FAILED = 719
@@ -22,6 +22,12 @@ def small_stager(device: int, **options) -> hostcopy.Stager:
     settings = dict(chunk=CHUNK, buffers=3, workers=2, driver_path_below=0)
     settings.update(options)
     return hostcopy.Stager(device, **settings)
+
+
+@pytest.fixture
+def stager(device) -> hostcopy.Stager:
+    """A stager of small chunks on the test's device, staged at every size."""
+    return small_stager(device)
 
 
 class Tensor:
@@ -39,23 +45,8 @@ class Tensor:
         self.array.free()
 
 
-class HostArray:
-    """A host array with only DLPack (as a CPU torch tensor has)."""
-
-    def __init__(self, numpy_array):
-        self.numpy_array = numpy_array
-
-    def __dlpack__(self, stream=None):
-        return self.numpy_array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.numpy_array.__dlpack_device__()
-
-
 @pytest.mark.parametrize("size", SIZES)
-def test_both_ways_byte_exact_for_sizes_not_multiples_of_the_chunk(sim, numpy, size):
-    device = sim.device()
-    stager = small_stager(device)
+def test_both_ways_byte_exact_for_sizes_not_multiples_of_the_chunk(sim, numpy, device, stager, size):
     data = pattern(size, 5)
     source = sim.array(device, data)
     dst = numpy.empty(size, numpy.uint8)
@@ -68,8 +59,7 @@ def test_both_ways_byte_exact_for_sizes_not_multiples_of_the_chunk(sim, numpy, s
     sim.assert_no_violations(device)
 
 
-def test_every_host_type_both_ways(sim, numpy, tmp_path):
-    device = sim.device()
+def test_every_host_type_both_ways(sim, numpy, device, tmp_path):
     stager = small_stager(device, h2d_streaming=True)
     size = 2 * CHUNK + 3
     data = pattern(size, 7)
@@ -92,8 +82,7 @@ def test_every_host_type_both_ways(sim, numpy, tmp_path):
     sim.assert_no_violations(device)
 
 
-def test_the_one_call_functions_use_a_stager_per_device(sim, numpy):
-    device = sim.device()
+def test_the_one_call_functions_use_a_stager_per_device(sim, numpy, device):
     size = (3 << 20) + 5  # above the default crossover: staged
     data = pattern(size, 9)
     source = sim.array(device, data)
@@ -107,9 +96,7 @@ def test_the_one_call_functions_use_a_stager_per_device(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_offsets_and_lengths(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_offsets_and_lengths(sim, numpy, device, stager):
     data = pattern(CHUNK * 2, 11)
     source = sim.array(device, data)
     dst = numpy.zeros(CHUNK * 2, numpy.uint8)
@@ -121,9 +108,7 @@ def test_offsets_and_lengths(sim, numpy):
     assert target.read()[3:503] == data[13:513]
 
 
-def test_a_transfer_keeps_both_sides_alive_until_it_is_done(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_transfer_keeps_both_sides_alive_until_it_is_done(sim, numpy, device, stager):
     size = 3 * CHUNK
     data = pattern(size, 13)
     source = Tensor(sim.array(device, data))
@@ -143,9 +128,7 @@ def test_a_transfer_keeps_both_sides_alive_until_it_is_done(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_a_transfer_waits_and_reports_as_a_context_manager(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_transfer_waits_and_reports_as_a_context_manager(sim, numpy, device, stager):
     data = pattern(2 * CHUNK, 15)
     source = sim.array(device, data)
     dst = numpy.empty(2 * CHUNK, numpy.uint8)
@@ -159,9 +142,7 @@ def test_a_transfer_waits_and_reports_as_a_context_manager(sim, numpy):
     assert target.read() == data
 
 
-def test_a_bytearray_cannot_be_resized_under_a_transfer(sim):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_bytearray_cannot_be_resized_under_a_transfer(sim, device, stager):
     source = sim.array(device, pattern(CHUNK, 17))
     dst = bytearray(CHUNK)
     sim.hold(device)
@@ -173,9 +154,7 @@ def test_a_bytearray_cannot_be_resized_under_a_transfer(sim):
     dst.extend(b"x")
 
 
-def test_the_gil_is_released_while_a_transfer_blocks(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_the_gil_is_released_while_a_transfer_blocks(sim, numpy, device, stager):
     data = pattern(2 * CHUNK, 19)
     source = sim.array(device, data)
     dst = numpy.empty(2 * CHUNK, numpy.uint8)
@@ -201,9 +180,7 @@ def test_the_gil_is_released_while_a_transfer_blocks(sim, numpy):
     assert spins == 100_000 and dst.tobytes() == data
 
 
-def test_streams_order_the_transfer_and_capturing_ones_are_refused(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_streams_order_the_transfer_and_capturing_ones_are_refused(sim, numpy, device, stager):
     data = pattern(CHUNK + 1, 21)
     producer = sim.stream(device)
     source = sim.array(device, data, stream=producer.handle)  # a CAI stream
@@ -244,9 +221,7 @@ class FakeDevice:
         self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
 
 
-def test_refusals_carry_their_numbers(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_refusals_carry_their_numbers(sim, numpy, device, stager):
     source = sim.array(device, pattern(1024, 23))
     with pytest.raises(hostcopy.OutOfBounds) as refused:
         stager.copy_to_host(numpy.empty(1000, numpy.uint8), source)
@@ -275,9 +250,7 @@ def test_refusals_carry_their_numbers(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_an_error_mid_transfer_is_raised_and_the_stager_works_on(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_an_error_mid_transfer_is_raised_and_the_stager_works_on(sim, numpy, device, stager):
     data = pattern(4 * CHUNK, 25)
     source = sim.array(device, data)
     dst = numpy.empty(4 * CHUNK, numpy.uint8)
@@ -318,9 +291,7 @@ def test_a_copy_leaves_the_threads_current_device_as_it_was(sim, numpy):
         assert sim.native.sim_current_device() == first
 
 
-def test_a_second_wait_returns_only_once_the_bytes_have_arrived(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_second_wait_returns_only_once_the_bytes_have_arrived(sim, numpy, device, stager):
     data = pattern(3 * CHUNK, 41)
     source = sim.array(device, data)
     dst = numpy.zeros(3 * CHUNK, numpy.uint8)
@@ -345,9 +316,7 @@ def test_a_second_wait_returns_only_once_the_bytes_have_arrived(sim, numpy):
     assert seen == [data] and transfer.done()
 
 
-def test_wait_after_close_reports_the_copy_and_lets_go_of_the_arrays(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_wait_after_close_reports_the_copy_and_lets_go_of_the_arrays(sim, numpy, device, stager):
     data = pattern(3 * CHUNK, 43)
     source = Tensor(sim.array(device, data))
     gone = weakref.ref(source)
@@ -361,9 +330,7 @@ def test_wait_after_close_reports_the_copy_and_lets_go_of_the_arrays(sim, numpy)
     assert gone() is None, "the source was kept after its copy finished"
 
 
-def test_close_on_another_thread_keeps_the_destination_until_its_copy_ran(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_close_on_another_thread_keeps_the_destination_until_its_copy_ran(sim, numpy, device, stager):
     data = pattern(8 * CHUNK, 45)
     source = sim.array(device, data)
     dst = numpy.zeros(8 * CHUNK, numpy.uint8)
@@ -381,11 +348,9 @@ def test_close_on_another_thread_keeps_the_destination_until_its_copy_ran(sim, n
     assert alive() is None
 
 
-def test_a_thousand_transfers_waited_or_dropped_leave_nothing_behind(sim, numpy):
+def test_a_thousand_transfers_waited_or_dropped_leave_nothing_behind(sim, numpy, device, stager):
     # A Transfer holds its pending transfer itself: waited or dropped, it
     # lets go of its events, chunk records and arrays, with the stager open.
-    device = sim.device()
-    stager = small_stager(device)
     data = pattern(CHUNK + 17, 47)
     source = sim.array(device, data)
     target = sim.array(device, bytes(CHUNK + 17))
@@ -418,11 +383,9 @@ def test_a_thousand_transfers_waited_or_dropped_leave_nothing_behind(sim, numpy)
     sim.assert_no_violations(device)
 
 
-def test_done_answers_without_waiting_for_the_stager(sim, numpy):
+def test_done_answers_without_waiting_for_the_stager(sim, numpy, device, stager):
     # done() asks the transfer's own events: another thread's blocking copy
     # holding the stager does not hold it up.
-    device = sim.device()
-    stager = small_stager(device)
     data = pattern(2 * CHUNK, 49)
     source = sim.array(device, data)
     dst = numpy.zeros(2 * CHUNK, numpy.uint8)
@@ -443,9 +406,7 @@ def test_done_answers_without_waiting_for_the_stager(sim, numpy):
     stager.close()
 
 
-def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy, device, stager):
     source = sim.array(device, bytes(4 * CHUNK))
     dst = numpy.zeros(4 * CHUNK, numpy.uint8)
     sim.hold(device)
@@ -462,8 +423,7 @@ def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy):
         faulthandler.cancel_dump_traceback_later()
 
 
-def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy):
-    device = sim.device()
+def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy, device):
     with hostcopy.Stager(
         device, chunk=numpy.int64(CHUNK), buffers=numpy.uint8(3), workers=2, h2d_streaming=True, driver_path_below=0
     ) as stager:
@@ -530,9 +490,7 @@ def test_dlpack_host_memory_takes_its_address_and_length_from_the_capsule(sim, n
     sim.assert_no_violations(device)
 
 
-def test_host_memory_not_checked_writable_is_refused_as_a_destination(sim):
-    device = sim.device()
-    stager = small_stager(device)
+def test_host_memory_not_checked_writable_is_refused_as_a_destination(sim, device, stager):
     source = sim.array(device, pattern(64, 43))
     native = hostcopy._native
     for target in (bytes(64), bytearray(64)):
@@ -552,9 +510,7 @@ def test_host_memory_not_checked_writable_is_refused_as_a_destination(sim):
     sim.assert_no_violations(device)
 
 
-def test_a_versioned_capsule_marked_read_only_is_refused_as_a_destination(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_versioned_capsule_marked_read_only_is_refused_as_a_destination(sim, numpy, device, stager):
     data = pattern(CHUNK + 5, 45)
     source = sim.array(device, data)
     read_only = numpy.frombuffer(bytes(len(data)), numpy.uint8)
@@ -575,9 +531,7 @@ def test_a_versioned_capsule_marked_read_only_is_refused_as_a_destination(sim, n
     sim.assert_no_violations(device)
 
 
-def test_a_jax_host_array_is_refused_as_a_destination(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_a_jax_host_array_is_refused_as_a_destination(sim, numpy, device, stager):
     data = pattern(4096, 47)
     source = sim.array(device, data)
     immutable = numpy.zeros(len(data), numpy.uint8)
@@ -602,9 +556,7 @@ def scattered(count: int, block: int) -> list[tuple[int, int, int]]:
     return blocks
 
 
-def test_blocks_both_ways_byte_exact_from_tuples_and_arrays(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_blocks_both_ways_byte_exact_from_tuples_and_arrays(sim, numpy, device, stager):
     blocks = scattered(40, 9000)
     device_len = 2 * 9000 * 40 + 1000
     host_len = blocks[-1][1] + blocks[-1][2] + 7
@@ -629,9 +581,7 @@ def test_blocks_both_ways_byte_exact_from_tuples_and_arrays(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_bad_batches_are_refused_with_the_offending_blocks(sim, numpy):
-    device = sim.device()
-    stager = small_stager(device)
+def test_bad_batches_are_refused_with_the_offending_blocks(sim, numpy, device, stager):
     source = sim.array(device, bytes(4096))
     pool = numpy.zeros(4096, numpy.uint8)
     with pytest.raises(hostcopy.BlocksOverlap) as overlap:
@@ -656,8 +606,7 @@ def test_bad_batches_are_refused_with_the_offending_blocks(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_the_one_call_block_functions(sim, numpy):
-    device = sim.device()
+def test_the_one_call_block_functions(sim, numpy, device):
     blocks = [(4 << 20, 0, 3 << 20), (0, 3 << 20, (1 << 20) + 1)]
     data = pattern(8 << 20, 3)
     source = sim.array(device, data)
@@ -671,12 +620,10 @@ def test_the_one_call_block_functions(sim, numpy):
     sim.assert_no_violations(device)
 
 
-def test_events_stay_bounded_over_thousands_of_empty_and_small_copies(sim, numpy):
+def test_events_stay_bounded_over_thousands_of_empty_and_small_copies(sim, numpy, device, stager):
     # Every copy given a stream waits for it: before, each kept an event
     # until a later staged transfer finished (2,000 empty copies, 2,000
     # live events).
-    device = sim.device()
-    stager = small_stager(device)
     producer = sim.stream(device)
     source = sim.array(device, pattern(64, 3))
     empty = numpy.empty(0, numpy.uint8)
