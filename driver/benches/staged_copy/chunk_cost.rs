@@ -65,9 +65,13 @@ enum HostSide {
     EmptyHostFn,
     /// A host function that copies the chunk out with the pool.
     HostFnCopy,
+    /// The same with the pool kept awake for the transfer.
+    HostFnCopyAwake,
     /// No host function: wait for an event, copy with the pool, queue the
     /// buffer's next chunk.
     Events,
+    /// The same with the pool kept awake for the transfer.
+    EventsAwake,
 }
 
 impl HostSide {
@@ -76,7 +80,11 @@ impl HostSide {
             HostSide::None => "driver copies only (no host side)",
             HostSide::EmptyHostFn => "+ an empty host function per chunk",
             HostSide::HostFnCopy => "+ a host function copying with the pool",
+            HostSide::HostFnCopyAwake => "+ a host function copying with the pool kept awake",
             HostSide::Events => "event per chunk, calling thread copies with the pool",
+            HostSide::EventsAwake => {
+                "event per chunk, calling thread copies with the pool kept awake"
+            }
         }
     }
 }
@@ -202,8 +210,13 @@ impl Pipeline {
         side: HostSide,
     ) -> Result<(), Error> {
         let chunks = host.len() / self.chunk;
+        let _awake = matches!(side, HostSide::HostFnCopyAwake | HostSide::EventsAwake)
+            .then(|| self.pool.keep_awake());
         match side {
-            HostSide::None | HostSide::EmptyHostFn | HostSide::HostFnCopy => {
+            HostSide::None
+            | HostSide::EmptyHostFn
+            | HostSide::HostFnCopy
+            | HostSide::HostFnCopyAwake => {
                 let records: Vec<HostFnChunk> = (0..chunks)
                     .map(|index| HostFnChunk {
                         pool: &self.pool,
@@ -220,7 +233,7 @@ impl Pipeline {
                         },
                         // SAFETY: the record, the pool, the buffer and
                         // `host` outlive the streams' synchronization below.
-                        HostSide::HostFnCopy => unsafe {
+                        HostSide::HostFnCopy | HostSide::HostFnCopyAwake => unsafe {
                             stream.launch_host_fn(
                                 copy_chunk,
                                 core::ptr::from_ref(record).cast_mut().cast(),
@@ -238,7 +251,7 @@ impl Pipeline {
                 // that copy them out.
                 drop(records);
             }
-            HostSide::Events => {
+            HostSide::Events | HostSide::EventsAwake => {
                 for index in 0..chunks.min(BUFFERS) {
                     self.queue_copy(device, index)?;
                     self.events[index].record(self.streams[index].as_stream())?;
@@ -303,7 +316,9 @@ fn per_chunk(
             HostSide::None,
             HostSide::EmptyHostFn,
             HostSide::HostFnCopy,
+            HostSide::HostFnCopyAwake,
             HostSide::Events,
+            HostSide::EventsAwake,
         ] {
             let timed = pipeline.timed(&memory.device, &mut memory.host, side, options.runs)?;
             if side == HostSide::None || side == HostSide::EmptyHostFn {
@@ -364,7 +379,9 @@ fn per_chunk_note(side: HostSide, bytes: usize, chunk: usize, timed: &Timed) -> 
         HostSide::None => "copies only",
         HostSide::EmptyHostFn => "empty host fn",
         HostSide::HostFnCopy => "host fn copy",
+        HostSide::HostFnCopyAwake => "host fn copy, awake",
         HostSide::Events => "events",
+        HostSide::EventsAwake => "events, awake",
     };
     format!("{name} {:.1} us", per_chunk_us(bytes, chunk, timed))
 }
@@ -494,7 +511,7 @@ fn foreign_host_functions(
             Beside::Events => pipeline.timed(
                 &memory.device,
                 &mut memory.host,
-                HostSide::Events,
+                HostSide::EventsAwake,
                 options.runs,
             )?,
             Beside::Driver => paths::driver_d2h(&memory.device, &mut memory.host, options.runs)?,
