@@ -33,13 +33,12 @@ use std::vec::Vec;
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
 
 /// Records smaller than this are copied by the calling thread alone: waking
-/// workers costs more than they would save (unless a [`CopyPool`] is kept
-/// awake: [`CopyPool::keep_awake`]).
+/// workers costs more than they would save.
 pub const PARALLEL_THRESHOLD: usize = 1 << 20;
 
-/// Smallest part a record is split into: a 1 MiB staged chunk still
-/// reaches 16 threads (run 36: with 256 KiB parts, four threads copied
-/// such a chunk more slowly than the link filled it).
+/// Smallest part a record is split into. Measured on the H200 host (run
+/// 37 against run 36): with 64 KiB parts a 4 MiB staged chunk is copied
+/// out in 121 us, with 256 KiB parts in 231 us (against 78 us on the link).
 const MIN_PART: usize = 64 << 10;
 
 /// Most worker threads a pool starts: [`CopyWorkers::start`] and
@@ -49,13 +48,6 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// How long a worker spins for the next job before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
-
-/// How long a worker spins for the next job while the pool is kept awake
-/// ([`CopyPool::keep_awake`]) before it sleeps all the same: longer than
-/// the gap between two chunks of a staged transfer (a 16 MiB chunk takes
-/// 0.3 ms on a 55 GB/s link), short enough that a transfer queued behind
-/// a long kernel does not hold the cores for the kernel's whole run.
-const AWAKE_SPIN: Duration = Duration::from_millis(2);
 
 /// Worker threads of every pool in the process that have not ended.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -129,16 +121,11 @@ struct Shared {
     done: AtomicUsize,
     /// Workers that take part in copies (the rest sleep): `set_active`.
     active: AtomicUsize,
-    /// Claims on the pool's attention ([`CopyPool::keep_awake`]): while
-    /// any is held, workers spin [`AWAKE_SPIN`] for the next job, not
-    /// [`SPIN`].
-    awake: AtomicUsize,
     /// Serializes callers: for the process-wide pool, the host-function
     /// threads of several contexts.
     caller: Mutex<()>,
-    /// Sleeping workers wait here for the next job number, or for the
-    /// pool to be kept awake (the second number counts the times it was).
-    sleep: Mutex<(u32, u32)>,
+    /// Sleeping workers wait here for the next job number.
+    sleep: Mutex<u32>,
     wake: Condvar,
     /// Set when the pool is dropped: workers return.
     stop: AtomicBool,
@@ -168,9 +155,8 @@ impl CopyPool {
             stores: AtomicUsize::new(Stores::Streaming as usize),
             done: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
-            awake: AtomicUsize::new(0),
             caller: Mutex::new(()),
-            sleep: Mutex::new((0, 0)),
+            sleep: Mutex::new(0),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
         });
@@ -219,58 +205,6 @@ impl CopyPool {
             .store(active.min(self.workers()), Ordering::Relaxed);
     }
 
-    /// Keeps the workers spinning for the next copy until the guard is
-    /// dropped (for at most 2 ms between copies): for a caller about to copy
-    /// in quick succession, such as a staged transfer's chunks, whose
-    /// copies would otherwise each wait for sleeping workers to wake. Wakes
-    /// sleeping workers now, so that they are spinning when the first copy
-    /// comes. Costs their cores while held.
-    ///
-    /// ```
-    /// use hostcopy_driver::parallel::CopyPool;
-    ///
-    /// let pool = CopyPool::new(2);
-    /// let awake = pool.keep_awake();
-    /// // ... copies in quick succession ...
-    /// drop(awake);
-    /// ```
-    pub fn keep_awake(&self) -> KeepAwake<'_> {
-        self.hold_awake(1);
-        KeepAwake { pool: self }
-    }
-
-    /// Adds `claims` to the pool's claims on its workers' attention, waking
-    /// them if there were none. Each is given back with
-    /// [`release_awake`](Self::release_awake). Never allocates or calls
-    /// CUDA.
-    pub(crate) fn hold_awake(&self, claims: usize) {
-        if claims == 0 {
-            return;
-        }
-        let shared = &*self.shared;
-        if shared.awake.fetch_add(claims, Ordering::Relaxed) == 0 {
-            {
-                let mut latest = shared
-                    .sleep
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                latest.1 = latest.1.wrapping_add(1);
-            }
-            shared.wake.notify_all();
-        }
-    }
-
-    /// Gives back `claims` taken with [`hold_awake`](Self::hold_awake).
-    pub(crate) fn release_awake(&self, claims: usize) {
-        self.shared.awake.fetch_sub(claims, Ordering::Relaxed);
-    }
-
-    /// Claims held on the workers' attention (guards and armed chunks).
-    #[cfg(all(test, feature = "cuda"))]
-    pub(crate) fn awake_claims(&self) -> usize {
-        self.shared.awake.load(Ordering::Relaxed)
-    }
-
     /// Copies what `args` says with `stores`, split over the active workers
     /// and the calling thread, and returns once every byte is copied and
     /// visible to the calling thread. Callers take turns. Never panics,
@@ -289,11 +223,10 @@ impl CopyPool {
             .next_multiple_of(64 << 10)
             .max(MIN_PART);
         let parts = args.nbytes.div_ceil(part);
-        // Below the threshold sleeping workers would wake too late to
-        // help; workers kept awake are already spinning.
-        let worth_waking =
-            args.nbytes >= PARALLEL_THRESHOLD || self.shared.awake.load(Ordering::Relaxed) > 0;
-        if participants == 1 || parts < 2 || !worth_waking || parts >= u32::MAX as usize {
+        // Below the threshold, waking sleeping workers costs more than they
+        // would save.
+        let small = args.nbytes < PARALLEL_THRESHOLD;
+        if participants == 1 || small || parts < 2 || parts >= u32::MAX as usize {
             // SAFETY: our caller's contract.
             unsafe { copy_part(args, stores) };
             return;
@@ -371,7 +304,7 @@ impl CopyPool {
                 .sleep
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            latest.0 = number;
+            *latest = number;
         }
         shared.wake.notify_all();
 
@@ -521,66 +454,36 @@ impl Shared {
         }
     }
 
-    /// Waits for a job numbered other than `seen` (spins a little, longer
-    /// while the pool is kept awake, then sleeps); `None` once the pool is
-    /// dropped.
+    /// Waits for a job numbered other than `seen` (spins a little, then
+    /// sleeps); `None` once the pool is dropped.
     fn next_job(&self, seen: u32) -> Option<u32> {
-        loop {
-            let start = Instant::now();
-            loop {
-                if self.stop.load(Ordering::Acquire) {
-                    return None;
-                }
-                let number = (self.claim.load(Ordering::Acquire) >> 32) as u32;
-                if number != seen {
-                    return Some(number);
-                }
-                let limit = if self.awake.load(Ordering::Relaxed) > 0 {
-                    AWAKE_SPIN
-                } else {
-                    SPIN
-                };
-                if start.elapsed() >= limit {
-                    break;
-                }
-                core::hint::spin_loop();
+        let start = Instant::now();
+        while start.elapsed() < SPIN {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
             }
-            let mut latest = self
-                .sleep
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let roused = latest.1;
-            loop {
-                if self.stop.load(Ordering::Acquire) {
-                    return None;
-                }
-                if latest.0 != seen {
-                    return Some(latest.0);
-                }
-                if latest.1 != roused {
-                    // Kept awake since it slept: spin again.
-                    break;
-                }
-                latest = self
-                    .wake
-                    .wait(latest)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let number = (self.claim.load(Ordering::Acquire) >> 32) as u32;
+            if number != seen {
+                return Some(number);
             }
+            core::hint::spin_loop();
         }
-    }
-}
-
-/// Keeps a [`CopyPool`]'s workers spinning for the next copy while it
-/// lives: see [`CopyPool::keep_awake`].
-#[derive(Debug)]
-#[must_use = "the workers go back to sleep when the guard is dropped"]
-pub struct KeepAwake<'a> {
-    pool: &'a CopyPool,
-}
-
-impl Drop for KeepAwake<'_> {
-    fn drop(&mut self) {
-        self.pool.release_awake(1);
+        let mut latest = self
+            .sleep
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            if *latest != seen {
+                return Some(*latest);
+            }
+            latest = self
+                .wake
+                .wait(latest)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
     }
 }
 

@@ -895,9 +895,18 @@ fn link_row(
     Ok(link)
 }
 
-/// Chunk sizes and staging buffers tried for one transfer: (chunk MiB,
-/// buffers), the default first.
-const CHUNK_CONFIGS: [(usize, usize); 6] = [(16, 4), (8, 4), (8, 8), (4, 4), (4, 8), (2, 8)];
+/// Chunk sizes, staging buffers and edge chunks tried for one transfer:
+/// (chunk MiB, buffers, edge chunk MiB), the default first.
+const CHUNK_CONFIGS: [(usize, usize, usize); 8] = [
+    (16, 4, 16),
+    (16, 4, 4),
+    (16, 4, 2),
+    (16, 4, 1),
+    (16, 8, 2),
+    (8, 8, 8),
+    (8, 8, 2),
+    (4, 8, 4),
+];
 
 /// One transfer of 64 MiB and 256 MiB (64 MiB and two settings with
 /// `--quick`), both ways, blocking, with the chunk sizes and buffer counts
@@ -909,7 +918,7 @@ fn one_transfer_chunks(
     options: &Options,
     report: &mut Report,
 ) -> Result<(), Error> {
-    let (sizes, configs): (&[usize], &[(usize, usize)]) = if options.quick {
+    let (sizes, configs): (&[usize], &[(usize, usize, usize)]) = if options.quick {
         (&[64 << 20], &CHUNK_CONFIGS[..2])
     } else {
         (&[64 << 20, 256 << 20], &CHUNK_CONFIGS[..])
@@ -933,18 +942,21 @@ fn one_transfer_chunks(
                 report,
             )?;
             let mut ratios = Vec::new();
-            for (seed, &(chunk_mib, buffers)) in (44..).zip(configs) {
+            for (seed, &(chunk_mib, buffers, edge_mib)) in (44..).zip(configs) {
                 let built = StagingOptions::builder()
                     .chunk(chunk_mib << 20)
                     .buffers(buffers)
+                    .edge_chunk(edge_mib << 20)
                     .build()?;
                 let mut stager = Stager::with_options(context, built)?;
-                let path = format!("staged, {chunk_mib} MiB x {buffers} buffers");
+                let path = format!(
+                    "staged, {chunk_mib} MiB x {buffers} buffers, edges from {edge_mib} MiB"
+                );
                 let label = format!("{group}, {path}");
                 let staged =
                     memory.staged(&mut stager, direction, false, seed, options.runs, &label)?;
                 ratios.push(format!(
-                    "{chunk_mib}x{buffers} {:.1}%",
+                    "{chunk_mib}x{buffers}/{edge_mib} {:.1}%",
                     100.0 * gbps(bytes, &staged) / link
                 ));
                 report
@@ -952,7 +964,7 @@ fn one_transfer_chunks(
                     .push(row(&group, &path, bytes, &staged, link, f64::NAN));
             }
             report.notes.push(format!(
-                "one transfer, {name} {} of pinned by chunk MiB x buffers: {}",
+                "one transfer, {name} {} of pinned by chunk MiB x buffers / edge MiB: {}",
                 size(bytes),
                 ratios.join(", ")
             ));

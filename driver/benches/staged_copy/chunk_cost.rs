@@ -12,6 +12,10 @@
 //!   calling thread waiting for an event after each chunk's copy, copying
 //!   the chunk out with the same pool and queuing the buffer's next chunk
 //!   (the host side off the context's one host-function thread).
+//! - The host side alone: a pool of the stager's default size copies 1,
+//!   4, 16 and 64 MiB from a pinned buffer into warm pageable memory and
+//!   back, again and again: the host copy's own rate, which a staged
+//!   transfer's first (H2D) or last (D2H) chunk waits for, beside the link.
 //! - Another library's host functions: while a thread launches, every
 //!   4 ms on a stream of its own, a host function that is busy for 2 ms,
 //!   1 GiB D2H through the stager, through the event-driven pipeline above
@@ -51,6 +55,7 @@ pub(crate) fn run(
     report: &mut Report,
 ) -> Result<(), Error> {
     per_chunk(context, options, reference, report)?;
+    host_side(context, options, reference, report)?;
     foreign_host_functions(context, options, reference, report)?;
     cpu_time(context, options, report)?;
     Ok(())
@@ -65,13 +70,9 @@ enum HostSide {
     EmptyHostFn,
     /// A host function that copies the chunk out with the pool.
     HostFnCopy,
-    /// The same with the pool kept awake for the transfer.
-    HostFnCopyAwake,
     /// No host function: wait for an event, copy with the pool, queue the
     /// buffer's next chunk.
     Events,
-    /// The same with the pool kept awake for the transfer.
-    EventsAwake,
 }
 
 impl HostSide {
@@ -80,11 +81,7 @@ impl HostSide {
             HostSide::None => "driver copies only (no host side)",
             HostSide::EmptyHostFn => "+ an empty host function per chunk",
             HostSide::HostFnCopy => "+ a host function copying with the pool",
-            HostSide::HostFnCopyAwake => "+ a host function copying with the pool kept awake",
             HostSide::Events => "event per chunk, calling thread copies with the pool",
-            HostSide::EventsAwake => {
-                "event per chunk, calling thread copies with the pool kept awake"
-            }
         }
     }
 }
@@ -210,13 +207,8 @@ impl Pipeline {
         side: HostSide,
     ) -> Result<(), Error> {
         let chunks = host.len() / self.chunk;
-        let _awake = matches!(side, HostSide::HostFnCopyAwake | HostSide::EventsAwake)
-            .then(|| self.pool.keep_awake());
         match side {
-            HostSide::None
-            | HostSide::EmptyHostFn
-            | HostSide::HostFnCopy
-            | HostSide::HostFnCopyAwake => {
+            HostSide::None | HostSide::EmptyHostFn | HostSide::HostFnCopy => {
                 let records: Vec<HostFnChunk> = (0..chunks)
                     .map(|index| HostFnChunk {
                         pool: &self.pool,
@@ -233,7 +225,7 @@ impl Pipeline {
                         },
                         // SAFETY: the record, the pool, the buffer and
                         // `host` outlive the streams' synchronization below.
-                        HostSide::HostFnCopy | HostSide::HostFnCopyAwake => unsafe {
+                        HostSide::HostFnCopy => unsafe {
                             stream.launch_host_fn(
                                 copy_chunk,
                                 core::ptr::from_ref(record).cast_mut().cast(),
@@ -251,7 +243,7 @@ impl Pipeline {
                 // that copy them out.
                 drop(records);
             }
-            HostSide::Events | HostSide::EventsAwake => {
+            HostSide::Events => {
                 for index in 0..chunks.min(BUFFERS) {
                     self.queue_copy(device, index)?;
                     self.events[index].record(self.streams[index].as_stream())?;
@@ -316,9 +308,7 @@ fn per_chunk(
             HostSide::None,
             HostSide::EmptyHostFn,
             HostSide::HostFnCopy,
-            HostSide::HostFnCopyAwake,
             HostSide::Events,
-            HostSide::EventsAwake,
         ] {
             let timed = pipeline.timed(&memory.device, &mut memory.host, side, options.runs)?;
             if side == HostSide::None || side == HostSide::EmptyHostFn {
@@ -379,11 +369,90 @@ fn per_chunk_note(side: HostSide, bytes: usize, chunk: usize, timed: &Timed) -> 
         HostSide::None => "copies only",
         HostSide::EmptyHostFn => "empty host fn",
         HostSide::HostFnCopy => "host fn copy",
-        HostSide::HostFnCopyAwake => "host fn copy, awake",
         HostSide::Events => "events",
-        HostSide::EventsAwake => "events, awake",
     };
     format!("{name} {:.1} us", per_chunk_us(bytes, chunk, timed))
+}
+
+/// The host-side group: see the module documentation.
+fn host_side(
+    context: &Context,
+    options: &Options,
+    reference: &Reference,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let sizes_mib: &[usize] = if options.quick { &[4] } else { &[1, 4, 16, 64] };
+    let largest = sizes_mib.iter().max().copied().unwrap_or(1) << 20;
+    let pinned = PinnedBuffer::new(context, largest)?;
+    let mut pageable = vec![1u8; largest];
+    let pool = CopyPool::new(default_workers(1));
+    let group = format!(
+        "the host side alone: a pool of {} workers and the caller, pinned <-> warm pageable (x pinned: the link)",
+        pool.workers()
+    );
+    let mut line = Vec::new();
+    for &mib in sizes_mib {
+        let bytes = mib << 20;
+        // Enough copies that each run takes a few milliseconds.
+        let copies = (64usize >> mib.trailing_zeros().min(6)).max(4);
+        for (name, to_pageable) in [
+            ("pinned -> pageable (D2H)", true),
+            ("pageable -> pinned (H2D)", false),
+        ] {
+            let (dst, src) = if to_pageable {
+                (pageable.as_mut_ptr(), pinned.raw_ptr().cast_const())
+            } else {
+                (pinned.raw_ptr(), pageable.as_ptr())
+            };
+            let args = HostCopyArgs::new(dst.expose_provenance(), src.expose_provenance(), bytes);
+            let stores = if to_pageable {
+                Stores::Streaming
+            } else {
+                Stores::Cached
+            };
+            let times = timed(options.runs, || {
+                let start = Instant::now();
+                for _ in 0..copies {
+                    // SAFETY: the pinned buffer and the vector are live,
+                    // disjoint and at least `bytes` long.
+                    unsafe { pool.copy(&args, stores) };
+                }
+                Ok(start.elapsed() / copies as u32)
+            })?;
+            let timed = Timed::plain(times);
+            line.push(format!(
+                "{mib} MiB {} {:.1} us",
+                if to_pageable { "D2H" } else { "H2D" },
+                1e6 * crate::table::median(&timed.times)
+            ));
+            report.rows.push(row(
+                &group,
+                &format!("{mib} MiB, {name}"),
+                bytes,
+                &timed,
+                if to_pageable {
+                    reference.pinned_d2h
+                } else {
+                    reference.pinned_h2d
+                },
+                f64::NAN,
+            ));
+        }
+    }
+    // The pool's copy of the pattern must have arrived whole: the last
+    // copy was pageable -> pinned, so both now hold the same bytes.
+    // SAFETY: the pinned buffer holds `largest` bytes and no copy is queued.
+    let staged = unsafe { core::slice::from_raw_parts(pinned.raw_ptr(), largest) };
+    let last = sizes_mib.last().copied().unwrap_or(1) << 20;
+    assert!(
+        staged[..last] == pageable[..last],
+        "the pool's copy differs"
+    );
+    report.notes.push(format!(
+        "the host side alone, per copy: {}",
+        line.join(", ")
+    ));
+    Ok(())
 }
 
 // ---------------------------------------------------------------------
@@ -511,7 +580,7 @@ fn foreign_host_functions(
             Beside::Events => pipeline.timed(
                 &memory.device,
                 &mut memory.host,
-                HostSide::EventsAwake,
+                HostSide::Events,
                 options.runs,
             )?,
             Beside::Driver => paths::driver_d2h(&memory.device, &mut memory.host, options.runs)?,

@@ -18,7 +18,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use crate::owned::{self, HELD, PENDING, Settled};
-use crate::parallel::{CopyPool, PARALLEL_THRESHOLD, Stores};
+use crate::parallel::{CopyPool, Stores};
 
 /// One chunk's record; `user_data` is the address of the whole chunk.
 #[derive(Debug)]
@@ -28,56 +28,33 @@ pub(super) struct Chunk {
     copies: Box<[HostCopyArgs]>,
     stores: Stores,
     workers: *const CopyPool,
-    /// Whether the chunk keeps the workers awake from its launch until its
-    /// host function has copied it (or it is abandoned): a chunk large
-    /// enough to be split over them ([`PARALLEL_THRESHOLD`]).
-    wakes_workers: bool,
 }
 
 impl Chunk {
-    /// `workers` stays allocated (behind an `Arc`) while the chunk may run
-    /// or be armed, disarmed or settled.
+    /// `workers` stays allocated (behind an `Arc`) while the chunk may run.
     pub(super) fn new(
         copies: Vec<HostCopyArgs>,
         stores: Stores,
         workers: *const CopyPool,
     ) -> Chunk {
-        let bytes: usize = copies.iter().map(|copy| copy.nbytes).sum();
         Chunk {
             state: AtomicU8::new(HELD),
             copies: copies.into_boxed_slice(),
             stores,
             workers,
-            wakes_workers: bytes >= PARALLEL_THRESHOLD,
         }
     }
 
-    /// Undoes [`arm`](ChunkArray::arm) when the launch failed.
+    /// Undoes [`arm`](Self::arm) when the launch failed.
     pub(super) fn disarm(&self) {
         self.state.store(HELD, Ordering::Release);
-        self.release_workers();
     }
 
     /// Ends the enqueuing side's claim ([`owned::settle`]): returns once no
     /// host function will touch the chunk's buffers. `true` if the chunk was
     /// abandoned (then its memory must never be freed).
     pub(super) fn settle(&self) -> bool {
-        let abandoned = matches!(owned::settle(&self.state), Settled::Abandoned);
-        if abandoned {
-            // Its host function never copied it and never will: its claim
-            // on the workers ends here, once (settling PENDING happens once).
-            self.release_workers();
-        }
-        abandoned
-    }
-
-    /// Gives back the claim on the workers' attention that arming took.
-    fn release_workers(&self) {
-        if self.wakes_workers {
-            // SAFETY: the pool outlives every chunk that may run or be
-            // settled (`new`'s contract).
-            unsafe { (*self.workers).release_awake(1) };
-        }
+        matches!(owned::settle(&self.state), Settled::Abandoned)
     }
 }
 
@@ -167,17 +144,9 @@ impl ChunkArray {
         unsafe { &*self.ptr.as_ptr().cast::<Chunk>().add(index) }
     }
 
-    /// Marks chunk `index` launched, just before its launch; its
-    /// `user_data`. A chunk the workers split keeps them awake until its
-    /// host function has copied it, so that they are spinning, not asleep,
-    /// when it runs.
+    /// Marks chunk `index` launched, just before its launch; its `user_data`.
     pub(super) fn arm(&self, index: usize) -> *mut c_void {
-        let chunk = self.get(index);
-        if chunk.wakes_workers {
-            // SAFETY: the pool outlives the chunk (`Chunk::new`'s contract).
-            unsafe { (*chunk.workers).hold_awake(1) };
-        }
-        chunk.state.store(PENDING, Ordering::Release);
+        self.get(index).state.store(PENDING, Ordering::Release);
         // Derived from the allocation's raw pointer, not from a reference.
         self.ptr.as_ptr().cast::<Chunk>().wrapping_add(index).cast()
     }
@@ -202,68 +171,6 @@ pub(super) unsafe extern "C" fn run_chunk(user_data: *mut c_void) {
     // planned, are non-null and live, and no destination overlaps another
     // range, as `CopyPool::copy_list` asks.
     unsafe { (*chunk.workers).copy_list(&chunk.copies, chunk.stores) };
-    chunk.release_workers();
     // Last touch: after this the chunk may be freed.
     owned::finish_running(&chunk.state);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::vec;
-
-    /// One chunk of `len` bytes between two vectors, in its own allocation.
-    fn chunks(pool: &CopyPool, src: &[u8], dst: &mut [u8]) -> Chunks {
-        let copy = HostCopyArgs::new(
-            dst.as_mut_ptr().expose_provenance(),
-            src.as_ptr().expose_provenance(),
-            src.len(),
-        );
-        Chunks::new(vec![Chunk::new(vec![copy], Stores::Cached, pool)])
-    }
-
-    /// A chunk large enough for the workers keeps them awake from its
-    /// launch until its host function has copied it, until its launch is
-    /// undone, or until it is abandoned; a small one never claims them.
-    #[test]
-    fn a_large_chunk_keeps_the_workers_awake_until_it_is_copied_or_given_up() {
-        let pool = CopyPool::new(1);
-        let src = vec![7u8; PARALLEL_THRESHOLD];
-        let mut dst = vec![0u8; PARALLEL_THRESHOLD];
-
-        let ran = chunks(&pool, &src, &mut dst);
-        let user_data = ran.array().arm(0);
-        assert_eq!(pool.awake_claims(), 1, "armed");
-        // SAFETY: armed, allocated, its ranges live and disjoint.
-        unsafe { run_chunk(user_data) };
-        assert_eq!(pool.awake_claims(), 0, "copied");
-        assert!(dst == src);
-        ran.settle_and_free();
-        assert_eq!(pool.awake_claims(), 0, "settled after it ran");
-
-        let undone = chunks(&pool, &src, &mut dst);
-        undone.array().arm(0);
-        undone.array().get(0).disarm();
-        assert_eq!(pool.awake_claims(), 0, "launch undone");
-        undone.settle_and_free();
-
-        let abandoned = chunks(&pool, &src, &mut dst);
-        let user_data = abandoned.array().arm(0);
-        assert!(abandoned.array().get(0).settle(), "abandoned while pending");
-        assert_eq!(pool.awake_claims(), 0, "abandoned");
-        // The host function, should the driver still run it, gives back
-        // nothing a second time.
-        // SAFETY: the abandoned chunk stays allocated (kept below) and
-        // touches nothing but its state.
-        unsafe { run_chunk(user_data) };
-        assert_eq!(pool.awake_claims(), 0, "late host function");
-        abandoned.keep();
-
-        let small = chunks(&pool, &src[..PARALLEL_THRESHOLD - 1], &mut dst);
-        let user_data = small.array().arm(0);
-        assert_eq!(pool.awake_claims(), 0, "a small chunk claims nothing");
-        // SAFETY: as above.
-        unsafe { run_chunk(user_data) };
-        small.settle_and_free();
-    }
 }

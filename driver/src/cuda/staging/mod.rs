@@ -168,8 +168,9 @@ use plan::{Layout, chunk_sizes, plan};
 pub use super::retire::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
-    DEFAULT_BUFFERS, DEFAULT_CHUNK, DRIVER_PATH_BELOW, DeviceCopies, MAX_BUFFERS, MAX_CHUNK,
-    MIN_CHUNK, RESERVED_CORES, StagingOptions, StagingOptionsBuilder, Stores, default_workers,
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_EDGE_CHUNK, DRIVER_PATH_BELOW, DeviceCopies,
+    MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES, StagingOptions, StagingOptionsBuilder,
+    Stores, default_workers,
 };
 pub use pending::PendingTransfer;
 pub use plan::Block;
@@ -485,7 +486,7 @@ impl Stager {
             return Ok(None);
         }
         let _relaxed = RelaxedCapture::new();
-        let sizes = chunk_sizes(total, self.options.chunk);
+        let sizes = chunk_sizes(total, self.options.chunk, self.options.edge_chunk());
         let mut planned = plan(
             &Layout {
                 direction,

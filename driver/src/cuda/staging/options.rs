@@ -22,6 +22,14 @@ use crate::cuda::error::Error;
 /// ramp.
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
+/// Default size of a transfer's first and last chunks
+/// ([`StagingOptionsBuilder::edge_chunk`]): they grow from it by doubling
+/// up to the chunk, so that a transfer's second stage starts early and
+/// ends soon after the first.
+///
+/// Run 38 decides it (GPU_RUNS.md): until then, the full chunk (no ramp).
+pub const DEFAULT_EDGE_CHUNK: usize = DEFAULT_CHUNK;
+
 /// The smallest chunk [`StagingOptionsBuilder::build`] accepts: one page.
 ///
 /// Every chunk costs two driver calls and one host function (about 15 us
@@ -89,6 +97,7 @@ pub enum DeviceCopies {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StagingOptions {
     pub(super) chunk: usize,
+    pub(super) edge_chunk: usize,
     pub(super) buffers: usize,
     pub(super) workers: usize,
     pub(super) h2d_stores: Stores,
@@ -103,6 +112,7 @@ impl Default for StagingOptions {
     fn default() -> Self {
         StagingOptions {
             chunk: DEFAULT_CHUNK,
+            edge_chunk: DEFAULT_EDGE_CHUNK,
             buffers: DEFAULT_BUFFERS,
             workers: default_workers(1),
             h2d_stores: Stores::Cached,
@@ -138,6 +148,12 @@ impl StagingOptions {
     /// Bytes per chunk (one staging buffer's size).
     pub fn chunk(&self) -> usize {
         self.chunk
+    }
+
+    /// Bytes of a transfer's first and last chunks: they grow from this by
+    /// doubling up to [`chunk`](Self::chunk) (equal to it: no ramp).
+    pub fn edge_chunk(&self) -> usize {
+        self.edge_chunk.min(self.chunk)
     }
 
     /// Pinned staging buffers, each on its own stream.
@@ -180,6 +196,15 @@ impl StagingOptionsBuilder {
     /// [`DEFAULT_CHUNK`]).
     pub fn chunk(mut self, bytes: usize) -> Self {
         self.options.chunk = bytes;
+        self
+    }
+
+    /// Bytes of a transfer's first and last chunks, from [`MIN_CHUNK`] up
+    /// (default [`DEFAULT_EDGE_CHUNK`]): they grow by doubling up to the
+    /// chunk, as many steps as the transfer holds at both ends. At or above
+    /// the chunk, every chunk of a transfer has the same size.
+    pub fn edge_chunk(mut self, bytes: usize) -> Self {
+        self.options.edge_chunk = bytes;
         self
     }
 
@@ -257,6 +282,7 @@ impl StagingOptionsBuilder {
         };
         Ok(StagingOptions {
             chunk: check("chunk", self.options.chunk, MIN_CHUNK, MAX_CHUNK)?,
+            edge_chunk: check("edge_chunk", self.options.edge_chunk, MIN_CHUNK, usize::MAX)?,
             buffers: check("buffers", self.options.buffers, 1, MAX_BUFFERS)?,
             workers,
             ..self.options
@@ -299,6 +325,10 @@ mod tests {
         assert_eq!(refused(b().chunk(0)), ("chunk", 0));
         assert_eq!(refused(b().chunk(MIN_CHUNK - 1)), ("chunk", MIN_CHUNK - 1));
         assert_eq!(refused(b().chunk(MAX_CHUNK + 1)), ("chunk", MAX_CHUNK + 1));
+        assert_eq!(
+            refused(b().edge_chunk(MIN_CHUNK - 1)),
+            ("edge_chunk", MIN_CHUNK - 1)
+        );
         assert_eq!(refused(b().buffers(0)), ("buffers", 0));
         assert_eq!(
             refused(b().buffers(MAX_BUFFERS + 1)),

@@ -50,18 +50,45 @@ impl Block {
 /// so that the workers share a chunk of a few large blocks evenly.
 const HOST_PIECE: usize = 512 << 10;
 
-/// The sizes of the chunks a transfer of `len` bytes is cut into: as few
-/// chunks of at most `chunk` bytes as hold it, of equal size (within a
-/// byte), so that no short last chunk trails the others.
-pub(super) fn chunk_sizes(len: usize, chunk: usize) -> Vec<usize> {
-    let count = len.div_ceil(chunk.max(1));
-    let Some(each) = len.checked_div(count) else {
-        return Vec::new();
+/// The sizes of the chunks a transfer of `len` bytes is cut into: chunks
+/// of at most `chunk` bytes, the first and last ones growing from `edge`
+/// (`edge`, twice that, ... below `chunk`: as many steps as fit at both
+/// ends), the rest of equal size (within a byte). The small first chunk
+/// starts the second stage early (the host copy of a D2H transfer, the
+/// driver's copy of an H2D one); the small last chunk leaves little for it
+/// after the first stage ends. `edge >= chunk`: equal chunks throughout.
+pub(super) fn chunk_sizes(len: usize, chunk: usize, edge: usize) -> Vec<usize> {
+    let chunk = chunk.max(1);
+    let mut ramp = Vec::new();
+    let mut size = edge.max(1);
+    while size < chunk {
+        ramp.push(size);
+        size = size.saturating_mul(2);
+    }
+    while ramp
+        .iter()
+        .sum::<usize>()
+        .checked_mul(2)
+        .is_none_or(|ends| ends > len)
+    {
+        ramp.pop();
+    }
+    let ends = 2 * ramp.iter().sum::<usize>();
+    let mut sizes = ramp.clone();
+    sizes.extend(equal_chunks(len - ends, chunk));
+    sizes.extend(ramp.iter().rev());
+    sizes
+}
+
+/// As few chunks of at most `chunk` bytes as hold `len`, of equal size
+/// (within a byte), so that no short chunk trails the others.
+fn equal_chunks(len: usize, chunk: usize) -> impl Iterator<Item = usize> {
+    let count = len.div_ceil(chunk);
+    let (each, extra) = match len.checked_div(count) {
+        Some(each) => (each, len % count),
+        None => (0, 0),
     };
-    let extra = len % count;
-    (0..count)
-        .map(|index| each + usize::from(index < extra))
-        .collect()
+    (0..count).map(move |index| each + usize::from(index < extra))
 }
 
 /// A range of a chunk's driver copy: `len` bytes between `device` and
@@ -203,16 +230,46 @@ mod tests {
     #[test]
     fn chunks_sum_to_the_length_and_never_exceed_the_chunk() {
         for len in [1, 1 << 20, 3 << 20, 16 << 20, 64 << 20, (1 << 30) + 12345] {
-            let sizes = chunk_sizes(len, 16 << 20);
+            let sizes = chunk_sizes(len, 16 << 20, 16 << 20);
             assert_eq!(sizes.iter().sum::<usize>(), len, "{len}");
             assert!(sizes.iter().all(|&s| s > 0 && s <= 16 << 20), "{sizes:?}");
             let (min, max) = (sizes.iter().min(), sizes.iter().max());
             assert!(max.unwrap() - min.unwrap() <= 1, "{sizes:?}");
         }
         let mib = |sizes: Vec<usize>| sizes.iter().map(|s| s >> 20).collect::<Vec<_>>();
-        assert_eq!(mib(chunk_sizes(64 << 20, 16 << 20)), [16, 16, 16, 16]);
-        assert_eq!(mib(chunk_sizes(40 << 20, 16 << 20)), [13, 13, 13]);
-        assert!(chunk_sizes(0, 16 << 20).is_empty());
+        assert_eq!(
+            mib(chunk_sizes(64 << 20, 16 << 20, 16 << 20)),
+            [16, 16, 16, 16]
+        );
+        assert_eq!(mib(chunk_sizes(40 << 20, 16 << 20, 32 << 20)), [13, 13, 13]);
+        assert!(chunk_sizes(0, 16 << 20, 4 << 20).is_empty());
+    }
+
+    #[test]
+    fn the_first_and_last_chunks_grow_from_the_edge_as_far_as_the_length_allows() {
+        let mib = |sizes: Vec<usize>| sizes.iter().map(|s| s >> 20).collect::<Vec<_>>();
+        let (chunk, edge) = (16 << 20, 4 << 20);
+        assert_eq!(
+            mib(chunk_sizes(64 << 20, chunk, edge)),
+            [4, 8, 13, 13, 13, 8, 4]
+        );
+        assert_eq!(
+            mib(chunk_sizes(64 << 20, chunk, 1 << 20)),
+            [1, 2, 4, 8, 11, 11, 11, 8, 4, 2, 1]
+        );
+        // Only the steps that fit at both ends: 24 MiB holds 4 + 8 twice.
+        assert_eq!(mib(chunk_sizes(24 << 20, chunk, edge)), [4, 8, 8, 4]);
+        assert_eq!(mib(chunk_sizes(20 << 20, chunk, edge)), [4, 12, 4]);
+        // Below two edges: equal chunks.
+        assert_eq!(mib(chunk_sizes(7 << 20, chunk, edge)), [7]);
+        for len in [1, 4096, 5 << 20, 64 << 20, (1 << 30) + 12345, 1 << 40] {
+            for edge in [1, 4096, 1 << 20, 4 << 20, 16 << 20, usize::MAX] {
+                let sizes = chunk_sizes(len, chunk, edge);
+                let total: usize = sizes.iter().sum();
+                assert_eq!(total, len, "{len} {edge}");
+                assert!(sizes.iter().all(|&s| s > 0 && s <= chunk), "{len} {edge}");
+            }
+        }
     }
 
     #[test]
