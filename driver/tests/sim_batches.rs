@@ -384,3 +384,33 @@ fn a_small_transfer_after_an_unfinished_pending_one_still_waits_for_the_stream()
     drop(stager);
     let _ = sim::take_violations(device.ordinal);
 }
+
+/// `at` and `blocks` both say which device bytes a spec moves: the later
+/// call replaces the earlier, in either order.
+#[test]
+fn the_later_of_at_and_blocks_says_which_device_bytes_move() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let len = 4096;
+    let bytes = pattern(2 * len, 5);
+    let mut source = DeviceBuffer::new(&device.context, 2 * len).unwrap();
+    source.copy_from_host(0, &bytes).unwrap();
+    let blocks = [Block::new(len, 0, 16)];
+
+    let mut host = vec![0u8; len];
+    stager
+        .run(to_host(&mut host, &source).at(7).blocks(&blocks))
+        .unwrap();
+    assert!(
+        host[..16] == bytes[len..len + 16],
+        "the blocks, not the offset"
+    );
+    assert!(host[16..].iter().all(|&byte| byte == 0), "only the block");
+
+    stager
+        .run(to_host(&mut host, &source).blocks(&blocks).at(7))
+        .unwrap();
+    assert!(host[..] == bytes[7..7 + len], "the offset, not the blocks");
+    drop(stager);
+    device.assert_no_violations();
+}

@@ -7,7 +7,8 @@
 //! wait for cudarc's stream (and the memory's own); nothing to copy orders
 //! nothing; a capturing stream is refused; after a transfer that cannot be
 //! drained, cudarc's stream waits for everything the stager queued; after a
-//! sticky error mid-transfer, cudarc's release of the slice is refused. cudarc's own copies
+//! sticky error mid-transfer, cudarc's release of the slice is refused; the
+//! fronts that cannot keep cudarc's order refuse its memory. cudarc's own copies
 //! here go through its pinned memory: from and to pageable memory they rely
 //! on the driver staging it within the call, which the simulator does not
 //! model.
@@ -731,5 +732,63 @@ fn a_small_upload_from_pinned_memory_takes_the_synchronous_path() {
     );
     assert!(setup.download(&slice) == pattern(4096, 23));
     drop((slice, pinned));
+    setup.finish();
+}
+
+/// cudarc's memory is ordered only by a blocking transfer: the fronts that
+/// return at once and the pinned copies refuse it, and memory lent for
+/// reading is refused as a destination, each before cudarc or the stager
+/// orders or queues anything.
+#[test]
+fn fronts_that_cannot_keep_cudarcs_order_refuse_its_memory() {
+    use hostcopy_driver::cuda::PinnedBuffer;
+    let mut setup = setup();
+    let bytes = pattern(LEN, 24);
+    let mut slice = setup.upload(&bytes);
+    let mut host = vec![0u8; LEN];
+    let before = sim::device_state(setup.ordinal);
+
+    let read = CudarcMemory::read(&slice, &setup.stream).unwrap();
+    let in_scope = setup
+        .stager
+        .scope(|scope| scope.start(to_host(&mut host, &read)).map(drop))
+        .unwrap();
+    assert!(matches!(in_scope, Err(Error::OrderNotKept)), "{in_scope:?}");
+    // SAFETY: refused before anything is queued; nothing outlives the call.
+    let pending = unsafe { setup.stager.start_unchecked(to_host(&mut host, &read)) };
+    assert!(matches!(pending, Err(Error::OrderNotKept)), "{pending:?}");
+    let pinned = PinnedBuffer::new(setup.stager.context(), 4096).unwrap();
+    let refused = setup.stager.device_to_pinned(pinned, &read, 0).unwrap_err();
+    assert_eq!(refused.error(), Error::OrderNotKept);
+    assert!(refused.into_buffer().is_some(), "nothing was queued");
+    let mut read_only = CudarcMemory::read(&slice, &setup.stream).unwrap();
+    let written = setup.stager.run(to_device(&mut read_only, &host));
+    assert!(matches!(written, Err(Error::ReadOnlyDevice)), "{written:?}");
+    drop((read, read_only));
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(after.stream_waits, before.stream_waits, "waits were made");
+    assert_eq!(after.async_copy_calls, before.async_copy_calls);
+    assert_eq!(after.host_fns_run, before.host_fns_run);
+
+    // Lent for writing, the memory is read by a download as `read` would.
+    let mut written = CudarcMemory::write(&mut slice, &setup.stream).unwrap();
+    setup.stager.run(to_host(&mut host, &written)).unwrap();
+    assert!(host == bytes, "a download through memory lent for writing");
+    // And a range at an offset, both ways.
+    let part = pattern(LEN - CHUNK, 25);
+    setup
+        .stager
+        .run(to_device(&mut written, &part).at(CHUNK))
+        .unwrap();
+    let mut back = vec![0u8; LEN - CHUNK];
+    setup
+        .stager
+        .run(to_host(&mut back, &written).at(CHUNK))
+        .unwrap();
+    assert!(back == part, "a range at an offset");
+    drop(written);
+    let all = setup.download(&slice);
+    assert!(all[..CHUNK] == bytes[..CHUNK] && all[CHUNK..] == part[..]);
+    drop(slice);
     setup.finish();
 }

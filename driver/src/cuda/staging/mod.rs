@@ -154,6 +154,7 @@ mod chunk;
 #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
 pub mod cudarc;
 mod driver_path;
+mod engine;
 mod feed;
 mod options;
 mod pending;

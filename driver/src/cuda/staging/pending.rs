@@ -8,7 +8,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::stager::InFlight;
+use super::engine::InFlight;
 use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
 use crate::cuda::error::Error;
 use crate::cuda::stream::StreamRef;

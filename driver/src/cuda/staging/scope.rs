@@ -13,13 +13,13 @@ use core::fmt;
 use core::marker::PhantomData;
 use std::vec::Vec;
 
+use super::engine::{Engine, InFlight, Queuing};
 use super::spec::TransferSpec;
-use super::stager::{InFlight, Queuing, Stager};
 use crate::cuda::error::Error;
 
-/// Transfers whose buffers are borrowed for `'scope`; see [`Stager::scope`].
+/// Transfers whose buffers are borrowed for `'scope`; see [`Stager::scope`](super::Stager::scope).
 pub struct StagingScope<'scope, 'env: 'scope> {
-    stager: RefCell<&'env mut Stager>,
+    stager: RefCell<&'env mut (dyn Engine + Send)>,
     /// Enqueued transfers not waited for yet, by handle index.
     in_flight: RefCell<Slots>,
     /// Invariant in both lifetimes, as `std::thread::Scope` is.
@@ -80,9 +80,9 @@ pub struct Transfer<'scope, 'env: 'scope> {
     index: Option<usize>,
 }
 
-/// [`Stager::scope`]: runs `f` with a scope on `stager`, then waits for
+/// [`Stager::scope`](super::Stager::scope): runs `f` with a scope on `stager`, then waits for
 /// every transfer not yet waited for.
-pub(super) fn run<'env, F, T>(stager: &'env mut Stager, f: F) -> Result<T, Error>
+pub(super) fn run<'env, F, T>(stager: &'env mut (dyn Engine + Send), f: F) -> Result<T, Error>
 where
     F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
 {
@@ -107,7 +107,7 @@ impl<'scope, 'env> StagingScope<'scope, 'env> {
     /// since the driver's path would block.
     ///
     /// Checked whole before anything is queued, as
-    /// [`Stager::run`] checks it. Memory whose owner orders its use
+    /// [`Stager::run`](super::Stager::run) checks it. Memory whose owner orders its use
     /// (cudarc's) is refused ([`Error::OrderNotKept`]): its order is kept
     /// by `run` alone.
     pub fn start(

@@ -2,9 +2,9 @@
 //! waits ([`run`](Stager::run) blocks, [`scope`](Stager::scope) gives
 //! handles, [`start_unchecked`](Stager::start_unchecked) gives a transfer
 //! that borrows nothing), and the engine under them, which every front
-//! goes through: [`start`](Stager::start) checks a [`TransferSpec`] whole,
-//! plans it and has its chunks queued; [`finish`](Stager::finish) waits
-//! for them and retires what they used.
+//! goes through (its [`Engine`] calls): `start` checks a [`TransferSpec`]
+//! whole, plans it and has its chunks queued; `finish` waits for them and
+//! retires what they used.
 
 use core::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use std::vec::Vec;
 
 use super::chunk::{Chunk, Chunks};
 use super::driver_path::{PinnedTransferError, driver_path};
+use super::engine::{Engine, InFlight, Queuing};
 use super::feed::{Feeder, Job, Lanes};
 use super::options::{StagingOptions, Stores};
 use super::pending::{self, PendingTransfer};
@@ -69,29 +70,6 @@ pub struct Stager {
     order_stream: Option<Stream>,
     /// Tells this stager's pending transfers from others'.
     id: u64,
-}
-
-/// Who queues a transfer's chunks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Queuing {
-    /// The caller, all at once: a blocking call, or a pending transfer
-    /// (which `order_before` needs queued). Small single transfers take the
-    /// driver's path.
-    Now,
-    /// The feeder thread: a call that returns at once. Everything is
-    /// staged, since the driver's path would block the caller.
-    Feeder,
-}
-
-/// The chunks of one planned transfer and how queuing them goes.
-#[derive(Debug)]
-pub(super) struct InFlight {
-    pub(super) chunks: Chunks,
-    pub(super) job: Arc<Job>,
-    /// The number of the next `wait_for` event when it started.
-    order_upto: u64,
-    /// The device allocation the queued copies use.
-    pub(super) device: DeviceInUse,
 }
 
 /// The most events [`Stager::wait_for`] keeps for work not known complete:
@@ -440,140 +418,6 @@ impl Stager {
         }
     }
 
-    /// Checks a transfer and either completes it on the driver's path
-    /// (`None`) or plans it and has its chunks queued (`Some`, to be
-    /// finished).
-    ///
-    /// The caller holds the borrows in `spec`, or answers for the memory
-    /// they came from, until the transfer is finished.
-    pub(super) fn start(
-        &mut self,
-        spec: TransferSpec<'_>,
-        queuing: Queuing,
-    ) -> Result<Option<InFlight>, Error> {
-        self.check_usable()?;
-        let (host, device, blocks) = (spec.host, spec.device, spec.blocks);
-        let memory = device.memory();
-        // Memory whose owner hands out its address only with its ordering
-        // is refused here: only `run` keeps that order.
-        let device_ptr = memory.memory_ptr()?;
-        self.context.expect_same(memory.memory_context())?;
-        let direction = device.direction();
-        let total = spec.device_bytes(memory.memory_len())?;
-        let one;
-        let blocks = match blocks {
-            Blocks::One { offset } => {
-                if host.len > 0
-                    && queuing == Queuing::Now
-                    && host.len < self.options.driver_path_below
-                {
-                    // Not in the relaxed mode: the driver's synchronous
-                    // copies go through the legacy stream, which
-                    // synchronizes with every blocking stream, a capturing
-                    // one too; the driver refuses them during a global
-                    // capture rather than break it.
-                    self.wait_for_order()?;
-                    driver_path(host, device, offset)?;
-                    return Ok(None);
-                }
-                one = [Block::new(offset, 0, host.len)];
-                &one[..]
-            }
-            Blocks::Many(blocks) => blocks,
-        };
-        if total == 0 {
-            return Ok(None);
-        }
-        let _relaxed = RelaxedCapture::new();
-        let sizes = chunk_sizes(total, self.options.chunk);
-        let mut planned = plan(
-            &Layout {
-                direction,
-                host: host.addr,
-                device: device_ptr,
-                blocks,
-                staging: &self.staging,
-                first: self.next_seq,
-            },
-            &sizes,
-        );
-        self.next_seq += planned.len() as u64;
-        let stores = match direction {
-            Direction::DeviceToHost => Stores::Streaming,
-            Direction::HostToDevice => self.options.h2d_stores,
-        };
-        let workers = Arc::as_ptr(&self.workers);
-        // The host copies move into the chunk records, which the host
-        // functions read; the plan keeps the driver's side.
-        let chunks = Chunks::new(
-            planned
-                .iter_mut()
-                .map(|chunk| Chunk::new(core::mem::take(&mut chunk.host), stores, workers))
-                .collect(),
-        );
-        let job = Arc::new(Job::new(direction, chunks.array(), planned));
-        match queuing {
-            Queuing::Now => self.lanes.queue_now(&job),
-            Queuing::Feeder => {
-                if self.feeder.is_none() {
-                    let feeder = Feeder::spawn(&self.lanes).map_err(|_| {
-                        // The system refused a thread: as out of resources.
-                        Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))
-                    });
-                    match feeder {
-                        Ok(feeder) => self.feeder = Some(feeder),
-                        Err(error) => {
-                            chunks.settle_and_free();
-                            return Err(error);
-                        }
-                    }
-                }
-                self.lanes.hand_over(Arc::clone(&job));
-            }
-        }
-        Ok(Some(InFlight {
-            chunks,
-            job,
-            order_upto: self.next_order,
-            device: memory.memory_in_use(),
-        }))
-    }
-
-    /// Waits until a transfer's chunks are queued and have run, then
-    /// settles them; returns the first error. After an error the streams
-    /// are drained; if they cannot be, the device allocation is kept for
-    /// good.
-    pub(super) fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
-        let _relaxed = RelaxedCapture::new();
-        let InFlight {
-            chunks,
-            job,
-            order_upto,
-            device,
-        } = in_flight;
-        let (error, events) = {
-            let mut queued = job.wait_queued();
-            (queued.error.take(), core::mem::take(&mut queued.events))
-        };
-        let mut result = error.map_or(Ok(()), Err);
-        // After the first error the drain waits for the rest.
-        if result.is_ok() {
-            result = events
-                .iter()
-                .try_for_each(Event::synchronize)
-                .map_err(Error::from);
-        }
-        if result.is_err() {
-            self.drain();
-        } else {
-            self.lanes.return_events(events);
-            self.order_events_complete(order_upto);
-        }
-        chunks.settle_and_free();
-        self.release(device);
-        result
-    }
-
     /// A blocking transfer on memory whose owner orders its use (cudarc's:
     /// see the `cudarc` module): checked before the owner or the stager
     /// orders anything; then, between the owner's wait for the memory's
@@ -833,6 +677,132 @@ impl Stager {
         if self.undrained.is_some() {
             device.keep();
         }
+    }
+}
+
+impl Engine for Stager {
+    fn start(
+        &mut self,
+        spec: TransferSpec<'_>,
+        queuing: Queuing,
+    ) -> Result<Option<InFlight>, Error> {
+        self.check_usable()?;
+        let (host, device, blocks) = (spec.host, spec.device, spec.blocks);
+        let memory = device.memory();
+        // Memory whose owner hands out its address only with its ordering
+        // is refused here: only `run` keeps that order.
+        let device_ptr = memory.memory_ptr()?;
+        self.context.expect_same(memory.memory_context())?;
+        let direction = device.direction();
+        let total = spec.device_bytes(memory.memory_len())?;
+        let one;
+        let blocks = match blocks {
+            Blocks::One { offset } => {
+                if host.len > 0
+                    && queuing == Queuing::Now
+                    && host.len < self.options.driver_path_below
+                {
+                    // Not in the relaxed mode: the driver's synchronous
+                    // copies go through the legacy stream, which
+                    // synchronizes with every blocking stream, a capturing
+                    // one too; the driver refuses them during a global
+                    // capture rather than break it.
+                    self.wait_for_order()?;
+                    driver_path(host, device, offset)?;
+                    return Ok(None);
+                }
+                one = [Block::new(offset, 0, host.len)];
+                &one[..]
+            }
+            Blocks::Many(blocks) => blocks,
+        };
+        if total == 0 {
+            return Ok(None);
+        }
+        let _relaxed = RelaxedCapture::new();
+        let sizes = chunk_sizes(total, self.options.chunk);
+        let mut planned = plan(
+            &Layout {
+                direction,
+                host: host.addr,
+                device: device_ptr,
+                blocks,
+                staging: &self.staging,
+                first: self.next_seq,
+            },
+            &sizes,
+        );
+        self.next_seq += planned.len() as u64;
+        let stores = match direction {
+            Direction::DeviceToHost => Stores::Streaming,
+            Direction::HostToDevice => self.options.h2d_stores,
+        };
+        let workers = Arc::as_ptr(&self.workers);
+        // The host copies move into the chunk records, which the host
+        // functions read; the plan keeps the driver's side.
+        let chunks = Chunks::new(
+            planned
+                .iter_mut()
+                .map(|chunk| Chunk::new(core::mem::take(&mut chunk.host), stores, workers))
+                .collect(),
+        );
+        let job = Arc::new(Job::new(direction, chunks.array(), planned));
+        match queuing {
+            Queuing::Now => self.lanes.queue_now(&job),
+            Queuing::Feeder => {
+                if self.feeder.is_none() {
+                    let feeder = Feeder::spawn(&self.lanes).map_err(|_| {
+                        // The system refused a thread: as out of resources.
+                        Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))
+                    });
+                    match feeder {
+                        Ok(feeder) => self.feeder = Some(feeder),
+                        Err(error) => {
+                            chunks.settle_and_free();
+                            return Err(error);
+                        }
+                    }
+                }
+                self.lanes.hand_over(Arc::clone(&job));
+            }
+        }
+        Ok(Some(InFlight {
+            chunks,
+            job,
+            order_upto: self.next_order,
+            device: memory.memory_in_use(),
+        }))
+    }
+
+    fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
+        let _relaxed = RelaxedCapture::new();
+        let InFlight {
+            chunks,
+            job,
+            order_upto,
+            device,
+        } = in_flight;
+        let (error, events) = {
+            let mut queued = job.wait_queued();
+            (queued.error.take(), core::mem::take(&mut queued.events))
+        };
+        let mut result = error.map_or(Ok(()), Err);
+        // After the first error the drain waits for the rest.
+        if result.is_ok() {
+            result = events
+                .iter()
+                .try_for_each(Event::synchronize)
+                .map_err(Error::from);
+        }
+        if result.is_err() {
+            self.drain();
+        } else {
+            self.lanes.return_events(events);
+            self.order_events_complete(order_upto);
+        }
+        chunks.settle_and_free();
+        self.release(device);
+        result
     }
 }
 
