@@ -16,7 +16,7 @@
 //!   libcuda opened as the layer opens it; where the driver lacks it, or
 //!   with `--simulated`, its rows say "not run" and why.
 //! - Caller share: the call that starts a scope transfer
-//!   (`scope.device_to_host`) against the whole scope, 64 MiB to 16 GiB D2H
+//!   (`scope.start`) against the whole scope, 64 MiB to 16 GiB D2H
 //!   and 1 GiB and 16 GiB H2D (64 MiB only with `--quick`; sizes above
 //!   `--max-gib`, or that do not fit, are skipped). Target: under 2%.
 //! - One transfer: 64 MiB, 256 MiB and 1 GiB (64 MiB with `--quick`), both
