@@ -7,7 +7,7 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::cuda::staging::{Block, Stager};
+use hostcopy_driver::cuda::staging::{Block, Stager, to_device, to_host};
 use hostcopy_driver::cuda::{CUDA_ERROR_NO_DEVICE, Context, DeviceBuffer, driver_version};
 
 /// One cache block, and the blocks of the device cache (1 GiB).
@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let words = 0..CACHE_BLOCKS * BLOCK / 8;
     let image: Vec<u8> = words.flat_map(|w| (w as u64).to_le_bytes()).collect();
     let mut cache = DeviceBuffer::new(&context, CACHE_BLOCKS * BLOCK)?;
-    stager.host_to_device(&mut cache, &image)?;
+    stager.run(to_device(&mut cache, &image))?;
     println!("cache: {CACHE_BLOCKS} blocks of {} KiB", BLOCK >> 10);
 
     // Block ids: an odd multiplier modulo a power of two permutes them, so
@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // Offload: the sequence's blocks to pool slots 0..EVICT, one call.
     let start = Instant::now();
-    stager.device_to_host_blocks(&mut pool, &cache, &table(evicted, Some(0)))?;
+    stager.run(to_host(&mut pool, &cache).blocks(&table(evicted, Some(0))))?;
     report("offload (device -> pool)", start.elapsed());
     verify(&pool, &image, evicted)?;
 
@@ -66,23 +66,25 @@ fn main() -> Result<(), Box<dyn Error>> {
     let junk = vec![0xEE; BLOCK];
     let overwrite = table(evicted, None);
     let start = Instant::now();
-    stager.host_to_device_blocks(&mut cache, &junk, &overwrite)?;
+    stager.run(to_device(&mut cache, &junk).blocks(&overwrite))?;
     report("overwrite (junk -> device)", start.elapsed());
 
     // Restore from pool slots 0..EVICT into newly allocated device blocks.
     let restore = table(moved, Some(0));
     let start = Instant::now();
-    stager.host_to_device_blocks(&mut cache, &pool, &restore)?;
+    stager.run(to_device(&mut cache, &pool).blocks(&restore))?;
     report("restore (pool -> device)", start.elapsed());
     // Read the restored blocks back through the same table to check them.
     let mut check = vec![0u8; EVICT * BLOCK];
-    stager.device_to_host_blocks(&mut check, &cache, &restore)?;
+    stager.run(to_host(&mut check, &cache).blocks(&restore))?;
 
     // Non-blocking: a second sequence's offload (to slots EVICT..) starts
     // at once; this thread checks the restore while it runs, then waits.
+    // A scope's transfer borrows its blocks, as its memories, for the scope.
+    let second_offload = table(second, Some(EVICT));
     let start = Instant::now();
     stager.scope(|s| -> Result<(), Box<dyn Error>> {
-        let offload = s.device_to_host_blocks(&mut pool, &cache, &table(second, Some(EVICT)))?;
+        let offload = s.start(to_host(&mut pool, &cache).blocks(&second_offload))?;
         let started = start.elapsed();
         println!("  started in {started:.2?}; checking the restore meanwhile");
         verify(&check, &image, evicted)?;

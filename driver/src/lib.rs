@@ -12,21 +12,23 @@
 //! ```no_run
 //! # #[cfg(feature = "cuda")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use hostcopy_driver::cuda::{Context, DeviceBuffer, staging::Stager};
+//! use hostcopy_driver::cuda::{Context, DeviceBuffer};
+//! use hostcopy_driver::cuda::staging::{Stager, to_device, to_host};
 //!
 //! let context = Context::primary(0)?;
 //! let device = DeviceBuffer::new(&context, 1 << 30)?;
 //! let mut host = vec![0u8; 1 << 30];
 //! let mut stager = Stager::new(&context)?; // pinned staging buffers, streams, workers
-//! stager.device_to_host(&mut host, &device)?;
-//! stager.host_to_device(&mut DeviceBuffer::new(&context, 1 << 30)?, &host)?;
+//! stager.run(to_host(&mut host, &device))?;
+//! stager.run(to_device(&mut DeviceBuffer::new(&context, 1 << 30)?, &host))?;
 //! # Ok(())
 //! # }
 //! # #[cfg(not(feature = "cuda"))]
 //! # fn main() {}
 //! ```
 //!
-//! `cuda::staging` has the rest: non-blocking transfers in a scope, batches
+//! A copy is one description (`to_host`, `to_device`, with `.at` or
+//! `.blocks`); `cuda::staging` has the rest: non-blocking transfers in a scope, batches
 //! of scattered blocks, memory another runtime owns (`cuda::DeviceView`;
 //! cudarc's `CudaSlice` and views with feature `cudarc`), stream order
 //! (`Stager::wait_for`), the options and how to tune them.
@@ -97,7 +99,9 @@ pub mod parallel;
 mod pool;
 
 pub use error::{PackError, PoolError, Side};
-pub use memory::{HostMemory, HostMemoryMut, HostRange, MemorySpace, Plain, RawRegion};
+pub use memory::{
+    HostMemory, HostMemoryMut, HostRange, MemorySpace, Plain, RawHostMemory, RawRegion,
+};
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub use owned::{OwnedRecordCounts, abandoned_records, owned_record_counts};

@@ -146,6 +146,57 @@ unsafe impl<T: Plain> HostMemoryMut for alloc::vec::Vec<T> {
     }
 }
 
+/// Host memory known only by its range: what a runtime that is not Rust
+/// (Python, C) hands over, as a [`HostMemory`] (and [`HostMemoryMut`]) for
+/// calls that take one, such as a staged transfer's description
+/// (`cuda::staging::to_host`) given to an `unsafe` start.
+///
+/// ```
+/// use hostcopy_driver::{HostMemory, HostRange, RawHostMemory};
+///
+/// let bytes = [1u8, 2, 3];
+/// let range = bytes.host_range();
+/// // SAFETY: `bytes` is read-only host memory that outlives `raw` and
+/// // that nothing writes; `raw` is never borrowed mutably.
+/// let raw = unsafe { RawHostMemory::new(range) };
+/// assert_eq!(raw.host_range(), HostRange { addr: range.addr, len: 3 });
+/// ```
+#[derive(Debug)]
+pub struct RawHostMemory {
+    range: HostRange,
+}
+
+impl RawHostMemory {
+    /// Host memory at `range`.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the value is borrowed, and for as long as work that a
+    /// borrow of it started may use the bytes (an `unsafe` start says how
+    /// long), `range` is initialized host memory that stays allocated and
+    /// that nothing writes; while it is borrowed mutably (as a copy's
+    /// destination), it is also writable, with any byte values, and nothing
+    /// else reads it.
+    pub const unsafe fn new(range: HostRange) -> RawHostMemory {
+        RawHostMemory { range }
+    }
+}
+
+// SAFETY: the caller of `RawHostMemory::new` promised what `HostMemory`
+// requires for as long as the value is borrowed.
+unsafe impl HostMemory for RawHostMemory {
+    fn host_range(&self) -> HostRange {
+        self.range
+    }
+}
+
+// SAFETY: as above, and for a mutable borrow what `HostMemoryMut` requires.
+unsafe impl HostMemoryMut for RawHostMemory {
+    fn host_range_mut(&mut self) -> HostRange {
+        self.range
+    }
+}
+
 /// Which memory an address belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -19,7 +19,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use gpu_support::check;
-use hostcopy_driver::cuda::staging::{Block, Stager};
+use hostcopy_driver::cuda::staging::{Block, Stager, cudarc::CudarcMemory, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceView};
 use libtest_mimic::Failed;
 
@@ -168,7 +168,10 @@ fn shared_context(context: &Context) -> Result<(), Failed> {
     let slice = stream.alloc_zeros::<u32>(1024)?;
     let mut stager = Stager::new(context)?;
     let mut host = vec![0u32; 1024];
-    let refused = stager.cudarc_to_host(&mut host, &slice, &stream);
+    let refused = stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &stream).unwrap(),
+    ));
     check(
         matches!(
             refused,
@@ -193,7 +196,10 @@ fn read_after_fill(context: &Context, copy_on_another_stream: bool) -> Result<()
     allocator.synchronize()?;
     let mut host = vec![0u32; WORDS];
     fill(&setup, &writer, &mut slice, SPIN_NS, 7)?;
-    setup.stager.cudarc_to_host(&mut host, &slice, &reader)?;
+    setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &reader).unwrap(),
+    ))?;
     check(first_wrong(&host, 7).is_none(), || {
         format!(
             "word {:?} arrived before the kernel wrote it",
@@ -224,7 +230,7 @@ fn unordered_control(context: &Context) -> Result<(), Failed> {
     // SAFETY: `slice` outlives the blocking copy below, and nothing frees
     // it meanwhile; the copy is not ordered with the kernel, on purpose.
     let view = unsafe { DeviceView::new(context, ptr, WORDS * 4, Arc::new(())) }?;
-    setup.stager.device_to_host(&mut host, &view)?;
+    setup.stager.run(to_host(&mut host, &view))?;
     drop(read);
     writer.synchronize()?;
     check(first_wrong(&host, 7).is_some(), || {
@@ -247,22 +253,25 @@ fn upload_after_a_reader(context: &Context) -> Result<(), Failed> {
     let new: Vec<u32> = (0..WORDS).map(|i| filled(i, 2)).collect();
     // The kernel reads `source` after spinning; the upload overwrites it.
     copy(&setup, &kernel_stream, &mut copied, &source)?;
-    setup
-        .stager
-        .host_to_cudarc(&mut source, &new, &upload_stream)?;
+    setup.stager.run(to_device(
+        &mut CudarcMemory::write(&mut source, &upload_stream).unwrap(),
+        &new,
+    ))?;
     let mut host = vec![0u32; WORDS];
-    setup
-        .stager
-        .cudarc_to_host(&mut host, &copied, &upload_stream)?;
+    setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&copied, &upload_stream).unwrap(),
+    ))?;
     check(first_wrong(&host, 1).is_none(), || {
         format!(
             "the kernel read word {:?} after the upload overwrote it",
             first_wrong(&host, 1)
         )
     })?;
-    setup
-        .stager
-        .cudarc_to_host(&mut host, &source, &upload_stream)?;
+    setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&source, &upload_stream).unwrap(),
+    ))?;
     check(host == new, || "the upload did not arrive".into())
 }
 
@@ -282,13 +291,14 @@ fn unordered_upload_control(context: &Context) -> Result<(), Failed> {
     // SAFETY: `source` outlives the blocking copy below; the copy is not
     // ordered with the kernel, on purpose.
     let mut view = unsafe { DeviceView::new(context, ptr, WORDS * 4, Arc::new(())) }?;
-    setup.stager.host_to_device(&mut view, &new)?;
+    setup.stager.run(to_device(&mut view, &new))?;
     drop(read);
     kernel_stream.synchronize()?;
     let mut host = vec![0u32; WORDS];
-    setup
-        .stager
-        .cudarc_to_host(&mut host, &copied, &kernel_stream)?;
+    setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&copied, &kernel_stream).unwrap(),
+    ))?;
     check(first_wrong(&host, 1).is_some(), || {
         "the kernel had read the slice before an unordered upload: the upload test proves nothing"
             .into()
@@ -312,7 +322,7 @@ fn batch_after_a_writer(context: &Context) -> Result<(), Failed> {
         .collect();
     setup
         .stager
-        .cudarc_to_host_blocks(&mut pool, &slice, &blocks, &stream)?;
+        .run(to_host(&mut pool, &CudarcMemory::read(&slice, &stream).unwrap()).blocks(&blocks))?;
     for (i, &slot) in slots.iter().enumerate() {
         let got = &pool[i * BLOCK / 4..(i + 1) * BLOCK / 4];
         let first = slot * BLOCK / 4;

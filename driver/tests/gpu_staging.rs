@@ -12,7 +12,7 @@ mod gpu_support;
 
 use gpu_support::{check, pattern};
 use hostcopy_driver::cuda::staging::{
-    Block, DEFAULT_CHUNK, DeviceCopies, Stager, StagingOptions, Stores,
+    Block, DEFAULT_CHUNK, DeviceCopies, Stager, StagingOptions, Stores, to_device, to_host,
 };
 use hostcopy_driver::cuda::{CaptureMode, Context, DeviceBuffer, Stream, driver_version};
 use libtest_mimic::Failed;
@@ -77,14 +77,14 @@ fn round_trip(
     let expected = pattern(len, seed);
     let device = device_with(context, &expected)?;
     let mut host = vec![0u8; len];
-    stager.device_to_host(&mut host, &device)?;
+    stager.run(to_host(&mut host, &device))?;
     check(host == expected, || {
         format!("{len} bytes device to host differ ({options:?})")
     })?;
 
     let upload = pattern(len, seed + 1);
     let mut target = DeviceBuffer::new(context, len)?;
-    stager.host_to_device(&mut target, &upload)?;
+    stager.run(to_device(&mut target, &upload))?;
     let mut back = vec![0u8; len];
     target.copy_to_host(0, &mut back)?;
     check(back == upload, || {
@@ -137,7 +137,7 @@ fn unaligned(context: &Context) -> Result<(), Failed> {
     let expected = pattern(len + 5, 9);
     let device = device_with(context, &expected)?;
     let mut host = vec![0u8; len + 3];
-    stager.device_to_host_at(&mut host[3..], &device, 5)?;
+    stager.run(to_host(&mut host[3..], &device).at(5))?;
     check(host[3..] == expected[5..], || {
         "device to host at odd offsets".into()
     })?;
@@ -147,7 +147,7 @@ fn unaligned(context: &Context) -> Result<(), Failed> {
 
     let upload = pattern(len + 1, 11);
     let mut target = DeviceBuffer::new(context, len + 7)?;
-    stager.host_to_device_at(&mut target, 7, &upload[1..])?;
+    stager.run(to_device(&mut target, &upload[1..]).at(7))?;
     let mut back = vec![0u8; len];
     target.copy_to_host(7, &mut back)?;
     check(back == upload[1..], || {
@@ -159,10 +159,10 @@ fn zero_bytes(context: &Context) -> Result<(), Failed> {
     let mut stager = Stager::new(context)?;
     let mut device = DeviceBuffer::new(context, 16)?;
     let mut empty: [u8; 0] = [];
-    stager.device_to_host(&mut empty, &device)?;
-    stager.host_to_device(&mut device, &empty)?;
+    stager.run(to_host(&mut empty, &device))?;
+    stager.run(to_device(&mut device, &empty))?;
     let mut none = DeviceBuffer::new(context, 0)?;
-    stager.host_to_device(&mut none, &empty)?;
+    stager.run(to_device(&mut none, &empty))?;
     Ok(())
 }
 
@@ -173,7 +173,7 @@ fn never_touched(context: &Context) -> Result<(), Failed> {
     let mut stager = Stager::new(context)?;
     // Zero pages mapped lazily: the workers take the faults.
     let mut host = vec![0u8; len];
-    stager.device_to_host(&mut host, &device)?;
+    stager.run(to_host(&mut host, &device))?;
     check(host == expected, || {
         "never-touched destination differs".into()
     })
@@ -188,7 +188,7 @@ fn scoped_in_flight(context: &Context) -> Result<(), Failed> {
     stager.scope(|scope| -> Result<(), Failed> {
         let mut transfers = Vec::new();
         for (index, part) in host.chunks_mut(piece).enumerate() {
-            transfers.push(scope.device_to_host_at(part, &device, index * piece)?);
+            transfers.push(scope.start(to_host(part, &device).at(index * piece))?);
         }
         // Waited in reverse; the last one left to the scope.
         let _left_to_the_scope = transfers.remove(0);
@@ -218,8 +218,8 @@ fn beside_a_capture(context: &Context) -> Result<(), Failed> {
     let made = Stager::new(context).map_err(hostcopy_driver::cuda::Error::from);
     let mut host = vec![0u8; len];
     let during = made.and_then(|mut stager| {
-        stager.device_to_host(&mut host, &source)?;
-        stager.host_to_device(&mut target, &expected)?;
+        stager.run(to_host(&mut host, &source))?;
+        stager.run(to_device(&mut target, &expected))?;
         Ok(stager)
     });
     let ended = capturing.as_stream().end_capture();
@@ -247,7 +247,7 @@ fn beside_a_capture(context: &Context) -> Result<(), Failed> {
     })?;
     // The refusal is not sticky: the context works on.
     context.synchronize()?;
-    stager.device_to_host(&mut host, &source)?;
+    stager.run(to_host(&mut host, &source))?;
     check(host == expected, || {
         "a transfer after the refused capture differs".into()
     })
@@ -341,7 +341,7 @@ fn batch_both_ways(
     what: &str,
 ) -> Result<(), Failed> {
     let mut host = vec![UNTOUCHED; host_len];
-    stager.device_to_host_blocks(&mut host, memories.source, blocks)?;
+    stager.run(to_host(&mut host, memories.source).blocks(blocks))?;
     let mut expected = vec![UNTOUCHED; host_len];
     for block in blocks {
         expected[block.host_offset..][..block.len]
@@ -350,7 +350,7 @@ fn batch_both_ways(
     same(&host, &expected, || format!("{what}: device to host"))?;
 
     memories.target.copy_from_host(0, memories.zeros)?;
-    stager.host_to_device_blocks(memories.target, &host, blocks)?;
+    stager.run(to_device(memories.target, &host).blocks(blocks))?;
     let device_len = memories.target.len();
     let mut back = vec![0u8; device_len];
     memories.target.copy_to_host(0, &mut back)?;
@@ -413,7 +413,7 @@ fn scattered_blocks(context: &Context) -> Result<(), Failed> {
         if copies == DeviceCopies::Batch && !batch_copy {
             // A driver older than CUDA 12.8: a forced batch copy is refused.
             let mut host = vec![0u8; awkward_host_len];
-            let refused = stager.device_to_host_blocks(&mut host, &source, &awkward);
+            let refused = stager.run(to_host(&mut host, &source).blocks(&awkward));
             check(
                 matches!(&refused, Err(hostcopy_driver::cuda::Error::Driver(e)) if e.code() == CUDA_ERROR_NOT_SUPPORTED),
                 || format!("DeviceCopies::Batch without the driver's batch copy: {refused:?}"),
@@ -467,9 +467,9 @@ fn scope_with_batches(context: &Context) -> Result<(), Failed> {
     let mut pool = vec![UNTOUCHED; BLOCKS * BLOCK];
     let mut stager = Stager::new(context)?;
     stager.scope(|scope| -> Result<(), Failed> {
-        let _left_to_the_scope = scope.device_to_host(&mut large, &source)?;
-        let small = scope.device_to_host_at(&mut small, &source, SMALL_AT)?;
-        let batch = scope.device_to_host_blocks(&mut pool, &source, &blocks)?;
+        let _left_to_the_scope = scope.start(to_host(&mut large, &source))?;
+        let small = scope.start(to_host(&mut small, &source).at(SMALL_AT))?;
+        let batch = scope.start(to_host(&mut pool, &source).blocks(&blocks))?;
         // Out of order; the large one left to the scope.
         batch.wait()?;
         small.wait()?;

@@ -9,7 +9,9 @@
 mod sim_support;
 
 use hostcopy_driver::cuda::sim;
-use hostcopy_driver::cuda::staging::{Block, DeviceCopies, Stager, StagingOptions};
+use hostcopy_driver::cuda::staging::{
+    Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
+};
 use hostcopy_driver::cuda::{BlockSide, DeviceBuffer, Error};
 use sim_support::{device, scaled};
 
@@ -85,7 +87,7 @@ fn scattered_blocks_arrive_byte_exact_both_ways_however_the_driver_copies_them()
 
         let mut pool = vec![0xEEu8; host_len];
         stager
-            .device_to_host_blocks(&mut pool, &source, &blocks)
+            .run(to_host(&mut pool, &source).blocks(&blocks))
             .unwrap();
         let mut expected = vec![0xEEu8; host_len];
         for block in &blocks {
@@ -98,7 +100,7 @@ fn scattered_blocks_arrive_byte_exact_both_ways_however_the_driver_copies_them()
         let host_bytes = pattern(host_len, 77);
         let mut target = DeviceBuffer::new(&device.context, device_len).unwrap();
         stager
-            .host_to_device_blocks(&mut target, &host_bytes, &blocks)
+            .run(to_device(&mut target, &host_bytes).blocks(&blocks))
             .unwrap();
         let mut back = vec![0u8; device_len];
         target.copy_to_host(0, &mut back).unwrap();
@@ -125,7 +127,7 @@ fn bad_batches_are_refused_with_the_offending_blocks_before_anything_is_queued()
         Block::new(2000, 550, 10),
     ];
     assert_eq!(
-        stager.device_to_host_blocks(&mut pool, &memory, &overlapping),
+        stager.run(to_host(&mut pool, &memory).blocks(&overlapping)),
         Err(Error::BlocksOverlap {
             first: 1,
             second: 2
@@ -133,7 +135,7 @@ fn bad_batches_are_refused_with_the_offending_blocks_before_anything_is_queued()
     );
     let out_of_bounds = [Block::new(0, 0, 100), Block::new(4000, 0, 100)];
     assert_eq!(
-        stager.host_to_device_blocks(&mut memory, &pool, &out_of_bounds),
+        stager.run(to_device(&mut memory, &pool).blocks(&out_of_bounds)),
         Err(Error::BlockOutOfBounds {
             index: 1,
             side: BlockSide::Device,
@@ -144,7 +146,7 @@ fn bad_batches_are_refused_with_the_offending_blocks_before_anything_is_queued()
     );
     stager
         .scope(|scope| {
-            let refused = scope.device_to_host_blocks(&mut pool, &memory, &overlapping);
+            let refused = scope.start(to_host(&mut pool, &memory).blocks(&overlapping));
             assert!(matches!(refused, Err(Error::BlocksOverlap { .. })));
         })
         .unwrap();
@@ -173,10 +175,10 @@ fn a_scope_transfer_returns_at_once_and_the_feeder_keeps_a_bounded_queue() {
     let ordinal = device.ordinal;
     stager
         .scope(|scope| {
-            let large = scope.device_to_host(&mut host, &source).unwrap();
+            let large = scope.start(to_host(&mut host, &source)).unwrap();
             // Below the driver-path crossover: staged too, since the
             // driver's synchronous copy would block until the device runs.
-            let small = scope.device_to_host(&mut small, &source).unwrap();
+            let small = scope.start(to_host(&mut small, &source)).unwrap();
             // Per chunk a copy, a host function and a window record.
             let window = 2 * BUFFERS * 3;
             while sim::device_state(ordinal).queued < window {
@@ -225,7 +227,7 @@ fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
         let mut pool = vec![0u8; count * block];
         let before = device.state();
         stager
-            .device_to_host_blocks(&mut pool, &source, &blocks)
+            .run(to_host(&mut pool, &source).blocks(&blocks))
             .unwrap();
         let after = device.state();
         assert!(pool == expected, "refused: {refused}");
@@ -259,7 +261,7 @@ fn wait_for_reuses_one_event_however_many_transfers_follow() {
     let before = device.state().events;
     for _ in 0..50 {
         stager.wait_for(producer.as_stream()).unwrap();
-        stager.device_to_host(&mut host, &source).unwrap();
+        stager.run(to_host(&mut host, &source)).unwrap();
     }
     let after = device.state().events;
     assert!(
@@ -311,14 +313,14 @@ fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
     stager.wait_for(producer.as_stream()).unwrap();
     sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
     assert!(
-        stager.device_to_host(&mut host, &source).is_err(),
+        stager.run(to_host(&mut host, &source)).is_err(),
         "the small transfer did not wait for the producer"
     );
     // The wait failed, so the next small transfer waits again; once a
     // wait succeeded, the one after makes none.
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     drop(stager);
     let _ = sim::take_violations(device.ordinal);
 }
@@ -346,7 +348,7 @@ fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
     sim::release(device.ordinal);
     sim::fail_call(device.ordinal, "cuEventSynchronize", 2, 2);
     assert!(
-        stager.device_to_host(&mut host, &source).is_err(),
+        stager.run(to_host(&mut host, &source)).is_err(),
         "the small transfer waited for one stream only"
     );
     drop(stager);
@@ -364,22 +366,51 @@ fn a_small_transfer_after_an_unfinished_pending_one_still_waits_for_the_stream()
     let producer = Stream::new(&device.context).unwrap();
     let source = DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap();
     let large: &'static mut [u8] = vec![0u8; 2 * CHUNK].leak();
-    let range = hostcopy_driver::HostMemoryMut::host_range_mut(large);
     let mut small = vec![0u8; 100];
     stager.wait_for(producer.as_stream()).unwrap();
     // SAFETY: `large` is leaked: valid for good, and touched by nothing else.
-    let pending = unsafe { stager.start_device_to_host_unchecked(range, &source, 0) }.unwrap();
+    let pending = unsafe { stager.start_unchecked(to_host(large, &source)) }.unwrap();
     sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
     assert!(
-        stager.device_to_host(&mut small, &source).is_err(),
+        stager.run(to_host(&mut small, &source)).is_err(),
         "the small transfer did not wait for the producer"
     );
     stager.finish_pending(pending).unwrap();
     // Finished without error, the pending transfer proved the wait done.
     sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
     stager
-        .device_to_host(&mut small, &source)
+        .run(to_host(&mut small, &source))
         .expect("no wait left: the pending transfer proved it done");
     drop(stager);
     let _ = sim::take_violations(device.ordinal);
+}
+
+/// `at` and `blocks` both say which device bytes a spec moves: the later
+/// call replaces the earlier, in either order.
+#[test]
+fn the_later_of_at_and_blocks_says_which_device_bytes_move() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let len = 4096;
+    let bytes = pattern(2 * len, 5);
+    let mut source = DeviceBuffer::new(&device.context, 2 * len).unwrap();
+    source.copy_from_host(0, &bytes).unwrap();
+    let blocks = [Block::new(len, 0, 16)];
+
+    let mut host = vec![0u8; len];
+    stager
+        .run(to_host(&mut host, &source).at(7).blocks(&blocks))
+        .unwrap();
+    assert!(
+        host[..16] == bytes[len..len + 16],
+        "the blocks, not the offset"
+    );
+    assert!(host[16..].iter().all(|&byte| byte == 0), "only the block");
+
+    stager
+        .run(to_host(&mut host, &source).blocks(&blocks).at(7))
+        .unwrap();
+    assert!(host[..] == bytes[7..7 + len], "the offset, not the blocks");
+    drop(stager);
+    device.assert_no_violations();
 }

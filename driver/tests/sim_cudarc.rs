@@ -7,7 +7,8 @@
 //! wait for cudarc's stream (and the memory's own); nothing to copy orders
 //! nothing; a capturing stream is refused; after a transfer that cannot be
 //! drained, cudarc's stream waits for everything the stager queued; after a
-//! sticky error mid-transfer, cudarc's release of the slice is refused. cudarc's own copies
+//! sticky error mid-transfer, cudarc's release of the slice is refused; the
+//! fronts that cannot keep cudarc's order refuse its memory. cudarc's own copies
 //! here go through its pinned memory: from and to pageable memory they rely
 //! on the driver staging it within the call, which the simulator does not
 //! model.
@@ -21,7 +22,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use hostcopy_driver::cuda::sim;
-use hostcopy_driver::cuda::staging::{Block, Stager, StagingOptions};
+use hostcopy_driver::cuda::staging::{
+    Block, Stager, StagingOptions, cudarc::CudarcMemory, to_device, to_host,
+};
 use hostcopy_driver::cuda::{Context, Error};
 
 const CHUNK: usize = 1 << 20;
@@ -141,14 +144,20 @@ fn slices_and_views_round_trip_byte_exact() {
     let mut host = vec![0u8; LEN];
     setup
         .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .run(to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        ))
         .unwrap();
     assert!(host == first, "device to host");
 
     let second = pattern(LEN, 2);
     setup
         .stager
-        .host_to_cudarc(&mut slice, &second, &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+            &second,
+        ))
         .unwrap();
     assert!(setup.download(&slice) == second, "host to device");
 
@@ -157,13 +166,19 @@ fn slices_and_views_round_trip_byte_exact() {
     let mut part = vec![0u8; end - start];
     setup
         .stager
-        .cudarc_to_host(&mut part, &slice.slice(start..end), &setup.stream)
+        .run(to_host(
+            &mut part,
+            &CudarcMemory::read(&slice.slice(start..end), &setup.stream).unwrap(),
+        ))
         .unwrap();
     assert!(part[..] == second[start..end], "from a view");
     let third = pattern(end - start, 3);
     setup
         .stager
-        .host_to_cudarc(&mut slice.slice_mut(start..end), &third, &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice.slice_mut(start..end), &setup.stream).unwrap(),
+            &third,
+        ))
         .unwrap();
     let back = setup.download(&slice);
     assert!(back[..start] == second[..start], "before the view");
@@ -176,7 +191,10 @@ fn slices_and_views_round_trip_byte_exact() {
     let mut host_floats = vec![0f32; floats.len()];
     setup
         .stager
-        .cudarc_to_host(&mut host_floats, &device_floats, &setup.stream)
+        .run(to_host(
+            &mut host_floats,
+            &CudarcMemory::read(&device_floats, &setup.stream).unwrap(),
+        ))
         .unwrap();
     assert_eq!(host_floats, floats);
     drop((slice, device_floats));
@@ -197,10 +215,20 @@ fn on_cudarc_default_stream_too() {
     let bytes = pattern(LEN, 4);
     let mut slice = upload(&cuda, &stream, &bytes);
     let mut host = vec![0u8; LEN];
-    stager.cudarc_to_host(&mut host, &slice, &stream).unwrap();
+    stager
+        .run(to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &stream).unwrap(),
+        ))
+        .unwrap();
     assert!(host == bytes);
     let other = pattern(LEN, 5);
-    stager.host_to_cudarc(&mut slice, &other, &stream).unwrap();
+    stager
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &stream).unwrap(),
+            &other,
+        ))
+        .unwrap();
     assert!(download(&cuda, &stream, &slice) == other);
     drop((slice, stager, stream, cuda));
     sim::drain(ordinal);
@@ -223,7 +251,13 @@ fn batches_are_byte_exact_both_ways() {
     let mut pool = vec![0u8; pool_len];
     setup
         .stager
-        .cudarc_to_host_blocks(&mut pool, &slice, &blocks, &setup.stream)
+        .run(
+            to_host(
+                &mut pool,
+                &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+            )
+            .blocks(&blocks),
+        )
         .unwrap();
     for block in &blocks {
         let (d, h, n) = (block.device_offset, block.host_offset, block.len);
@@ -236,7 +270,13 @@ fn batches_are_byte_exact_both_ways() {
     let source = pattern(pool_len, 7);
     setup
         .stager
-        .host_to_cudarc_blocks(&mut slice, &source, &blocks, &setup.stream)
+        .run(
+            to_device(
+                &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+                &source,
+            )
+            .blocks(&blocks),
+        )
         .unwrap();
     let mut expected = device_bytes.clone();
     for block in &blocks {
@@ -257,39 +297,51 @@ fn bad_input_is_refused_before_anything_is_queued() {
     let before = sim::device_state(setup.ordinal);
     let mut host = vec![0u8; LEN];
 
-    let refused = setup.stager.cudarc_to_host(&mut host, &slice, &other.1);
+    let refused = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &other.1).unwrap(),
+    ));
     assert!(
         matches!(refused, Err(Error::ContextMismatch { .. })),
         "{refused:?}"
     );
-    let refused = setup
-        .stager
-        .cudarc_to_host(&mut host, &foreign_slice, &setup.stream);
+    let refused = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&foreign_slice, &setup.stream).unwrap(),
+    ));
     assert!(
         matches!(refused, Err(Error::ContextMismatch { .. })),
         "{refused:?}"
     );
     let mut longer = vec![0u8; LEN + 1];
-    let refused = setup
-        .stager
-        .cudarc_to_host(&mut longer, &slice, &setup.stream);
+    let refused = setup.stager.run(to_host(
+        &mut longer,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(
         matches!(refused, Err(Error::DeviceOutOfBounds { .. })),
         "{refused:?}"
     );
     let overlapping = [Block::new(0, 0, 64), Block::new(64, 32, 64)];
-    let refused =
-        setup
-            .stager
-            .cudarc_to_host_blocks(&mut host, &slice, &overlapping, &setup.stream);
+    let refused = setup.stager.run(
+        to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        )
+        .blocks(&overlapping),
+    );
     assert!(
         matches!(refused, Err(Error::BlocksOverlap { .. })),
         "{refused:?}"
     );
     let outside = [Block::new(LEN - 8, 0, 16)];
-    let refused = setup
-        .stager
-        .cudarc_to_host_blocks(&mut host, &slice, &outside, &setup.stream);
+    let refused = setup.stager.run(
+        to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        )
+        .blocks(&outside),
+    );
     assert!(
         matches!(refused, Err(Error::BlockOutOfBounds { .. })),
         "{refused:?}"
@@ -323,7 +375,10 @@ fn every_staging_stream_waits_for_the_cudarc_stream() {
     let before = sim::device_state(setup.ordinal).stream_waits;
     setup
         .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .run(to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        ))
         .unwrap();
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
@@ -338,7 +393,10 @@ fn every_staging_stream_waits_for_the_cudarc_stream() {
     let before = sim::device_state(setup.ordinal).stream_waits;
     setup
         .stager
-        .cudarc_to_host(&mut host, &elsewhere, &setup.stream)
+        .run(to_host(
+            &mut host,
+            &CudarcMemory::read(&elsewhere, &setup.stream).unwrap(),
+        ))
         .unwrap();
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
@@ -364,9 +422,10 @@ fn an_undrained_transfer_leaves_the_cudarc_stream_behind_the_staging_streams() {
     // The wait for the first chunk fails, then the drain.
     sim::fail_call(setup.ordinal, "cuEventSynchronize", 1, 999);
     sim::fail_call(setup.ordinal, "cuStreamSynchronize", 1, 999);
-    let failed = setup
-        .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    let failed = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(failed.is_err(), "the injected failure is returned");
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
@@ -378,7 +437,10 @@ fn an_undrained_transfer_leaves_the_cudarc_stream_behind_the_staging_streams() {
     host.fill(0);
     setup
         .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .run(to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        ))
         .unwrap();
     assert!(host == bytes);
     drop(slice);
@@ -400,9 +462,10 @@ fn a_sticky_error_mid_transfer_is_returned_and_the_slice_is_never_freed() {
     let mut host = vec![0u8; LEN];
     let failed = std::thread::scope(|scope| {
         let transfer = scope.spawn(|| {
-            setup
-                .stager
-                .cudarc_to_host(&mut host, &slice, &setup.stream)
+            setup.stager.run(to_host(
+                &mut host,
+                &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+            ))
         });
         while sim::device_state(ordinal).queued < BUFFERS {
             std::thread::yield_now();
@@ -432,16 +495,23 @@ fn nothing_to_copy_and_refused_calls_order_nothing() {
     let mut empty: [u8; 0] = [];
     setup
         .stager
-        .cudarc_to_host(&mut empty, &slice, &setup.stream)
+        .run(to_host(
+            &mut empty,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        ))
         .unwrap();
     setup
         .stager
-        .host_to_cudarc(&mut slice, &empty[..], &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+            &empty[..],
+        ))
         .unwrap();
     let mut longer = vec![0u8; LEN + 1];
-    let refused = setup
-        .stager
-        .cudarc_to_host(&mut longer, &slice, &setup.stream);
+    let refused = setup.stager.run(to_host(
+        &mut longer,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(refused.is_err());
     let after = sim::device_state(setup.ordinal);
     assert_eq!(after.stream_waits, before.stream_waits, "waits were made");
@@ -463,9 +533,10 @@ fn a_capturing_stream_is_refused_before_anything_is_queued() {
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .unwrap();
     let mut host = vec![0u8; LEN];
-    let refused = setup
-        .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    let refused = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(matches!(refused, Err(Error::Capturing)), "{refused:?}");
     let graph = setup
         .stream
@@ -491,13 +562,19 @@ fn small_transfers_are_byte_exact_both_ways() {
     let mut host = vec![0u8; bytes.len()];
     setup
         .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream)
+        .run(to_host(
+            &mut host,
+            &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+        ))
         .unwrap();
     assert!(host == bytes, "small download");
     let other = pattern(bytes.len(), 17);
     setup
         .stager
-        .host_to_cudarc(&mut slice, &other, &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+            &other,
+        ))
         .unwrap();
     let after = sim::device_state(setup.ordinal);
     assert_eq!(after.host_fns_run, before.host_fns_run, "nothing staged");
@@ -522,16 +599,20 @@ fn a_small_upload_that_cannot_be_drained_leaves_the_cudarc_stream_behind() {
     let before = sim::device_state(setup.ordinal).stream_waits;
     setup
         .stager
-        .host_to_cudarc(&mut slice, &bytes, &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+            &bytes,
+        ))
         .unwrap();
     let ok_waits = sim::device_state(setup.ordinal).stream_waits - before;
     // The wait for the copy fails, then the drain.
     sim::fail_call(setup.ordinal, "cuStreamSynchronize", 1, 999);
     sim::fail_call(setup.ordinal, "cuStreamSynchronize", 2, 999);
     let before = sim::device_state(setup.ordinal).stream_waits;
-    let failed = setup
-        .stager
-        .host_to_cudarc(&mut slice, &bytes, &setup.stream);
+    let failed = setup.stager.run(to_device(
+        &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+        &bytes,
+    ));
     assert!(failed.is_err());
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
@@ -542,7 +623,10 @@ fn a_small_upload_that_cannot_be_drained_leaves_the_cudarc_stream_behind() {
     // Drained by the next call, which works.
     setup
         .stager
-        .host_to_cudarc(&mut slice, &bytes, &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+            &bytes,
+        ))
         .unwrap();
     assert!(setup.download(&slice) == bytes);
     drop(slice);
@@ -561,9 +645,10 @@ fn an_error_cudarc_kept_is_returned_before_anything_is_queued() {
         .cuda
         .record_err::<()>(Err(DriverError(cudaError_enum::CUDA_ERROR_LAUNCH_FAILED)));
     let mut host = vec![0u8; LEN];
-    let failed = setup
-        .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    let failed = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(
         matches!(failed, Err(Error::Driver(error)) if error.code() == 719),
         "{failed:?}"
@@ -589,9 +674,10 @@ fn the_memorys_own_stream_is_checked_and_ordered_too() {
     own.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .unwrap();
     let before = sim::device_state(setup.ordinal).stream_waits;
-    let refused = setup
-        .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    let refused = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(matches!(refused, Err(Error::Capturing)), "{refused:?}");
     assert_eq!(
         sim::device_state(setup.ordinal).stream_waits,
@@ -606,9 +692,10 @@ fn the_memorys_own_stream_is_checked_and_ordered_too() {
     let before = sim::device_state(setup.ordinal).stream_waits;
     sim::fail_call(setup.ordinal, "cuEventSynchronize", 1, 999);
     sim::fail_call(setup.ordinal, "cuStreamSynchronize", 1, 999);
-    let failed = setup
-        .stager
-        .cudarc_to_host(&mut host, &slice, &setup.stream);
+    let failed = setup.stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &setup.stream).unwrap(),
+    ));
     assert!(failed.is_err());
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
@@ -633,7 +720,10 @@ fn a_small_upload_from_pinned_memory_takes_the_synchronous_path() {
     let before = sim::device_state(setup.ordinal).async_copy_calls;
     setup
         .stager
-        .host_to_cudarc(&mut slice, &pinned, &setup.stream)
+        .run(to_device(
+            &mut CudarcMemory::write(&mut slice, &setup.stream).unwrap(),
+            &pinned,
+        ))
         .unwrap();
     assert_eq!(
         sim::device_state(setup.ordinal).async_copy_calls,
@@ -642,5 +732,63 @@ fn a_small_upload_from_pinned_memory_takes_the_synchronous_path() {
     );
     assert!(setup.download(&slice) == pattern(4096, 23));
     drop((slice, pinned));
+    setup.finish();
+}
+
+/// cudarc's memory is ordered only by a blocking transfer: the fronts that
+/// return at once and the pinned copies refuse it, and memory lent for
+/// reading is refused as a destination, each before cudarc or the stager
+/// orders or queues anything.
+#[test]
+fn fronts_that_cannot_keep_cudarcs_order_refuse_its_memory() {
+    use hostcopy_driver::cuda::PinnedBuffer;
+    let mut setup = setup();
+    let bytes = pattern(LEN, 24);
+    let mut slice = setup.upload(&bytes);
+    let mut host = vec![0u8; LEN];
+    let before = sim::device_state(setup.ordinal);
+
+    let read = CudarcMemory::read(&slice, &setup.stream).unwrap();
+    let in_scope = setup
+        .stager
+        .scope(|scope| scope.start(to_host(&mut host, &read)).map(drop))
+        .unwrap();
+    assert!(matches!(in_scope, Err(Error::OrderNotKept)), "{in_scope:?}");
+    // SAFETY: refused before anything is queued; nothing outlives the call.
+    let pending = unsafe { setup.stager.start_unchecked(to_host(&mut host, &read)) };
+    assert!(matches!(pending, Err(Error::OrderNotKept)), "{pending:?}");
+    let pinned = PinnedBuffer::new(setup.stager.context(), 4096).unwrap();
+    let refused = setup.stager.device_to_pinned(pinned, &read, 0).unwrap_err();
+    assert_eq!(refused.error(), Error::OrderNotKept);
+    assert!(refused.into_buffer().is_some(), "nothing was queued");
+    let mut read_only = CudarcMemory::read(&slice, &setup.stream).unwrap();
+    let written = setup.stager.run(to_device(&mut read_only, &host));
+    assert!(matches!(written, Err(Error::ReadOnlyDevice)), "{written:?}");
+    drop((read, read_only));
+    let after = sim::device_state(setup.ordinal);
+    assert_eq!(after.stream_waits, before.stream_waits, "waits were made");
+    assert_eq!(after.async_copy_calls, before.async_copy_calls);
+    assert_eq!(after.host_fns_run, before.host_fns_run);
+
+    // Lent for writing, the memory is read by a download as `read` would.
+    let mut written = CudarcMemory::write(&mut slice, &setup.stream).unwrap();
+    setup.stager.run(to_host(&mut host, &written)).unwrap();
+    assert!(host == bytes, "a download through memory lent for writing");
+    // And a range at an offset, both ways.
+    let part = pattern(LEN - CHUNK, 25);
+    setup
+        .stager
+        .run(to_device(&mut written, &part).at(CHUNK))
+        .unwrap();
+    let mut back = vec![0u8; LEN - CHUNK];
+    setup
+        .stager
+        .run(to_host(&mut back, &written).at(CHUNK))
+        .unwrap();
+    assert!(back == part, "a range at an offset");
+    drop(written);
+    let all = setup.download(&slice);
+    assert!(all[..CHUNK] == bytes[..CHUNK] && all[CHUNK..] == part[..]);
+    drop(slice);
     setup.finish();
 }

@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use hostcopy_driver::cuda::DeviceBuffer;
-use hostcopy_driver::cuda::staging::{MIN_CHUNK, Stager, StagingOptions};
+use hostcopy_driver::cuda::staging::{MIN_CHUNK, Stager, StagingOptions, to_host};
 use sim_support::{device, scaled};
 
 /// The system allocator, counting the bytes allocated and not yet freed.
@@ -64,7 +64,7 @@ fn a_long_lived_scope_holds_no_more_after_thousands_of_transfers_it_waited_for()
     stager
         .scope(|scope| {
             for (round, piece) in host.chunks_mut(64).enumerate() {
-                let transfer = scope.device_to_host(piece, &source).unwrap();
+                let transfer = scope.start(to_host(piece, &source)).unwrap();
                 transfer.wait().unwrap();
                 if round + 1 == warm_up {
                     after_warm_up = live();

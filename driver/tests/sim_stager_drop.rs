@@ -10,11 +10,11 @@ mod sim_support;
 
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::HostRange;
 use hostcopy_driver::cuda::DeviceBuffer;
 use hostcopy_driver::cuda::sim;
-use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions};
+use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, to_host};
 use hostcopy_driver::parallel::running_workers;
+use hostcopy_driver::{HostRange, RawHostMemory};
 use sim_support::device;
 
 #[test]
@@ -40,8 +40,11 @@ fn a_stager_dropped_after_a_sticky_error_keeps_the_workers_a_host_function_may_u
         len,
     };
     let workers = running_workers();
-    // SAFETY: `host` is leaked: valid for good.
-    let pending = unsafe { stager.start_device_to_host_unchecked(range, &source, 0) }.unwrap();
+    // SAFETY: `host` is leaked: valid for good, and touched by nothing
+    // else while the transfer may run.
+    let mut raw = unsafe { RawHostMemory::new(range) };
+    // SAFETY: as above; `source` outlives the transfer.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut raw, &source)) }.unwrap();
     // The host function is copying once its first byte has arrived.
     let start = Instant::now();
     // SAFETY: a byte of the leaked buffer; the copy writes it once.

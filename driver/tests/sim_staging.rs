@@ -9,7 +9,7 @@
 mod sim_support;
 
 use hostcopy_driver::cuda::sim;
-use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores};
+use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, Stores, to_device, to_host};
 use std::sync::Arc;
 
 use hostcopy_driver::cuda::{
@@ -78,7 +78,7 @@ fn device_to_host_is_byte_exact_for_sizes_not_multiples_of_the_chunk() {
         let mut source = DeviceBuffer::new(&device.context, len).unwrap();
         source.copy_from_host(0, &expected).unwrap();
         let mut host = vec![0u8; len];
-        stager.device_to_host(&mut host, &source).unwrap();
+        stager.run(to_host(&mut host, &source)).unwrap();
         assert!(host == expected, "{len} bytes differ");
     }
     drop(stager);
@@ -93,7 +93,7 @@ fn host_to_device_is_byte_exact_with_either_store_kind() {
         for len in sizes() {
             let source = pattern(len, 7);
             let mut target = DeviceBuffer::new(&device.context, len).unwrap();
-            stager.host_to_device(&mut target, &source).unwrap();
+            stager.run(to_device(&mut target, &source)).unwrap();
             let mut back = vec![0u8; len];
             target.copy_to_host(0, &mut back).unwrap();
             assert!(back == source, "{len} bytes differ with {stores:?}");
@@ -111,9 +111,7 @@ fn unaligned_host_buffers_and_device_offsets_copy_exactly() {
     let mut source = DeviceBuffer::new(&device.context, len + 5).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; len + 3];
-    stager
-        .device_to_host_at(&mut host[3..], &source, 5)
-        .unwrap();
+    stager.run(to_host(&mut host[3..], &source).at(5)).unwrap();
     assert!(host[3..] == expected[5..], "device to host at odd offsets");
     assert_eq!(
         host[..3],
@@ -124,7 +122,7 @@ fn unaligned_host_buffers_and_device_offsets_copy_exactly() {
     let upload = pattern(len + 1, 11);
     let mut target = DeviceBuffer::new(&device.context, len + 7).unwrap();
     stager
-        .host_to_device_at(&mut target, 7, &upload[1..])
+        .run(to_device(&mut target, &upload[1..]).at(7))
         .unwrap();
     let mut back = vec![0u8; len];
     target.copy_to_host(7, &mut back).unwrap();
@@ -139,7 +137,7 @@ fn a_range_past_the_device_buffer_is_refused_before_anything_runs() {
     let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
     let source = DeviceBuffer::new(&device.context, CHUNK).unwrap();
     let mut host = vec![0u8; CHUNK + 1];
-    let refused = stager.device_to_host(&mut host, &source);
+    let refused = stager.run(to_host(&mut host, &source));
     assert!(
         matches!(refused, Err(Error::DeviceOutOfBounds { .. })),
         "{refused:?}"
@@ -162,7 +160,7 @@ fn every_staging_buffer_stream_and_event_is_returned() {
         assert_eq!(state.streams, before.streams + 3, "one stream per buffer");
         let source = DeviceBuffer::new(&device.context, 5 * CHUNK).unwrap();
         let mut host = vec![0u8; 5 * CHUNK];
-        stager.device_to_host(&mut host, &source).unwrap();
+        stager.run(to_host(&mut host, &source)).unwrap();
         let state = sim::device_state(device.ordinal);
         assert_eq!(
             state.host_fns_run,
@@ -174,7 +172,7 @@ fn every_staging_buffer_stream_and_event_is_returned() {
             before.events + 3,
             "one completion event per stream"
         );
-        stager.device_to_host(&mut host, &source).unwrap();
+        stager.run(to_host(&mut host, &source)).unwrap();
         let state = sim::device_state(device.ordinal);
         assert_eq!(
             state.events,
@@ -197,7 +195,7 @@ fn transfers_below_the_crossover_take_the_drivers_path() {
     let mut source = DeviceBuffer::new(&device.context, CHUNK - 1).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; CHUNK - 1];
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     assert!(host == expected);
     assert_eq!(
         sim::device_state(device.ordinal).host_fns_run,
@@ -219,7 +217,7 @@ fn a_small_upload_on_the_drivers_path_returns_once_its_bytes_have_landed() {
     let bytes = pattern(64, 2);
     sim::hold(device.ordinal);
     std::thread::scope(|scope| {
-        let upload = scope.spawn(|| stager.host_to_device(&mut target, &bytes));
+        let upload = scope.spawn(|| stager.run(to_device(&mut target, &bytes)));
         while sim::device_state(device.ordinal).queued == 0 {
             std::thread::yield_now();
         }
@@ -250,7 +248,7 @@ fn a_small_upload_whose_wait_fails_keeps_its_device_memory() {
     let before = staging::leaked().device_buffers;
     sim::hold(device.ordinal);
     sim::fail_call(device.ordinal, "cuStreamSynchronize", 1, OUT_OF_MEMORY);
-    let failed = stager.host_to_device(&mut target, &pattern(64, 3));
+    let failed = stager.run(to_device(&mut target, &pattern(64, 3)));
     assert!(failed.is_err(), "the failed wait is returned");
     assert!(staging::leaked().device_buffers > before, "counted");
     // Frees nothing: the copy is still queued.
@@ -272,8 +270,8 @@ fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_hand
     let ordinal = device.ordinal;
     stager
         .scope(|scope| {
-            let a = scope.device_to_host_at(&mut first, &source, 0).unwrap();
-            let b = scope.device_to_host_at(&mut second, &source, len).unwrap();
+            let a = scope.start(to_host(&mut first, &source).at(0)).unwrap();
+            let b = scope.start(to_host(&mut second, &source).at(len)).unwrap();
             // Both enqueued, nothing has run: the caller was not blocked.
             assert_eq!(sim::device_state(ordinal).host_fns_run, 0);
             sim::release(ordinal);
@@ -299,14 +297,14 @@ fn a_failed_launch_mid_transfer_is_reported_and_the_stager_stays_usable() {
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; len];
     sim::fail_call(device.ordinal, "cuLaunchHostFunc", 3, LAUNCH_FAILED);
-    let failed = stager.device_to_host(&mut host, &source);
+    let failed = stager.run(to_host(&mut host, &source));
     match failed {
         Err(Error::Driver(error)) => assert_eq!(error.code(), LAUNCH_FAILED),
         other => panic!("expected the injected error, got {other:?}"),
     }
     // The two chunks launched before the failure finished before it returned.
     assert!(host[..2 * CHUNK] == expected[..2 * CHUNK]);
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     assert!(host == expected);
     drop(stager);
     device.assert_no_violations();
@@ -323,7 +321,7 @@ fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_f
     sim::hold(device.ordinal);
     let ordinal = device.ordinal;
     let result = stager.scope(|scope| {
-        let transfer = scope.device_to_host(&mut host, &source).unwrap();
+        let transfer = scope.start(to_host(&mut host, &source)).unwrap();
         // The feeder queues every chunk before the failure: per chunk a
         // copy, a host function and its window record, then one
         // completion record per buffer used.
@@ -344,7 +342,7 @@ fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_f
         "the driver skipped every host function"
     );
     // The stager refuses further work with the same error...
-    match stager.device_to_host(&mut host, &source) {
+    match stager.run(to_host(&mut host, &source)) {
         Err(Error::Driver(error)) => assert_eq!(error.code(), LAUNCH_FAILED),
         other => panic!("expected the stored error, got {other:?}"),
     }
@@ -387,7 +385,7 @@ fn pinned_memory_takes_one_driver_copy_each_way() {
     let pinned = stager.device_to_pinned(pinned, &source, 1).unwrap();
     assert!(pinned[..] == expected[..]);
     let mut target = DeviceBuffer::new(&device.context, len).unwrap();
-    let pinned = stager.pinned_to_device(&mut target, 0, pinned).unwrap();
+    let pinned = stager.pinned_to_device(&mut target, pinned, 0).unwrap();
     assert_eq!(pinned.len(), len, "the buffer given back is the one given");
     let mut back = vec![0u8; len];
     target.copy_to_host(0, &mut back).unwrap();
@@ -418,7 +416,7 @@ fn the_drivers_thread_copies_alone_with_no_workers() {
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; len];
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     assert!(host == expected);
 }
 
@@ -444,7 +442,7 @@ fn two_devices_stage_at_once_each_with_its_own_workers() {
                 let mut host = vec![0u8; len];
                 for _ in 0..scaled(4, 1) {
                     host.fill(0);
-                    stager.device_to_host(&mut host, &source).unwrap();
+                    stager.run(to_host(&mut host, &source)).unwrap();
                     assert!(host == expected, "device {index}");
                 }
             });
@@ -507,7 +505,7 @@ fn a_pinned_buffer_a_copy_may_still_use_is_never_given_back() {
             sim::release(ordinal);
         });
         let result = if to_device {
-            stager.pinned_to_device(&mut on_device, 0, pinned)
+            stager.pinned_to_device(&mut on_device, pinned, 0)
         } else {
             stager.device_to_pinned(pinned, &on_device, 0)
         };
@@ -543,9 +541,9 @@ fn a_pinned_buffer_no_copy_uses_is_given_back_with_the_error() {
     let pinned = failed.into_buffer().expect("nothing was queued");
     sim::fail_call(device.ordinal, "cuStreamSynchronize", 1, LAUNCH_FAILED);
     let mut target = DeviceBuffer::new(&device.context, 32).unwrap();
-    let failed = stager.pinned_to_device(&mut target, 0, pinned).unwrap_err();
+    let failed = stager.pinned_to_device(&mut target, pinned, 0).unwrap_err();
     let pinned = failed.into_buffer().expect("the context drained");
-    let pinned = stager.pinned_to_device(&mut target, 0, pinned).unwrap();
+    let pinned = stager.pinned_to_device(&mut target, pinned, 0).unwrap();
     drop((pinned, target, source, stager));
     device.assert_no_violations();
 }
@@ -572,7 +570,7 @@ fn an_error_during_another_streams_capture_leaves_that_capture_alone() {
     let mut host = vec![0u8; len];
     // The stager's first transfer creates its completion events.
     sim::fail_call(device.ordinal, "cuEventCreate", 1, OUT_OF_MEMORY);
-    match stager.device_to_host(&mut host, &source) {
+    match stager.run(to_host(&mut host, &source)) {
         Err(Error::Driver(error)) => assert_eq!(error.code(), OUT_OF_MEMORY),
         other => panic!("expected the injected error, got {other:?}"),
     }
@@ -591,7 +589,7 @@ fn an_error_during_another_streams_capture_leaves_that_capture_alone() {
     );
     host.fill(0);
     stager
-        .device_to_host(&mut host, &source)
+        .run(to_host(&mut host, &source))
         .expect("a non-sticky error does not disable the stager");
     assert!(host == expected);
     drop((stager, source));
@@ -606,7 +604,7 @@ fn an_error_during_another_streams_capture_leaves_that_capture_alone() {
 /// the stager works again.
 #[test]
 fn a_device_buffer_a_queued_copy_may_still_use_is_kept_not_freed() {
-    for to_device in [false, true] {
+    for upload in [false, true] {
         let device = device();
         let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
         // One chunk, one completion event.
@@ -623,10 +621,10 @@ fn a_device_buffer_a_queued_copy_may_still_use_is_kept_not_freed() {
         for drain in ["cuStreamSynchronize", "cuCtxSynchronize"] {
             sim::fail_call(device.ordinal, drain, 1, LAUNCH_FAILED);
         }
-        let failed = if to_device {
-            stager.host_to_device(&mut on_device, &host)
+        let failed = if upload {
+            stager.run(to_device(&mut on_device, &host))
         } else {
-            stager.device_to_host(&mut host, &on_device)
+            stager.run(to_host(&mut host, &on_device))
         };
         assert!(
             matches!(failed, Err(Error::Driver(e)) if e.code() == LAUNCH_FAILED),
@@ -650,7 +648,7 @@ fn a_device_buffer_a_queued_copy_may_still_use_is_kept_not_freed() {
         source.copy_from_host(0, &expected).unwrap();
         let mut back = vec![0u8; len];
         stager
-            .device_to_host(&mut back, &source)
+            .run(to_host(&mut back, &source))
             .expect("the streams drained: the stager works again");
         assert!(back == expected);
         drop(stager);
@@ -671,7 +669,7 @@ fn a_context_error_keeps_the_device_buffer_of_the_failed_transfer() {
     sim::hold(device.ordinal);
     let ordinal = device.ordinal;
     let result = stager.scope(|scope| {
-        let transfer = scope.host_to_device(&mut target, &source).unwrap();
+        let transfer = scope.start(to_device(&mut target, &source)).unwrap();
         sim::fail_context(ordinal, LAUNCH_FAILED);
         sim::release(ordinal);
         transfer.wait()
@@ -696,7 +694,7 @@ fn a_fresh_device_buffer_reads_back_defined_bytes() {
     fresh.copy_to_host(0, &mut host).unwrap();
     assert!(host.iter().all(|&b| b == 0), "the simulator zeroes memory");
     host.fill(7);
-    stager.device_to_host(&mut host, &fresh).unwrap();
+    stager.run(to_host(&mut host, &fresh)).unwrap();
     assert!(host.iter().all(|&b| b == 0));
     let pinned = PinnedBuffer::new(&device.context, 64).unwrap();
     let pinned = stager.device_to_pinned(pinned, &fresh, 1).unwrap();
@@ -718,14 +716,14 @@ fn a_device_buffer_of_another_context_is_refused_before_any_driver_call() {
         expected: first.ordinal,
         found: second.ordinal,
     };
-    assert_eq!(stager.device_to_host(&mut host, &foreign), Err(mismatch));
-    assert_eq!(stager.host_to_device(&mut foreign, &host), Err(mismatch));
+    assert_eq!(stager.run(to_host(&mut host, &foreign)), Err(mismatch));
+    assert_eq!(stager.run(to_device(&mut foreign, &host)), Err(mismatch));
     let pinned = PinnedBuffer::new(&first.context, 16).unwrap();
     let refused = stager.device_to_pinned(pinned, &foreign, 0).unwrap_err();
     assert_eq!(refused.error(), mismatch);
     let pinned = refused.into_buffer().expect("nothing was queued");
     let refused = stager
-        .pinned_to_device(&mut foreign, 0, pinned)
+        .pinned_to_device(&mut foreign, pinned, 0)
         .unwrap_err();
     assert_eq!(refused.error(), mismatch);
     let text = mismatch.to_string();
@@ -760,9 +758,9 @@ fn a_view_of_foreign_device_memory_stages_both_ways() {
         64,
         len,
     );
-    stager.host_to_device(&mut view, &expected).unwrap();
+    stager.run(to_device(&mut view, &expected)).unwrap();
     let mut host = vec![0u8; len];
-    stager.device_to_host(&mut host, &view).unwrap();
+    stager.run(to_host(&mut host, &view)).unwrap();
     assert!(host == expected);
     drop((view, stager));
     assert_eq!(device.state().device_allocations, 0, "the owner freed it");
@@ -822,10 +820,10 @@ fn a_pending_transfer_finishes_later_and_reports_when_it_is_done() {
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; len];
-    let range = hostcopy_driver::HostMemoryMut::host_range_mut(&mut host[..]);
     sim::hold(device.ordinal);
-    // SAFETY: `host` is not touched until the transfer is finished below.
-    let pending = unsafe { stager.start_device_to_host_unchecked(range, &source, 0) }.unwrap();
+    // SAFETY: `host` and `source` are not touched until the transfer is
+    // finished below.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
     assert!(!pending.is_finished().unwrap(), "nothing has run yet");
     sim::release(device.ordinal);
     // The feeder queues the chunks on its own thread: it may not have
@@ -854,10 +852,10 @@ fn a_pending_transfer_dropped_unfinished_waits_for_its_copies() {
     source.copy_from_host(0, &expected).unwrap();
     let view = view_of(source, 0, len);
     let mut host = vec![0u8; len];
-    let range = hostcopy_driver::HostMemoryMut::host_range_mut(&mut host[..]);
     sim::hold(device.ordinal);
-    // SAFETY: `host` is not touched until the drop below has returned.
-    let pending = unsafe { stager.start_device_to_host_unchecked(range, &view, 0) }.unwrap();
+    // SAFETY: `host` and `view` are not touched until the drop below has
+    // returned.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &view)) }.unwrap();
     let dropped = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|threads| {
         threads.spawn(|| {
@@ -892,15 +890,15 @@ fn a_pending_transfer_dropped_after_a_context_error_keeps_what_its_copies_use() 
     let device = device();
     let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
     let host: &'static mut [u8] = vec![0u8; 2 * CHUNK].leak();
-    let range = hostcopy_driver::HostMemoryMut::host_range_mut(host);
     let view = view_of(
         DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap(),
         0,
         2 * CHUNK,
     );
     sim::hold(device.ordinal);
-    // SAFETY: `host` is leaked: valid for good.
-    let pending = unsafe { stager.start_device_to_host_unchecked(range, &view, 0) }.unwrap();
+    // SAFETY: `host` is leaked: valid for good; `view` is dropped only
+    // with the transfer.
+    let pending = unsafe { stager.start_unchecked(to_host(host, &view)) }.unwrap();
     sim::fail_context(device.ordinal, LAUNCH_FAILED);
     let before = staging::leaked();
     drop((pending, view));
@@ -929,7 +927,7 @@ fn transfers_wait_for_a_stream_and_refuse_a_capturing_one() {
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; len];
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     assert!(host == expected);
 
     producer
@@ -987,7 +985,7 @@ fn events_stay_bounded_over_thousands_of_waits_before_empty_and_pinned_copies() 
     let mut most = 0;
     for _ in 0..calls {
         stager.wait_for(producer.as_stream()).unwrap();
-        stager.device_to_host(&mut empty[..], &source).unwrap();
+        stager.run(to_host(&mut empty[..], &source)).unwrap();
         stager.wait_for(producer.as_stream()).unwrap();
         let given = pinned.take().unwrap();
         pinned = Some(stager.device_to_pinned(given, &source, 0).unwrap());
@@ -1059,7 +1057,7 @@ fn waits_for_work_that_has_not_run_never_block_and_still_order() {
         "{most} events alive at once"
     );
     let mut host = vec![0u8; len];
-    stager.device_to_host(&mut host, &source).unwrap();
+    stager.run(to_host(&mut host, &source)).unwrap();
     assert!(
         host == expected,
         "the small transfer ran before the producer's copy"

@@ -16,7 +16,7 @@
 //!   libcuda opened as the layer opens it; where the driver lacks it, or
 //!   with `--simulated`, its rows say "not run" and why.
 //! - Caller share: the call that starts a scope transfer
-//!   (`scope.device_to_host`) against the whole scope, 64 MiB to 16 GiB D2H
+//!   (`scope.start`) against the whole scope, 64 MiB to 16 GiB D2H
 //!   and 1 GiB and 16 GiB H2D (64 MiB only with `--quick`; sizes above
 //!   `--max-gib`, or that do not fit, are skipped). Target: under 2%.
 //! - One transfer: 64 MiB, 256 MiB and 1 GiB (64 MiB with `--quick`), both
@@ -30,7 +30,9 @@
 use core::ffi::{c_int, c_uint};
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::cuda::staging::{Block, DeviceCopies, Stager, StagingOptions};
+use hostcopy_driver::cuda::staging::{
+    Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
+};
 use hostcopy_driver::cuda::{
     CUdeviceptr, CUstream, Context, DeviceBuffer, Error, PinnedBuffer, Stream,
 };
@@ -515,7 +517,7 @@ fn scattered(
             fill(&mut host, seed);
             let outcome = timed(runs, || {
                 let start = Instant::now();
-                stager.device_to_host_blocks(&mut host, &device, blocks)?;
+                stager.run(to_host(&mut host, &device).blocks(blocks))?;
                 Ok(start.elapsed())
             })?;
             let path = format!(
@@ -592,7 +594,7 @@ fn scattered(
             fill(&mut host, seed);
             let outcome = timed(runs, || {
                 let start = Instant::now();
-                stager.host_to_device_blocks(&mut device, &host, blocks)?;
+                stager.run(to_device(&mut device, &host).blocks(blocks))?;
                 Ok(start.elapsed())
             })?;
             let path = format!(

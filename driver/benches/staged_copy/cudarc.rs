@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use hostcopy_driver::cuda::staging::Stager;
+use hostcopy_driver::cuda::staging::{Stager, cudarc::CudarcMemory, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
@@ -69,7 +69,10 @@ pub(crate) fn run(
     let mut host = vec![0u32; words];
     // The copy queued right behind the kernel (which does not spin here;
     // the GPU tests check the ordering): checked word by word.
-    stager.cudarc_to_host(&mut host, &slice, &stream)?;
+    stager.run(to_host(
+        &mut host,
+        &CudarcMemory::read(&slice, &stream).unwrap(),
+    ))?;
     let wrong = host
         .iter()
         .enumerate()
@@ -79,7 +82,7 @@ pub(crate) fn run(
         std::process::exit(1);
     }
     let mut buffer = DeviceBuffer::new(context, bytes)?;
-    stager.host_to_device(&mut buffer, &host)?;
+    stager.run(to_device(&mut buffer, &host))?;
 
     let mut times: [Vec<Duration>; 4] = Default::default();
     // One warm-up round, then the runs, each path in turn.
@@ -87,10 +90,16 @@ pub(crate) fn run(
         for (path, times) in times.iter_mut().enumerate() {
             let start = Instant::now();
             match path {
-                0 => stager.device_to_host(&mut host, &buffer)?,
-                1 => stager.cudarc_to_host(&mut host, &slice, &stream)?,
-                2 => stager.host_to_device(&mut buffer, &host)?,
-                _ => stager.host_to_cudarc(&mut slice, &host, &stream)?,
+                0 => stager.run(to_host(&mut host, &buffer))?,
+                1 => stager.run(to_host(
+                    &mut host,
+                    &CudarcMemory::read(&slice, &stream).unwrap(),
+                ))?,
+                2 => stager.run(to_device(&mut buffer, &host))?,
+                _ => stager.run(to_device(
+                    &mut CudarcMemory::write(&mut slice, &stream).unwrap(),
+                    &host,
+                ))?,
             }
             if round > 0 {
                 times.push(start.elapsed());

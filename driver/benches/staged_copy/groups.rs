@@ -6,7 +6,7 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores};
+use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
@@ -403,7 +403,7 @@ fn two_gpus_once(runs: usize, bytes: usize, workers: usize) -> Result<Timed, Err
                     for _ in 0..=runs {
                         barrier.wait();
                         let start = std::time::Instant::now();
-                        stager.device_to_host(&mut host, &device)?;
+                        stager.run(to_host(&mut host, &device))?;
                         times.push(start.elapsed());
                     }
                     check("two GPUs", &host, &source)?;

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::cuda::staging::Stager;
+use hostcopy_driver::cuda::staging::{Stager, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer};
 
 /// Times of the runs, and for staged paths the caller's share in driver calls.
@@ -62,7 +62,7 @@ pub(crate) fn pinned(
         let start = Instant::now();
         let pinned = match direction {
             Direction::D2H => stager.device_to_pinned(pinned, device, 0)?,
-            Direction::H2D => stager.pinned_to_device(device, 0, pinned)?,
+            Direction::H2D => stager.pinned_to_device(device, pinned, 0)?,
         };
         let elapsed = start.elapsed();
         buffer = Some(pinned);
@@ -111,7 +111,7 @@ pub(crate) fn staged_d2h(
         let start = Instant::now();
         let mut enqueued = Duration::ZERO;
         stager.scope(|scope| {
-            let transfer = scope.device_to_host(&mut *host, device)?;
+            let transfer = scope.start(to_host(&mut *host, device))?;
             enqueued = start.elapsed();
             transfer.wait()
         })??;
@@ -133,7 +133,7 @@ pub(crate) fn staged_h2d(
         let start = Instant::now();
         let mut enqueued = Duration::ZERO;
         stager.scope(|scope| {
-            let transfer = scope.host_to_device(&mut *device, host)?;
+            let transfer = scope.start(to_device(&mut *device, host))?;
             enqueued = start.elapsed();
             transfer.wait()
         })??;
@@ -153,7 +153,7 @@ pub(crate) fn staged_d2h_blocking(
 ) -> Result<Timed, Error> {
     let times = timed(runs, || {
         let start = Instant::now();
-        stager.device_to_host(&mut *host, device)?;
+        stager.run(to_host(&mut *host, device))?;
         Ok(start.elapsed())
     })?;
     Ok(Timed::plain(times))
@@ -168,7 +168,7 @@ pub(crate) fn staged_h2d_blocking(
 ) -> Result<Timed, Error> {
     let times = timed(runs, || {
         let start = Instant::now();
-        stager.host_to_device(&mut *device, host)?;
+        stager.run(to_device(&mut *device, host))?;
         Ok(start.elapsed())
     })?;
     Ok(Timed::plain(times))
@@ -204,7 +204,7 @@ pub(crate) fn never_touched_d2h(
         let start = Instant::now();
         match path {
             Destination::Driver => device.copy_to_host(0, &mut host)?,
-            Destination::Staged => stager.device_to_host(&mut host, device)?,
+            Destination::Staged => stager.run(to_host(&mut host, device))?,
         }
         Ok(start.elapsed())
     })?;

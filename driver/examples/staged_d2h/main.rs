@@ -16,7 +16,7 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::cuda::staging::Stager;
+use hostcopy_driver::cuda::staging::{Stager, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer};
 
 const TOTAL: usize = 1 << 30;
@@ -49,14 +49,14 @@ fn run() -> Result<(), Box<dyn Error>> {
     let pattern: Vec<u8> = (0..TOTAL).map(|i| (i % 251) as u8).collect();
     let mut device = DeviceBuffer::new(&context, TOTAL)?;
     let start = Instant::now();
-    stager.host_to_device(&mut device, &pattern)?;
+    stager.run(to_device(&mut device, &pattern))?;
     report("host -> device", start.elapsed());
 
     // The classic use: one call, into memory never touched before (the
     // workers take its page faults in parallel).
     let mut host = vec![0u8; TOTAL];
     let start = Instant::now();
-    stager.device_to_host(&mut host, &device)?;
+    stager.run(to_host(&mut host, &device))?;
     report("device -> host", start.elapsed());
     verify(&host, &pattern)?;
 
@@ -69,7 +69,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     stager.scope(|scope| -> Result<(), hostcopy_driver::cuda::Error> {
         let mut transfers = Vec::new();
         for (index, part) in host.chunks_mut(piece).enumerate() {
-            transfers.push(scope.device_to_host_at(part, &device, index * piece)?);
+            transfers.push(scope.start(to_host(part, &device).at(index * piece))?);
         }
         for (done, transfer) in transfers.into_iter().enumerate() {
             transfer.wait()?;

@@ -18,6 +18,7 @@
 //! | `BlockOutOfBounds` | `BlockOutOfBounds` |
 //! | `BlocksOverlap` | `BlocksOverlap` |
 //! | `InvalidOption` | `InvalidOption` |
+//! | `OrderNotKept`, `ReadOnlyDevice` | `RuntimeError` (cudarc's memory only, which the package never hands the layer) |
 
 use hostcopy_driver::PoolError;
 use hostcopy_driver::cuda::{BlockSide, DriverError, Error};
@@ -108,6 +109,11 @@ pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: 
                 min,
                 max,
             } => invalid_option(py, message, option, int(value)?, min, max)?,
+            // Refusals of cudarc's memory, which the package never hands
+            // the layer: no class of their own.
+            Error::OrderNotKept | Error::ReadOnlyDevice => {
+                PyRuntimeError::new_err(format!("{operation}: {message}"))
+            }
             // `Error` is `#[non_exhaustive]`: every variant of this version
             // has its arm above, so this one is reached only by a variant
             // added to hostcopy-driver after this binding was written, until

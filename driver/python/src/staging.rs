@@ -16,11 +16,12 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hostcopy_driver::HostRange;
 use hostcopy_driver::cuda::staging::{
-    PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores,
+    Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device,
+    to_host,
 };
 use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, StreamRef};
+use hostcopy_driver::{HostRange, RawHostMemory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
@@ -116,39 +117,69 @@ impl PyStager {
         started.ok_or_else(closed)
     }
 
-    /// A staged transfer between `nbytes` bytes of device memory at
-    /// `device` (kept allocated by `owner`) and host memory, after the work
-    /// queued on each stream of `wait_for`; `start` makes the stager's call
-    /// for the direction. Non-blocking: work queued later on
-    /// `order_before` waits for it.
+    /// A staged transfer in `direction` between `nbytes` bytes of device memory at
+    /// `device` (kept allocated by `owner`) and the host memory `host`, of
+    /// the range or of each block, after the work queued on each stream of
+    /// `wait_for`. Non-blocking: work queued later on `order_before` waits
+    /// for it.
+    ///
+    /// # Safety
+    ///
+    /// `host` lies inside host memory that the caller holds until the
+    /// transfer is finished (by this call when blocking, by the `Transfer`
+    /// it returns otherwise), writable for a copy to the host.
     #[allow(clippy::too_many_arguments)]
-    fn stage(
+    unsafe fn stage(
         &self,
         py: Python<'_>,
         operation: &str,
-        device: CUdeviceptr,
-        nbytes: usize,
-        owner: Py<PyAny>,
+        direction: Direction,
+        host: HostRange,
+        blocks: Option<Vec<Block>>,
+        (device, nbytes, owner): (CUdeviceptr, usize, Py<PyAny>),
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
-        start: impl FnOnce(&mut Stager, &DeviceView) -> Result<PendingTransfer, Error> + Send,
     ) -> PyResult<Option<PendingTransfer>> {
         self.transfer(py, operation, blocking, move |stager, context| {
             // SAFETY: the owner keeps the memory allocated (the Python
             // API's promise for the arrays it was given).
-            let view =
+            let mut view =
                 unsafe { DeviceView::new(context, device, nbytes, Arc::new(PyOwner(owner))) }?;
             for &stream in &wait_for {
                 with_stream(context, stream, |stream| stager.wait_for(stream))?;
             }
-            let pending = start(stager, &view)?;
+            // SAFETY: the range is host memory our caller holds until the
+            // transfer finishes, writable for a copy to the host (this
+            // function's contract).
+            let mut host = unsafe { RawHostMemory::new(host) };
+            let spec = match direction {
+                Direction::ToHost => to_host(&mut host, &view),
+                Direction::ToDevice => to_device(&mut view, &host),
+            };
+            let spec = match &blocks {
+                Some(blocks) => spec.blocks(blocks),
+                None => spec,
+            };
+            // SAFETY: the host memory, as above; the view's owner keeps the
+            // device memory allocated until the transfer is finished, or
+            // for good if it is dropped with copies still running (the
+            // layer keeps the view's share); the device range stays
+            // unshared by the caller's promise (the Python API's).
+            let pending = unsafe { stager.start_unchecked(spec) }?;
             if blocking {
                 return Ok(pending);
             }
             self::order_before(stager, context, pending, order_before)
         })
     }
+}
+
+/// Which way a staged transfer of the binding goes.
+#[derive(Clone, Copy)]
+enum Direction {
+    ToHost,
+    ToDevice,
 }
 
 /// The `usize` of a count option given to the builder's `set`, converted
@@ -362,26 +393,28 @@ impl PyStager {
         let (src, nbytes) = device_range(py, src, src_len, src_offset, nbytes, operation, "src")?;
         dst.get().check_writable(py, "dst")?;
         let host = host_range(py, dst.get(), dst_offset, nbytes, operation, "dst")?;
-        let pending = slf.get().stage(
-            py,
-            operation,
-            src,
-            nbytes,
-            src_owner,
-            wait_for,
-            order_before,
-            blocking,
-            // SAFETY: `host` lies inside `dst` (`host_range`), checked
-            // writable above, and `dst` is held until the transfer finishes:
-            // by this call when blocking, by the `Transfer` otherwise. What
-            // that keeps depends on the memory: a buffer export also stops
-            // the exporter resizing it (a `bytearray`); DLPack memory is held
-            // only by its capsule, which keeps the owner object alive but
-            // not its storage (torch's `resize_` frees it). That rests on the
-            // caller's promise, stated in the Python API: do not resize or
-            // free the storage of either side while a transfer runs.
-            move |stager, view| unsafe { stager.start_device_to_host_unchecked(host, view, 0) },
-        )?;
+        // SAFETY: `host` lies inside `dst` (`host_range`), checked writable
+        // above, and `dst` is held until the transfer finishes: by this call
+        // when blocking, by the `Transfer` otherwise. What that keeps
+        // depends on the memory: a buffer export also stops the exporter
+        // resizing it (a `bytearray`); DLPack memory is held only by its
+        // capsule, which keeps the owner object alive but not its storage
+        // (torch's `resize_` frees it). That rests on the caller's promise,
+        // stated in the Python API: do not resize or free the storage of
+        // either side while a transfer runs.
+        let pending = unsafe {
+            slf.get().stage(
+                py,
+                operation,
+                Direction::ToHost,
+                host,
+                None,
+                (src, nbytes, src_owner),
+                wait_for,
+                order_before,
+                blocking,
+            )
+        }?;
         Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
     }
 
@@ -414,25 +447,26 @@ impl PyStager {
         let host = host_range(py, src.get(), src_offset, nbytes, operation, "src")?;
         let (dst, nbytes) =
             device_range(py, dst, dst_len, dst_offset, Some(nbytes), operation, "dst")?;
-        let pending = slf.get().stage(
-            py,
-            operation,
-            dst,
-            nbytes,
-            dst_owner,
-            wait_for,
-            order_before,
-            blocking,
-            // SAFETY: `host` lies inside `src` (`host_range`), held until
-            // the transfer finishes (by this call when blocking, by the
-            // `Transfer` otherwise): a buffer export, or for DLPack memory
-            // only its capsule, which keeps the owner alive but not its
-            // storage. The storage staying allocated, and the device range
-            // unshared, rest on the caller's promise (the Python API's): do
-            // not resize or free the storage of either side while a transfer
-            // runs.
-            move |stager, view| unsafe { stager.start_host_to_device_unchecked(view, 0, host) },
-        )?;
+        // SAFETY: `host` lies inside `src` (`host_range`), held until the
+        // transfer finishes (by this call when blocking, by the `Transfer`
+        // otherwise): a buffer export, or for DLPack memory only its
+        // capsule, which keeps the owner alive but not its storage. The
+        // storage staying allocated, and the device range unshared, rest on
+        // the caller's promise (the Python API's): do not resize or free the
+        // storage of either side while a transfer runs.
+        let pending = unsafe {
+            slf.get().stage(
+                py,
+                operation,
+                Direction::ToDevice,
+                host,
+                None,
+                (dst, nbytes, dst_owner),
+                wait_for,
+                order_before,
+                blocking,
+            )
+        }?;
         Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
     }
 
@@ -457,23 +491,23 @@ impl PyStager {
         dst.get().check_writable(py, "dst")?;
         let host = dst.get().range();
         let blocks = to_blocks(&blocks)?;
-        let pending = slf.get().stage(
-            py,
-            "copy_blocks_to_host",
-            src,
-            src_nbytes,
-            src_owner,
-            wait_for,
-            order_before,
-            blocking,
-            // SAFETY: as in `device_to_host`: `dst`, checked writable above,
-            // is held until the transfer finishes, and its storage stays
-            // allocated by the caller's promise where it is DLPack memory;
-            // every block lies inside it (the stager checks the batch).
-            move |stager, view| unsafe {
-                stager.start_device_to_host_blocks_unchecked(host, view, &blocks)
-            },
-        )?;
+        // SAFETY: as in `device_to_host`: `dst`, checked writable above, is
+        // held until the transfer finishes, and its storage stays allocated
+        // by the caller's promise where it is DLPack memory; every block
+        // lies inside it (the stager checks the batch).
+        let pending = unsafe {
+            slf.get().stage(
+                py,
+                "copy_blocks_to_host",
+                Direction::ToHost,
+                host,
+                Some(blocks),
+                (src, src_nbytes, src_owner),
+                wait_for,
+                order_before,
+                blocking,
+            )
+        }?;
         Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
     }
 
@@ -497,23 +531,23 @@ impl PyStager {
         let py = slf.py();
         let host = src.get().range();
         let blocks = to_blocks(&blocks)?;
-        let pending = slf.get().stage(
-            py,
-            "copy_blocks_to_device",
-            dst,
-            dst_nbytes,
-            dst_owner,
-            wait_for,
-            order_before,
-            blocking,
-            // SAFETY: as in `host_to_device`: `src` is held until the
-            // transfer finishes, and its storage stays allocated (DLPack
-            // memory) and the device blocks unshared by the caller's
-            // promise; every block lies inside both (the stager checks).
-            move |stager, view| unsafe {
-                stager.start_host_to_device_blocks_unchecked(view, host, &blocks)
-            },
-        )?;
+        // SAFETY: as in `host_to_device`: `src` is held until the transfer
+        // finishes, and its storage stays allocated (DLPack memory) and the
+        // device blocks unshared by the caller's promise; every block lies
+        // inside both (the stager checks).
+        let pending = unsafe {
+            slf.get().stage(
+                py,
+                "copy_blocks_to_device",
+                Direction::ToDevice,
+                host,
+                Some(blocks),
+                (dst, dst_nbytes, dst_owner),
+                wait_for,
+                order_before,
+                blocking,
+            )
+        }?;
         Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
     }
 }

@@ -69,18 +69,60 @@ pub trait DeviceMemory: sealed::Sealed {}
 
 pub(crate) mod sealed {
     use super::{Context, DeviceInUse};
+    use crate::cuda::error::Error;
     use crate::cuda::ffi::CUdeviceptr;
 
     /// What the layer reads of device memory.
     pub trait Sealed {
         /// The context the memory belongs to.
         fn memory_context(&self) -> &Context;
-        /// The device address of the first byte.
-        fn memory_ptr(&self) -> CUdeviceptr;
+        /// The device address of the first byte; [`Error::OrderNotKept`]
+        /// for memory whose owner hands it out only with its ordering
+        /// ([`memory_order`](Self::memory_order)).
+        fn memory_ptr(&self) -> Result<CUdeviceptr, Error>;
         /// Length in bytes.
         fn memory_len(&self) -> usize;
         /// A share that keeps the memory allocated while queued work uses it.
         fn memory_in_use(&self) -> DeviceInUse;
+        /// How the memory's owner orders a use of it, for memory whose
+        /// address comes only with that ordering (cudarc's); `None` for
+        /// memory the caller orders (through `Stager::wait_for`, say).
+        #[cfg(feature = "cudarc")]
+        fn memory_order(&self) -> Option<&dyn OwnerOrder> {
+            None
+        }
+    }
+
+    /// Device memory whose owner orders every use of it on a stream (cudarc's,
+    /// through its events): a blocking transfer checks it, orders its own
+    /// streams after the owner's, and asks for the address, with the owner's
+    /// ordering around the transfer, only once everything is checked.
+    #[cfg(feature = "cudarc")]
+    pub trait OwnerOrder {
+        /// Refusals that need no driver work: a transfer that `writes` memory
+        /// lent for reading ([`Error::ReadOnlyDevice`]), the owner's streams of
+        /// another context than `context`, an error the owner kept from a call
+        /// that could not return it.
+        fn check(&self, context: &Context, writes: bool) -> Result<(), Error>;
+        /// [`Error::Capturing`] if a stream of the owner's is capturing a
+        /// graph (checked once the transfer is known to copy something).
+        fn check_not_capturing(&self, context: &Context) -> Result<(), Error>;
+        /// The stream the transfer is ordered with, and the memory's own
+        /// stream where that is another: live for as long as `self`.
+        fn streams(
+            &self,
+        ) -> (
+            crate::cuda::ffi::CUstream,
+            Option<crate::cuda::ffi::CUstream>,
+        );
+        /// Runs `transfer` on the memory (whose address it may now take),
+        /// between the owner's wait for earlier uses and its record of this
+        /// one (a write if `writes`).
+        fn in_order(
+            &self,
+            writes: bool,
+            transfer: &mut dyn FnMut(&dyn super::DeviceMemory) -> Result<(), Error>,
+        ) -> Result<(), Error>;
     }
 }
 
@@ -315,8 +357,9 @@ pub(crate) fn device_range<M: DeviceMemory + ?Sized>(
     nbytes: usize,
 ) -> Result<CUdeviceptr, Error> {
     let len = memory.memory_len();
+    let ptr = memory.memory_ptr()?;
     match offset.checked_add(nbytes) {
-        Some(end) if end <= len => Ok(memory.memory_ptr() + offset as u64),
+        Some(end) if end <= len => Ok(ptr + offset as u64),
         _ => Err(Error::DeviceOutOfBounds {
             offset,
             nbytes,
@@ -375,8 +418,8 @@ impl sealed::Sealed for DeviceBuffer {
     fn memory_context(&self) -> &Context {
         self.context()
     }
-    fn memory_ptr(&self) -> CUdeviceptr {
-        self.raw()
+    fn memory_ptr(&self) -> Result<CUdeviceptr, Error> {
+        Ok(self.raw())
     }
     fn memory_len(&self) -> usize {
         self.len()
@@ -392,8 +435,8 @@ impl sealed::Sealed for DeviceView {
     fn memory_context(&self) -> &Context {
         &self.context
     }
-    fn memory_ptr(&self) -> CUdeviceptr {
-        self.ptr
+    fn memory_ptr(&self) -> Result<CUdeviceptr, Error> {
+        Ok(self.ptr)
     }
     fn memory_len(&self) -> usize {
         self.len

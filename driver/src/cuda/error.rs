@@ -244,6 +244,18 @@ pub enum Error {
         /// The higher index.
         second: usize,
     },
+    /// Device memory whose owner orders its use on a stream of its own
+    /// (cudarc's memory, through
+    /// [`CudarcMemory`](crate::cuda::staging::cudarc::CudarcMemory)), given
+    /// to a call that cannot keep that order: only
+    /// [`Stager::run`](crate::cuda::staging::Stager::run) keeps it, not a
+    /// transfer that returns at once, a pinned copy or a stream's copy.
+    /// Refused before anything is ordered or queued.
+    OrderNotKept,
+    /// Device memory lent for reading only (`CudarcMemory::read`) given as
+    /// the destination of a transfer. Refused before anything is ordered
+    /// or queued.
+    ReadOnlyDevice,
 }
 
 /// The memory a block of a batched transfer is checked against.
@@ -340,6 +352,14 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "staging option {option} = {value} is outside {min}..={max}"
+            ),
+            Error::OrderNotKept => f.write_str(
+                "this memory is ordered on its owner's stream, which only a blocking transfer \
+                 (Stager::run) keeps: run it there",
+            ),
+            Error::ReadOnlyDevice => f.write_str(
+                "the device memory was lent for reading only: lend it for writing \
+                 (CudarcMemory::write) to copy into it",
             ),
         }
     }

@@ -2,13 +2,16 @@
 //!
 //! A program that already uses [cudarc](https://docs.rs/cudarc) keeps its
 //! `CudaSlice`s, views and streams: [`Context::from_cudarc`] gives the
-//! stager the same primary context, and the `*_cudarc*` calls of
-//! [`Stager`] take cudarc's memory ([`CudarcMemory`], [`CudarcMemoryMut`])
-//! and a cudarc stream as they are, in safe code.
+//! stager the same primary context, and [`CudarcMemory`] lends cudarc's
+//! memory, with the cudarc stream to order the transfer with, as the
+//! device side of a transfer ([`to_host`](super::to_host),
+//! [`to_device`](super::to_device)) that [`Stager::run`](super::Stager::run) runs, in safe
+//! code.
 //!
 //! ```no_run
 //! use cudarc::driver::CudaContext;
-//! use hostcopy_driver::cuda::{Context, staging::Stager};
+//! use hostcopy_driver::cuda::Context;
+//! use hostcopy_driver::cuda::staging::{Stager, cudarc::CudarcMemory, to_device, to_host};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let cuda = CudaContext::new(0)?;
@@ -18,14 +21,18 @@
 //! let mut stager = Stager::new(&Context::from_cudarc(&cuda)?)?;
 //! let mut host = vec![0f32; 1 << 28];
 //! // After the kernels queued on `stream`, and before whatever is queued next.
-//! stager.cudarc_to_host(&mut host, &device, &stream)?;
+//! stager.run(to_host(&mut host, &CudarcMemory::read(&device, &stream)?))?;
+//! // And back, into the second half of a slice of twice the size.
+//! let mut twice = stream.alloc_zeros::<f32>(1 << 29)?;
+//! let mut half = CudarcMemory::write(&mut twice, &stream)?;
+//! stager.run(to_device(&mut half, &host).at(1 << 30))?;
 //! # Ok(())
 //! # }
 //! ```
 //!
 //! # Order and lifetime
 //!
-//! Each call is ordered as cudarc orders its own copy of that memory on
+//! Each transfer is ordered as cudarc orders its own copy of that memory on
 //! `stream` (`CudaStream::memcpy_dtoh`, `memcpy_htod`), and after the
 //! memory's own stream (the one it was allocated on) too:
 //!
@@ -33,7 +40,7 @@
 //!   cudarc tracks (before it writes: for its last write and its last read),
 //!   through cudarc's events (`DevicePtr::device_ptr`,
 //!   `DevicePtrMut::device_ptr_mut`); then the stager's streams wait for
-//!   `stream` and for the memory's own stream ([`Stager::wait_for`]). A
+//!   `stream` and for the memory's own stream ([`Stager::wait_for`](super::Stager::wait_for)). A
 //!   kernel that wrote the data on `stream`, on the memory's stream or on
 //!   another cudarc stream of the same `CudaContext` comes first.
 //! - after it, cudarc records the memory's read (write) event on `stream`,
@@ -45,9 +52,9 @@
 //! call): there, as for cudarc's own copies, work on other streams is
 //! ordered with `stream` by the caller.
 //!
-//! The calls block until the bytes have arrived, and they borrow the memory
-//! until then: safe code cannot drop a `CudaSlice` (which frees it) while
-//! the stager uses it. Every device copy runs on the stager's own streams
+//! [`Stager::run`](super::Stager::run) blocks until the bytes have arrived, and the transfer
+//! borrows the memory until then: safe code cannot drop a `CudaSlice`
+//! (which frees it) while the stager uses it. Every device copy runs on the stager's own streams
 //! (a small upload from pageable memory too: one asynchronous copy on its
 //! first stream), except a small download or a small upload from pinned
 //! memory, which take the driver's synchronous path and have finished when
@@ -78,57 +85,299 @@
 //! fails and that capture is invalidated) or the event cudarc records
 //! after the transfer.
 //!
-//! Transfers that return at once ([`Stager::scope`]) take this layer's
+//! Transfers that return at once ([`StagingScope::start`](super::StagingScope::start),
+//! [`Stager::start_unchecked`](super::Stager::start_unchecked)), the pinned copies and a stream's copies
+//! refuse cudarc's memory ([`Error::OrderNotKept`]) and take this layer's
 //! [`DeviceBuffer`](crate::cuda::DeviceBuffer) and
 //! [`DeviceView`](crate::cuda::DeviceView) only: cudarc's ordering is tied
 //! to a guard that a scope's transfer would have to hold until it is
-//! waited for.
+//! waited for. Memory lent for reading ([`CudarcMemory::read`]) is refused
+//! as a destination ([`Error::ReadOnlyDevice`]).
 
+use core::cell::RefCell;
 use std::sync::Arc;
 
-use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut};
+use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, SyncOnDrop};
 
-use super::driver_path::DeviceSide;
-use super::{Block, Blocks, Direction, Stager, plan};
-use crate::cuda::device::{DeviceInUse, DeviceMemory, driver_knows_host_memory, sealed};
-use crate::cuda::ffi::CUdeviceptr;
-use crate::cuda::{Context, DriverError, Error, Event, StreamRef};
-use crate::{HostMemory, HostMemoryMut, HostRange};
+use crate::cuda::device::sealed::{self, OwnerOrder};
+use crate::cuda::device::{DeviceInUse, DeviceMemory};
+use crate::cuda::ffi::{CUdeviceptr, CUstream};
+use crate::cuda::{Context, DriverError, Error, StreamRef};
 
-/// cudarc's device memory a transfer reads: `CudaSlice<T>`, `CudaView<T>`
-/// and `CudaViewMut<T>`. Sealed: their pointer, length and events come from
-/// cudarc's safe constructors, which this layer trusts.
-pub trait CudarcMemory<T>: private::Read<T> {}
+/// cudarc's device memory a transfer may read: `CudaSlice<T>`,
+/// `CudaView<T>` and `CudaViewMut<T>`. Sealed: their pointer, length and
+/// events come from cudarc's safe constructors, which this layer trusts.
+pub trait CudarcSource: private::Read {}
 
-/// cudarc's device memory a transfer writes: `CudaSlice<T>` and
-/// `CudaViewMut<T>`. Sealed as [`CudarcMemory`] is.
-pub trait CudarcMemoryMut<T>: private::Write<T> {}
+/// cudarc's device memory a transfer may write: `CudaSlice<T>` and
+/// `CudaViewMut<T>`. Sealed as [`CudarcSource`] is.
+pub trait CudarcDestination: private::Write {}
 
 mod private {
-    use ::cudarc::driver::{DevicePtr, DevicePtrMut};
+    use std::sync::Arc;
 
-    pub trait Read<T>: DevicePtr<T> {}
-    pub trait Write<T>: DevicePtrMut<T> {}
+    use ::cudarc::driver::{CudaStream, SyncOnDrop};
+
+    use crate::cuda::ffi::CUdeviceptr;
+
+    /// cudarc's `DevicePtr`, without its element type.
+    pub trait Read {
+        fn own_stream(&self) -> &Arc<CudaStream>;
+        fn num_bytes(&self) -> usize;
+        /// `stream` waits for the memory's last write; the guard records
+        /// this read on `stream` when dropped.
+        fn read<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>);
+    }
+
+    /// cudarc's `DevicePtrMut`, without its element type.
+    pub trait Write: Read {
+        /// `stream` waits for the memory's last read and write; the guard
+        /// records this write on `stream` when dropped.
+        fn write<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>);
+    }
 }
 
-impl<T> private::Read<T> for CudaSlice<T> {}
-impl<T> private::Read<T> for CudaView<'_, T> {}
-impl<T> private::Read<T> for CudaViewMut<'_, T> {}
-impl<T> private::Write<T> for CudaSlice<T> {}
-impl<T> private::Write<T> for CudaViewMut<'_, T> {}
-impl<T> CudarcMemory<T> for CudaSlice<T> {}
-impl<T> CudarcMemory<T> for CudaView<'_, T> {}
-impl<T> CudarcMemory<T> for CudaViewMut<'_, T> {}
-impl<T> CudarcMemoryMut<T> for CudaSlice<T> {}
-impl<T> CudarcMemoryMut<T> for CudaViewMut<'_, T> {}
+macro_rules! cudarc_memory {
+    ($($memory:ty: $($trait:ident),+;)*) => {$(
+        impl<T> private::Read for $memory {
+            fn own_stream(&self) -> &Arc<CudaStream> {
+                ::cudarc::driver::DeviceSlice::stream(self)
+            }
+            fn num_bytes(&self) -> usize {
+                ::cudarc::driver::DeviceSlice::num_bytes(self)
+            }
+            fn read<'a>(&'a self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+                ::cudarc::driver::DevicePtr::device_ptr(self, stream)
+            }
+        }
+        $(impl<T> $trait for $memory {})+
+    )*};
+}
+
+cudarc_memory! {
+    CudaSlice<T>: CudarcSource, CudarcDestination;
+    CudaView<'_, T>: CudarcSource;
+    CudaViewMut<'_, T>: CudarcSource, CudarcDestination;
+}
+
+impl<T> private::Write for CudaSlice<T> {
+    fn write<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        ::cudarc::driver::DevicePtrMut::device_ptr_mut(self, stream)
+    }
+}
+
+impl<T> private::Write for CudaViewMut<'_, T> {
+    fn write<'a>(&'a mut self, stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        ::cudarc::driver::DevicePtrMut::device_ptr_mut(self, stream)
+    }
+}
+
+/// cudarc's device memory lent to a transfer run by [`Stager::run`](super::Stager::run), with
+/// the cudarc stream the transfer is ordered with (see the [module
+/// documentation](self)): the device side of [`to_host`](super::to_host)
+/// and [`to_device`](super::to_device). Offsets (`at`, blocks) count bytes.
+///
+/// Made by [`read`](Self::read) (the transfer reads the memory) or
+/// [`write`](Self::write) (it writes the memory, or reads it), which
+/// refuse a stream of a context that is not a primary one
+/// ([`Error::NotPrimaryContext`]). Everything else is checked by the
+/// transfer, before anything is ordered or queued: `stream` or the memory
+/// of another context than the stager's ([`Error::ContextMismatch`],
+/// [`Error::NotPrimaryContext`]), a range or block outside the memory
+/// ([`Error::DeviceOutOfBounds`], [`Error::BlockOutOfBounds`]), a capturing
+/// stream ([`Error::Capturing`]), an error cudarc kept.
+pub struct CudarcMemory<'a> {
+    /// The primary context `stream` belongs to.
+    context: Context,
+    lent: Lent<'a>,
+    stream: &'a CudaStream,
+}
+
+enum Lent<'a> {
+    Read(&'a dyn private::Read),
+    /// Borrowed mutably only while a transfer takes its address.
+    Write(RefCell<&'a mut dyn private::Write>),
+}
+
+impl<'a> CudarcMemory<'a> {
+    /// Lends `memory` for reading: a transfer to the host reads it on the
+    /// stager's streams after `stream` has waited for the memory's last
+    /// write, and cudarc then records the read on `stream`.
+    pub fn read<S: CudarcSource>(
+        memory: &'a S,
+        stream: &'a CudaStream,
+    ) -> Result<CudarcMemory<'a>, Error> {
+        Ok(CudarcMemory {
+            context: Context::from_cudarc(stream.context())?,
+            lent: Lent::Read(memory),
+            stream,
+        })
+    }
+
+    /// Lends `memory` for writing: a transfer to the device writes it on
+    /// the stager's streams after `stream` has waited for the memory's
+    /// last read and write, and cudarc then records the write on `stream`.
+    /// (A transfer to the host reads it as [`read`](Self::read) would.)
+    pub fn write<D: CudarcDestination>(
+        memory: &'a mut D,
+        stream: &'a CudaStream,
+    ) -> Result<CudarcMemory<'a>, Error> {
+        Ok(CudarcMemory {
+            context: Context::from_cudarc(stream.context())?,
+            lent: Lent::Write(RefCell::new(memory)),
+            stream,
+        })
+    }
+
+    /// The memory's own stream (the one cudarc allocated it on).
+    fn own_stream(&self) -> Arc<CudaStream> {
+        match &self.lent {
+            Lent::Read(memory) => Arc::clone(memory.own_stream()),
+            Lent::Write(memory) => Arc::clone(memory.borrow().own_stream()),
+        }
+    }
+
+    /// The transfer on `ptr`, between cudarc's wait (made by our caller)
+    /// and its record of this use, which dropping `recorded` makes.
+    fn transfer_at(
+        &self,
+        ptr: CUdeviceptr,
+        len: usize,
+        recorded: SyncOnDrop<'_>,
+        transfer: &mut dyn FnMut(&dyn DeviceMemory) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let result = match cudarc_result(self.stream.context().check_err()) {
+            Ok(()) => transfer(&Borrowed {
+                context: self.context.clone(),
+                ptr,
+                len,
+            }),
+            // cudarc could not make `stream` wait for the earlier uses.
+            Err(error) => Err(error),
+        };
+        drop(recorded);
+        result
+    }
+}
+
+impl DeviceMemory for CudarcMemory<'_> {}
+
+impl sealed::Sealed for CudarcMemory<'_> {
+    fn memory_context(&self) -> &Context {
+        &self.context
+    }
+    fn memory_ptr(&self) -> Result<CUdeviceptr, Error> {
+        // cudarc hands the address out only with its ordering.
+        Err(Error::OrderNotKept)
+    }
+    fn memory_len(&self) -> usize {
+        match &self.lent {
+            Lent::Read(memory) => memory.num_bytes(),
+            Lent::Write(memory) => memory.borrow().num_bytes(),
+        }
+    }
+    fn memory_in_use(&self) -> DeviceInUse {
+        DeviceInUse::borrowed()
+    }
+    fn memory_order(&self) -> Option<&dyn OwnerOrder> {
+        Some(self)
+    }
+}
+
+impl OwnerOrder for CudarcMemory<'_> {
+    fn check(&self, context: &Context, writes: bool) -> Result<(), Error> {
+        if writes && matches!(self.lent, Lent::Read(_)) {
+            return Err(Error::ReadOnlyDevice);
+        }
+        let own = self.own_stream();
+        expect_cudarc(context, self.stream.context())?;
+        expect_cudarc(context, own.context())?;
+        // An error cudarc kept from a call that could not return it (a
+        // drop, a wait): returned here, as cudarc's own copies return it,
+        // rather than left to make the waits that follow fail unseen.
+        cudarc_result(self.stream.context().bind_to_thread())?;
+        cudarc_result(own.context().bind_to_thread())?;
+        Ok(())
+    }
+
+    fn check_not_capturing(&self, context: &Context) -> Result<(), Error> {
+        let own = self.own_stream();
+        for stream in [self.stream, &own] {
+            // SAFETY: a live stream (borrowed, or held above, for longer
+            // than the query) of `context` (checked by `check`).
+            let stream = unsafe { StreamRef::from_raw(context, stream.cu_stream().cast()) };
+            if stream.is_capturing()? {
+                return Err(Error::Capturing);
+            }
+        }
+        Ok(())
+    }
+
+    fn streams(&self) -> (CUstream, Option<CUstream>) {
+        let stream = self.stream.cu_stream().cast();
+        // The memory's own stream is held by the memory, which `self`
+        // borrows: it lives as long as `self`.
+        let own: CUstream = self.own_stream().cu_stream().cast();
+        (stream, (own != stream).then_some(own))
+    }
+
+    fn in_order(
+        &self,
+        writes: bool,
+        transfer: &mut dyn FnMut(&dyn DeviceMemory) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        // Asked before the memory is borrowed mutably below.
+        let len = sealed::Sealed::memory_len(self);
+        match &self.lent {
+            Lent::Read(memory) => {
+                let (ptr, recorded) = memory.read(self.stream);
+                self.transfer_at(ptr, len, recorded, transfer)
+            }
+            Lent::Write(memory) => {
+                let mut memory = memory.borrow_mut();
+                let (ptr, recorded) = if writes {
+                    memory.write(self.stream)
+                } else {
+                    memory.read(self.stream)
+                };
+                self.transfer_at(ptr, len, recorded, transfer)
+            }
+        }
+    }
+}
+
+impl core::fmt::Debug for CudarcMemory<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CudarcMemory")
+            .field("writable", &matches!(self.lent, Lent::Write(_)))
+            .field("len", &sealed::Sealed::memory_len(self))
+            .finish()
+    }
+}
 
 /// A cudarc result as this layer's error.
 fn cudarc_result<T>(result: Result<T, ::cudarc::driver::DriverError>) -> Result<T, Error> {
     result.map_err(|error| DriverError::from_code(error.0 as u32).into())
 }
 
-/// cudarc's memory for the length of one blocking call, which borrows it:
-/// nothing here can keep it allocated longer, and nothing needs to.
+/// `Ok` if cudarc's `cudarc` is the context `context`.
+fn expect_cudarc(context: &Context, cudarc: &CudaContext) -> Result<(), Error> {
+    if cudarc.cu_ctx().addr() == context.raw().addr() {
+        Ok(())
+    } else if cudarc.ordinal() == context.ordinal() {
+        Err(Error::NotPrimaryContext {
+            device: cudarc.ordinal(),
+        })
+    } else {
+        Err(Error::ContextMismatch {
+            expected: context.ordinal(),
+            found: cudarc.ordinal(),
+        })
+    }
+}
+
+/// cudarc's memory for the length of one blocking transfer, which borrows
+/// it: nothing here can keep it allocated longer, and nothing needs to.
 struct Borrowed {
     context: Context,
     ptr: CUdeviceptr,
@@ -141,8 +390,8 @@ impl sealed::Sealed for Borrowed {
     fn memory_context(&self) -> &Context {
         &self.context
     }
-    fn memory_ptr(&self) -> CUdeviceptr {
-        self.ptr
+    fn memory_ptr(&self) -> Result<CUdeviceptr, Error> {
+        Ok(self.ptr)
     }
     fn memory_len(&self) -> usize {
         self.len
@@ -170,325 +419,5 @@ impl Context {
             return Err(not_primary);
         }
         Ok(primary)
-    }
-}
-
-impl Stager {
-    /// Copies `dst.len()` bytes from the start of cudarc's device memory
-    /// `src` into `dst`, in stream order with `stream` (see the [module
-    /// documentation](self)), and waits for them.
-    ///
-    /// Refused before anything is queued: `stream` or `src` of another
-    /// context ([`Error::ContextMismatch`], [`Error::NotPrimaryContext`]),
-    /// `dst` longer than `src` ([`Error::DeviceOutOfBounds`]), a capturing
-    /// stream ([`Error::Capturing`]).
-    pub fn cudarc_to_host<T, D, S>(
-        &mut self,
-        dst: &mut D,
-        src: &S,
-        stream: &CudaStream,
-    ) -> Result<(), Error>
-    where
-        D: HostMemoryMut + ?Sized,
-        S: CudarcMemory<T>,
-    {
-        let host = dst.host_range_mut();
-        self.read_cudarc(host, src, Blocks::One { offset: 0 }, stream)
-    }
-
-    /// Copies `src` to the start of cudarc's device memory `dst`, in stream
-    /// order with `stream`, and waits for it. Refused as
-    /// [`cudarc_to_host`](Self::cudarc_to_host) is.
-    pub fn host_to_cudarc<T, D, S>(
-        &mut self,
-        dst: &mut D,
-        src: &S,
-        stream: &CudaStream,
-    ) -> Result<(), Error>
-    where
-        D: CudarcMemoryMut<T>,
-        S: HostMemory + ?Sized,
-    {
-        let host = src.host_range();
-        self.write_cudarc(host, dst, Blocks::One { offset: 0 }, stream)
-    }
-
-    /// Copies each block from cudarc's device memory `src` into `dst` (a
-    /// batch; offsets and lengths in bytes), in stream order with `stream`,
-    /// and waits for them. Checked as
-    /// [`device_to_host_blocks`](Self::device_to_host_blocks) checks a
-    /// batch, and refused as [`cudarc_to_host`](Self::cudarc_to_host) is.
-    pub fn cudarc_to_host_blocks<T, D, S>(
-        &mut self,
-        dst: &mut D,
-        src: &S,
-        blocks: &[Block],
-        stream: &CudaStream,
-    ) -> Result<(), Error>
-    where
-        D: HostMemoryMut + ?Sized,
-        S: CudarcMemory<T>,
-    {
-        let host = dst.host_range_mut();
-        self.read_cudarc(host, src, Blocks::Many(blocks), stream)
-    }
-
-    /// Copies each block from `src` into cudarc's device memory `dst` (a
-    /// batch; offsets and lengths in bytes), in stream order with `stream`,
-    /// and waits for them. Checked as
-    /// [`host_to_device_blocks`](Self::host_to_device_blocks) checks a
-    /// batch, and refused as [`cudarc_to_host`](Self::cudarc_to_host) is.
-    pub fn host_to_cudarc_blocks<T, D, S>(
-        &mut self,
-        dst: &mut D,
-        src: &S,
-        blocks: &[Block],
-        stream: &CudaStream,
-    ) -> Result<(), Error>
-    where
-        D: CudarcMemoryMut<T>,
-        S: HostMemory + ?Sized,
-    {
-        let host = src.host_range();
-        self.write_cudarc(host, dst, Blocks::Many(blocks), stream)
-    }
-
-    /// A transfer that reads `src`, between cudarc's wait for the memory's
-    /// last writer and its record of this read.
-    fn read_cudarc<T, S: CudarcMemory<T>>(
-        &mut self,
-        host: HostRange,
-        src: &S,
-        blocks: Blocks<'_>,
-        stream: &CudaStream,
-    ) -> Result<(), Error> {
-        let own = src.stream();
-        let len = src.num_bytes();
-        if !self.check_cudarc(Direction::DeviceToHost, host, len, blocks, stream, own)? {
-            return Ok(());
-        }
-        // `stream` waits for the memory's last writer now; `read` records
-        // this read on `stream` when dropped, after `in_order` returns.
-        let (ptr, read) = src.device_ptr(stream);
-        let result = match cudarc_result(stream.context().check_err()) {
-            Ok(()) => self.in_order(Direction::DeviceToHost, host, ptr, len, blocks, stream, own),
-            // cudarc could not make `stream` wait for the writer.
-            Err(error) => Err(error),
-        };
-        drop(read);
-        result
-    }
-
-    /// A transfer that writes `dst`, between cudarc's wait for the
-    /// memory's last reader and writer and its record of this write.
-    fn write_cudarc<T, D: CudarcMemoryMut<T>>(
-        &mut self,
-        host: HostRange,
-        dst: &mut D,
-        blocks: Blocks<'_>,
-        stream: &CudaStream,
-    ) -> Result<(), Error> {
-        let own = Arc::clone(dst.stream());
-        let len = dst.num_bytes();
-        if !self.check_cudarc(Direction::HostToDevice, host, len, blocks, stream, &own)? {
-            return Ok(());
-        }
-        let (ptr, written) = dst.device_ptr_mut(stream);
-        let result = match cudarc_result(stream.context().check_err()) {
-            Ok(()) => self.in_order(
-                Direction::HostToDevice,
-                host,
-                ptr,
-                len,
-                blocks,
-                stream,
-                &own,
-            ),
-            // cudarc could not make `stream` wait for the readers and writer.
-            Err(error) => Err(error),
-        };
-        drop(written);
-        result
-    }
-
-    /// Everything checked before cudarc or the stager does anything:
-    /// `false` if there is nothing to copy.
-    fn check_cudarc(
-        &self,
-        direction: Direction,
-        host: HostRange,
-        len: usize,
-        blocks: Blocks<'_>,
-        stream: &CudaStream,
-        own: &CudaStream,
-    ) -> Result<bool, Error> {
-        self.expect_cudarc(stream.context())?;
-        self.expect_cudarc(own.context())?;
-        // An error cudarc kept from a call that could not return it (a
-        // drop, a wait): returned here, as cudarc's own copies return it,
-        // rather than left to make the waits below fail unseen.
-        cudarc_result(stream.context().bind_to_thread())?;
-        cudarc_result(own.context().bind_to_thread())?;
-        let total = match blocks {
-            Blocks::One { offset } => {
-                if offset.checked_add(host.len).is_none_or(|end| end > len) {
-                    return Err(Error::DeviceOutOfBounds {
-                        offset,
-                        nbytes: host.len,
-                        len,
-                    });
-                }
-                host.len
-            }
-            Blocks::Many(blocks) => {
-                plan::check_blocks(blocks, direction, host.len, len)?;
-                blocks.iter().map(|block| block.len).sum()
-            }
-        };
-        if total == 0 {
-            return Ok(false);
-        }
-        for stream in [stream, own] {
-            if self.cudarc_stream(stream).is_capturing()? {
-                return Err(Error::Capturing);
-            }
-        }
-        Ok(true)
-    }
-
-    /// The transfer on `len` bytes at `ptr`, after the work queued on
-    /// `stream` and on the memory's own stream `own`; leaves both ordered
-    /// after whatever of it the stager's streams may still run.
-    #[allow(clippy::too_many_arguments)]
-    fn in_order(
-        &mut self,
-        direction: Direction,
-        host: HostRange,
-        ptr: CUdeviceptr,
-        len: usize,
-        blocks: Blocks<'_>,
-        stream: &CudaStream,
-        own: &CudaStream,
-    ) -> Result<(), Error> {
-        let memory = Borrowed {
-            context: self.context.clone(),
-            ptr,
-            len,
-        };
-        let context = self.context.clone();
-        let separate = own.cu_stream() != stream.cu_stream();
-        // SAFETY: both are live streams (borrowed for this call) of the
-        // stager's context (checked by `check_cudarc`).
-        let (stream, own) = unsafe {
-            (
-                StreamRef::from_raw(&context, stream.cu_stream().cast()),
-                StreamRef::from_raw(&context, own.cu_stream().cast()),
-            )
-        };
-        self.wait_for(stream)?;
-        if separate {
-            self.wait_for(own)?;
-        }
-        let device = match direction {
-            Direction::DeviceToHost => DeviceSide::Source(&memory),
-            Direction::HostToDevice => DeviceSide::Destination(&memory),
-        };
-        let small =
-            matches!(blocks, Blocks::One { .. }) && host.len < self.options.driver_path_below;
-        let result = match direction {
-            // From pageable memory, which the driver reads within the call.
-            Direction::HostToDevice if small && !driver_knows_host_memory(host.addr) => {
-                self.small_upload(host, ptr)
-            }
-            // A small download, or a small upload from pinned memory, takes
-            // the driver's synchronous path (finished when it returns),
-            // which waits for cudarc's streams on the host first.
-            _ => self.run(host, device, blocks),
-        };
-        if self.undrained.is_some() {
-            self.order_after_queued(stream);
-            if separate {
-                self.order_after_queued(own);
-            }
-        }
-        result
-    }
-
-    /// A single upload below the crossover from pageable memory: one
-    /// asynchronous driver copy on the stager's first stream (which waits
-    /// for `stream` and the memory's stream) and a wait for that stream,
-    /// instead of the driver's synchronous path, whose legacy stream
-    /// cudarc's streams would not be ordered after if the wait for it
-    /// failed. The driver copies the pageable source into its own staging
-    /// memory within the call, so nothing reads it after the call. A failed
-    /// wait drains the streams as after a staged transfer.
-    fn small_upload(&mut self, host: HostRange, device: CUdeviceptr) -> Result<(), Error> {
-        let copied = {
-            let _relaxed = crate::cuda::capture::RelaxedCapture::new();
-            let lane = self.lanes.streams[0].as_stream();
-            let src = core::ptr::with_exposed_provenance::<u8>(host.addr);
-            // SAFETY: `device` starts `host.len` bytes of cudarc's memory
-            // of the stager's context (bounds checked), which the caller
-            // borrows for the call; `src` is the caller's pageable host
-            // memory, borrowed for the call, which the driver has read when
-            // the call returns. The device side has been written when the
-            // stream is synchronized below; if that fails, the stream is
-            // drained, or the stager refuses work and cudarc's streams are
-            // ordered after it (`in_order`).
-            let queued = unsafe { lane.copy_host_to_device_raw(device, src, host.len) };
-            queued.and_then(|()| lane.synchronize())
-        };
-        match copied {
-            Ok(()) => {
-                // Every stream waited for the order events so far, and the
-                // first has now run past them.
-                self.order_events_complete(self.next_order);
-                Ok(())
-            }
-            Err(error) => {
-                self.drain();
-                Err(error.into())
-            }
-        }
-    }
-
-    /// Makes `stream` wait for everything queued on the stager's streams:
-    /// after a transfer that could not be drained, so that cudarc's next
-    /// use of the memory (its release too) comes after the copies the
-    /// driver may still run. Failures are not reported: the transfer's own
-    /// error is, and a context that refuses these calls refuses that next
-    /// use too (a sticky error).
-    fn order_after_queued(&self, stream: StreamRef<'_>) {
-        let _relaxed = crate::cuda::capture::RelaxedCapture::new();
-        for own in &self.lanes.streams {
-            if let Ok(event) = Event::ordering(&self.context)
-                && event.record(own.as_stream()).is_ok()
-            {
-                let _ = stream.wait_event(&event);
-            }
-        }
-    }
-
-    /// A cudarc stream of the stager's context, for a query.
-    fn cudarc_stream<'a>(&'a self, stream: &CudaStream) -> StreamRef<'a> {
-        // SAFETY: a live stream (borrowed by our caller for longer than the
-        // query) of the stager's context (checked before).
-        unsafe { StreamRef::from_raw(&self.context, stream.cu_stream().cast()) }
-    }
-
-    /// `Ok` if `context` is the stager's context.
-    fn expect_cudarc(&self, context: &CudaContext) -> Result<(), Error> {
-        if context.cu_ctx().addr() == self.context.raw().addr() {
-            Ok(())
-        } else if context.ordinal() == self.context.ordinal() {
-            Err(Error::NotPrimaryContext {
-                device: context.ordinal(),
-            })
-        } else {
-            Err(Error::ContextMismatch {
-                expected: self.context.ordinal(),
-                found: context.ordinal(),
-            })
-        }
     }
 }

@@ -13,14 +13,13 @@ use core::fmt;
 use core::marker::PhantomData;
 use std::vec::Vec;
 
-use super::{Block, Blocks, DeviceSide, InFlight, Queuing, Stager};
-use crate::cuda::device::DeviceMemory;
+use super::engine::{Engine, InFlight, Queuing};
+use super::spec::TransferSpec;
 use crate::cuda::error::Error;
-use crate::{HostMemory, HostMemoryMut};
 
-/// Transfers whose buffers are borrowed for `'scope`; see [`Stager::scope`].
+/// Transfers whose buffers are borrowed for `'scope`; see [`Stager::scope`](super::Stager::scope).
 pub struct StagingScope<'scope, 'env: 'scope> {
-    stager: RefCell<&'env mut Stager>,
+    stager: RefCell<&'env mut (dyn Engine + Send)>,
     /// Enqueued transfers not waited for yet, by handle index.
     in_flight: RefCell<Slots>,
     /// Invariant in both lifetimes, as `std::thread::Scope` is.
@@ -81,152 +80,42 @@ pub struct Transfer<'scope, 'env: 'scope> {
     index: Option<usize>,
 }
 
-impl Stager {
-    /// Runs `f` with a scope whose transfers may borrow buffers that
-    /// outlive the scope, then waits for every transfer not yet waited for.
-    ///
-    /// Returns `f`'s value, or the first error of a transfer the scope
-    /// waited for (errors of transfers waited for through their handles
-    /// are returned by [`Transfer::wait`]).
-    ///
-    /// ```no_run
-    /// use hostcopy_driver::cuda::{Context, DeviceBuffer, staging::Stager};
-    ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let context = Context::primary(0)?;
-    /// let device = DeviceBuffer::new(&context, 256 << 20)?;
-    /// let (mut first, mut second) = (vec![0u8; 128 << 20], vec![0u8; 128 << 20]);
-    /// let mut stager = Stager::new(&context)?;
-    /// stager.scope(|scope| -> Result<(), hostcopy_driver::cuda::Error> {
-    ///     let a = scope.device_to_host_at(&mut first, &device, 0)?;
-    ///     let b = scope.device_to_host_at(&mut second, &device, 128 << 20)?;
-    ///     // ... the caller keeps working while both are copied ...
-    ///     a.wait()?;
-    ///     b.wait()
-    /// })??;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn scope<'env, F, T>(&'env mut self, f: F) -> Result<T, Error>
-    where
-        F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
-    {
-        let scope = StagingScope {
-            stager: RefCell::new(self),
-            in_flight: RefCell::new(Slots::default()),
-            _lifetimes: PhantomData,
-        };
-        // Waits on unwind too: a panic in `f` must not end the borrows
-        // while host functions copy.
-        let finish_on_unwind = FinishOnDrop(&scope);
-        let value = f(&scope);
-        core::mem::forget(finish_on_unwind);
-        scope.finish_all()?;
-        Ok(value)
-    }
+/// [`Stager::scope`](super::Stager::scope): runs `f` with a scope on `stager`, then waits for
+/// every transfer not yet waited for.
+pub(super) fn run<'env, F, T>(stager: &'env mut (dyn Engine + Send), f: F) -> Result<T, Error>
+where
+    F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
+{
+    let scope = StagingScope {
+        stager: RefCell::new(stager),
+        in_flight: RefCell::new(Slots::default()),
+        _lifetimes: PhantomData,
+    };
+    // Waits on unwind too: a panic in `f` must not end the borrows while
+    // host functions copy.
+    let finish_on_unwind = FinishOnDrop(&scope);
+    let value = f(&scope);
+    core::mem::forget(finish_on_unwind);
+    scope.finish_all()?;
+    Ok(value)
 }
 
 impl<'scope, 'env> StagingScope<'scope, 'env> {
-    /// Starts copying `dst.len()` bytes from byte `offset` of `src` into `dst`.
-    pub fn device_to_host_at<D, S>(
+    /// Starts the copy `spec` describes and returns its handle at once:
+    /// the caller's thread only checks and plans it, and the stager's
+    /// feeder thread queues its chunks. Small transfers are staged too,
+    /// since the driver's path would block.
+    ///
+    /// Checked whole before anything is queued, as
+    /// [`Stager::run`](super::Stager::run) checks it. Memory whose owner orders its use
+    /// (cudarc's) is refused ([`Error::OrderNotKept`]): its order is kept
+    /// by `run` alone.
+    pub fn start(
         &'scope self,
-        dst: &'scope mut D,
-        src: &'scope S,
-        offset: usize,
-    ) -> Result<Transfer<'scope, 'env>, Error>
-    where
-        D: HostMemoryMut + ?Sized,
-        S: DeviceMemory,
-    {
-        let host = dst.host_range_mut();
-        self.start(host, DeviceSide::Source(src), Blocks::One { offset })
-    }
-
-    /// Starts copying `dst.len()` bytes from the start of `src` into `dst`.
-    pub fn device_to_host<D, S>(
-        &'scope self,
-        dst: &'scope mut D,
-        src: &'scope S,
-    ) -> Result<Transfer<'scope, 'env>, Error>
-    where
-        D: HostMemoryMut + ?Sized,
-        S: DeviceMemory,
-    {
-        self.device_to_host_at(dst, src, 0)
-    }
-
-    /// Starts copying `src` to byte `offset` of `dst`.
-    pub fn host_to_device_at<D, S>(
-        &'scope self,
-        dst: &'scope mut D,
-        offset: usize,
-        src: &'scope S,
-    ) -> Result<Transfer<'scope, 'env>, Error>
-    where
-        D: DeviceMemory,
-        S: HostMemory + ?Sized,
-    {
-        let host = src.host_range();
-        self.start(host, DeviceSide::Destination(dst), Blocks::One { offset })
-    }
-
-    /// Starts copying `src` to the start of `dst`.
-    pub fn host_to_device<D, S>(
-        &'scope self,
-        dst: &'scope mut D,
-        src: &'scope S,
-    ) -> Result<Transfer<'scope, 'env>, Error>
-    where
-        D: DeviceMemory,
-        S: HostMemory + ?Sized,
-    {
-        self.host_to_device_at(dst, 0, src)
-    }
-
-    /// Starts copying each block from `src` into `dst`: a batch, checked
-    /// before anything is queued as
-    /// [`Stager::device_to_host_blocks`] checks it.
-    pub fn device_to_host_blocks<D, S>(
-        &'scope self,
-        dst: &'scope mut D,
-        src: &'scope S,
-        blocks: &[Block],
-    ) -> Result<Transfer<'scope, 'env>, Error>
-    where
-        D: HostMemoryMut + ?Sized,
-        S: DeviceMemory,
-    {
-        let host = dst.host_range_mut();
-        self.start(host, DeviceSide::Source(src), Blocks::Many(blocks))
-    }
-
-    /// Starts copying each block from `src` into `dst`: a batch, checked
-    /// before anything is queued as
-    /// [`Stager::host_to_device_blocks`] checks it.
-    pub fn host_to_device_blocks<D, S>(
-        &'scope self,
-        dst: &'scope mut D,
-        src: &'scope S,
-        blocks: &[Block],
-    ) -> Result<Transfer<'scope, 'env>, Error>
-    where
-        D: DeviceMemory,
-        S: HostMemory + ?Sized,
-    {
-        let host = src.host_range();
-        self.start(host, DeviceSide::Destination(dst), Blocks::Many(blocks))
-    }
-
-    /// Plans a transfer and hands it to the stager's feeder thread: no
-    /// driver call on the caller's thread.
-    fn start(
-        &'scope self,
-        host: crate::HostRange,
-        device: DeviceSide<'scope>,
-        blocks: Blocks<'_>,
+        spec: TransferSpec<'scope>,
     ) -> Result<Transfer<'scope, 'env>, Error> {
         let mut stager = self.stager.borrow_mut();
-        let Some(in_flight) = stager.start(host, device, blocks, Queuing::Feeder)? else {
+        let Some(in_flight) = stager.start(spec, Queuing::Feeder)? else {
             return Ok(Transfer {
                 scope: self,
                 index: None,

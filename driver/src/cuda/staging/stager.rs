@@ -1,0 +1,841 @@
+//! The [`Stager`], in one place: its fronts, which decide when the caller
+//! waits ([`run`](Stager::run) blocks, [`scope`](Stager::scope) gives
+//! handles, [`start_unchecked`](Stager::start_unchecked) gives a transfer
+//! that borrows nothing), and the engine under them, which every front
+//! goes through (its [`Engine`] calls): `start` checks a [`TransferSpec`]
+//! whole, plans it and has its chunks queued; `finish` waits for them and
+//! retires what they used.
+
+use core::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::vec::Vec;
+
+use super::chunk::{Chunk, Chunks};
+use super::driver_path::{PinnedTransferError, driver_path};
+use super::engine::{Engine, InFlight, Queuing};
+use super::feed::{Feeder, Job, Lanes};
+use super::options::{StagingOptions, Stores};
+use super::pending::{self, PendingTransfer};
+use super::plan::{Block, Layout, chunk_sizes, plan};
+use super::scope::{self, StagingScope};
+use super::spec::{Blocks, Direction, TransferSpec};
+use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
+use crate::cuda::context::Context;
+use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
+use crate::cuda::error::{DriverError, Error};
+use crate::cuda::event::Event;
+use crate::cuda::pinned::PinnedBuffer;
+use crate::cuda::stream::{Stream, StreamRef};
+use crate::parallel::CopyPool;
+#[cfg(feature = "cudarc")]
+use crate::{HostRange, cuda::device::sealed::OwnerOrder, cuda::ffi::CUdeviceptr};
+
+/// Pinned staging buffers, one stream per buffer and a worker pool: see
+/// the [module documentation](super).
+#[derive(Debug)]
+pub struct Stager {
+    context: Context,
+    options: StagingOptions,
+    /// The streams, shared with the feeder thread.
+    lanes: Arc<Lanes>,
+    /// Queues the chunks of transfers that return at once; started by the
+    /// first of them.
+    feeder: Option<Feeder>,
+    /// Freed in `Drop` unless queued work may still touch them.
+    buffers: Vec<ManuallyDrop<PinnedBuffer>>,
+    /// Their addresses, for planning.
+    staging: Vec<usize>,
+    /// Behind an `Arc`: host functions reach it through a raw pointer that
+    /// no borrow of the stager may invalidate.
+    workers: Arc<CopyPool>,
+    /// The number of the next chunk planned.
+    next_seq: u64,
+    /// The error with which the streams last failed to drain: until they
+    /// drain, queued work may still use the staging buffers.
+    undrained: Option<DriverError>,
+    /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
+    /// Events `wait_for` recorded, each numbered, not yet known complete:
+    /// the stager's streams wait for them, and a transfer on the driver's
+    /// path (the legacy stream, which does not wait for non-blocking
+    /// streams) waits for them on the host first. A staged transfer
+    /// started after one that every stream waited for (`true`), and
+    /// finished without error, proves it complete.
+    order_events: Vec<(u64, bool, Event)>,
+    /// The number the next `wait_for` event gets.
+    next_order: u64,
+    /// Completed order events, reused.
+    spare_order_events: Vec<Event>,
+    /// Waits for the order events when they are folded into one; made the
+    /// first time they are.
+    order_stream: Option<Stream>,
+    /// Tells this stager's pending transfers from others'.
+    id: u64,
+}
+
+/// The most events [`Stager::wait_for`] keeps for work not known complete:
+/// at it, `wait_for` folds them into one (recorded on a stream of the
+/// stager's own that waited for each), without waiting on the host.
+pub const MAX_ORDER_EVENTS: usize = 64;
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`, for a feeder thread the system refused.
+const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
+
+impl Stager {
+    /// A stager on `context` with the default options.
+    pub fn new(context: &Context) -> Result<Stager, DriverError> {
+        Self::with_options(context, StagingOptions::default())
+    }
+
+    /// A stager on `context` with `options`: allocates the staging buffers,
+    /// creates their streams and starts the workers.
+    pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, DriverError> {
+        let _relaxed = RelaxedCapture::new();
+        let mut streams = Vec::with_capacity(options.buffers);
+        let mut buffers = Vec::with_capacity(options.buffers);
+        for _ in 0..options.buffers {
+            streams.push(Stream::new(context)?);
+            // Plain buffers until every one exists: an error here drops
+            // (frees) those made before it, which nothing has touched yet.
+            buffers.push(PinnedBuffer::new(context, options.chunk)?);
+        }
+        let staging = buffers
+            .iter()
+            .map(|buffer| buffer.raw_ptr().expose_provenance())
+            .collect();
+        let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
+        let stager = Stager {
+            context: context.clone(),
+            options,
+            lanes: Arc::new(Lanes::new(context, streams, options.device_copies)),
+            feeder: None,
+            buffers,
+            staging,
+            workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
+            next_seq: 0,
+            undrained: None,
+            order_events: Vec::new(),
+            next_order: 0,
+            spare_order_events: Vec::new(),
+            order_stream: None,
+            id: pending::next_stager_id(),
+        };
+        Ok(stager)
+    }
+
+    /// The context the stager transfers in.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> &StagingOptions {
+        &self.options
+    }
+
+    /// Worker threads running (fewer than asked if the system refused some).
+    pub fn workers(&self) -> usize {
+        self.workers.workers()
+    }
+
+    // The fronts.
+
+    /// Runs the copy `spec` describes and waits for its bytes to arrive.
+    ///
+    /// Checked whole before anything is queued (bounds, and for a batch
+    /// every block: see [`TransferSpec::blocks`]). A single transfer below
+    /// [`StagingOptions::driver_path_below`] takes the driver's own
+    /// synchronous path; everything else is staged.
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::cuda::{Context, DeviceBuffer};
+    /// use hostcopy_driver::cuda::staging::{Stager, to_device, to_host};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let context = Context::primary(0)?;
+    /// let mut device = DeviceBuffer::new(&context, 1 << 30)?;
+    /// let mut host = vec![0u8; 1 << 30];
+    /// let mut stager = Stager::new(&context)?;
+    /// stager.run(to_host(&mut host, &device))?;
+    /// stager.run(to_device(&mut device, &host[..1 << 20]).at(4096))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run(&mut self, spec: TransferSpec<'_>) -> Result<(), Error> {
+        #[cfg(feature = "cudarc")]
+        if let Some(order) = spec.device.memory().memory_order() {
+            return self.run_in_owner_order(spec, order);
+        }
+        self.run_now(spec)
+    }
+
+    /// Runs `f` with a scope whose transfers may borrow buffers that
+    /// outlive the scope, then waits for every transfer not yet waited for.
+    ///
+    /// Returns `f`'s value, or the first error of a transfer the scope
+    /// waited for (errors of transfers waited for through their handles
+    /// are returned by [`Transfer::wait`](super::Transfer::wait)).
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::cuda::{Context, DeviceBuffer};
+    /// use hostcopy_driver::cuda::staging::{Stager, to_host};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let context = Context::primary(0)?;
+    /// let device = DeviceBuffer::new(&context, 256 << 20)?;
+    /// let (mut first, mut second) = (vec![0u8; 128 << 20], vec![0u8; 128 << 20]);
+    /// let mut stager = Stager::new(&context)?;
+    /// stager.scope(|scope| -> Result<(), hostcopy_driver::cuda::Error> {
+    ///     let a = scope.start(to_host(&mut first, &device))?;
+    ///     let b = scope.start(to_host(&mut second, &device).at(128 << 20))?;
+    ///     // ... the caller keeps working while both are copied ...
+    ///     a.wait()?;
+    ///     b.wait()
+    /// })??;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scope<'env, F, T>(&'env mut self, f: F) -> Result<T, Error>
+    where
+        F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
+    {
+        scope::run(self, f)
+    }
+
+    /// Starts the copy `spec` describes and returns at once with a
+    /// transfer that borrows nothing: for a binding (the Python package)
+    /// whose transfers live inside another language's objects. Finish it
+    /// with [`finish_pending`](Self::finish_pending); Rust code has
+    /// [`scope`](Self::scope), which proves the same with borrows.
+    ///
+    /// Its chunks are queued by this call, all at once (a scope's go to the
+    /// stager's feeder thread instead), so that
+    /// [`PendingTransfer::order_before`] can order a stream after it at
+    /// once; for a transfer of many GiB this call may wait for room in the
+    /// driver's queue. Small single transfers take the driver's path, as in
+    /// [`run`](Self::run), and have finished when it returns.
+    ///
+    /// Memory whose owner orders its use (cudarc's) is refused
+    /// ([`Error::OrderNotKept`]).
+    ///
+    /// # Safety
+    ///
+    /// The borrows in `spec` end when this call returns, but the transfer
+    /// goes on: the caller keeps both memories allocated and untouched
+    /// until the transfer is given to `finish_pending` and that returns, or
+    /// until it is dropped (for good if it is dropped after a context
+    /// error: then its copies may still run). Untouched: nothing else
+    /// reads or writes the destination's bytes, nor writes the source's.
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::cuda::{Context, DeviceBuffer};
+    /// use hostcopy_driver::cuda::staging::{Stager, to_host};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let context = Context::primary(0)?;
+    /// let device = DeviceBuffer::new(&context, 64 << 20)?;
+    /// let mut host = vec![0u8; 64 << 20];
+    /// let mut stager = Stager::new(&context)?;
+    /// // SAFETY: `host` and `device` outlive the transfer, finished below,
+    /// // and nothing touches `host` before.
+    /// let pending = unsafe { stager.start_unchecked(to_host(&mut host, &device))? };
+    /// stager.finish_pending(pending)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub unsafe fn start_unchecked(
+        &mut self,
+        spec: TransferSpec<'_>,
+    ) -> Result<PendingTransfer, Error> {
+        // Queued by the caller, all at once, not by the feeder: so that
+        // `order_before` can order a stream after the transfer at once
+        // (its last chunks are queued), as a binding's non-blocking call
+        // does right after starting it.
+        let in_flight = self.start(spec, Queuing::Now)?;
+        Ok(PendingTransfer::new(in_flight, self.id))
+    }
+
+    /// Waits for a transfer this stager started, then settles it; its
+    /// error, if any (see the [module documentation](super) for what an
+    /// error leaves behind).
+    ///
+    /// # Panics
+    ///
+    /// If another stager started `transfer`.
+    pub fn finish_pending(&mut self, transfer: PendingTransfer) -> Result<(), Error> {
+        match transfer.into_in_flight(self.id) {
+            Some(in_flight) => self.finish(in_flight),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes every later transfer of this stager wait for the work queued
+    /// on `stream` so far: the kernel that wrote the data a device-to-host
+    /// transfer reads, say. Transfers already started are not affected.
+    ///
+    /// Refused with [`Error::Capturing`] when `stream` is capturing a graph
+    /// (the stager's streams would join the capture), and with
+    /// [`Error::ContextMismatch`] for a stream of another context.
+    ///
+    /// The stager holds one event per call until it knows the work
+    /// complete; at most [`MAX_ORDER_EVENTS`] of them, so that a program
+    /// calling this before every transfer keeps a bounded number of events
+    /// alive: each call first lets go of those the driver reports
+    /// complete, and at the bound folds the rest into one. It never waits
+    /// on the host.
+    pub fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
+        let _relaxed = RelaxedCapture::new();
+        self.check_usable()?;
+        self.context.expect_same(stream.context())?;
+        self.retire_order_events()?;
+        let event = match self.spare_order_events.pop() {
+            Some(event) => event,
+            None => Event::blocking(&self.context)?,
+        };
+        let recorded = {
+            let locked = capture::lock();
+            match capture_graph(&locked, stream.context(), stream.raw()) {
+                Ok(None) => event.record_known(&locked, stream, false),
+                Ok(Some(_)) => Err(Error::Capturing),
+                Err(error) => Err(error.into()),
+            }
+        };
+        if let Err(error) = recorded {
+            self.spare_order_events.push(event);
+            return Err(error);
+        }
+        // Every transfer started before is queued whole (the feeder has
+        // nothing left: a scope, the only user of it, has ended), so these
+        // waits come after them and before every later one.
+        let ordered = self
+            .lanes
+            .streams
+            .iter()
+            .try_for_each(|own| own.as_stream().wait_event(&event));
+        // Kept even if a wait failed: a transfer on the driver's path still
+        // waits for it on the host.
+        self.order_events
+            .push((self.next_order, ordered.is_ok(), event));
+        self.next_order += 1;
+        ordered
+    }
+
+    /// `pinned_to_device(dst, src, device_offset)`'s mirror: copies
+    /// `dst.len()` bytes from byte `device_offset` of `src` into the pinned
+    /// buffer `dst` with one asynchronous driver copy (the link's speed, no
+    /// staging), waits for it, and gives `dst` back.
+    ///
+    /// `dst` is taken by value because after a sticky context error the
+    /// wait returns at once while the driver's copy may still be writing
+    /// it: it is then leaked ([`PinnedTransferError`]), never handed back
+    /// to safe code, and the device allocation is kept for good. If the
+    /// stager's streams cannot be drained after an error, it also refuses
+    /// further work, as after a failed staged transfer.
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::cuda::{Context, DeviceBuffer, PinnedBuffer, staging::Stager};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let context = Context::primary(0)?;
+    /// let mut device = DeviceBuffer::new(&context, 2 << 20)?;
+    /// let mut stager = Stager::new(&context)?;
+    /// let pinned = PinnedBuffer::new(&context, 1 << 20)?;
+    /// // Up to byte 1 MiB of `device`, then back from its first MiB.
+    /// let pinned = stager.pinned_to_device(&mut device, pinned, 1 << 20)?;
+    /// let pinned = stager.device_to_pinned(pinned, &device, 0)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn device_to_pinned<S: DeviceMemory>(
+        &mut self,
+        dst: PinnedBuffer,
+        src: &S,
+        device_offset: usize,
+    ) -> Result<PinnedBuffer, PinnedTransferError> {
+        let _relaxed = RelaxedCapture::new();
+        if let Err(error) = self
+            .check_usable()
+            .and_then(|()| self.context.expect_same(src.memory_context()))
+            .and_then(|()| device_range(src, device_offset, dst.len()))
+        {
+            return Err(PinnedTransferError::new(error, Some(dst)));
+        }
+        if dst.is_empty() {
+            return Ok(dst);
+        }
+        let stream = self.lanes.streams[0].as_stream();
+        // SAFETY: `dst` is pinned, `len` writable bytes, owned here until
+        // `settle_pinned` has seen the copy finish; if it cannot, the
+        // buffer is leaked, so nothing reads, writes or frees it while the
+        // copy may still write it.
+        let queued =
+            unsafe { stream.copy_device_to_host(dst.raw_ptr(), src, device_offset, dst.len()) };
+        self.settle_pinned(queued, dst, src.memory_in_use())
+    }
+
+    /// Copies all of the pinned buffer `src` to byte `device_offset` of
+    /// `dst` with one asynchronous driver copy, waits for it, and gives
+    /// `src` back. The arguments are in the order of
+    /// [`device_to_pinned`](Self::device_to_pinned)'s: destination, source,
+    /// then the offset in the device memory.
+    ///
+    /// `src` is taken by value for the reason given in `device_to_pinned`:
+    /// after a sticky error the copy may still be reading it, and it is
+    /// leaked.
+    pub fn pinned_to_device<D: DeviceMemory>(
+        &mut self,
+        dst: &mut D,
+        src: PinnedBuffer,
+        device_offset: usize,
+    ) -> Result<PinnedBuffer, PinnedTransferError> {
+        let _relaxed = RelaxedCapture::new();
+        if let Err(error) = self
+            .check_usable()
+            .and_then(|()| self.context.expect_same(dst.memory_context()))
+            .and_then(|()| device_range(dst, device_offset, src.len()))
+        {
+            return Err(PinnedTransferError::new(error, Some(src)));
+        }
+        if src.is_empty() {
+            return Ok(src);
+        }
+        let stream = self.lanes.streams[0].as_stream();
+        // SAFETY: `src` is pinned and owned here until `settle_pinned` has
+        // seen the copy finish; if it cannot, the buffer is leaked, so no
+        // one writes or frees it while the copy may still read it. `dst`
+        // is mutably borrowed.
+        let queued =
+            unsafe { stream.copy_host_to_device(dst, device_offset, src.raw_ptr(), src.len()) };
+        self.settle_pinned(queued, src, dst.memory_in_use())
+    }
+
+    // The engine.
+
+    /// A transfer the caller's thread queues and waits for.
+    fn run_now(&mut self, spec: TransferSpec<'_>) -> Result<(), Error> {
+        match self.start(spec, Queuing::Now)? {
+            Some(in_flight) => self.finish(in_flight),
+            None => Ok(()),
+        }
+    }
+
+    /// A blocking transfer on memory whose owner orders its use (cudarc's:
+    /// see the `cudarc` module): checked before the owner or the stager
+    /// orders anything; then, between the owner's wait for the memory's
+    /// earlier uses and its record of this one, the stager's streams wait
+    /// for the owner's, and after a transfer that could not be drained the
+    /// owner's streams wait for the stager's.
+    #[cfg(feature = "cudarc")]
+    fn run_in_owner_order(
+        &mut self,
+        spec: TransferSpec<'_>,
+        order: &dyn OwnerOrder,
+    ) -> Result<(), Error> {
+        let writes = spec.device.direction() == Direction::HostToDevice;
+        order.check(&self.context, writes)?;
+        if spec.device_bytes(spec.device.memory().memory_len())? == 0 {
+            return Ok(());
+        }
+        order.check_not_capturing(&self.context)?;
+        let context = self.context.clone();
+        let (stream, own) = order.streams();
+        // SAFETY: the owner's streams live as long as `order`, which our
+        // caller borrows for this call, and belong to the stager's context
+        // (`check`).
+        let (stream, own) = unsafe {
+            (
+                StreamRef::from_raw(&context, stream),
+                own.map(|own| StreamRef::from_raw(&context, own)),
+            )
+        };
+        order.in_order(writes, &mut |memory| {
+            self.wait_for(stream)?;
+            if let Some(own) = own {
+                self.wait_for(own)?;
+            }
+            let spec = spec.with_device(memory);
+            let result = match spec.blocks {
+                // From pageable memory, which the driver reads within the
+                // call.
+                Blocks::One { offset }
+                    if writes
+                        && spec.host.len < self.options.driver_path_below
+                        && !crate::cuda::device::driver_knows_host_memory(spec.host.addr) =>
+                {
+                    let device = device_range(memory, offset, spec.host.len)?;
+                    self.small_upload(spec.host, device)
+                }
+                // A small download, or a small upload from pinned memory,
+                // takes the driver's synchronous path (finished when it
+                // returns), which waits for the owner's streams on the host
+                // first.
+                _ => self.run_now(spec),
+            };
+            if self.undrained.is_some() {
+                self.order_after_queued(stream);
+                if let Some(own) = own {
+                    self.order_after_queued(own);
+                }
+            }
+            result
+        })
+    }
+
+    /// A single upload below the crossover from pageable memory, for memory
+    /// its owner orders: one asynchronous driver copy on the stager's first
+    /// stream (which waits for the owner's streams) and a wait for that
+    /// stream, instead of the driver's synchronous path, whose legacy
+    /// stream the owner's streams would not be ordered after if the wait
+    /// for it failed. The driver copies the pageable source into its own
+    /// staging memory within the call, so nothing reads it after the call.
+    /// A failed wait drains the streams as after a staged transfer.
+    #[cfg(feature = "cudarc")]
+    fn small_upload(&mut self, host: HostRange, device: CUdeviceptr) -> Result<(), Error> {
+        let copied = {
+            let _relaxed = RelaxedCapture::new();
+            let lane = self.lanes.streams[0].as_stream();
+            let src = core::ptr::with_exposed_provenance::<u8>(host.addr);
+            // SAFETY: `device` starts `host.len` bytes of the owner's
+            // memory of the stager's context (bounds checked), which the
+            // caller borrows for the call; `src` is the caller's pageable
+            // host memory, borrowed for the call, which the driver has read
+            // when the call returns. The device side has been written when
+            // the stream is synchronized below; if that fails, the stream
+            // is drained, or the stager refuses work and the owner's
+            // streams are ordered after it (`run_in_owner_order`).
+            let queued = unsafe { lane.copy_host_to_device_raw(device, src, host.len) };
+            queued.and_then(|()| lane.synchronize())
+        };
+        match copied {
+            Ok(()) => {
+                // Every stream waited for the order events so far, and the
+                // first has now run past them.
+                self.order_events_complete(self.next_order);
+                Ok(())
+            }
+            Err(error) => {
+                self.drain();
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Makes `stream` wait for everything queued on the stager's streams:
+    /// after a transfer that could not be drained, so that the owner's next
+    /// use of the memory (its release too) comes after the copies the
+    /// driver may still run. Failures are not reported: the transfer's own
+    /// error is, and a context that refuses these calls refuses that next
+    /// use too (a sticky error).
+    #[cfg(feature = "cudarc")]
+    fn order_after_queued(&self, stream: StreamRef<'_>) {
+        let _relaxed = RelaxedCapture::new();
+        for own in &self.lanes.streams {
+            if let Ok(event) = Event::ordering(&self.context)
+                && event.record(own.as_stream()).is_ok()
+            {
+                let _ = stream.wait_event(&event);
+            }
+        }
+    }
+
+    /// Waits for a copy queued on stream 0 between `pinned` and `device`
+    /// (if it was queued), draining the streams after an error. Gives
+    /// `pinned` back unless a copy may still use it; keeps `device` for
+    /// good in that case.
+    fn settle_pinned(
+        &mut self,
+        queued: Result<(), Error>,
+        pinned: PinnedBuffer,
+        device: DeviceInUse,
+    ) -> Result<PinnedBuffer, PinnedTransferError> {
+        let was_queued = queued.is_ok();
+        let result = queued.and_then(|()| Ok(self.lanes.streams[0].as_stream().synchronize()?));
+        let Err(error) = result else {
+            return Ok(pinned);
+        };
+        self.drain();
+        // A copy the driver refused was never queued; drained streams have
+        // finished every copy. Otherwise the copy may still run.
+        if !was_queued || self.undrained.is_none() {
+            return Err(PinnedTransferError::new(error, Some(pinned)));
+        }
+        crate::cuda::retire::kept_pinned_buffers(1);
+        core::mem::forget(pinned);
+        self.release(device);
+        Err(PinnedTransferError::new(error, None))
+    }
+
+    /// Waits on the host for the work `wait_for` ordered the stager after,
+    /// if any since the last transfer: for the driver's path, whose legacy
+    /// stream does not wait for a non-blocking stream.
+    fn wait_for_order(&mut self) -> Result<(), Error> {
+        for (_, _, event) in &self.order_events {
+            event.synchronize()?;
+        }
+        let done = self.order_events.drain(..).map(|(_, _, event)| event);
+        self.spare_order_events.extend(done);
+        Ok(())
+    }
+
+    /// Lets go of the order events the driver reports complete, and once
+    /// [`MAX_ORDER_EVENTS`] are held, folds them into one: so that the
+    /// events held stay bounded however often `wait_for` is called between
+    /// transfers that would prove them complete, without waiting on the
+    /// host (a non-blocking call must not block on the user's stream).
+    fn retire_order_events(&mut self) -> Result<(), Error> {
+        let mut index = 0;
+        while index < self.order_events.len() {
+            if self.order_events[index].2.query()? {
+                let (_, _, event) = self.order_events.remove(index);
+                self.spare_order_events.push(event);
+            } else {
+                index += 1;
+            }
+        }
+        if self.order_events.len() >= MAX_ORDER_EVENTS {
+            self.fold_order_events()?;
+        }
+        // Spares beyond the bound are never needed at once again.
+        self.spare_order_events.truncate(MAX_ORDER_EVENTS);
+        Ok(())
+    }
+
+    /// Replaces the order events by one that completes after all of them:
+    /// recorded on a stream of the stager's own that waited for each and
+    /// carries no other work. On an error nothing is replaced.
+    fn fold_order_events(&mut self) -> Result<(), Error> {
+        if self.order_stream.is_none() {
+            self.order_stream = Some(Stream::new(&self.context)?);
+        }
+        let Some(stream) = &self.order_stream else {
+            unreachable!("made above");
+        };
+        let stream = stream.as_stream();
+        for (_, _, event) in &self.order_events {
+            stream.wait_event(event)?;
+        }
+        let folded = match self.spare_order_events.pop() {
+            Some(event) => event,
+            None => Event::blocking(&self.context)?,
+        };
+        if let Err(error) = folded.record(stream) {
+            self.spare_order_events.push(folded);
+            return Err(error);
+        }
+        // The stager's streams waited for it if they waited for every one;
+        // its number is the newest, which `order_events_complete` compares.
+        let waited = self.order_events.iter().all(|(_, waited, _)| *waited);
+        let newest = self.order_events.last().map_or(0, |(number, _, _)| *number);
+        let folded_in = self.order_events.drain(..).map(|(_, _, event)| event);
+        self.spare_order_events.extend(folded_in);
+        self.order_events.push((newest, waited, folded));
+        Ok(())
+    }
+
+    /// The order events numbered below `upto` that the streams waited for
+    /// are complete: a staged transfer started after them has finished.
+    fn order_events_complete(&mut self, upto: u64) {
+        for (number, waited, event) in core::mem::take(&mut self.order_events) {
+            if waited && number < upto {
+                self.spare_order_events.push(event);
+            } else {
+                self.order_events.push((number, waited, event));
+            }
+        }
+    }
+
+    /// `Ok` unless queued work may still use the staging buffers: then
+    /// the streams are drained once more, and the error is returned if
+    /// they still cannot be.
+    fn check_usable(&mut self) -> Result<(), Error> {
+        if self.undrained.is_some() {
+            self.drain();
+        }
+        match self.undrained {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for everything queued on the stager's own streams; records
+    /// the error if that fails (a sticky error). Only the stager's streams:
+    /// synchronizing the context would be refused while another stream of
+    /// it captures a graph, and would break that capture.
+    fn drain(&mut self) {
+        let _relaxed = RelaxedCapture::new();
+        self.undrained = self
+            .lanes
+            .streams
+            .iter()
+            .map(|stream| stream.as_stream().synchronize())
+            .find_map(Result::err);
+    }
+
+    /// Lets go of a device allocation that queued copies used: dropped if
+    /// the streams are drained, kept for good (and counted) if not. (A
+    /// borrowed allocation, cudarc's, is neither: see the `cudarc` module.)
+    fn release(&self, device: DeviceInUse) {
+        if self.undrained.is_some() {
+            device.keep();
+        }
+    }
+}
+
+impl Engine for Stager {
+    fn start(
+        &mut self,
+        spec: TransferSpec<'_>,
+        queuing: Queuing,
+    ) -> Result<Option<InFlight>, Error> {
+        self.check_usable()?;
+        let (host, device, blocks) = (spec.host, spec.device, spec.blocks);
+        let memory = device.memory();
+        // Memory whose owner hands out its address only with its ordering
+        // is refused here: only `run` keeps that order.
+        let device_ptr = memory.memory_ptr()?;
+        self.context.expect_same(memory.memory_context())?;
+        let direction = device.direction();
+        let total = spec.device_bytes(memory.memory_len())?;
+        let one;
+        let blocks = match blocks {
+            Blocks::One { offset } => {
+                if host.len > 0
+                    && queuing == Queuing::Now
+                    && host.len < self.options.driver_path_below
+                {
+                    // Not in the relaxed mode: the driver's synchronous
+                    // copies go through the legacy stream, which
+                    // synchronizes with every blocking stream, a capturing
+                    // one too; the driver refuses them during a global
+                    // capture rather than break it.
+                    self.wait_for_order()?;
+                    driver_path(host, device, offset)?;
+                    return Ok(None);
+                }
+                one = [Block::new(offset, 0, host.len)];
+                &one[..]
+            }
+            Blocks::Many(blocks) => blocks,
+        };
+        if total == 0 {
+            return Ok(None);
+        }
+        let _relaxed = RelaxedCapture::new();
+        let sizes = chunk_sizes(total, self.options.chunk, self.options.edge_chunk());
+        let mut planned = plan(
+            &Layout {
+                direction,
+                host: host.addr,
+                device: device_ptr,
+                blocks,
+                staging: &self.staging,
+                first: self.next_seq,
+            },
+            &sizes,
+        );
+        self.next_seq += planned.len() as u64;
+        let stores = match direction {
+            Direction::DeviceToHost => Stores::Streaming,
+            Direction::HostToDevice => self.options.h2d_stores,
+        };
+        let workers = Arc::as_ptr(&self.workers);
+        // The host copies move into the chunk records, which the host
+        // functions read; the plan keeps the driver's side.
+        let chunks = Chunks::new(
+            planned
+                .iter_mut()
+                .map(|chunk| Chunk::new(core::mem::take(&mut chunk.host), stores, workers))
+                .collect(),
+        );
+        let job = Arc::new(Job::new(direction, chunks.array(), planned));
+        match queuing {
+            Queuing::Now => self.lanes.queue_now(&job),
+            Queuing::Feeder => {
+                if self.feeder.is_none() {
+                    let feeder = Feeder::spawn(&self.lanes).map_err(|_| {
+                        // The system refused a thread: as out of resources.
+                        Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))
+                    });
+                    match feeder {
+                        Ok(feeder) => self.feeder = Some(feeder),
+                        Err(error) => {
+                            chunks.settle_and_free();
+                            return Err(error);
+                        }
+                    }
+                }
+                self.lanes.hand_over(Arc::clone(&job));
+            }
+        }
+        Ok(Some(InFlight {
+            chunks,
+            job,
+            order_upto: self.next_order,
+            device: memory.memory_in_use(),
+        }))
+    }
+
+    fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
+        let _relaxed = RelaxedCapture::new();
+        let InFlight {
+            chunks,
+            job,
+            order_upto,
+            device,
+        } = in_flight;
+        let (error, events) = {
+            let mut queued = job.wait_queued();
+            (queued.error.take(), core::mem::take(&mut queued.events))
+        };
+        let mut result = error.map_or(Ok(()), Err);
+        // After the first error the drain waits for the rest.
+        if result.is_ok() {
+            result = events
+                .iter()
+                .try_for_each(Event::synchronize)
+                .map_err(Error::from);
+        }
+        if result.is_err() {
+            self.drain();
+        } else {
+            self.lanes.return_events(events);
+            self.order_events_complete(order_upto);
+        }
+        chunks.settle_and_free();
+        self.release(device);
+        result
+    }
+}
+
+impl Drop for Stager {
+    fn drop(&mut self) {
+        // Every driver call of the teardown in the relaxed mode, the
+        // streams and events too (dropped here, not after).
+        let _relaxed = RelaxedCapture::new();
+        // The feeder first, joined: it is idle (every scope waited for the
+        // transfers it handed over), and would leave any job it had not
+        // started unqueued.
+        self.feeder = None;
+        // Borrowed transfers are finished (they borrow the stager), but a
+        // pending transfer dropped unfinished may still be queued.
+        self.drain();
+        self.order_events.clear();
+        self.spare_order_events.clear();
+        self.order_stream = None;
+        if self.undrained.is_some() {
+            // A host function of a pending transfer dropped unfinished may
+            // still be running with the workers: keep them too.
+            core::mem::forget(Arc::clone(&self.workers));
+            crate::cuda::retire::kept_pinned_buffers(self.buffers.len());
+        } else {
+            for buffer in &mut self.buffers {
+                // SAFETY: the streams drained just above: no queued work
+                // touches the buffer. Dropped once, here.
+                unsafe { ManuallyDrop::drop(buffer) };
+            }
+        }
+        // The feeder is joined: the stager holds the only reference.
+        if let Some(lanes) = Arc::get_mut(&mut self.lanes) {
+            lanes.clear();
+        }
+    }
+}
