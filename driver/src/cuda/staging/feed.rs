@@ -15,12 +15,18 @@
 //! the feeder has nothing left to queue. Chunks are numbered in the order
 //! they are queued; chunk `s` uses buffer `s % buffers`, whose stream
 //! orders it after the chunk that used the buffer before.
+//!
+//! The hand-off between the stager and the feeder, which calls no driver,
+//! is [`handoff`]'s, model-checked with loom; its primitives come from
+//! [`sync`].
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+mod handoff;
+mod sync;
+
 use std::vec::Vec;
 
+use self::handoff::{FeederThread, Handoff, Outcome};
+use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
 use super::chunk::{ChunkArray, run_chunk};
 use super::options::DeviceCopies;
@@ -40,28 +46,26 @@ pub(super) const WINDOW_PER_BUFFER: usize = 2;
 /// driver has none.
 const CUDA_ERROR_NOT_SUPPORTED: u32 = 801;
 
-/// What the stager and its feeder share: the streams, and the queue of
-/// transfers to feed.
+/// What the stager and its feeder share: first the settings, fixed when
+/// the stager is made and read without a lock; then the state that
+/// changes, each part behind its own synchronisation (the feeder's own in
+/// [`Handoff`]).
 #[derive(Debug)]
 pub(super) struct Lanes {
     context: Context,
+    /// One per staging buffer; emptied only by [`Lanes::clear`], once the
+    /// feeder is joined.
     pub(super) streams: Vec<Stream>,
     device_copies: DeviceCopies,
+    /// Chunks the feeder keeps queued ahead: [`WINDOW_PER_BUFFER`] per
+    /// staging buffer.
+    window: usize,
     /// The driver refused batch copies once (`DeviceCopies::Auto`): loop.
     batch_unavailable: core::sync::atomic::AtomicBool,
     /// Completion events of finished transfers, reused.
     spare_events: Mutex<Vec<Event>>,
-    queue: Mutex<Queue>,
-    /// Signals a new job or a stop to the feeder, and an emptied queue to
-    /// a blocking call.
-    wake: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    /// Jobs not fully queued yet, in order; the first is being queued.
-    jobs: VecDeque<Arc<Job>>,
-    stop: bool,
+    /// The jobs handed to the feeder, and its stop.
+    handoff: Arc<Handoff<Arc<Job>>>,
 }
 
 /// One transfer's chunks, planned, and how queuing them went.
@@ -70,8 +74,7 @@ pub(super) struct Job {
     direction: Direction,
     chunks: ChunkArray,
     plan: Vec<PlannedChunk>,
-    queued: Mutex<Queued>,
-    done: Condvar,
+    queued: Outcome<Queued>,
 }
 
 /// The outcome of queuing a job.
@@ -91,43 +94,27 @@ impl Job {
             direction,
             chunks,
             plan,
-            queued: Mutex::new(Queued::default()),
-            done: Condvar::new(),
+            queued: Outcome::new(Queued::default()),
         }
     }
 
     /// Waits until every chunk is queued (or queuing failed).
     pub(super) fn wait_queued(&self) -> MutexGuard<'_, Queued> {
-        let mut queued = lock(&self.queued);
-        while !queued.finished {
-            queued = self
-                .done
-                .wait(queued)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        queued
+        self.queued.wait(|queued| queued.finished)
     }
 
     /// The outcome so far, without waiting.
     pub(super) fn queued(&self) -> MutexGuard<'_, Queued> {
-        lock(&self.queued)
+        self.queued.now()
     }
 
     fn finish_queuing(&self, error: Option<Error>, events: Vec<Event>) {
-        let mut queued = lock(&self.queued);
-        *queued = Queued {
+        self.queued.settle(Queued {
             finished: true,
             error,
             events,
-        };
-        self.done.notify_all();
+        });
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Lanes {
@@ -138,12 +125,12 @@ impl Lanes {
     ) -> Lanes {
         Lanes {
             context: context.clone(),
+            window: WINDOW_PER_BUFFER * streams.len(),
             streams,
             device_copies,
             batch_unavailable: core::sync::atomic::AtomicBool::new(false),
             spare_events: Mutex::new(Vec::new()),
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
+            handoff: Arc::new(Handoff::new()),
         }
     }
 
@@ -162,30 +149,12 @@ impl Lanes {
     /// Queues every chunk of `job` on the calling thread, after the
     /// feeder has queued everything handed to it before.
     pub(super) fn queue_now(&self, job: &Job) {
-        let mut queue = lock(&self.queue);
-        while !queue.jobs.is_empty() {
-            queue = self
-                .wake
-                .wait(queue)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        // Held while queuing: no job can be handed over meanwhile (the
-        // caller holds the stager), this only keeps the order obvious.
-        self.queue_job(job, None);
-        drop(queue);
+        self.handoff.when_idle(|| self.queue_job(job, None));
     }
 
     /// Hands `job` to the feeder.
     pub(super) fn hand_over(&self, job: Arc<Job>) {
-        lock(&self.queue).jobs.push_back(job);
-        self.wake.notify_all();
-    }
-
-    /// Tells the feeder to stop after the job it is queuing; jobs not
-    /// started stay unqueued (their chunks never run).
-    pub(super) fn stop(&self) {
-        lock(&self.queue).stop = true;
-        self.wake.notify_all();
+        self.handoff.hand_over(job);
     }
 
     /// Queues the chunks of `job` in order; with a window, waits before
@@ -373,58 +342,30 @@ impl Window {
     }
 }
 
-/// The feeder thread of a stager: joined when dropped.
+/// The feeder thread of a stager: stopped and joined when dropped.
 #[derive(Debug)]
 pub(super) struct Feeder {
-    lanes: Arc<Lanes>,
-    thread: Option<JoinHandle<()>>,
+    thread: FeederThread<Arc<Job>>,
 }
 
 impl Feeder {
     pub(super) fn spawn(lanes: &Arc<Lanes>) -> std::io::Result<Feeder> {
         let shared = Arc::clone(lanes);
-        let thread = std::thread::Builder::new()
-            .name("hostcopy-feeder".into())
-            .spawn(move || feed(&shared))?;
-        Ok(Feeder {
-            lanes: Arc::clone(lanes),
-            thread: Some(thread),
-        })
+        let thread = FeederThread::spawn("hostcopy-feeder", &lanes.handoff, move |handoff| {
+            // Window events made and destroyed in the relaxed mode too.
+            let _relaxed = RelaxedCapture::new();
+            let mut window = Window::new(shared.window);
+            handoff.feed(|job| shared.queue_job(job, Some(&mut window)));
+        })?;
+        Ok(Feeder { thread })
     }
 }
 
 impl Drop for Feeder {
     fn drop(&mut self) {
-        self.lanes.stop();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The feeder's life: queue each job handed over, in order, until stopped.
-fn feed(lanes: &Lanes) {
-    let _relaxed = RelaxedCapture::new();
-    let places = WINDOW_PER_BUFFER * lanes.streams.len();
-    let mut window = Window::new(places);
-    loop {
-        let job = {
-            let mut queue = lock(&lanes.queue);
-            loop {
-                if queue.stop {
-                    return;
-                }
-                if let Some(job) = queue.jobs.front() {
-                    break Arc::clone(job);
-                }
-                queue = lanes
-                    .wake
-                    .wait(queue)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-        };
-        lanes.queue_job(&job, Some(&mut window));
-        lock(&lanes.queue).jobs.pop_front();
-        lanes.wake.notify_all();
+        // The stager relies on this join (see `Stager::drop`): the feeder
+        // stops after the job it is queuing, whose waiters then wake; jobs
+        // not started stay unqueued (their chunks never run).
+        self.thread.shutdown();
     }
 }
