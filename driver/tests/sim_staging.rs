@@ -981,7 +981,7 @@ fn events_stay_bounded_over_thousands_of_waits_before_empty_and_pinned_copies() 
     let source = DeviceBuffer::new(&device.context, 4096).unwrap();
     let mut pinned = Some(PinnedBuffer::new(&device.context, 4096).unwrap());
     let mut empty: [u8; 0] = [];
-    let calls = scaled(2000, 80);
+    let calls = scaled(2000, 40);
     let mut most = 0;
     for _ in 0..calls {
         stager.wait_for(producer.as_stream()).unwrap();
