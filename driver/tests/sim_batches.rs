@@ -298,12 +298,12 @@ fn device_to_pinned_waits_for_the_stream_given_to_wait_for() {
     let _ = sim::take_violations(device.ordinal);
 }
 
-/// A transfer on the driver's path goes through the legacy stream, which
-/// does not wait for a non-blocking stream: after `wait_for`, it waits on
-/// the host for the stream's work first (an injected failure of that wait
-/// shows the call is made, and made once).
+/// A transfer on the driver's path goes on a stream of the stager's own:
+/// after `wait_for`, that stream waits for the stream's work first (an
+/// injected failure of that wait shows the call is made, and made until
+/// one succeeds).
 #[test]
-fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
+fn a_small_transfer_after_wait_for_waits_for_the_stream() {
     use hostcopy_driver::cuda::Stream;
     let device = device();
     let mut stager = small_on_driver_path(&device);
@@ -311,7 +311,7 @@ fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
     let source = DeviceBuffer::new(&device.context, 100).unwrap();
     let mut host = vec![0u8; 100];
     stager.wait_for(producer.as_stream()).unwrap();
-    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    sim::fail_call(device.ordinal, "cuStreamWaitEvent", 1, 2);
     assert!(
         stager.run(to_host(&mut host, &source)).is_err(),
         "the small transfer did not wait for the producer"
@@ -319,14 +319,14 @@ fn a_small_transfer_after_wait_for_waits_for_the_stream_on_the_host() {
     // The wait failed, so the next small transfer waits again; once a
     // wait succeeded, the one after makes none.
     stager.run(to_host(&mut host, &source)).unwrap();
-    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    sim::fail_call(device.ordinal, "cuStreamWaitEvent", 1, 2);
     stager.run(to_host(&mut host, &source)).unwrap();
     drop(stager);
     let _ = sim::take_violations(device.ordinal);
 }
 
-/// Two streams given to `wait_for` before a small transfer: it waits on the
-/// host for both (an injected failure of the second wait shows it is
+/// Two streams given to `wait_for` before a small transfer: its stream
+/// waits for both (an injected failure of the second wait shows it is
 /// made), not only the last one's event.
 #[test]
 fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
@@ -346,7 +346,7 @@ fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
     stager.wait_for(first.as_stream()).unwrap();
     stager.wait_for(second.as_stream()).unwrap();
     sim::release(device.ordinal);
-    sim::fail_call(device.ordinal, "cuEventSynchronize", 2, 2);
+    sim::fail_call(device.ordinal, "cuStreamWaitEvent", 2, 2);
     assert!(
         stager.run(to_host(&mut host, &source)).is_err(),
         "the small transfer waited for one stream only"
@@ -356,8 +356,8 @@ fn a_small_transfer_waits_for_every_stream_given_to_wait_for() {
 }
 
 /// A pending transfer started after `wait_for` and not finished yet proves
-/// nothing: a small transfer after it still waits on the host for the
-/// stream (it follows neither the stager's streams nor that stream).
+/// nothing: a small transfer after it still waits for the stream (its
+/// stream follows neither the stager's other streams nor that stream).
 #[test]
 fn a_small_transfer_after_an_unfinished_pending_one_still_waits_for_the_stream() {
     use hostcopy_driver::cuda::Stream;
@@ -370,14 +370,14 @@ fn a_small_transfer_after_an_unfinished_pending_one_still_waits_for_the_stream()
     stager.wait_for(producer.as_stream()).unwrap();
     // SAFETY: `large` is leaked: valid for good, and touched by nothing else.
     let pending = unsafe { stager.start_unchecked(to_host(large, &source)) }.unwrap();
-    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    sim::fail_call(device.ordinal, "cuStreamWaitEvent", 1, 2);
     assert!(
         stager.run(to_host(&mut small, &source)).is_err(),
         "the small transfer did not wait for the producer"
     );
     stager.finish_pending(pending).unwrap();
     // Finished without error, the pending transfer proved the wait done.
-    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 2);
+    sim::fail_call(device.ordinal, "cuStreamWaitEvent", 1, 2);
     stager
         .run(to_host(&mut small, &source))
         .expect("no wait left: the pending transfer proved it done");

@@ -237,24 +237,64 @@ fn a_small_upload_on_the_drivers_path_returns_once_its_bytes_have_landed() {
     device.assert_no_violations();
 }
 
-/// If the wait for a small upload's bytes fails after the driver took them,
-/// they may still land: the device memory is kept for good (and counted),
-/// never freed under the queued copy.
+/// A small upload whose wait fails is drained before the call returns:
+/// the error comes back once the queued copy has run, and the device
+/// memory, which no copy uses any more, is not kept.
 #[test]
-fn a_small_upload_whose_wait_fails_keeps_its_device_memory() {
+fn a_small_upload_whose_wait_fails_is_drained_before_it_returns() {
     let device = device();
     let mut stager = on_the_drivers_path_below_a_chunk(&device);
     let mut target = DeviceBuffer::new(&device.context, 64).unwrap();
     let before = staging::leaked().device_buffers;
     sim::hold(device.ordinal);
     sim::fail_call(device.ordinal, "cuStreamSynchronize", 1, OUT_OF_MEMORY);
-    let failed = stager.run(to_device(&mut target, &pattern(64, 3)));
-    assert!(failed.is_err(), "the failed wait is returned");
-    assert!(staging::leaked().device_buffers > before, "counted");
-    // Frees nothing: the copy is still queued.
+    std::thread::scope(|scope| {
+        let upload = scope.spawn(|| stager.run(to_device(&mut target, &pattern(64, 3))));
+        while sim::device_state(device.ordinal).queued == 0 {
+            std::thread::yield_now();
+        }
+        // Time enough for a call that does not drain to return.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let returned_early = upload.is_finished();
+        sim::release(device.ordinal);
+        assert!(
+            upload.join().unwrap().is_err(),
+            "the failed wait is returned"
+        );
+        assert!(!returned_early, "returned before its copy had run");
+    });
+    assert_eq!(staging::leaked().device_buffers, before, "nothing kept");
     drop(target);
-    sim::release(device.ordinal);
     device.assert_no_violations();
+}
+
+/// A small upload whose context fails while it is queued cannot be drained:
+/// its device memory is kept for good, counted, and never freed.
+#[test]
+fn a_small_upload_on_a_failed_context_keeps_its_device_memory() {
+    let device = device();
+    let mut stager = on_the_drivers_path_below_a_chunk(&device);
+    let mut target = DeviceBuffer::new(&device.context, 64).unwrap();
+    let before = staging::leaked().device_buffers;
+    sim::hold(device.ordinal);
+    let ordinal = device.ordinal;
+    std::thread::scope(|scope| {
+        let upload = scope.spawn(|| stager.run(to_device(&mut target, &pattern(64, 3))));
+        while sim::device_state(ordinal).queued == 0 {
+            std::thread::yield_now();
+        }
+        sim::fail_context(ordinal, LAUNCH_FAILED);
+        sim::release(ordinal);
+        assert!(
+            upload.join().unwrap().is_err(),
+            "the context error is returned"
+        );
+    });
+    assert!(staging::leaked().device_buffers > before, "counted");
+    // Frees nothing: the stager cannot know that the copy will never run.
+    drop(target);
+    drop(stager);
+    let _ = sim::take_violations(device.ordinal);
 }
 
 #[test]
@@ -1063,5 +1103,70 @@ fn waits_for_work_that_has_not_run_never_block_and_still_order() {
         "the small transfer ran before the producer's copy"
     );
     drop((stager, pinned));
+    device.assert_no_violations();
+}
+
+/// Below the crossover, a transfer that returns at once (a scope's, a
+/// pending one) takes the driver's path on a stream of the stager's own
+/// when that cannot block the caller: one asynchronous driver copy, no
+/// staging, done when the call returns. Behind a stream given to
+/// `wait_for` that has not finished, or behind a transfer of the stager's
+/// still queued, it is staged instead, and the call returns at once.
+#[test]
+fn a_small_transfer_that_returns_at_once_takes_the_drivers_path_only_when_it_cannot_block() {
+    let device = device();
+    let mut stager = on_the_drivers_path_below_a_chunk(&device);
+    let len = 100;
+    let expected = pattern(2 * CHUNK, 41);
+    let mut source = DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let (mut small, mut large) = (vec![0u8; len], vec![0u8; 2 * CHUNK]);
+    let ordinal = device.ordinal;
+    let state = || sim::device_state(ordinal);
+
+    // Idle: the driver's path, complete before the handle is waited for.
+    let before = state();
+    stager
+        .scope(|scope| {
+            let transfer = scope.start(to_host(&mut small, &source)).unwrap();
+            let now = state();
+            assert_eq!(now.async_copy_calls, before.async_copy_calls + 1);
+            assert_eq!(now.host_fns_run, before.host_fns_run, "nothing staged");
+            transfer.wait()
+        })
+        .unwrap()
+        .unwrap();
+    assert!(small[..] == expected[..len]);
+
+    // Behind a large transfer still queued: staged, and the call returns
+    // while the device is held.
+    small.fill(0);
+    sim::hold(ordinal);
+    stager
+        .scope(|scope| {
+            let first = scope.start(to_host(&mut large, &source)).unwrap();
+            let second = scope.start(to_host(&mut small, &source)).unwrap();
+            sim::release(ordinal);
+            first.wait().and(second.wait())
+        })
+        .unwrap()
+        .unwrap();
+    assert!(small[..] == expected[..len] && large == expected);
+
+    // Behind a stream given to `wait_for` that has not run: staged, and the
+    // pending transfer returns while the device is held.
+    small.fill(0);
+    sim::hold(ordinal);
+    stager.wait_for(producer.as_stream()).unwrap();
+    let staged_before = state().host_fns_run;
+    // SAFETY: `small` outlives the transfer, finished below, and nothing
+    // else touches it meanwhile.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut small[..], &source)) }.unwrap();
+    sim::release(ordinal);
+    stager.finish_pending(pending).unwrap();
+    assert!(state().host_fns_run > staged_before, "staged");
+    assert!(small[..] == expected[..len]);
+    drop(stager);
     device.assert_no_violations();
 }

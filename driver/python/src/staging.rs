@@ -94,25 +94,17 @@ impl PyStager {
             .map_err(|failure| layer_error(py, operation, "device", failure))
     }
 
-    /// Starts a transfer with `start` on the open stager; blocking: waits for
-    /// it; otherwise returns it, for a `Transfer` to hold.
+    /// Runs `start` on the open stager: a blocking transfer (`None` once it
+    /// has finished), or one that returns at once, for a `Transfer` to hold.
     fn transfer(
         &self,
         py: Python<'_>,
         operation: &str,
-        blocking: bool,
-        start: impl FnOnce(&mut Stager, &Context) -> Result<PendingTransfer, Error> + Send,
+        start: impl FnOnce(&mut Stager, &Context) -> Result<Option<PendingTransfer>, Error> + Send,
     ) -> PyResult<Option<PendingTransfer>> {
-        let started = self.locked(py, operation, |stager, context| {
-            let Some(stager) = stager.as_mut() else {
-                return Ok(None);
-            };
-            let pending = start(stager, context)?;
-            if blocking {
-                stager.finish_pending(pending)?;
-                return Ok(Some(None));
-            }
-            Ok(Some(Some(pending)))
+        let started = self.locked(py, operation, |stager, context| match stager.as_mut() {
+            Some(stager) => start(stager, context).map(Some),
+            None => Ok(None),
         })?;
         started.ok_or_else(closed)
     }
@@ -141,7 +133,7 @@ impl PyStager {
         order_before: Option<usize>,
         blocking: bool,
     ) -> PyResult<Option<PendingTransfer>> {
-        self.transfer(py, operation, blocking, move |stager, context| {
+        self.transfer(py, operation, move |stager, context| {
             // SAFETY: the owner keeps the memory allocated (the Python
             // API's promise for the arrays it was given).
             let mut view =
@@ -161,16 +153,19 @@ impl PyStager {
                 Some(blocks) => spec.blocks(blocks),
                 None => spec,
             };
+            if blocking {
+                // The blocking call itself: below the crossover it takes
+                // the driver's path whatever it must wait for.
+                stager.run(spec)?;
+                return Ok(None);
+            }
             // SAFETY: the host memory, as above; the view's owner keeps the
             // device memory allocated until the transfer is finished, or
             // for good if it is dropped with copies still running (the
             // layer keeps the view's share); the device range stays
             // unshared by the caller's promise (the Python API's).
             let pending = unsafe { stager.start_unchecked(spec) }?;
-            if blocking {
-                return Ok(pending);
-            }
-            self::order_before(stager, context, pending, order_before)
+            self::order_before(stager, context, pending, order_before).map(Some)
         })
     }
 }

@@ -306,7 +306,6 @@ impl DeviceView {
 /// registered with it): it then copies from it asynchronously rather than
 /// staging it within the call. Only an address the driver answers it does
 /// not know (`CUDA_ERROR_INVALID_VALUE`: plain pageable memory) is `false`.
-#[cfg(feature = "cudarc")]
 pub(crate) fn driver_knows_host_memory(addr: usize) -> bool {
     /// `CUDA_ERROR_INVALID_VALUE`.
     const INVALID_VALUE: u32 = 1;

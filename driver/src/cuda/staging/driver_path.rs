@@ -4,12 +4,15 @@
 
 use super::spec::DeviceSide;
 use crate::HostRange;
+use crate::cuda::StreamRef;
 use crate::cuda::device;
 use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
 
-/// A small transfer on the driver's own synchronous path (no staging).
-pub(super) fn driver_path(
+/// A small transfer on the driver's own synchronous path (no staging),
+/// through the legacy stream: for page-locked host memory, which the
+/// driver would copy asynchronously on a stream of ours.
+pub(super) fn synchronous(
     host: HostRange,
     device: DeviceSide<'_>,
     offset: usize,
@@ -32,6 +35,41 @@ pub(super) fn driver_path(
             device::copy_from_host(device, offset, bytes)
         }
     }
+}
+
+/// A small transfer of pageable host memory on the driver's own path, on
+/// `stream` (one of the stager's, not the legacy stream, which would
+/// synchronize with every blocking stream and join or break a capture),
+/// then a wait for `stream`: complete when it returns. The driver stages
+/// pageable memory within the call (a download has landed when it
+/// returns, an upload's source has been read), so nothing touches `host`
+/// after the call, even if the wait fails.
+pub(super) fn on_stream(
+    stream: StreamRef<'_>,
+    host: HostRange,
+    device: DeviceSide<'_>,
+    offset: usize,
+) -> Result<(), Error> {
+    let addr = core::ptr::with_exposed_provenance_mut::<u8>(host.addr);
+    match device {
+        // SAFETY: `host` comes from a `HostMemoryMut` borrow our caller
+        // holds for the call (or answers for, through
+        // `Stager::start_unchecked`): `len` writable pageable bytes, which
+        // the driver has written when the copy returns; `device` is
+        // borrowed for the call, and its copy done when the wait below
+        // returns (or, if the wait fails, the device memory is kept).
+        DeviceSide::Source(device) => unsafe {
+            stream.copy_device_to_host(addr, device, offset, host.len)
+        },
+        // SAFETY: `host` comes from a `HostMemory` borrow as above: `len`
+        // initialized pageable bytes, which the driver has read into its
+        // own staging memory when the call returns; `device` as above.
+        DeviceSide::Destination(device) => unsafe {
+            stream.copy_host_to_device(device, offset, addr.cast_const(), host.len)
+        },
+    }?;
+    stream.synchronize()?;
+    Ok(())
 }
 
 /// A failed [`Stager::device_to_pinned`](super::Stager::device_to_pinned) or

@@ -15,12 +15,16 @@ use crate::cuda::error::Error;
 /// Who queues a transfer's chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Queuing {
-    /// The caller, all at once: a blocking call, or a pending transfer
-    /// (which `order_before` needs queued). Small single transfers take the
-    /// driver's path.
-    Now,
-    /// The feeder thread: a call that returns at once. Everything is
-    /// staged, since the driver's path would block the caller.
+    /// The caller, all at once, for a blocking call. Single transfers below
+    /// the crossover take the driver's path.
+    Blocking,
+    /// The caller, all at once, for a pending transfer (which
+    /// `order_before` needs queued). Single transfers below the crossover
+    /// of pageable memory take the driver's path unless it would wait for
+    /// a stream given to `wait_for`.
+    Pending,
+    /// The feeder thread, for a scope's transfer, which returns at once;
+    /// below the crossover as for a pending transfer.
     Feeder,
 }
 

@@ -152,6 +152,20 @@ impl Lanes {
         self.handoff.when_idle(|| self.queue_job(job, None));
     }
 
+    /// Whether no work of the stager's is queued or in the feeder's hands:
+    /// the feeder holds no job and every stream has run what it was given.
+    pub(super) fn idle(&self) -> Result<bool, Error> {
+        if !self.handoff.is_idle() {
+            return Ok(false);
+        }
+        for stream in &self.streams {
+            if !stream.as_stream().query()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Hands `job` to the feeder.
     pub(super) fn hand_over(&self, job: Arc<Job>) {
         self.handoff.hand_over(job);

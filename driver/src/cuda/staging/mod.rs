@@ -46,10 +46,18 @@
 //! buffer under a running host function. A scope's transfers return at
 //! once: the caller's thread only checks and plans them, and the stager's
 //! feeder thread queues their chunks, keeping two per staging buffer queued
-//! ahead, so the caller makes no driver call until it waits. Small
-//! transfers in a scope are staged too, since the driver's path would
-//! block. (A [`PendingTransfer`]'s chunks are queued by the call that
-//! starts it, so that it can order a stream after itself at once.)
+//! ahead, so the caller makes no driver call until it waits. (A
+//! [`PendingTransfer`]'s chunks are queued by the call that starts it, so
+//! that it can order a stream after itself at once.)
+//!
+//! A single transfer below [`StagingOptions::driver_path_below`] takes the
+//! driver's own pageable path, faster there than staging, on a stream of
+//! the stager's (not the legacy stream): the driver copies pageable memory
+//! within the call, so the call returns when the bytes have arrived. A
+//! transfer that returns at once (a scope's, a pending one) takes it only
+//! when that cannot block the caller: for pageable memory, with no stream
+//! given to [`Stager::wait_for`] still running and nothing of the
+//! stager's queued; otherwise it is staged.
 //!
 //! # Batches
 //!
@@ -105,11 +113,12 @@
 //! buffers, which no graph capture can reach, so it makes them in the
 //! relaxed capture mode: a stager works while another part of the program
 //! captures a graph, even in global mode, and leaves that capture alone.
-//! The exception is a blocking transfer below the crossover: the driver's
-//! own synchronous copy goes through the legacy stream, which synchronizes
-//! with every blocking stream, so during a global capture the driver
-//! refuses it (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), as it would
-//! anyone's.
+//! The exception is a blocking transfer below the crossover of page-locked
+//! host memory (pinned or registered, which the driver would copy
+//! asynchronously): the driver's synchronous copy goes through the legacy
+//! stream, which synchronizes with every blocking stream, so during a
+//! global capture the driver refuses it
+//! (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), as it would anyone's.
 //!
 //! A failed wait returns the driver's error; it never hangs. Before it
 //! returns, the stager drains its own streams (never the whole context,
@@ -143,7 +152,7 @@
 //! 4. Several GPUs at once: one stager per GPU, each on its own thread,
 //!    built with [`StagingOptionsBuilder::stagers`] set to the number of
 //!    GPUs, so each pool gets its share of the cores.
-//! 5. Small blocking transfers take the driver's path below
+//! 5. Small transfers take the driver's path below
 //!    [`StagingOptions::driver_path_below`] (see [`DRIVER_PATH_BELOW`] for
 //!    how that crossover is measured). Pinned memory needs no staging at
 //!    all: [`Stager::device_to_pinned`] and [`Stager::pinned_to_device`]

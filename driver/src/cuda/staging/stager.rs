@@ -11,14 +11,15 @@ use std::sync::Arc;
 use std::vec::Vec;
 
 use super::chunk::{Chunk, Chunks};
-use super::driver_path::{PinnedTransferError, driver_path};
+use super::driver_path::{self, PinnedTransferError};
 use super::engine::{Engine, InFlight, Queuing};
 use super::feed::{Feeder, Job, Lanes};
 use super::options::{StagingOptions, Stores};
 use super::pending::{self, PendingTransfer};
 use super::plan::{Block, Layout, chunk_sizes, plan};
 use super::scope::{self, StagingScope};
-use super::spec::{Blocks, Direction, TransferSpec};
+use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
+use crate::HostRange;
 use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
 use crate::cuda::context::Context;
 use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
@@ -28,7 +29,7 @@ use crate::cuda::pinned::PinnedBuffer;
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::CopyPool;
 #[cfg(feature = "cudarc")]
-use crate::{HostRange, cuda::device::sealed::OwnerOrder, cuda::ffi::CUdeviceptr};
+use crate::{cuda::device::sealed::OwnerOrder, cuda::ffi::CUdeviceptr};
 
 /// Pinned staging buffers, one stream per buffer and a worker pool: see
 /// the [module documentation](super).
@@ -68,6 +69,9 @@ pub struct Stager {
     /// Waits for the order events when they are folded into one; made the
     /// first time they are.
     order_stream: Option<Stream>,
+    /// Carries the transfers below the crossover on the driver's pageable
+    /// path; made for the first.
+    driver_stream: Option<Stream>,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
@@ -117,6 +121,7 @@ impl Stager {
             next_order: 0,
             spare_order_events: Vec::new(),
             order_stream: None,
+            driver_stream: None,
             id: pending::next_stager_id(),
         };
         Ok(stager)
@@ -250,7 +255,7 @@ impl Stager {
         // `order_before` can order a stream after the transfer at once
         // (its last chunks are queued), as a binding's non-blocking call
         // does right after starting it.
-        let in_flight = self.start(spec, Queuing::Now)?;
+        let in_flight = self.start(spec, Queuing::Pending)?;
         Ok(PendingTransfer::new(in_flight, self.id))
     }
 
@@ -412,7 +417,7 @@ impl Stager {
 
     /// A transfer the caller's thread queues and waits for.
     fn run_now(&mut self, spec: TransferSpec<'_>) -> Result<(), Error> {
-        match self.start(spec, Queuing::Now)? {
+        match self.start(spec, Queuing::Blocking)? {
             Some(in_flight) => self.finish(in_flight),
             None => Ok(()),
         }
@@ -528,7 +533,7 @@ impl Stager {
     #[cfg(feature = "cudarc")]
     fn order_after_queued(&self, stream: StreamRef<'_>) {
         let _relaxed = RelaxedCapture::new();
-        for own in &self.lanes.streams {
+        for own in self.lanes.streams.iter().chain(&self.driver_stream) {
             if let Ok(event) = Event::ordering(&self.context)
                 && event.record(own.as_stream()).is_ok()
             {
@@ -562,6 +567,67 @@ impl Stager {
         core::mem::forget(pinned);
         self.release(device);
         Err(PinnedTransferError::new(error, None))
+    }
+
+    /// Whether a single transfer below the crossover takes the driver's
+    /// path, which is faster there than staging: a blocking call always. A
+    /// call that returns at once (a scope's, a pending transfer) only for
+    /// pageable memory, and only if it would wait neither for a stream
+    /// given to [`wait_for`](Self::wait_for) nor behind the stager's own
+    /// transfers (the driver's copy returns when it is done, so either wait
+    /// would block the caller): else it is staged.
+    fn driver_path_now(&mut self, queuing: Queuing, host: HostRange) -> Result<bool, Error> {
+        if queuing == Queuing::Blocking {
+            return Ok(true);
+        }
+        self.retire_order_events()?;
+        Ok(self.order_events.is_empty()
+            && !crate::cuda::device::driver_knows_host_memory(host.addr)
+            && self.lanes.idle()?)
+    }
+
+    /// A single transfer below the crossover on the driver's own path,
+    /// complete when this returns. Pageable memory goes on a stream of the
+    /// stager's own, after the streams given to `wait_for` (in the relaxed
+    /// capture mode: it touches no capture). Page-locked memory, which the
+    /// driver would copy asynchronously, takes the synchronous path, after
+    /// a wait on the host for those streams; that path goes through the
+    /// legacy stream, which synchronizes with every blocking stream, so
+    /// the driver refuses it during a global capture rather than break it.
+    fn driver_path(
+        &mut self,
+        host: HostRange,
+        device: DeviceSide<'_>,
+        offset: usize,
+    ) -> Result<(), Error> {
+        if crate::cuda::device::driver_knows_host_memory(host.addr) {
+            self.wait_for_order()?;
+            return driver_path::synchronous(host, device, offset);
+        }
+        let _relaxed = RelaxedCapture::new();
+        if self.driver_stream.is_none() {
+            self.driver_stream = Some(Stream::new(&self.context)?);
+        }
+        let Some(stream) = &self.driver_stream else {
+            unreachable!("made above");
+        };
+        let stream = stream.as_stream();
+        for (_, _, event) in &self.order_events {
+            stream.wait_event(event)?;
+        }
+        match driver_path::on_stream(stream, host, device, offset) {
+            Ok(()) => {
+                // The stream waited for every order event and ran past.
+                let done = self.order_events.drain(..).map(|(_, _, event)| event);
+                self.spare_order_events.extend(done);
+                Ok(())
+            }
+            Err(error) => {
+                self.drain();
+                self.release(device.memory().memory_in_use());
+                Err(error)
+            }
+        }
     }
 
     /// Waits on the host for the work `wait_for` ordered the stager after,
@@ -666,6 +732,7 @@ impl Stager {
             .lanes
             .streams
             .iter()
+            .chain(&self.driver_stream)
             .map(|stream| stream.as_stream().synchronize())
             .find_map(Result::err);
     }
@@ -699,16 +766,10 @@ impl Engine for Stager {
         let blocks = match blocks {
             Blocks::One { offset } => {
                 if host.len > 0
-                    && queuing == Queuing::Now
                     && host.len < self.options.driver_path_below
+                    && self.driver_path_now(queuing, host)?
                 {
-                    // Not in the relaxed mode: the driver's synchronous
-                    // copies go through the legacy stream, which
-                    // synchronizes with every blocking stream, a capturing
-                    // one too; the driver refuses them during a global
-                    // capture rather than break it.
-                    self.wait_for_order()?;
-                    driver_path(host, device, offset)?;
+                    self.driver_path(host, device, offset)?;
                     return Ok(None);
                 }
                 one = [Block::new(offset, 0, host.len)];
@@ -748,7 +809,7 @@ impl Engine for Stager {
         );
         let job = Arc::new(Job::new(direction, chunks.array(), planned));
         match queuing {
-            Queuing::Now => self.lanes.queue_now(&job),
+            Queuing::Blocking | Queuing::Pending => self.lanes.queue_now(&job),
             Queuing::Feeder => {
                 if self.feeder.is_none() {
                     let feeder = Feeder::spawn(&self.lanes).map_err(|_| {
@@ -821,6 +882,7 @@ impl Drop for Stager {
         self.order_events.clear();
         self.spare_order_events.clear();
         self.order_stream = None;
+        self.driver_stream = None;
         if self.undrained.is_some() {
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.

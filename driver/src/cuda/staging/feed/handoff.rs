@@ -55,6 +55,12 @@ impl<J> Handoff<J> {
         self.wake.notify_all();
     }
 
+    /// Whether the feeder has nothing in hand (every job handed over is
+    /// queued).
+    pub(super) fn is_idle(&self) -> bool {
+        lock(&self.shared).jobs.is_empty()
+    }
+
     /// Runs `queue` on the calling thread once the feeder has queued every
     /// job handed over before. The lock is held meanwhile: nothing can be
     /// handed over until `queue` returns (a blocking call's caller holds
