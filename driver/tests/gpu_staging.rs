@@ -47,6 +47,10 @@ fn main() {
                 beside_a_capture,
             ),
             (
+                "small_transfers_on_the_drivers_path_leave_another_streams_global_capture_alone",
+                small_beside_a_capture,
+            ),
+            (
                 "scattered_blocks_are_byte_exact_both_ways_with_the_batch_copy_and_the_loop",
                 scattered_blocks,
             ),
@@ -250,6 +254,41 @@ fn beside_a_capture(context: &Context) -> Result<(), Failed> {
     stager.run(to_host(&mut host, &source))?;
     check(host == expected, || {
         "a transfer after the refused capture differs".into()
+    })
+}
+
+/// Below the crossover, transfers of pageable memory take the driver's
+/// path on a stream of the stager's own, in the relaxed capture mode, not
+/// the legacy stream: during another stream's capture in global mode (on
+/// this very thread) a blocking call each way and a scope's transfer run,
+/// byte-exact, and the capture survives.
+fn small_beside_a_capture(context: &Context) -> Result<(), Failed> {
+    let len = 64 << 10;
+    let expected = pattern(len, 41);
+    let source = device_with(context, &expected)?;
+    let mut target = DeviceBuffer::new(context, len)?;
+    let mut stager = Stager::new(context)?;
+    let capturing = Stream::new(context)?;
+    let (mut host, mut scoped) = (vec![0u8; len], vec![0u8; len]);
+    capturing.as_stream().begin_capture(CaptureMode::Global)?;
+    let during = stager
+        .run(to_host(&mut host, &source))
+        .and_then(|()| stager.run(to_device(&mut target, &expected)))
+        .and_then(|()| stager.scope(|scope| scope.start(to_host(&mut scoped, &source))?.wait())?);
+    let ended = capturing.as_stream().end_capture();
+    check(during.is_ok(), || {
+        format!("a small transfer beside a global capture failed: {during:?}")
+    })?;
+    check(ended.is_ok(), || {
+        format!("the capture did not survive small transfers beside it: {ended:?}")
+    })?;
+    check(host == expected && scoped == expected, || {
+        "small device to host beside a capture differs".into()
+    })?;
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back)?;
+    check(back == expected, || {
+        "small host to device beside a capture differs".into()
     })
 }
 

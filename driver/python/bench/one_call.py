@@ -17,7 +17,9 @@ byte-exact once. Then what one call costs beyond its bytes: --calls
 (default 1000) copies of 64 KiB each way, one after the other, per call
 beside torch's ``copy_`` of the same tensor and the pinned copy (the
 driver's own floor for one small copy); target: hostcopy within 50 us of
-the pinned copy. Prints the table last; --csv writes the rows.
+the pinned copy. And how soon a ``blocking=False`` call of --return-gib
+(default 16; 0 skips it) returns against the whole transfer, each way
+(target: under 2%). Prints the table last; --csv writes the rows.
 """
 
 import argparse
@@ -112,11 +114,47 @@ def per_call(calls: int, repeat: int) -> list[str]:
     return lines
 
 
+def non_blocking_return(gib: int, repeat: int) -> list[str]:
+    """How long a ``blocking=False`` call of ``gib`` GiB takes to return,
+    against the whole transfer (call to ``wait()``), each way; median of
+    ``repeat`` (at most 3)."""
+    n = gib << 30
+    free, _ = torch.cuda.mem_get_info()
+    if free < n + (1 << 30):
+        return [f"blocking=False return, {gib} GiB: not run, {free >> 30} GiB free on the GPU"]
+    device = torch.empty(n, dtype=torch.uint8, device="cuda")
+    device[:64].fill_(7)
+    host = np.ones(n, np.uint8)  # pre-faulted
+    lines = []
+    for direction, start in (
+        ("D2H", lambda: hostcopy.copy_to_host(host, device, blocking=False)),
+        ("H2D", lambda: hostcopy.copy_to_device(device, host, blocking=False)),
+    ):
+        shares = []
+        for _ in range(min(repeat, 3)):
+            begin = time.perf_counter()
+            transfer = start()
+            returned = time.perf_counter() - begin
+            transfer.wait()
+            whole = time.perf_counter() - begin
+            shares.append((returned, whole))
+        returned, whole = sorted(shares, key=lambda pair: pair[0] / pair[1])[len(shares) // 2]
+        lines.append(
+            f"blocking=False return, {gib} GiB {direction}: returned in {1e3 * returned:.2f} ms of "
+            f"{1e3 * whole:.0f} ms ({100 * returned / whole:.2f}%; target < 2%)"
+        )
+    assert host[0] == 7, "the 16 GiB D2H did not land"
+    del device
+    torch.cuda.empty_cache()
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=[64, 1024, 4096])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--return-gib", type=int, default=16)
     parser.add_argument("--csv")
     args = parser.parse_args()
     try:
@@ -208,6 +246,8 @@ def main() -> None:
 
     # Ratios the targets name.
     summary = per_call(args.calls, args.repeat)
+    if args.return_gib > 0:
+        summary += non_blocking_return(args.return_gib, args.repeat)
     for size_mib in args.sizes_mib:
         get = {(d, p): r for s, d, p, r, _ in rows if s == size_mib}
         if ("D2H", "torch out.copy_") in get:

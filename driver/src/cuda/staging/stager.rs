@@ -580,6 +580,8 @@ impl Stager {
         if queuing == Queuing::Blocking {
             return Ok(true);
         }
+        // Queries of the stager's own objects: they touch no capture.
+        let _relaxed = RelaxedCapture::new();
         self.retire_order_events()?;
         Ok(self.order_events.is_empty()
             && !crate::cuda::device::driver_knows_host_memory(host.addr)
@@ -600,7 +602,12 @@ impl Stager {
         device: DeviceSide<'_>,
         offset: usize,
     ) -> Result<(), Error> {
-        if crate::cuda::device::driver_knows_host_memory(host.addr) {
+        let page_locked = {
+            let _relaxed = RelaxedCapture::new();
+            crate::cuda::device::driver_knows_host_memory(host.addr)
+        };
+        if page_locked {
+            // Not in the relaxed mode: see above.
             self.wait_for_order()?;
             return driver_path::synchronous(host, device, offset);
         }
