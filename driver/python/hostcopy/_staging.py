@@ -472,8 +472,10 @@ def copy_to_host(
     storage of either side while a transfer runs (a torch tensor's
     ``resize_()`` or ``untyped_storage().resize_(0)``, a cuda.core
     ``Buffer``'s ``close()``); that includes other threads during a
-    blocking copy, which releases the GIL. Uses one ``Stager`` per device,
-    made on first use.
+    blocking copy, which releases the GIL. Nor read or write ``dst`` from
+    another thread while the copy runs (the copy writes it without the
+    GIL; what such a thread saw would be torn). Uses one ``Stager`` per
+    device, made on first use.
     """
     return _stager_for(src, "src").copy_to_host(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset

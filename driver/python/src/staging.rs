@@ -119,7 +119,9 @@ impl PyStager {
     ///
     /// `host` lies inside host memory that the caller holds until the
     /// transfer is finished (by this call when blocking, by the `Transfer`
-    /// it returns otherwise), writable for a copy to the host.
+    /// it returns otherwise), writable for a copy to the host; until then
+    /// nothing else writes it, nor reads it for a copy to the host (the
+    /// Python API's promise: see `copy_to_host`).
     #[allow(clippy::too_many_arguments)]
     unsafe fn stage(
         &self,

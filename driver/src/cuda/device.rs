@@ -302,19 +302,6 @@ impl DeviceView {
     }
 }
 
-/// Whether the driver knows host address `addr` (memory it pinned, or
-/// registered with it): it then copies from it asynchronously rather than
-/// staging it within the call. Only an address the driver answers it does
-/// not know (`CUDA_ERROR_INVALID_VALUE`: plain pageable memory) is `false`.
-pub(crate) fn driver_knows_host_memory(addr: usize) -> bool {
-    /// `CUDA_ERROR_INVALID_VALUE`.
-    const INVALID_VALUE: u32 = 1;
-    match pointer_attribute::<c_uint>(ATTRIBUTE_MEMORY_TYPE, addr as CUdeviceptr) {
-        Ok(_) => true,
-        Err(error) => error.code() != INVALID_VALUE,
-    }
-}
-
 /// One pointer attribute of `ptr`, as the driver reports it.
 fn pointer_attribute<T: Default>(attribute: c_uint, ptr: CUdeviceptr) -> Result<T, DriverError> {
     let mut value = T::default();

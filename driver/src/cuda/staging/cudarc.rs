@@ -55,10 +55,8 @@
 //! [`Stager::run`](super::Stager::run) blocks until the bytes have arrived, and the transfer
 //! borrows the memory until then: safe code cannot drop a `CudaSlice`
 //! (which frees it) while the stager uses it. Every device copy runs on the stager's own streams
-//! (a small upload from pageable memory too: one asynchronous copy on its
-//! first stream), except a small download or a small upload from pinned
-//! memory, which take the driver's synchronous path and have finished when
-//! they return. If a transfer fails and the stager's streams
+//! (a small transfer too: one asynchronous copy through the stager's own
+//! pinned buffer). If a transfer fails and the stager's streams
 //! cannot be drained (queued copies may still run), `stream` and the
 //! memory's stream are first made to wait for everything queued on them,
 //! so that the read (write) event cudarc records, and with it the slice's

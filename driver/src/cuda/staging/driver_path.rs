@@ -1,74 +1,74 @@
-//! The driver's own path: transfers below the crossover
+//! Transfers that need no staging pipeline: those below the crossover
 //! ([`StagingOptions::driver_path_below`](super::StagingOptions::driver_path_below)),
-//! and pinned host memory, which needs no staging at all.
+//! through one pinned buffer, and pinned host memory, which needs no
+//! staging at all.
+
+use hostcopy_core::HostCopyArgs;
 
 use super::spec::DeviceSide;
 use crate::HostRange;
 use crate::cuda::StreamRef;
-use crate::cuda::device;
 use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
+use crate::parallel::{CopyPool, Stores};
 
-/// A small transfer on the driver's own synchronous path (no staging),
-/// through the legacy stream: for page-locked host memory, which the
-/// driver would copy asynchronously on a stream of ours.
-pub(super) fn synchronous(
-    host: HostRange,
-    device: DeviceSide<'_>,
-    offset: usize,
-) -> Result<(), Error> {
-    let addr = core::ptr::with_exposed_provenance_mut::<u8>(host.addr);
-    match device {
-        DeviceSide::Source(device) => {
-            // SAFETY: `host` comes from a `HostMemoryMut` borrow our caller
-            // holds for the call (or answers for, through
-            // `Stager::start_unchecked`): `len` writable bytes no one else
-            // touches.
-            let bytes = unsafe { core::slice::from_raw_parts_mut(addr, host.len) };
-            device::copy_to_host(device, offset, bytes)
-        }
-        DeviceSide::Destination(device) => {
-            // SAFETY: `host` comes from a `HostMemory` borrow our caller
-            // holds for the call (or answers for, as above): `len`
-            // initialized bytes no one writes.
-            let bytes = unsafe { core::slice::from_raw_parts(addr.cast_const(), host.len) };
-            device::copy_from_host(device, offset, bytes)
-        }
-    }
-}
-
-/// A small transfer of pageable host memory on the driver's own path, on
-/// `stream` (one of the stager's, not the legacy stream, which would
-/// synchronize with every blocking stream and join or break a capture),
-/// then a wait for `stream`: complete when it returns. The driver stages
-/// pageable memory within the call (a download has landed when it
-/// returns, an upload's source has been read), so nothing touches `host`
-/// after the call, even if the wait fails.
-pub(super) fn on_stream(
+/// A transfer below the crossover through `bounce`, a pinned buffer of the
+/// stager's own, on `stream`, a piece of the buffer's size at a time: the
+/// driver copies between the device and the buffer, `workers` copy
+/// between the buffer and the host memory on the calling thread. It is
+/// what the driver's pageable path does within its call, but on a stream
+/// of the stager's (not the legacy stream, which would synchronize with
+/// every blocking stream and join or break a capture), and the driver
+/// never copies into or out of the caller's memory: when this returns,
+/// even with an error, no queued copy can touch `host`.
+///
+/// The error comes with whether a driver copy of the buffer was queued
+/// and not seen finished (then it may still touch the buffer and the
+/// device memory).
+pub(super) fn bounced(
     stream: StreamRef<'_>,
+    bounce: &PinnedBuffer,
+    workers: &CopyPool,
     host: HostRange,
     device: DeviceSide<'_>,
     offset: usize,
-) -> Result<(), Error> {
-    let addr = core::ptr::with_exposed_provenance_mut::<u8>(host.addr);
-    match device {
-        // SAFETY: `host` comes from a `HostMemoryMut` borrow our caller
-        // holds for the call (or answers for, through
-        // `Stager::start_unchecked`): `len` writable pageable bytes, which
-        // the driver has written when the copy returns; `device` is
-        // borrowed for the call, and its copy done when the wait below
-        // returns (or, if the wait fails, the device memory is kept).
-        DeviceSide::Source(device) => unsafe {
-            stream.copy_device_to_host(addr, device, offset, host.len)
-        },
-        // SAFETY: `host` comes from a `HostMemory` borrow as above: `len`
-        // initialized pageable bytes, which the driver has read into its
-        // own staging memory when the call returns; `device` as above.
-        DeviceSide::Destination(device) => unsafe {
-            stream.copy_host_to_device(device, offset, addr.cast_const(), host.len)
-        },
-    }?;
-    stream.synchronize()?;
+) -> Result<(), (Error, bool)> {
+    let room = bounce.len();
+    let buffer = bounce.raw_ptr();
+    let mut at = 0;
+    while at < host.len {
+        let len = room.min(host.len - at);
+        let host_at = host.addr + at;
+        let staged = buffer.expose_provenance();
+        match device {
+            DeviceSide::Source(device) => {
+                // SAFETY: the buffer holds `room >= len` bytes that only
+                // this call touches, and the wait below returns once the
+                // copy into it has run; `device` is borrowed for the call.
+                unsafe { stream.copy_device_to_host(buffer, device, offset + at, len) }
+                    .map_err(|error| (error, false))?;
+                stream.synchronize().map_err(|error| (error.into(), true))?;
+                // SAFETY: the buffer holds the `len` bytes the copy wrote;
+                // `host` is `len` writable bytes from `at` (our caller's
+                // borrow), disjoint from the pinned buffer.
+                unsafe { workers.copy(&HostCopyArgs::new(host_at, staged, len), Stores::Cached) };
+            }
+            DeviceSide::Destination(device) => {
+                // SAFETY: `host` holds `len` initialized bytes from `at`
+                // (our caller's borrow); the buffer `room >= len` bytes no
+                // queued copy touches (the last one was waited for).
+                unsafe { workers.copy(&HostCopyArgs::new(staged, host_at, len), Stores::Cached) };
+                // SAFETY: the buffer stays untouched until the wait below
+                // has seen the copy out of it run; `device` is borrowed.
+                unsafe {
+                    stream.copy_host_to_device(device, offset + at, buffer.cast_const(), len)
+                }
+                .map_err(|error| (error, false))?;
+                stream.synchronize().map_err(|error| (error.into(), true))?;
+            }
+        }
+        at += len;
+    }
     Ok(())
 }
 

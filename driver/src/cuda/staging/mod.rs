@@ -51,13 +51,15 @@
 //! that it can order a stream after itself at once.)
 //!
 //! A single transfer below [`StagingOptions::driver_path_below`] takes the
-//! driver's own pageable path, faster there than staging, on a stream of
-//! the stager's (not the legacy stream): the driver copies pageable memory
-//! within the call, so the call returns when the bytes have arrived. A
-//! transfer that returns at once (a scope's, a pending one) takes it only
-//! when that cannot block the caller: for pageable memory, with no stream
-//! given to [`Stager::wait_for`] still running and nothing of the
-//! stager's queued; otherwise it is staged.
+//! driver's path instead, faster there than staging: one driver copy
+//! between the device and a pinned buffer of the stager's own, on a stream
+//! of its own (not the legacy stream), and a copy between that buffer and
+//! the host memory on the calling thread, which returns when the bytes
+//! have arrived (what the driver's pageable copy does within its call; the
+//! driver never touches the caller's memory). A transfer that returns at
+//! once (a scope's, a pending one) takes it only when that cannot block
+//! the caller: with no stream given to [`Stager::wait_for`] still running
+//! and nothing of the stager's queued; otherwise it is staged.
 //!
 //! # Batches
 //!
@@ -112,13 +114,8 @@
 //! A stager's driver calls touch only its own streams, events and pinned
 //! buffers, which no graph capture can reach, so it makes them in the
 //! relaxed capture mode: a stager works while another part of the program
-//! captures a graph, even in global mode, and leaves that capture alone.
-//! The exception is a blocking transfer below the crossover of page-locked
-//! host memory (pinned or registered, which the driver would copy
-//! asynchronously): the driver's synchronous copy goes through the legacy
-//! stream, which synchronizes with every blocking stream, so during a
-//! global capture the driver refuses it
-//! (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), as it would anyone's.
+//! captures a graph, even in global mode, and leaves that capture alone;
+//! transfers below the crossover too (they never use the legacy stream).
 //!
 //! A failed wait returns the driver's error; it never hangs. Before it
 //! returns, the stager drains its own streams (never the whole context,

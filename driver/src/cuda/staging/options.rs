@@ -62,12 +62,11 @@ pub const DEFAULT_BUFFERS: usize = 4;
 /// D2H, 4 workers only 59%.
 pub const RESERVED_CORES: usize = 4;
 
-/// Single transfers smaller than this take the driver's own pageable path
-/// (one `cuMemcpyDtoHAsync`/`cuMemcpyHtoDAsync` of the pageable memory on a
-/// stream of the stager's, which the driver completes within the call, or
-/// for page-locked memory a synchronous `cuMemcpyDtoH`/`cuMemcpyHtoD`), not
-/// the staging buffers (see the [module documentation](super) for when a
-/// transfer that returns at once is staged all the same).
+/// Single transfers smaller than this take the driver's path (one driver
+/// copy through a pinned buffer of the stager's own, of this size at most
+/// a chunk, on a stream of its own, waited for), not the staging pipeline
+/// (see the [module documentation](super) for when a transfer that returns
+/// at once is staged all the same).
 ///
 /// Measured with the benchmark's small-size table (staged vs the driver's
 /// path, D2H into pre-faulted pageable memory; GPU_RUNS.md): below 1 MiB a

@@ -19,9 +19,11 @@ use crate::cuda::stream::StreamRef;
 ///
 /// Dropped unfinished, it waits for its copies (as a Python `Transfer`
 /// does), then frees its chunk records and lets go of the device memory.
-/// If that wait fails (a context error), its queued work may still run: it
-/// keeps the chunk records and the device memory for good, counted in
-/// [`leaked`](super::leaked). Only [`Stager::finish_pending`](super::Stager::finish_pending) also drains
+/// If that wait fails (a context error), its driver copies may still run:
+/// it keeps the device memory for good, waits for a host copy in progress
+/// and abandons those not started (kept, with their records, counted in
+/// [`leaked`](super::leaked)), so that nothing touches the host memory
+/// once the drop returns. Only [`Stager::finish_pending`](super::Stager::finish_pending) also drains
 /// the stager's streams after an error and reports it.
 #[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
 #[derive(Debug)]
@@ -125,10 +127,13 @@ impl Drop for PendingTransfer {
             // Every chunk queued has run: nothing touches them any more.
             in_flight.chunks.settle_and_free();
         } else {
-            // Its copies may still run: keep their device memory and the
-            // chunk records for good, counted.
+            // Its driver copies may still run: keep the device memory for
+            // good, counted. Settling waits for a host function that is
+            // copying and abandons those not started (they then touch
+            // nothing), so that the caller may let go of its host memory;
+            // the records of abandoned ones are kept, counted.
             in_flight.device.keep();
-            in_flight.chunks.keep();
+            in_flight.chunks.settle_and_free();
         }
     }
 }

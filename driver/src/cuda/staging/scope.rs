@@ -103,8 +103,9 @@ where
 impl<'scope, 'env> StagingScope<'scope, 'env> {
     /// Starts the copy `spec` describes and returns its handle at once:
     /// the caller's thread only checks and plans it, and the stager's
-    /// feeder thread queues its chunks. Small transfers are staged too,
-    /// since the driver's path would block.
+    /// feeder thread queues its chunks. A single transfer below the
+    /// crossover takes the driver's path (complete when this returns) only
+    /// when that cannot block: see the [module documentation](super).
     ///
     /// Checked whole before anything is queued, as
     /// [`Stager::run`](super::Stager::run) checks it. Memory whose owner orders its use

@@ -22,14 +22,14 @@ use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
 use crate::HostRange;
 use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
 use crate::cuda::context::Context;
+#[cfg(feature = "cudarc")]
+use crate::cuda::device::sealed::OwnerOrder;
 use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
 use crate::cuda::error::{DriverError, Error};
 use crate::cuda::event::Event;
 use crate::cuda::pinned::PinnedBuffer;
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::CopyPool;
-#[cfg(feature = "cudarc")]
-use crate::{cuda::device::sealed::OwnerOrder, cuda::ffi::CUdeviceptr};
 
 /// Pinned staging buffers, one stream per buffer and a worker pool: see
 /// the [module documentation](super).
@@ -56,9 +56,8 @@ pub struct Stager {
     undrained: Option<DriverError>,
     /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
     /// Events `wait_for` recorded, each numbered, not yet known complete:
-    /// the stager's streams wait for them, and a transfer on the driver's
-    /// path (the legacy stream, which does not wait for non-blocking
-    /// streams) waits for them on the host first. A staged transfer
+    /// the stager's streams wait for them, and so does the stream of a
+    /// transfer on the driver's path, when it starts. A staged transfer
     /// started after one that every stream waited for (`true`), and
     /// finished without error, proves it complete.
     order_events: Vec<(u64, bool, Event)>,
@@ -69,9 +68,11 @@ pub struct Stager {
     /// Waits for the order events when they are folded into one; made the
     /// first time they are.
     order_stream: Option<Stream>,
-    /// Carries the transfers below the crossover on the driver's pageable
-    /// path; made for the first.
+    /// Carries the transfers below the crossover; made for the first.
     driver_stream: Option<Stream>,
+    /// Their pinned buffer, of `driver_path_below` bytes (at most a
+    /// chunk); made for the first.
+    bounce: Option<PinnedBuffer>,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
@@ -122,6 +123,7 @@ impl Stager {
             spare_order_events: Vec::new(),
             order_stream: None,
             driver_stream: None,
+            bounce: None,
             id: pending::next_stager_id(),
         };
         Ok(stager)
@@ -458,23 +460,9 @@ impl Stager {
                 self.wait_for(own)?;
             }
             let spec = spec.with_device(memory);
-            let result = match spec.blocks {
-                // From pageable memory, which the driver reads within the
-                // call.
-                Blocks::One { offset }
-                    if writes
-                        && spec.host.len < self.options.driver_path_below
-                        && !crate::cuda::device::driver_knows_host_memory(spec.host.addr) =>
-                {
-                    let device = device_range(memory, offset, spec.host.len)?;
-                    self.small_upload(spec.host, device)
-                }
-                // A small download, or a small upload from pinned memory,
-                // takes the driver's synchronous path (finished when it
-                // returns), which waits for the owner's streams on the host
-                // first.
-                _ => self.run_now(spec),
-            };
+            // A small transfer too: it goes on a stream of the stager's,
+            // which `order_after_queued` covers.
+            let result = self.run_now(spec);
             if self.undrained.is_some() {
                 self.order_after_queued(stream);
                 if let Some(own) = own {
@@ -483,45 +471,6 @@ impl Stager {
             }
             result
         })
-    }
-
-    /// A single upload below the crossover from pageable memory, for memory
-    /// its owner orders: one asynchronous driver copy on the stager's first
-    /// stream (which waits for the owner's streams) and a wait for that
-    /// stream, instead of the driver's synchronous path, whose legacy
-    /// stream the owner's streams would not be ordered after if the wait
-    /// for it failed. The driver copies the pageable source into its own
-    /// staging memory within the call, so nothing reads it after the call.
-    /// A failed wait drains the streams as after a staged transfer.
-    #[cfg(feature = "cudarc")]
-    fn small_upload(&mut self, host: HostRange, device: CUdeviceptr) -> Result<(), Error> {
-        let copied = {
-            let _relaxed = RelaxedCapture::new();
-            let lane = self.lanes.streams[0].as_stream();
-            let src = core::ptr::with_exposed_provenance::<u8>(host.addr);
-            // SAFETY: `device` starts `host.len` bytes of the owner's
-            // memory of the stager's context (bounds checked), which the
-            // caller borrows for the call; `src` is the caller's pageable
-            // host memory, borrowed for the call, which the driver has read
-            // when the call returns. The device side has been written when
-            // the stream is synchronized below; if that fails, the stream
-            // is drained, or the stager refuses work and the owner's
-            // streams are ordered after it (`run_in_owner_order`).
-            let queued = unsafe { lane.copy_host_to_device_raw(device, src, host.len) };
-            queued.and_then(|()| lane.synchronize())
-        };
-        match copied {
-            Ok(()) => {
-                // Every stream waited for the order events so far, and the
-                // first has now run past them.
-                self.order_events_complete(self.next_order);
-                Ok(())
-            }
-            Err(error) => {
-                self.drain();
-                Err(error.into())
-            }
-        }
     }
 
     /// Makes `stream` wait for everything queued on the stager's streams:
@@ -571,82 +520,67 @@ impl Stager {
 
     /// Whether a single transfer below the crossover takes the driver's
     /// path, which is faster there than staging: a blocking call always. A
-    /// call that returns at once (a scope's, a pending transfer) only for
-    /// pageable memory, and only if it would wait neither for a stream
-    /// given to [`wait_for`](Self::wait_for) nor behind the stager's own
-    /// transfers (the driver's copy returns when it is done, so either wait
-    /// would block the caller): else it is staged.
-    fn driver_path_now(&mut self, queuing: Queuing, host: HostRange) -> Result<bool, Error> {
+    /// call that returns at once (a scope's, a pending transfer) only if it
+    /// would wait neither for a stream given to [`wait_for`](Self::wait_for)
+    /// nor behind the stager's own transfers (the path returns when the
+    /// copy is done, so either wait would block the caller): else it is
+    /// staged.
+    fn driver_path_now(&mut self, queuing: Queuing) -> Result<bool, Error> {
         if queuing == Queuing::Blocking {
             return Ok(true);
         }
         // Queries of the stager's own objects: they touch no capture.
         let _relaxed = RelaxedCapture::new();
         self.retire_order_events()?;
-        Ok(self.order_events.is_empty()
-            && !crate::cuda::device::driver_knows_host_memory(host.addr)
-            && self.lanes.idle()?)
+        Ok(self.order_events.is_empty() && self.lanes.idle()?)
     }
 
-    /// A single transfer below the crossover on the driver's own path,
-    /// complete when this returns. Pageable memory goes on a stream of the
-    /// stager's own, after the streams given to `wait_for` (in the relaxed
-    /// capture mode: it touches no capture). Page-locked memory, which the
-    /// driver would copy asynchronously, takes the synchronous path, after
-    /// a wait on the host for those streams; that path goes through the
-    /// legacy stream, which synchronizes with every blocking stream, so
-    /// the driver refuses it during a global capture rather than break it.
+    /// A single transfer below the crossover, complete when this returns:
+    /// one driver copy through a pinned buffer of the stager's own, on a
+    /// stream of its own, after the streams given to `wait_for` (in the
+    /// relaxed capture mode: it touches no capture), the host side copied
+    /// by the calling thread (see [`driver_path::bounced`]). After an error
+    /// the streams are drained; if they cannot be, the device memory is
+    /// kept for good, counted, and the buffer as the staging buffers are.
     fn driver_path(
         &mut self,
         host: HostRange,
         device: DeviceSide<'_>,
         offset: usize,
     ) -> Result<(), Error> {
-        let page_locked = {
-            let _relaxed = RelaxedCapture::new();
-            crate::cuda::device::driver_knows_host_memory(host.addr)
-        };
-        if page_locked {
-            // Not in the relaxed mode: see above.
-            self.wait_for_order()?;
-            return driver_path::synchronous(host, device, offset);
-        }
         let _relaxed = RelaxedCapture::new();
         if self.driver_stream.is_none() {
             self.driver_stream = Some(Stream::new(&self.context)?);
         }
-        let Some(stream) = &self.driver_stream else {
+        if self.bounce.is_none() {
+            let room = self.options.driver_path_below.min(self.options.chunk);
+            self.bounce = Some(PinnedBuffer::new(&self.context, room)?);
+        }
+        let (Some(stream), Some(bounce)) = (&self.driver_stream, &self.bounce) else {
             unreachable!("made above");
         };
         let stream = stream.as_stream();
         for (_, _, event) in &self.order_events {
             stream.wait_event(event)?;
         }
-        match driver_path::on_stream(stream, host, device, offset) {
+        match driver_path::bounced(stream, bounce, &self.workers, host, device, offset) {
             Ok(()) => {
                 // The stream waited for every order event and ran past.
                 let done = self.order_events.drain(..).map(|(_, _, event)| event);
                 self.spare_order_events.extend(done);
                 Ok(())
             }
-            Err(error) => {
-                self.drain();
+            Err((error, queued)) => {
+                if queued {
+                    // Until the streams drain, the stager refuses
+                    // transfers (the buffer is not reused) and keeps the
+                    // buffer if it is dropped (as its staging buffers).
+                    self.drain();
+                }
                 self.release(device.memory().memory_in_use());
                 Err(error)
             }
         }
-    }
-
-    /// Waits on the host for the work `wait_for` ordered the stager after,
-    /// if any since the last transfer: for the driver's path, whose legacy
-    /// stream does not wait for a non-blocking stream.
-    fn wait_for_order(&mut self) -> Result<(), Error> {
-        for (_, _, event) in &self.order_events {
-            event.synchronize()?;
-        }
-        let done = self.order_events.drain(..).map(|(_, _, event)| event);
-        self.spare_order_events.extend(done);
-        Ok(())
     }
 
     /// Lets go of the order events the driver reports complete, and once
@@ -774,7 +708,7 @@ impl Engine for Stager {
             Blocks::One { offset } => {
                 if host.len > 0
                     && host.len < self.options.driver_path_below
-                    && self.driver_path_now(queuing, host)?
+                    && self.driver_path_now(queuing)?
                 {
                     self.driver_path(host, device, offset)?;
                     return Ok(None);
@@ -891,11 +825,18 @@ impl Drop for Stager {
         self.order_stream = None;
         self.driver_stream = None;
         if self.undrained.is_some() {
+            if let Some(bounce) = self.bounce.take() {
+                // A small transfer's copy may still touch it.
+                crate::cuda::retire::kept_pinned_buffers(1);
+                core::mem::forget(bounce);
+            }
             // A host function of a pending transfer dropped unfinished may
             // still be running with the workers: keep them too.
             core::mem::forget(Arc::clone(&self.workers));
             crate::cuda::retire::kept_pinned_buffers(self.buffers.len());
         } else {
+            // Freed here, in the relaxed mode: no queued copy touches it.
+            self.bounce = None;
             for buffer in &mut self.buffers {
                 // SAFETY: the streams drained just above: no queued work
                 // touches the buffer. Dropped once, here.
