@@ -18,12 +18,15 @@ use sim_support::{device, scaled};
 const CHUNK: usize = scaled(1 << 20, hostcopy_driver::cuda::staging::MIN_CHUNK);
 const BUFFERS: usize = 3;
 
+/// Transfers of a chunk or more are staged (under Miri the chunk is small,
+/// far below the default crossover).
 fn options(device_copies: DeviceCopies) -> StagingOptions {
     StagingOptions::builder()
         .chunk(CHUNK)
         .buffers(BUFFERS)
         .workers(2)
         .device_copies(device_copies)
+        .driver_path_below(CHUNK)
         .build()
         .unwrap()
 }

@@ -47,10 +47,13 @@ fn live() -> isize {
 #[test]
 fn a_long_lived_scope_holds_no_more_after_thousands_of_transfers_it_waited_for() {
     let device = device();
+    // Every transfer staged (none on the driver's path), so that each
+    // takes a slot of the scope.
     let options = StagingOptions::builder()
         .chunk(MIN_CHUNK)
         .buffers(2)
         .workers(1)
+        .driver_path_below(0)
         .build()
         .unwrap();
     let mut stager = Stager::with_options(&device.context, options).unwrap();
