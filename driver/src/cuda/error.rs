@@ -128,7 +128,7 @@ impl fmt::Display for DriverError {
             }) => write!(
                 f,
                 "the NVIDIA driver is too old: {library} lacks {entry}; \
-                 hostcopy needs a driver for CUDA 11.4 or later"
+                 hostcopy needs a driver for CUDA 11.7 or later"
             ),
             Some(ffi::LoadFailure {
                 library, detail, ..

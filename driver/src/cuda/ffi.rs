@@ -17,8 +17,12 @@
 //! undefined behaviour. Here every entry point returns [`CuResult`], a plain
 //! integer, and every output the driver writes is an integer or a handle.
 //! Entry points newer than CUDA 10.2 (user objects, capture info with the
-//! graph, instantiate with flags) are declared here by hand, by the names
-//! `cuda.h` binds them to; they exist from CUDA 11.4 on.
+//! graph, instantiate with flags, stream memory waits, mapped pointers of
+//! pinned memory) are declared here by hand, by the names `cuda.h` binds
+//! them to. The list needs a driver for CUDA 11.7 or later: the newest of
+//! them, `cuStreamWaitValue32_v2`, exists from 11.7 on (the `_v2` stream
+//! memory operations need no device attribute, unlike the first ones, which
+//! an H200 reports as unusable).
 //!
 //! The list below is the one place an entry point is named: a macro makes of
 //! each line a field of the table of resolved symbols and a
@@ -65,6 +69,10 @@ pub(crate) const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x01;
 pub(crate) const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
 pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 0x02;
+/// `CU_STREAM_WAIT_VALUE_GEQ`: a stream memory wait passes once
+/// `(int32_t)(*addr - value) >= 0`, a comparison that survives the u32
+/// wrapping around.
+pub(crate) const CU_STREAM_WAIT_VALUE_GEQ: c_uint = 0;
 pub(crate) const CU_STREAM_CAPTURE_STATUS_NONE: c_uint = 0;
 pub(crate) const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_uint = 1;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: a thread's calls are not checked
@@ -506,6 +514,12 @@ entry_points! { $
         f: CUhostFn,
         user_data: *mut c_void,
     ) -> CuResult;
+    pub(crate) fn cuStreamWaitValue32_v2(
+        stream: CUstream,
+        addr: CUdeviceptr,
+        value: u32,
+        flags: c_uint,
+    ) -> CuResult;
 
     pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CuResult;
     pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> CuResult;
@@ -563,6 +577,11 @@ entry_points! { $
     pub(crate) fn cuMemFree_v2(ptr: CUdeviceptr) -> CuResult;
     pub(crate) fn cuMemHostAlloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
     pub(crate) fn cuMemFreeHost(ptr: *mut c_void) -> CuResult;
+    pub(crate) fn cuMemHostGetDevicePointer_v2(
+        pdptr: *mut CUdeviceptr,
+        p: *mut c_void,
+        flags: c_uint,
+    ) -> CuResult;
     pub(crate) fn cuMemHostRegister_v2(ptr: *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
     pub(crate) fn cuMemHostUnregister(ptr: *mut c_void) -> CuResult;
     pub(crate) fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CuResult;

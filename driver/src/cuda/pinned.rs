@@ -68,6 +68,23 @@ impl PinnedBuffer {
         self.ptr.as_ptr()
     }
 
+    /// The address the device sees the buffer at
+    /// (`cuMemHostGetDevicePointer_v2`): what a stream memory wait
+    /// ([`StreamRef::wait_value32_geq`](super::StreamRef::wait_value32_geq))
+    /// reads a flag through.
+    // The staging engine's flag waits will call it; until then only the
+    // simulator's tests do.
+    #[cfg_attr(not(all(test, feature = "simulator")), allow(dead_code))]
+    pub(crate) fn device_ptr(&self) -> Result<ffi::CUdeviceptr, DriverError> {
+        self.context.bind()?;
+        let mut dptr: ffi::CUdeviceptr = 0;
+        // SAFETY: writes one address; the pointer is this buffer's own
+        // allocation, alive while `self` is.
+        unsafe { ffi::cuMemHostGetDevicePointer_v2(&mut dptr, self.ptr.as_ptr().cast(), 0) }
+            .ok()?;
+        Ok(dptr)
+    }
+
     /// The buffer as a raw host region, for records whose stream order the
     /// caller answers for.
     pub fn raw_region(&self) -> RawRegion {

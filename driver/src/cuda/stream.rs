@@ -352,6 +352,37 @@ impl StreamRef<'_> {
         // SAFETY: forwarded to our caller.
         unsafe { ffi::cuMemcpyHtoDAsync_v2(dst, src.cast::<c_void>(), nbytes, self.raw) }.ok()
     }
+
+    /// Queues a wait: the stream's later work starts once the u32 at `addr`
+    /// has reached `value`, compared cyclically, so that a counter may wrap
+    /// around: `(int32_t)(*addr - value) >= 0`. Other streams are not held
+    /// up.
+    /// For the staging layer's own streams, which never capture: on a
+    /// capturing stream the driver refuses the wait (and the capture is
+    /// invalidated).
+    ///
+    /// # Safety
+    ///
+    /// `addr` is a device-visible address of a 4-byte aligned u32 (pinned
+    /// host memory through [`PinnedBuffer::device_ptr`](super::PinnedBuffer::device_ptr),
+    /// or device memory) that stays allocated until the wait has passed or
+    /// the stream has been drained (synchronized, or its context destroyed).
+    // The staging engine's flag waits will call it; until then only the
+    // simulator's tests do.
+    #[cfg_attr(not(all(test, feature = "simulator")), allow(dead_code))]
+    pub(crate) unsafe fn wait_value32_geq(
+        &self,
+        addr: CUdeviceptr,
+        value: u32,
+    ) -> Result<(), DriverError> {
+        let _locked = capture::lock();
+        self.context.bind()?;
+        // SAFETY: the stream is alive for the borrow; the driver reads
+        // `addr` until the wait passes, which our caller keeps allocated
+        // that long.
+        unsafe { ffi::cuStreamWaitValue32_v2(self.raw, addr, value, ffi::CU_STREAM_WAIT_VALUE_GEQ) }
+            .ok()
+    }
 }
 
 impl fmt::Debug for StreamRef<'_> {

@@ -44,7 +44,6 @@ impl State {
                 queue: VecDeque::new(),
                 running: None,
                 submitted: 0,
-                completed: 0,
                 default_stream,
                 closing: false,
             },
@@ -55,6 +54,7 @@ impl State {
                 ctx,
                 device,
                 last_seq: 0,
+                waits: Vec::new(),
                 capture: None,
                 tail: Vec::new(),
                 handed_out: Default::default(),
@@ -457,5 +457,5 @@ pub(crate) unsafe fn cuCtxSynchronize() -> CuResult {
         return CuResult(codes::STREAM_CAPTURE_UNSUPPORTED);
     }
     let seq = state.contexts[&ctx].submitted;
-    result(State::wait_for(state, ctx, seq).1)
+    result(State::wait_until(state, ctx, |state| state.ran_through(ctx, seq)).1)
 }

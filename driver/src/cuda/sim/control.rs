@@ -116,6 +116,9 @@ pub struct DeviceState {
     /// Successful `cuStreamWaitEvent` calls on streams that are not
     /// capturing (each makes a stream wait for an event's work).
     pub stream_waits: u64,
+    /// Successful `cuStreamWaitValue32_v2` calls (each queued a wait for a
+    /// flag in pinned memory).
+    pub wait_value_ops: u64,
 }
 
 /// The state of device `ordinal`.
@@ -158,6 +161,7 @@ pub fn device_state(ordinal: usize) -> DeviceState {
         batch_copy_calls: device.batch_copy_calls,
         async_copy_calls: device.async_copy_calls,
         stream_waits: device.stream_waits,
+        wait_value_ops: device.wait_value_ops,
     }
 }
 
@@ -189,8 +193,9 @@ pub fn release(ordinal: usize) {
 }
 
 /// Waits until device `ordinal`'s queue is empty, no op runs, and every
-/// destructor due has run. Not a driver call. Returns at once if the
-/// context has a sticky error.
+/// destructor due has run (so, with a stream memory wait queued, until its
+/// flag is set). Not a driver call. Returns at once if the context has a
+/// sticky error.
 ///
 /// # Panics
 ///

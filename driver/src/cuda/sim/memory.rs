@@ -84,16 +84,24 @@ impl State {
         let (ctx, device, len) = (allocation.ctx, allocation.device, allocation.layout.size());
         self.enter(ctx, entry, true)?;
         let context = &self.contexts[&ctx];
-        let in_use = context
+        let mut kinds = context
             .queue
             .iter()
             .map(|op| op.kind)
-            .chain(context.running)
-            .any(|kind| matches!(kind, OpKind::Work(Work::Copy(c)) if c.touches(addr, len)));
-        if in_use {
+            .chain(context.running.map(|(_, kind)| kind));
+        let in_use = kinds.find(|kind| match kind {
+            OpKind::Work(Work::Copy(c)) => c.touches(addr, len),
+            OpKind::WaitValue { addr: flag, .. } => (addr..addr + len).contains(flag),
+            _ => false,
+        });
+        if let Some(kind) = in_use {
+            let what = match kind {
+                OpKind::WaitValue { .. } => "stream memory wait",
+                _ => "copy",
+            };
             self.violation(
                 Some(device),
-                format!("{entry}: {addr:#x} is freed while a queued copy still uses it"),
+                format!("{entry}: {addr:#x} is freed while a queued {what} still uses it"),
             );
         }
         let allocation = match space {
@@ -241,7 +249,10 @@ fn copy(
         Ok(queued)
     });
     match outcome {
-        Ok(Some((ctx, seq))) if sync => result(State::wait_for(guard, ctx, seq).1),
+        // As the legacy stream does, with the work queued before it.
+        Ok(Some((ctx, seq))) if sync => {
+            result(State::wait_until(guard, ctx, |state| state.ran_through(ctx, seq)).1)
+        }
         Ok(_) => CuResult(codes::SUCCESS),
         Err(code) => CuResult(code),
     }
@@ -267,7 +278,7 @@ unsafe fn staged_upload(guard: Guard, dst: CUdeviceptr, src: *const u8, bytes: u
         return CuResult(code);
     }
     let upto = guard.contexts[&ctx].submitted;
-    let (mut guard, waited) = State::wait_for(guard, ctx, upto);
+    let (mut guard, waited) = State::wait_until(guard, ctx, |state| state.ran_through(ctx, upto));
     if let Err(code) = waited {
         return CuResult(code);
     }
@@ -350,6 +361,42 @@ pub(crate) unsafe fn cuMemHostAlloc(
 /// Nothing uses the memory after the call.
 pub(crate) unsafe fn cuMemFreeHost(ptr: *mut c_void) -> CuResult {
     result(lock().free("cuMemFreeHost", Space::Host, ptr.addr()))
+}
+
+/// `cuMemHostGetDevicePointer_v2`: a pinned allocation is mapped at its
+/// host address, so an address inside one is its own device address.
+/// `CUDA_ERROR_INVALID_VALUE` for any other pointer, for flags other than
+/// 0 and for a null `pdptr`.
+///
+/// # Safety
+///
+/// `pdptr` is writable.
+pub(crate) unsafe fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut CUdeviceptr,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CuResult {
+    const ENTRY: &str = "cuMemHostGetDevicePointer_v2";
+    let mut state = lock();
+    result((|| {
+        let ctx = state.current_context(ENTRY)?;
+        state.enter(ctx, ENTRY, false)?;
+        if pdptr.is_null() || flags != 0 {
+            return Err(codes::INVALID_VALUE);
+        }
+        let addr = p.addr();
+        let pinned = state
+            .host_allocations
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(&start, a)| addr < start + a.layout.size());
+        if !pinned {
+            return Err(codes::INVALID_VALUE);
+        }
+        // SAFETY: non-null and writable (our caller).
+        unsafe { pdptr.write(addr as CUdeviceptr) };
+        Ok(())
+    })())
 }
 
 /// `cuMemAlloc_v2`: device memory is host memory addressed as a

@@ -37,13 +37,23 @@
 //!   `CUDA_ERROR_INVALID_CONTEXT` and is a violation: stricter than the
 //!   driver, so that a layer passing these tests binds a resource's context
 //!   on every call.
-//! - Per context one worker thread runs ops in submission order: host
+//! - Per context one worker thread runs ops one at a time: host
 //!   functions (called with the real pointers, on that thread), async
 //!   copies (bytes really copied), event records, graph launches (their
-//!   nodes with the parameters the executable had at launch). Synchronous
-//!   copies, synchronize and event synchronize wait for the ops before them
-//!   (a stream's synchronize also for the record of every event it waited
-//!   for);
+//!   nodes with the parameters the executable had at launch), stream memory
+//!   waits. Streams are independent: an op runs once its stream's earlier
+//!   ops and the event records its stream was made to wait for
+//!   (`cuStreamWaitEvent`) have run, the first such op in submission order
+//!   first; so without memory waits every op runs in submission order.
+//! - `cuStreamWaitValue32_v2` (`CU_STREAM_WAIT_VALUE_GEQ`, cyclic) on a u32
+//!   in pinned memory (`cuMemHostGetDevicePointer_v2` gives a pinned
+//!   address back as its device address): the wait holds its stream alone
+//!   until a CPU store reaches the value; the worker, which no store
+//!   wakes, looks again every half millisecond. An address outside live
+//!   pinned memory is a violation, a capturing stream refuses the wait.
+//! - Synchronous copies and context synchronize wait for every op before
+//!   them; event synchronize for the event's record; a stream's
+//!   synchronize for its ops and the record of every event it waited for;
 //!   a synchronous upload from pageable memory (`cuMemcpyHtoD_v2`), as in
 //!   the driver, returns once its source is staged, before the bytes reach
 //!   the device.
@@ -68,9 +78,11 @@
 //! # What it does not model
 //!
 //! Kernels, device-side execution and timing (an event's time is when the
-//! worker reached it); concurrency between streams of one context (one FIFO
-//! serializes them, which the driver's single host-function thread also
-//! does for host functions); capture modes (all act as relaxed); cross-context
+//! worker reached it); ops of different streams running at the same time
+//! (one worker runs one op at a time, as the driver's single host-function
+//! thread does for host functions); the legacy default stream's implicit
+//! synchronization with blocking streams (it is ordered like any stream;
+//! its synchronous copies wait for all work before them); capture modes (all act as relaxed); cross-context
 //! event waits (a violation here); pageable memory in asynchronous copies
 //! (the driver stages it within the call; here the copy reads it when it
 //! runs); memory limits;
@@ -116,14 +128,14 @@ pub(super) mod entry {
         cuStreamGetCaptureInfo_v2,
     };
     pub(crate) use super::memory::{
-        cuMemAlloc_v2, cuMemFree_v2, cuMemFreeHost, cuMemHostAlloc, cuMemHostRegister_v2,
-        cuMemHostUnregister, cuMemcpyBatchAsync_v2, cuMemcpyDtoH_v2, cuMemcpyDtoHAsync_v2,
-        cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuPointerGetAttribute,
+        cuMemAlloc_v2, cuMemFree_v2, cuMemFreeHost, cuMemHostAlloc, cuMemHostGetDevicePointer_v2,
+        cuMemHostRegister_v2, cuMemHostUnregister, cuMemcpyBatchAsync_v2, cuMemcpyDtoH_v2,
+        cuMemcpyDtoHAsync_v2, cuMemcpyHtoD_v2, cuMemcpyHtoDAsync_v2, cuPointerGetAttribute,
     };
     pub(crate) use super::objects::{cuUserObjectCreate, cuUserObjectRelease};
     pub(crate) use super::stream::{
         cuEventCreate, cuEventDestroy_v2, cuEventElapsedTime, cuEventQuery, cuEventRecord,
         cuEventSynchronize, cuLaunchHostFunc, cuStreamCreate, cuStreamDestroy_v2, cuStreamGetCtx,
-        cuStreamQuery, cuStreamSynchronize, cuStreamWaitEvent,
+        cuStreamQuery, cuStreamSynchronize, cuStreamWaitEvent, cuStreamWaitValue32_v2,
     };
 }

@@ -34,6 +34,16 @@ pub(super) fn wait(guard: Guard) -> Guard {
     CHANGED.wait(guard).unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Waits for the next change or for `timeout`, whichever comes first: for
+/// a worker whose ops wait for memory that plain CPU stores change, which
+/// notify nobody.
+pub(super) fn wait_timeout(guard: Guard, timeout: core::time::Duration) -> Guard {
+    CHANGED
+        .wait_timeout(guard, timeout)
+        .unwrap_or_else(PoisonError::into_inner)
+        .0
+}
+
 /// Wakes every waiter: call after any change a waiter may be waiting for.
 pub(super) fn notify() {
     CHANGED.notify_all();
@@ -106,15 +116,28 @@ pub(super) enum OpKind {
     Record {
         event: u64,
     },
+    /// `cuStreamWaitValue32_v2` with `CU_STREAM_WAIT_VALUE_GEQ`: runs (doing
+    /// nothing) once the u32 at host address `addr`, in a pinned
+    /// allocation, is at or past `value`, cyclically: `(int32_t)(*addr -
+    /// value) >= 0`.
+    WaitValue {
+        addr: usize,
+        value: u32,
+    },
 }
 
-/// One unit of work in a context's FIFO.
+/// One unit of work in a context's queue.
 #[derive(Debug)]
 pub(super) struct Op {
     pub(super) seq: u64,
+    /// The stream it was queued on (which may be destroyed since).
+    pub(super) stream: u64,
     pub(super) kind: OpKind,
     /// The executable whose launch this op belongs to.
     pub(super) exec: Option<u64>,
+    /// Ops (event records) it was made to wait for through
+    /// `cuStreamWaitEvent`, still queued or running when it was queued.
+    pub(super) deps: Vec<u64>,
 }
 
 /// One simulated device; its ordinal is its index.
@@ -132,6 +155,7 @@ pub(super) struct Device {
     pub(super) batch_copy_calls: u64,
     pub(super) async_copy_calls: u64,
     pub(super) stream_waits: u64,
+    pub(super) wait_value_ops: u64,
     /// `refuse_batch_copies`: the batch copy answers
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     pub(super) refuses_batch_copies: bool,
@@ -145,18 +169,19 @@ pub(super) struct Fault {
     pub(super) code: u32,
 }
 
-/// A primary context and its FIFO of ops.
+/// A primary context and its queue of ops.
 #[derive(Debug)]
 pub(super) struct Context {
     pub(super) device: usize,
     pub(super) sticky: Option<u32>,
+    /// Ops not yet started, in submission order (so sorted by `seq`); the
+    /// worker takes the first one that may run, not always the front.
     pub(super) queue: VecDeque<Op>,
-    /// The op the worker runs now.
-    pub(super) running: Option<OpKind>,
-    /// Sequence number of the last op queued and of the last one finished
-    /// (ops finish in queue order).
+    /// The op the worker runs now: its sequence number and what it does.
+    pub(super) running: Option<(u64, OpKind)>,
+    /// Sequence number of the last op queued. An op has run once it was
+    /// submitted and is neither queued nor running.
     pub(super) submitted: u64,
-    pub(super) completed: u64,
     /// The legacy default stream (`NULL`).
     pub(super) default_stream: u64,
     /// The last retain went: the worker ends after the op it runs now, and
@@ -168,9 +193,11 @@ pub(super) struct Context {
 pub(super) struct Stream {
     pub(super) ctx: u64,
     pub(super) device: usize,
-    /// Sequence number of the stream's last queued op, or of the record of
-    /// an event it waited for, whichever is later.
+    /// Sequence number of the stream's last queued op (0: none).
     pub(super) last_seq: u64,
+    /// Event records it was made to wait for since its last op: its next
+    /// op waits for them too, and so does a synchronize of it.
+    pub(super) waits: Vec<u64>,
     pub(super) capture: Option<u64>,
     /// While capturing: the nodes the stream's next node depends on.
     pub(super) tail: Vec<u64>,

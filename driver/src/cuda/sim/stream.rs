@@ -1,13 +1,16 @@
-//! Streams and events. A stream is an order within its context's single
-//! FIFO (so stream order, and order across streams, follow submission); an
-//! event is a point in that FIFO.
+//! Streams and events. A stream is an order among its context's queued
+//! ops (an op waits for the stream's earlier ones, and for the events the
+//! stream was made to wait for); an event is the op of its last record.
+//! Streams wait for each other only through events, or when a stream
+//! memory wait holds one of them (see `execution.rs`).
 
 use core::ffi::{c_uint, c_void};
 use std::format;
 use std::vec::Vec;
 
 use super::super::ffi::{
-    CU_EVENT_DISABLE_TIMING, CUcontext, CUevent, CUhostFn, CUstream, CuResult,
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_WAIT_VALUE_GEQ, CUcontext, CUdeviceptr, CUevent, CUhostFn,
+    CUstream, CuResult,
 };
 use super::codes::{self, result};
 use super::registry::{
@@ -25,6 +28,7 @@ impl State {
                 ctx,
                 device,
                 last_seq: 0,
+                waits: Vec::new(),
                 capture: None,
                 tail: Vec::new(),
                 handed_out: Default::default(),
@@ -113,8 +117,9 @@ pub(crate) unsafe fn cuStreamDestroy_v2(stream: CUstream) -> CuResult {
     })())
 }
 
-/// `cuStreamSynchronize`: waits for the stream's queued ops; returns the
-/// sticky error at once, even while one of them runs.
+/// `cuStreamSynchronize`: waits for the stream's queued ops and the events
+/// it was made to wait for; returns the sticky error at once, even while
+/// one of them runs.
 ///
 /// # Safety
 ///
@@ -130,8 +135,12 @@ pub(crate) unsafe fn cuStreamSynchronize(stream: CUstream) -> CuResult {
     if let Err(code) = state.refuse_if_capturing(stream) {
         return CuResult(code);
     }
-    let (ctx, seq) = (state.streams[&stream].ctx, state.streams[&stream].last_seq);
-    let (_state, outcome) = State::wait_for(state, ctx, seq);
+    let ctx = state.streams[&stream].ctx;
+    // A stream destroyed meanwhile (by another thread: a misuse) counts as
+    // done: its handle was valid when the call began.
+    let (_state, outcome) = State::wait_until(state, ctx, |state| {
+        !state.streams.contains_key(&stream) || state.stream_ran(stream)
+    });
     result(outcome)
 }
 
@@ -147,8 +156,7 @@ pub(crate) unsafe fn cuStreamQuery(stream: CUstream) -> CuResult {
     result((|| {
         let stream = state.stream_call(ENTRY, stream)?;
         state.refuse_if_capturing(stream)?;
-        let (ctx, seq) = (state.streams[&stream].ctx, state.streams[&stream].last_seq);
-        if state.done(ctx, seq) {
+        if state.stream_ran(stream) {
             Ok(())
         } else {
             Err(codes::NOT_READY)
@@ -177,8 +185,9 @@ pub(crate) unsafe fn cuStreamGetCtx(stream: CUstream, context: *mut CUcontext) -
     })())
 }
 
-/// `cuStreamWaitEvent`: a no-op between live streams of one context (their
-/// FIFO is one); on a captured event it joins the stream to that capture.
+/// `cuStreamWaitEvent`: the stream's next op, and a synchronize of it, wait
+/// for the event's last record (as it was at this call); on a captured
+/// event it joins the stream to that capture.
 ///
 /// # Safety
 ///
@@ -230,12 +239,14 @@ pub(crate) unsafe fn cuStreamWaitEvent(
                 Err(codes::STREAM_CAPTURE_ISOLATION)
             }
             (None, None) => {
-                // The stream's later work, and a synchronize of it, come
-                // after the event's: all ops run in one queue, so it is
-                // enough that the stream's last op counts as the event's.
-                let recorded = state.events[&event].record_seq;
+                // The stream's next op waits for the record; until then a
+                // synchronize of the stream does. A record that has run
+                // needs no waiting, which keeps the list short.
+                let recorded = state.events[&event]
+                    .record_seq
+                    .filter(|&seq| !state.ran(state.events[&event].ctx, seq));
                 let s = state.streams.get_mut(&stream).expect("checked");
-                s.last_seq = s.last_seq.max(recorded.unwrap_or(0));
+                s.waits.extend(recorded);
                 let device = s.device;
                 state.devices[device].stream_waits += 1;
                 Ok(())
@@ -270,6 +281,51 @@ pub(crate) unsafe fn cuLaunchHostFunc(
         if !state.capture_work(stream, work)? {
             state.enqueue(stream, OpKind::Work(work), None);
         }
+        Ok(())
+    })())
+}
+
+/// `cuStreamWaitValue32_v2`: the stream's later ops wait until the u32 at
+/// `addr` is at or past `value` (`CU_STREAM_WAIT_VALUE_GEQ`, cyclic; the
+/// only condition modelled: other flags are `CUDA_ERROR_NOT_SUPPORTED`);
+/// other streams go on meanwhile. `addr` must be 4 aligned bytes inside a
+/// live pinned allocation (`cuMemHostAlloc`, whose device address is its
+/// host address), or the call is a violation and
+/// `CUDA_ERROR_INVALID_VALUE`. Refused on a capturing stream, whose capture
+/// is invalidated.
+///
+/// # Safety
+///
+/// Nothing the simulator could check more: the address is checked now, and
+/// freeing it while the wait is queued is recorded.
+pub(crate) unsafe fn cuStreamWaitValue32_v2(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u32,
+    flags: c_uint,
+) -> CuResult {
+    const ENTRY: &str = "cuStreamWaitValue32_v2";
+    let mut state = lock();
+    result((|| {
+        let stream = state.stream_call(ENTRY, stream)?;
+        state.refuse_if_capturing(stream)?;
+        if flags != CU_STREAM_WAIT_VALUE_GEQ {
+            return Err(codes::NOT_SUPPORTED);
+        }
+        let device = state.streams[&stream].device;
+        let addr = usize::try_from(addr).unwrap_or(usize::MAX);
+        if state.pinned_flag(addr).is_none() {
+            state.violation(
+                Some(device),
+                format!(
+                    "{ENTRY}: {addr:#x} is not 4 aligned bytes of a live pinned allocation \
+                     (cuMemHostAlloc)"
+                ),
+            );
+            return Err(codes::INVALID_VALUE);
+        }
+        state.enqueue(stream, OpKind::WaitValue { addr, value }, None);
+        state.devices[device].wait_value_ops += 1;
         Ok(())
     })())
 }
@@ -354,7 +410,9 @@ pub(crate) unsafe fn cuEventSynchronize(event: CUevent) -> CuResult {
     match point {
         Err(code) => CuResult(code),
         Ok(None) => CuResult(codes::SUCCESS),
-        Ok(Some((ctx, seq))) => result(State::wait_for(state, ctx, seq).1),
+        Ok(Some((ctx, seq))) => {
+            result(State::wait_until(state, ctx, |state| state.ran(ctx, seq)).1)
+        }
     }
 }
 
@@ -370,7 +428,7 @@ pub(crate) unsafe fn cuEventQuery(event: CUevent) -> CuResult {
     result((|| {
         let event = state.event_call(ENTRY, event)?;
         match state.event_point(event)? {
-            Some((ctx, seq)) if !state.done(ctx, seq) => Err(codes::NOT_READY),
+            Some((ctx, seq)) if !state.ran(ctx, seq) => Err(codes::NOT_READY),
             _ => Ok(()),
         }
     })())

@@ -13,6 +13,8 @@ use std::vec::Vec;
 use super::super::ffi::{self, CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUstream, CuResult};
 use super::*;
 
+mod wait_value;
+
 fn ok(result: CuResult) {
     assert_eq!(result.0, 0, "driver call failed with {}", result.0);
 }
