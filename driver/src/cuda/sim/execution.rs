@@ -31,7 +31,7 @@ const FLAG_POLL: Duration = Duration::from_micros(500);
 
 impl Context {
     /// Whether op `seq` is queued or running.
-    fn pending(&self, seq: u64) -> bool {
+    pub(super) fn pending(&self, seq: u64) -> bool {
         self.running.is_some_and(|(running, _)| running == seq)
             || self.queue.binary_search_by_key(&seq, |op| op.seq).is_ok()
     }
@@ -39,9 +39,8 @@ impl Context {
 
 impl State {
     /// Queues `kind` on stream `stream` (not capturing) as part of `exec`'s
-    /// launch, if any; returns its sequence number.
-    /// The op waits for the event records the stream was made to wait for
-    /// since its last op.
+    /// launch, if any; returns its sequence number. The op waits for the
+    /// event records the stream was made to wait for since its last op.
     pub(super) fn enqueue(&mut self, stream: u64, kind: OpKind, exec: Option<u64>) -> u64 {
         let entry = self.streams.get_mut(&stream).expect("checked");
         let ctx = entry.ctx;

@@ -245,7 +245,10 @@ pub(crate) unsafe fn cuStreamWaitEvent(
                 let recorded = state.events[&event]
                     .record_seq
                     .filter(|&seq| !state.ran(state.events[&event].ctx, seq));
+                let state = &mut *state;
+                let context = &state.contexts[&state.streams[&stream].ctx];
                 let s = state.streams.get_mut(&stream).expect("checked");
+                s.waits.retain(|&w| context.pending(w));
                 s.waits.extend(recorded);
                 let device = s.device;
                 state.devices[device].stream_waits += 1;
