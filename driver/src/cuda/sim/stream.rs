@@ -89,7 +89,7 @@ pub(crate) unsafe fn cuStreamCreate(stream: *mut CUstream, _flags: c_uint) -> Cu
     })())
 }
 
-/// `cuStreamDestroy_v2`: queued work still runs (the FIFO is the context's).
+/// `cuStreamDestroy_v2`: queued work still runs (the queue is the context's).
 /// A capture the stream is in is invalidated.
 ///
 /// # Safety
@@ -366,7 +366,7 @@ pub(crate) unsafe fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CuResu
     })())
 }
 
-/// `cuEventRecord`: an op in the FIFO, or, on a capturing stream, a mark of
+/// `cuEventRecord`: an op in the queue, or, on a capturing stream, a mark of
 /// the stream's current nodes that another stream can wait on to join.
 ///
 /// # Safety
