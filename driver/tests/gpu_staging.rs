@@ -5,8 +5,10 @@
 //! blocks with the driver's batch copy and with a loop of copies, a scope
 //! with single transfers and a batch in flight together, and the driver
 //! behaviour the stager's error path rests on (its streams drain while
-//! another stream captures; the context does not). Elsewhere each reports
-//! itself ignored and why.
+//! another stream captures; the context does not); and that another
+//! library's host function, blocked on the context's one host-function
+//! thread, holds up no staged transfer. Elsewhere each reports itself
+//! ignored and why.
 
 mod gpu_support;
 
@@ -57,6 +59,10 @@ fn main() {
             (
                 "scope_transfers_and_batches_in_flight_together_all_arrive",
                 scope_with_batches,
+            ),
+            (
+                "a_host_function_blocked_on_another_stream_holds_up_no_transfer",
+                beside_a_blocked_host_function,
             ),
         ],
     )
@@ -524,4 +530,66 @@ fn scope_with_batches(context: &Context) -> Result<(), Failed> {
             .copy_from_slice(&source_bytes[block.device_offset..][..block.len]);
     }
     same(&pool, &expected, || "the batch".into())
+}
+
+/// Released by `beside_a_blocked_host_function` once its transfers are
+/// done, or given up on.
+static RELEASE_BLOCKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Another library's host function: holds the context's host-function
+/// thread until released.
+unsafe extern "C" fn blocked_host_function(_: *mut core::ffi::c_void) {
+    while !RELEASE_BLOCKED.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// While another stream's host function holds the context's one
+/// host-function thread, a staged transfer each way completes: the stager
+/// queues no host function (its copier thread makes the host side). A
+/// stager whose chunks were copied by host functions waits behind it until
+/// it is released, and this test fails by its deadline.
+fn beside_a_blocked_host_function(context: &Context) -> Result<(), Failed> {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let len = (64 << 20) + 4_099;
+    let expected = pattern(len, 43);
+    let source = device_with(context, &expected)?;
+    let mut target = DeviceBuffer::new(context, len)?;
+    let mut host = vec![0u8; len];
+    let mut stager = Stager::new(context)?;
+    let other = Stream::new(context)?;
+    RELEASE_BLOCKED.store(false, Ordering::Release);
+    // SAFETY: the function touches only a static; it returns once
+    // released, which this test always does before it returns.
+    unsafe {
+        other
+            .as_stream()
+            .launch_host_fn(blocked_host_function, core::ptr::null_mut())
+    }?;
+    let (done, finished) = std::sync::mpsc::channel();
+    let outcome = std::thread::scope(|scope| {
+        let (stager, host, source, target) = (&mut stager, &mut host, &source, &mut target);
+        scope.spawn(move || {
+            let result = stager
+                .run(to_host(&mut host[..], source))
+                .and_then(|()| stager.run(to_device(target, &host[..])));
+            let _ = done.send(result);
+        });
+        let outcome = finished.recv_timeout(Duration::from_secs(30));
+        // Released whatever happened, so that the thread can end.
+        RELEASE_BLOCKED.store(true, Ordering::Release);
+        outcome
+    });
+    other.as_stream().synchronize()?;
+    match outcome {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err("the transfers waited behind another stream's host function".into());
+        }
+    }
+    check(host == expected, || "the download differs".into())?;
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back)?;
+    check(back == expected, || "the upload differs".into())
 }

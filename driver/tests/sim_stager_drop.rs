@@ -1,7 +1,11 @@
-//! A stager dropped after a sticky error, while a host function of one of
-//! its transfers may still be copying with its workers, keeps the workers:
-//! before, it joined and freed its copy pool under that host function (a
-//! use after free that AddressSanitizer showed in `CopyPool::copy`). Its
+//! A pending transfer dropped after a sticky error while the stager's
+//! copier is copying it with the workers: the drop returns only once the
+//! copier is done with it (so the host memory is no longer written), and
+//! the stager's drop then stops its workers, which nothing uses any more,
+//! and keeps its staging buffer, which the undrained streams may still
+//! write. (Before, a host function on the driver's thread did that copy,
+//! and a stager dropped then joined and freed its copy pool under it: a
+//! use after free that AddressSanitizer showed in `CopyPool::copy`.) Its
 //! own process: the count of running workers is process-wide.
 
 #![cfg(all(feature = "cuda", feature = "simulator"))]
@@ -19,7 +23,7 @@ use sim_support::device;
 
 #[test]
 #[cfg_attr(miri, ignore = "waits for a copy in progress: too slow under Miri")]
-fn a_stager_dropped_after_a_sticky_error_keeps_the_workers_a_host_function_may_use() {
+fn a_transfer_dropped_after_a_sticky_error_mid_copy_waits_for_the_copier() {
     let device = device();
     let len = 128 << 20;
     let options = StagingOptions::builder()
@@ -45,27 +49,36 @@ fn a_stager_dropped_after_a_sticky_error_keeps_the_workers_a_host_function_may_u
     let mut raw = unsafe { RawHostMemory::new(range) };
     // SAFETY: as above; `source` outlives the transfer.
     let pending = unsafe { stager.start_unchecked(to_host(&mut raw, &source)) }.unwrap();
-    // The host function is copying once its first byte has arrived.
+    // The copier is copying once the first byte has arrived.
     let start = Instant::now();
     // SAFETY: a byte of the leaked buffer; the copy writes it once.
     while unsafe { core::ptr::read_volatile(probe) } == 0 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "the host function never started"
+            "the copier never started"
         );
         std::hint::spin_loop();
     }
     sim::fail_context(device.ordinal, 719);
     drop(pending);
+    // The copy in progress ended before the drop returned (one chunk, so
+    // the copier skipped nothing after it).
+    // SAFETY: the leaked buffer, which nothing writes any more.
+    let copied = unsafe { core::slice::from_raw_parts(probe, len) };
+    let short = copied.iter().position(|&byte| byte != 0xA5);
+    assert!(
+        short.is_none(),
+        "the drop returned while the copier was still writing: byte {short:?}"
+    );
     let leaked = staging::leaked().buffers;
-    drop(stager); // its streams cannot drain: the copy may still be running
+    drop(stager); // its streams cannot drain
     assert!(
         staging::leaked().buffers > leaked,
         "the staging buffer is not kept"
     );
     assert_eq!(
         running_workers(),
-        workers,
-        "the stager's workers were stopped under a host function that may still use them"
+        workers - 1,
+        "the stager's worker was left running"
     );
 }

@@ -72,9 +72,6 @@ impl PinnedBuffer {
     /// (`cuMemHostGetDevicePointer_v2`): what a stream memory wait
     /// ([`StreamRef::wait_value32_geq`](super::StreamRef::wait_value32_geq))
     /// reads a flag through.
-    // The staging engine's flag waits will call it; until then only the
-    // simulator's tests do.
-    #[cfg_attr(not(all(test, feature = "simulator")), allow(dead_code))]
     pub(crate) fn device_ptr(&self) -> Result<ffi::CUdeviceptr, DriverError> {
         self.context.bind()?;
         let mut dptr: ffi::CUdeviceptr = 0;

@@ -11,7 +11,6 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-static CHUNKS: AtomicUsize = AtomicUsize::new(0);
 static BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 
@@ -19,14 +18,8 @@ static DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leaked {
-    /// Chunk records kept because a host function may still read them:
-    /// every chunk of a transfer one of whose host functions the driver
-    /// skipped (one allocation, so a late run still finds its state), and
-    /// the chunks of a [`PendingTransfer`](super::staging::PendingTransfer)
-    /// dropped after a context error.
-    pub chunks: usize,
-    /// Pinned buffers never freed because a queued copy or host function
-    /// could still have touched them: staging buffers, and buffers given to
+    /// Pinned buffers never freed because a queued copy could still have
+    /// touched them: staging buffers and their flags, and buffers given to
     /// [`Stager::device_to_pinned`](super::staging::Stager::device_to_pinned) or
     /// [`Stager::pinned_to_device`](super::staging::Stager::pinned_to_device).
     pub buffers: usize,
@@ -42,15 +35,9 @@ pub struct Leaked {
 /// What the layer has kept for good in this process.
 pub fn leaked() -> Leaked {
     Leaked {
-        chunks: CHUNKS.load(Ordering::Relaxed),
         buffers: BUFFERS.load(Ordering::Relaxed),
         device_buffers: DEVICE_BUFFERS.load(Ordering::Relaxed),
     }
-}
-
-/// `count` chunk records kept.
-pub(crate) fn kept_chunks(count: usize) {
-    CHUNKS.fetch_add(count, Ordering::Relaxed);
 }
 
 /// `count` pinned buffers kept.

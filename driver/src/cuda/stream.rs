@@ -367,9 +367,6 @@ impl StreamRef<'_> {
     /// host memory through [`PinnedBuffer::device_ptr`](super::PinnedBuffer::device_ptr),
     /// or device memory) that stays allocated until the wait has passed or
     /// the stream has been drained (synchronized, or its context destroyed).
-    // The staging engine's flag waits will call it; until then only the
-    // simulator's tests do.
-    #[cfg_attr(not(all(test, feature = "simulator")), allow(dead_code))]
     pub(crate) unsafe fn wait_value32_geq(
         &self,
         addr: CUdeviceptr,

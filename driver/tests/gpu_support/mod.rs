@@ -76,11 +76,15 @@ fn describe(binary: &str, context: &Context) {
     );
 }
 
-/// A byte pattern with no short period: a chunk copied to the wrong place
-/// never matches by accident.
+/// A byte pattern with no period shorter than the data (a multiplicative
+/// hash of the offset): a chunk copied to the wrong place never matches by
+/// accident. (The one before repeated every 2 MiB.)
 pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8)
+    (0..len as u64)
+        .map(|i| {
+            let x = (i ^ (u64::from(seed) << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            (x >> 56) as u8 ^ (x >> 29) as u8
+        })
         .collect()
 }
 

@@ -119,6 +119,9 @@ pub struct DeviceState {
     /// Successful `cuStreamWaitValue32_v2` calls (each queued a wait for a
     /// flag in pinned memory).
     pub wait_value_ops: u64,
+    /// `cuEventRecord` calls queued on streams that are not capturing: a
+    /// staged chunk records one, the driver's path none.
+    pub event_records: u64,
 }
 
 /// The state of device `ordinal`.
@@ -162,6 +165,7 @@ pub fn device_state(ordinal: usize) -> DeviceState {
         async_copy_calls: device.async_copy_calls,
         stream_waits: device.stream_waits,
         wait_value_ops: device.wait_value_ops,
+        event_records: device.event_records,
     }
 }
 

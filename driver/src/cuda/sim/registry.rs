@@ -156,6 +156,7 @@ pub(super) struct Device {
     pub(super) async_copy_calls: u64,
     pub(super) stream_waits: u64,
     pub(super) wait_value_ops: u64,
+    pub(super) event_records: u64,
     /// `refuse_batch_copies`: the batch copy answers
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     pub(super) refuses_batch_copies: bool,

@@ -389,6 +389,8 @@ pub(crate) unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> CuResult
             return Ok(());
         }
         let seq = state.enqueue(stream, OpKind::Record { event }, None);
+        let device = state.streams[&stream].device;
+        state.devices[device].event_records += 1;
         let entry = state.events.get_mut(&event).expect("checked");
         entry.record_seq = Some(seq);
         entry.stamp = None;

@@ -5,34 +5,33 @@
 //! transfer hold what it started and give it back to be finished.
 
 use std::sync::Arc;
+use std::vec::Vec;
 
-use super::chunk::Chunks;
 use super::feed::Job;
 use super::spec::TransferSpec;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
+use crate::cuda::event::Event;
 
-/// Who queues a transfer's chunks.
+/// When the caller of a transfer waits: that decides only whether a
+/// single transfer below the crossover may take the driver's path, which
+/// returns when the bytes have arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Queuing {
-    /// The caller, all at once, for a blocking call. Single transfers below
-    /// the crossover take the driver's path.
+    /// In the call: below the crossover, always the driver's path.
     Blocking,
-    /// The caller, all at once, for a pending transfer (which
-    /// `order_before` needs queued). Single transfers below the crossover
-    /// of pageable memory take the driver's path unless it would wait for
-    /// a stream given to `wait_for`.
-    Pending,
-    /// The feeder thread, for a scope's transfer, which returns at once;
-    /// below the crossover as for a pending transfer.
-    Feeder,
+    /// Later (a scope's transfer, a pending one): the driver's path only
+    /// when it would not wait for other work.
+    AtOnce,
 }
 
-/// The chunks of one planned transfer and how queuing them goes.
+/// A planned transfer whose driver side is queued whole, in the copier's
+/// hands for its host side.
 #[derive(Debug)]
 pub(super) struct InFlight {
-    pub(super) chunks: Chunks,
     pub(super) job: Arc<Job>,
+    /// Recorded after the transfer's last chunk on each stream it used.
+    pub(super) events: Vec<Event>,
     /// The number of the next `wait_for` event when it started.
     pub(super) order_upto: u64,
     /// The device allocation the queued copies use.
@@ -53,8 +52,8 @@ pub(super) trait Engine {
         queuing: Queuing,
     ) -> Result<Option<InFlight>, Error>;
 
-    /// Waits until a transfer's chunks are queued and have run, then
-    /// settles them; returns the first error. After an error the streams
+    /// Waits until a transfer's host side is made and its driver copies
+    /// have run; returns the first error. After an error the streams
     /// are drained; if they cannot be, the device allocation is kept for
     /// good.
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error>;

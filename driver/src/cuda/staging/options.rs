@@ -27,15 +27,19 @@ pub const DEFAULT_CHUNK: usize = 16 << 20;
 /// up to the chunk, so that a transfer's second stage starts early and
 /// ends soon after the first.
 ///
-/// Run 38 decides it (GPU_RUNS.md): until then, the full chunk (no ramp).
-pub const DEFAULT_EDGE_CHUNK: usize = DEFAULT_CHUNK;
+/// `usize::MAX`, which [`StagingOptions::edge_chunk`] reads as the chunk,
+/// whatever its size: no ramp. Runs 38 and 39 (GPU_RUNS.md) measured edges
+/// from 1 to 4 MiB and none beat equal chunks. (Before, the default was
+/// 16 MiB, so that any chunk larger than that ramped.)
+pub const DEFAULT_EDGE_CHUNK: usize = usize::MAX;
 
 /// The smallest chunk [`StagingOptionsBuilder::build`] accepts: one page.
 ///
-/// Every chunk costs two driver calls and one host function (about 15 us
-/// on the H200 host), so a chunk of a few bytes turns a copy into millions
-/// of host functions: a 4 MiB transfer in 1-byte chunks ran for more than
-/// 25 seconds there. At 4 KiB the same transfer is 1,024 chunks.
+/// Every chunk costs up to three driver calls and a wake-up of the
+/// stager's copier (about 15 us on the H200 host), so a chunk of a few
+/// bytes turns a copy into millions of them: a 4 MiB transfer in 1-byte
+/// chunks ran for more than 25 seconds there. At 4 KiB the same transfer
+/// is 1,024 chunks.
 pub const MIN_CHUNK: usize = 4 << 10;
 
 /// The largest chunk accepted: each staging buffer is one pinned
@@ -372,5 +376,19 @@ mod tests {
             StagingOptions::builder().build().unwrap(),
             StagingOptions::default()
         );
+    }
+
+    #[test]
+    fn chunks_do_not_ramp_unless_asked_whatever_their_size() {
+        for chunk in [MIN_CHUNK, DEFAULT_CHUNK, 128 << 20, MAX_CHUNK] {
+            let options = StagingOptions::builder().chunk(chunk).build().unwrap();
+            assert_eq!(options.edge_chunk(), chunk);
+        }
+        let ramped = StagingOptions::builder()
+            .chunk(128 << 20)
+            .edge_chunk(1 << 20)
+            .build()
+            .unwrap();
+        assert_eq!(ramped.edge_chunk(), 1 << 20);
     }
 }

@@ -18,13 +18,13 @@ use crate::cuda::stream::StreamRef;
 /// on the stager that started it.
 ///
 /// Dropped unfinished, it waits for its copies (as a Python `Transfer`
-/// does), then frees its chunk records and lets go of the device memory.
-/// If that wait fails (a context error), its driver copies may still run:
-/// it keeps the device memory for good, waits for a host copy in progress
-/// and abandons those not started (kept, with their records, counted in
-/// [`leaked`](super::leaked)), so that nothing touches the host memory
-/// once the drop returns. Only [`Stager::finish_pending`](super::Stager::finish_pending) also drains
-/// the stager's streams after an error and reports it.
+/// does), then lets go of the device memory. The host memory is touched
+/// only by the stager's copier thread, which finishes its part of every
+/// transfer, after an error too, so nothing touches it once the drop
+/// returns. If the wait for the driver's copies fails (a context error),
+/// they may still run: the drop keeps the device memory for good, counted
+/// in [`leaked`](super::leaked). Only [`Stager::finish_pending`](super::Stager::finish_pending) also
+/// drains the stager's streams after an error and reports it.
 #[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
 #[derive(Debug)]
 pub struct PendingTransfer {
@@ -65,15 +65,17 @@ impl PendingTransfer {
         let Some(in_flight) = &self.in_flight else {
             return Ok(true);
         };
-        let queued = in_flight.job.queued();
-        if !queued.finished {
-            return Ok(false);
-        }
-        if let Some(error) = queued.error {
-            return Err(error);
+        {
+            let done = in_flight.job.done_now();
+            if !done.finished {
+                return Ok(false);
+            }
+            if let Some(error) = done.error {
+                return Err(error);
+            }
         }
         let _relaxed = RelaxedCapture::new();
-        for event in &queued.events {
+        for event in &in_flight.events {
             if !event.query()? {
                 return Ok(false);
             }
@@ -89,11 +91,7 @@ impl PendingTransfer {
         let Some(in_flight) = &self.in_flight else {
             return Ok(());
         };
-        let queued = in_flight.job.wait_queued();
-        if let Some(error) = queued.error {
-            return Err(error);
-        }
-        for event in &queued.events {
+        for event in &in_flight.events {
             event.context().expect_same(stream.context())?;
         }
         // The check and the waits in one hold of the lock: the stream
@@ -102,7 +100,7 @@ impl PendingTransfer {
         if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
             return Err(Error::Capturing);
         }
-        for event in &queued.events {
+        for event in &in_flight.events {
             stream.wait_event_locked(&locked, event)?;
         }
         Ok(())
@@ -115,25 +113,18 @@ impl Drop for PendingTransfer {
             return;
         };
         let _relaxed = RelaxedCapture::new();
-        let finished = {
-            let queued = in_flight.job.wait_queued();
-            queued.error.is_none()
-                && queued
-                    .events
-                    .iter()
-                    .all(|event| event.synchronize().is_ok())
-        };
-        if finished {
-            // Every chunk queued has run: nothing touches them any more.
-            in_flight.chunks.settle_and_free();
-        } else {
+        // The copier touches the host memory no more once it is done with
+        // the job, which it always finishes, after an error too.
+        let failed = in_flight.job.wait_done().error.is_some();
+        if failed
+            || !in_flight
+                .events
+                .iter()
+                .all(|event| event.synchronize().is_ok())
+        {
             // Its driver copies may still run: keep the device memory for
-            // good, counted. Settling waits for a host function that is
-            // copying and abandons those not started (they then touch
-            // nothing), so that the caller may let go of its host memory;
-            // the records of abandoned ones are kept, counted.
+            // good, counted.
             in_flight.device.keep();
-            in_flight.chunks.settle_and_free();
         }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! A single transfer is one block. A batch is many, packed one after the
 //! other into the staging buffers: many small blocks share one chunk (one
-//! gathering driver call, one host function), and a block larger than a
+//! gathering driver call, one host copy list), and a block larger than a
 //! chunk's room is split across chunks.
 
 use std::vec::Vec;
@@ -111,8 +111,8 @@ pub(super) struct PlannedChunk {
     pub(super) len: usize,
     /// The driver's side: one copy, or a gathering batch.
     pub(super) device: Vec<DevicePiece>,
-    /// The host function's side, in the direction's order (D2H: staging to
-    /// host; H2D: host to staging); moved into the chunk's record.
+    /// The copier's side, in the direction's order (D2H: staging to
+    /// host; H2D: host to staging).
     pub(super) host: Vec<HostCopyArgs>,
 }
 

@@ -6,7 +6,7 @@
 //! is dropped or forgotten (`mem::forget`) leaves its transfer to the
 //! scope, which waits for it before it returns (also on unwind). A handle
 //! that waited only in `Drop` would be unsound: forgetting it would end the
-//! borrow of a buffer a host function is still copying into.
+//! borrow of a buffer the stager's copier is still copying into.
 
 use core::cell::RefCell;
 use core::fmt;
@@ -92,7 +92,7 @@ where
         _lifetimes: PhantomData,
     };
     // Waits on unwind too: a panic in `f` must not end the borrows while
-    // host functions copy.
+    // the copier copies.
     let finish_on_unwind = FinishOnDrop(&scope);
     let value = f(&scope);
     core::mem::forget(finish_on_unwind);
@@ -102,8 +102,9 @@ where
 
 impl<'scope, 'env> StagingScope<'scope, 'env> {
     /// Starts the copy `spec` describes and returns its handle at once:
-    /// the caller's thread only checks and plans it, and the stager's
-    /// feeder thread queues its chunks. A single transfer below the
+    /// the caller's thread checks and plans it and queues the driver's side
+    /// of its chunks, and the stager's copier thread makes their host side.
+    /// A single transfer below the
     /// crossover takes the driver's path (complete when this returns) only
     /// when that cannot block: see the [module documentation](super).
     ///
@@ -116,7 +117,7 @@ impl<'scope, 'env> StagingScope<'scope, 'env> {
         spec: TransferSpec<'scope>,
     ) -> Result<Transfer<'scope, 'env>, Error> {
         let mut stager = self.stager.borrow_mut();
-        let Some(in_flight) = stager.start(spec, Queuing::Feeder)? else {
+        let Some(in_flight) = stager.start(spec, Queuing::AtOnce)? else {
             return Ok(Transfer {
                 scope: self,
                 index: None,

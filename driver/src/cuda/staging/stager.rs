@@ -10,10 +10,9 @@ use core::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::vec::Vec;
 
-use super::chunk::{Chunk, Chunks};
 use super::driver_path::{self, PinnedTransferError};
 use super::engine::{Engine, InFlight, Queuing};
-use super::feed::{Feeder, Job, Lanes};
+use super::feed::{CopierThread, Job, Lanes};
 use super::options::{StagingOptions, Stores};
 use super::pending::{self, PendingTransfer};
 use super::plan::{Block, Layout, chunk_sizes, plan};
@@ -37,17 +36,16 @@ use crate::parallel::CopyPool;
 pub struct Stager {
     context: Context,
     options: StagingOptions,
-    /// The streams, shared with the feeder thread.
+    /// The streams and their flags, shared with the copier thread.
     lanes: Arc<Lanes>,
-    /// Queues the chunks of transfers that return at once; started by the
-    /// first of them.
-    feeder: Option<Feeder>,
+    /// Makes the host side of every staged chunk; `None` only in `Drop`.
+    copier: Option<CopierThread>,
     /// Freed in `Drop` unless queued work may still touch them.
     buffers: Vec<ManuallyDrop<PinnedBuffer>>,
     /// Their addresses, for planning.
     staging: Vec<usize>,
-    /// Behind an `Arc`: host functions reach it through a raw pointer that
-    /// no borrow of the stager may invalidate.
+    /// Shared with the copier thread, which copies with it, and with the
+    /// driver's path, whose host side the calling thread copies.
     workers: Arc<CopyPool>,
     /// The number of the next chunk planned.
     next_seq: u64,
@@ -82,7 +80,7 @@ pub struct Stager {
 /// stager's own that waited for each), without waiting on the host.
 pub const MAX_ORDER_EVENTS: usize = 64;
 
-/// `CUDA_ERROR_OUT_OF_MEMORY`, for a feeder thread the system refused.
+/// `CUDA_ERROR_OUT_OF_MEMORY`, for a copier thread the system refused.
 const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
 
 impl Stager {
@@ -91,8 +89,9 @@ impl Stager {
         Self::with_options(context, StagingOptions::default())
     }
 
-    /// A stager on `context` with `options`: allocates the staging buffers,
-    /// creates their streams and starts the workers.
+    /// A stager on `context` with `options`: allocates the staging buffers
+    /// and their flags, creates their streams, and starts the workers and
+    /// the copier thread.
     pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, DriverError> {
         let _relaxed = RelaxedCapture::new();
         let mut streams = Vec::with_capacity(options.buffers);
@@ -107,15 +106,21 @@ impl Stager {
             .iter()
             .map(|buffer| buffer.raw_ptr().expose_provenance())
             .collect();
+        let lanes = Arc::new(Lanes::new(context, streams, options.device_copies)?);
+        let workers = Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0);
+        // The system refused a thread: as out of resources. Nothing is
+        // queued yet, so the buffers and flags are freed as they drop.
+        let copier = CopierThread::spawn(&lanes, &workers)
+            .map_err(|_| DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))?;
         let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let stager = Stager {
             context: context.clone(),
             options,
-            lanes: Arc::new(Lanes::new(context, streams, options.device_copies)),
-            feeder: None,
+            lanes,
+            copier: Some(copier),
             buffers,
             staging,
-            workers: Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0),
+            workers,
             next_seq: 0,
             undrained: None,
             order_events: Vec::new(),
@@ -214,12 +219,13 @@ impl Stager {
     /// with [`finish_pending`](Self::finish_pending); Rust code has
     /// [`scope`](Self::scope), which proves the same with borrows.
     ///
-    /// Its chunks are queued by this call, all at once (a scope's go to the
-    /// stager's feeder thread instead), so that
+    /// The driver's side of its chunks is queued by this call, all at once
+    /// (a few microseconds a chunk), so that
     /// [`PendingTransfer::order_before`] can order a stream after it at
-    /// once; for a transfer of many GiB this call may wait for room in the
-    /// driver's queue. Small single transfers take the driver's path, as in
-    /// [`run`](Self::run), and have finished when it returns.
+    /// once; beyond about 2,000 chunks queued (32 GiB in the default
+    /// chunks) this call waits for room in the driver's queue. Small single
+    /// transfers take the driver's path when that does not wait for other
+    /// work, and have finished when it returns.
     ///
     /// Memory whose owner orders its use (cudarc's) is refused
     /// ([`Error::OrderNotKept`]).
@@ -253,11 +259,10 @@ impl Stager {
         &mut self,
         spec: TransferSpec<'_>,
     ) -> Result<PendingTransfer, Error> {
-        // Queued by the caller, all at once, not by the feeder: so that
-        // `order_before` can order a stream after the transfer at once
-        // (its last chunks are queued), as a binding's non-blocking call
-        // does right after starting it.
-        let in_flight = self.start(spec, Queuing::Pending)?;
+        // Its driver side is queued whole when this returns, so that
+        // `order_before` can order a stream after it at once, as a
+        // binding's non-blocking call does right after starting it.
+        let in_flight = self.start(spec, Queuing::AtOnce)?;
         Ok(PendingTransfer::new(in_flight, self.id))
     }
 
@@ -310,9 +315,9 @@ impl Stager {
             self.spare_order_events.push(event);
             return Err(error);
         }
-        // Every transfer started before is queued whole (the feeder has
-        // nothing left: a scope, the only user of it, has ended), so these
-        // waits come after them and before every later one.
+        // Every transfer started before is queued whole (by the call that
+        // started it), so these waits come after them and before every
+        // later one.
         let ordered = self
             .lanes
             .streams
@@ -723,7 +728,7 @@ impl Engine for Stager {
         }
         let _relaxed = RelaxedCapture::new();
         let sizes = chunk_sizes(total, self.options.chunk, self.options.edge_chunk());
-        let mut planned = plan(
+        let planned = plan(
             &Layout {
                 direction,
                 host: host.addr,
@@ -739,55 +744,37 @@ impl Engine for Stager {
             Direction::DeviceToHost => Stores::Streaming,
             Direction::HostToDevice => self.options.h2d_stores,
         };
-        let workers = Arc::as_ptr(&self.workers);
-        // The host copies move into the chunk records, which the host
-        // functions read; the plan keeps the driver's side.
-        let chunks = Chunks::new(
-            planned
-                .iter_mut()
-                .map(|chunk| Chunk::new(core::mem::take(&mut chunk.host), stores, workers))
-                .collect(),
-        );
-        let job = Arc::new(Job::new(direction, chunks.array(), planned));
-        match queuing {
-            Queuing::Blocking | Queuing::Pending => self.lanes.queue_now(&job),
-            Queuing::Feeder => {
-                if self.feeder.is_none() {
-                    let feeder = Feeder::spawn(&self.lanes).map_err(|_| {
-                        // The system refused a thread: as out of resources.
-                        Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))
-                    });
-                    match feeder {
-                        Ok(feeder) => self.feeder = Some(feeder),
-                        Err(error) => {
-                            chunks.settle_and_free();
-                            return Err(error);
-                        }
-                    }
-                }
-                self.lanes.hand_over(Arc::clone(&job));
+        let job = Arc::new(Job::new(direction, planned, stores));
+        let device = memory.memory_in_use();
+        match self.lanes.queue_job(&job) {
+            Ok(events) => Ok(Some(InFlight {
+                job,
+                events,
+                order_upto: self.next_order,
+                device,
+            })),
+            Err(error) => {
+                // What was queued runs, the chunk that failed perhaps in
+                // part: wait until the copier has made its host sides and
+                // the streams have run it all, before anything else uses
+                // the buffers (the stager refuses work until they drain).
+                drop(job.wait_done());
+                self.drain();
+                self.release(device);
+                Err(error)
             }
         }
-        Ok(Some(InFlight {
-            chunks,
-            job,
-            order_upto: self.next_order,
-            device: memory.memory_in_use(),
-        }))
     }
 
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         let InFlight {
-            chunks,
             job,
+            events,
             order_upto,
             device,
         } = in_flight;
-        let (error, events) = {
-            let mut queued = job.wait_queued();
-            (queued.error.take(), core::mem::take(&mut queued.events))
-        };
+        let error = job.wait_done().error.take();
         let mut result = error.map_or(Ok(()), Err);
         // After the first error the drain waits for the rest.
         if result.is_ok() {
@@ -799,10 +786,9 @@ impl Engine for Stager {
         if result.is_err() {
             self.drain();
         } else {
-            self.lanes.return_events(events);
+            self.lanes.return_lane_events(events);
             self.order_events_complete(order_upto);
         }
-        chunks.settle_and_free();
         self.release(device);
         result
     }
@@ -813,12 +799,10 @@ impl Drop for Stager {
         // Every driver call of the teardown in the relaxed mode, the
         // streams and events too (dropped here, not after).
         let _relaxed = RelaxedCapture::new();
-        // The feeder first, joined: it is idle (every scope waited for the
-        // transfers it handed over), and would leave any job it had not
-        // started unqueued.
-        self.feeder = None;
-        // Borrowed transfers are finished (they borrow the stager), but a
-        // pending transfer dropped unfinished may still be queued.
+        // The copier first, joined once it has made the host side of every
+        // chunk queued (a pending transfer may be unfinished): then every
+        // flag has advanced past every wait queued on it.
+        self.copier = None;
         self.drain();
         self.order_events.clear();
         self.spare_order_events.clear();
@@ -830,10 +814,13 @@ impl Drop for Stager {
                 crate::cuda::retire::kept_pinned_buffers(1);
                 core::mem::forget(bounce);
             }
-            // A host function of a pending transfer dropped unfinished may
-            // still be running with the workers: keep them too.
-            core::mem::forget(Arc::clone(&self.workers));
             crate::cuda::retire::kept_pinned_buffers(self.buffers.len());
+            // The streams may still wait on the flags.
+            match Arc::get_mut(&mut self.lanes) {
+                Some(lanes) => lanes.keep_flags(),
+                // Not reached (the copier is joined); kept whole if it were.
+                None => core::mem::forget(Arc::clone(&self.lanes)),
+            }
         } else {
             // Freed here, in the relaxed mode: no queued copy touches it.
             self.bounce = None;
@@ -843,7 +830,7 @@ impl Drop for Stager {
                 unsafe { ManuallyDrop::drop(buffer) };
             }
         }
-        // The feeder is joined: the stager holds the only reference.
+        // The copier is joined: the stager holds the only reference.
         if let Some(lanes) = Arc::get_mut(&mut self.lanes) {
             lanes.clear();
         }

@@ -132,6 +132,13 @@ impl<T> Outcome<T> {
         state
     }
 
+    /// Changes the outcome with `change` and wakes every waiter.
+    pub(super) fn update(&self, change: impl FnOnce(&mut T)) {
+        let mut state = lock(&self.state);
+        change(&mut state);
+        self.settled.notify_all();
+    }
+
     /// Replaces the outcome with `outcome` and wakes every waiter.
     pub(super) fn settle(&self, outcome: T) {
         let mut state = lock(&self.state);
