@@ -94,7 +94,10 @@ class NotContiguous(PackError):
 
 
 class ReadOnlyBuffer(PackError):
-    """The destination is a read-only buffer (``side``, ``len``)."""
+    """The destination is read-only, or not proven writable (``side``, ``len``):
+    a read-only buffer, or a DLPack tensor whose capsule is unversioned
+    (DLPack before 1.0 cannot mark a tensor read-only) or flagged read-only
+    or a copy."""
 
     side: str
     len: int

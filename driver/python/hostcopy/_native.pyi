@@ -3,7 +3,7 @@
 # stubtest): a function added, removed or re-signed there fails CI until this
 # file says the same.
 #
-# The protocols (marked `type_check_only`) and the aliases `HostBuffer` and
+# The protocols and `StagerOptions` (marked `type_check_only`) and the aliases `HostBuffer` and
 # `HostRegion` exist for type checkers only, nothing defines them at run
 # time: they name what packing accepts, so that the Python half can annotate
 # `dst` and `src` with them (imported under `typing.TYPE_CHECKING`). The
@@ -11,7 +11,7 @@
 # `--features simulator` (ci.sh's, which stubtest checks).
 
 from types import TracebackType
-from typing import Any, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, Union, final, type_check_only
+from typing import Any, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, TypedDict, Union, final, type_check_only
 
 from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
 
@@ -125,6 +125,16 @@ class HostMemory:
 
     def __len__(self) -> int: ...
 
+@type_check_only
+class StagerOptions(TypedDict):
+    """``Stager.options``: ``hostcopy.StagerOptions`` (hostcopy/_staging.py) says what each is."""
+
+    chunk: int
+    buffers: int
+    workers: int
+    h2d_streaming: bool
+    driver_path_below: int
+
 @final
 class Stager:
     """A stager of one device. The count options are integers in
@@ -146,9 +156,10 @@ class Stager:
     ) -> Self: ...
     @property
     def device(self) -> int: ...
-    def options(self) -> tuple[int, int, int, bool, int]:
-        """``(chunk, buffers, workers, h2d_streaming, driver_path_below)``:
-        ``hostcopy.Stager.options`` names them."""
+    @property
+    def options(self) -> StagerOptions:
+        """The options in force, a fresh dict each read: what
+        ``hostcopy.Stager.options`` returns."""
     def close(self) -> None: ...
     def device_to_host(
         self,

@@ -6,9 +6,13 @@ The device side may be a cuda.core ``Buffer``, anything with ``__dlpack__``
 (numba device arrays, cupy, torch). The host side may be anything with the
 buffer protocol (numpy arrays, ``bytearray``, ``memoryview``, ``mmap``;
 ``bytes`` as a source) or a CPU tensor through DLPack. Both must be
-C-contiguous; a destination must be writable. Host memory given as the
-device side (a CPU tensor, a numpy array, any buffer) raises
-``NotDeviceMemory``.
+C-contiguous; a destination must be writable, and a DLPack destination
+proven so: its capsule must be versioned (DLPack >= 1.0: torch, numpy >=
+2.1 when asked with ``max_version``) and not flagged read-only or a copy;
+an unversioned capsule (jax, producers before DLPack 1.0) cannot say, so it
+is refused as a destination (``ReadOnlyBuffer``; pass a buffer-protocol
+view instead). Host memory given as the device side (a CPU tensor, a numpy
+array, any buffer) raises ``NotDeviceMemory``.
 
 ``nbytes``, ``dst_offset``, ``src_offset`` and every field of a block are
 integers in ``operator.index``'s sense (``int``, numpy integer scalars;
@@ -16,6 +20,28 @@ not ``bool``, ``float`` or ``str``, which raise ``TypeError``); one that
 is negative or wider than the platform's word raises ``IntegerOutOfRange``
 naming it (``nbytes``, ``blocks[3].host_offset``). The native module
 recognises them (src/integers.rs, src/blocks.rs).
+
+What each bad argument of a copy raises; a call refused so copies nothing
+(every class is in ``hostcopy``; all but ``TypeError`` and
+``StreamCapturing`` are ``ValueError`` subclasses):
+
+- ``TypeError``: ``nbytes``, an offset or a block field that is no integer
+  (``float``, ``str``, ``bool``); ``blocks`` that are no triples (``"123"``,
+  a dict, an array not of shape ``(n, 3)``) or an array of a non-integer
+  dtype; a side of no known kind; GPU memory as the host side; a jax array
+  as a destination.
+- ``IntegerOutOfRange``: ``nbytes``, an offset or a block field that is
+  negative or wider than a word (``>= 2**64``), with its ``name``.
+- ``OutOfBounds``: a range past the end of either side;
+  ``BlockOutOfBounds``: a block past either; ``BlocksOverlap``: two blocks
+  writing the same bytes.
+- ``NotDeviceMemory``: host memory (a CPU tensor, a numpy array, a
+  ``bytearray``) as the device side.
+- ``NotContiguous``: a strided side. ``ReadOnlyBuffer``: a destination that
+  is read-only or not proven writable (above).
+- ``WrongDevice``: memory or a stream of another device than the stager's;
+  ``StreamCapturing``: a ``stream`` capturing a graph; ``ValueError``: a
+  closed stager.
 """
 
 from __future__ import annotations
@@ -77,7 +103,9 @@ def _is_jax_array(obj: Any) -> bool:
 
 def _refuse_jax_destination(obj: Any, side: str) -> None:
     """jax arrays are immutable, on any device, but their unversioned
-    DLPack capsules cannot say so: they are told by their type."""
+    DLPack capsules cannot say so: they are told by their type, for the
+    message (an unversioned host capsule is refused as a destination
+    anyway, src/dlpack.rs; a jax device array has no other guard)."""
     if _is_jax_array(obj):
         raise TypeError(f"{side} is a jax array: jax arrays are immutable, so they cannot be a destination")
 
@@ -173,7 +201,9 @@ def _host_side(obj: Any, side: str, writable: bool) -> Any:
                 f"{side} is GPU memory (DLPack device type {int(device_type)}); host memory is expected here"
             )
         # A versioned capsule (DLPack 1.0) can say that the tensor is
-        # read-only; producers older than it take no max_version.
+        # read-only or a copy; producers older than it take no max_version,
+        # and their unversioned capsule is refused as a destination (it
+        # cannot prove the tensor writable) but read as a source.
         try:
             capsule = obj.__dlpack__(max_version=(1, 0))
         except TypeError:
@@ -253,6 +283,15 @@ class Stager:
     raises ``InvalidOption``, a ``ValueError``, before any driver call.
     ``close()`` (or leaving a ``with`` block) frees the staging buffers.
 
+    Threads: a stager may be shared by any number of threads (the default
+    stager of each device is, made once under a lock). One transfer starts
+    or finishes on it at a time, with the GIL released while it waits: a
+    blocking copy holds the stager until its bytes are in, so blocking
+    copies of several threads through one stager run one after another,
+    and a ``blocking=False`` call or a ``wait()`` waits for them too. For
+    copies of several threads that overlap, give each thread a
+    ``Stager`` of its own, or start them with ``blocking=False``.
+
     A transfer holds both of its sides alive, not their storage: do not
     resize_ or free the storage of either side while a transfer runs (a
     torch tensor's ``resize_()`` or ``untyped_storage().resize_(0)``, a
@@ -284,10 +323,7 @@ class Stager:
         """The options in force (defaults filled in), read without waiting for
         a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``,
         ``driver_path_below``."""
-        chunk, buffers, workers, streaming, below = self._native.options()
-        return StagerOptions(
-            chunk=chunk, buffers=buffers, workers=workers, h2d_streaming=streaming, driver_path_below=below
-        )
+        return self._native.options
 
     def close(self) -> None:
         """Waits for every transfer in flight, then frees the staging buffers.
@@ -451,7 +487,8 @@ def copy_to_host(
     Offsets and ``nbytes`` are integers (``int``, numpy integers; not
     ``bool`` or ``float``: ``TypeError``); a negative one, or one wider than
     a word, raises ``IntegerOutOfRange`` with its ``name``. Host memory
-    given as ``src`` raises ``NotDeviceMemory`` (``side``, ``addr``).
+    given as ``src`` raises ``NotDeviceMemory`` (``side``, ``addr``); the
+    module's docstring has a table of what each bad argument raises.
 
     Stream order: the copy starts after the work queued on ``stream``
     (a cuda.core ``Stream``, a torch or cupy stream, anything with
@@ -463,9 +500,16 @@ def copy_to_host(
 
     Blocking (the default): returns once the bytes are in ``dst``, the GIL
     released for the whole copy. ``blocking=False`` returns a ``Transfer``
-    at once: ``wait()`` for it, or use it in a ``with`` block; it keeps
-    ``dst`` and ``src`` alive until the copy is done, and waits if dropped
-    unwaited; work queued on ``stream`` afterwards waits for the copy, so
+    once every chunk of the copy is queued, not once it is done: ``wait()``
+    for it, or use it in a ``with`` block. Queuing can still block, with
+    the GIL released: for the stager while another thread's blocking copy
+    or ``wait()`` on it runs, and for room in the driver's queue, which
+    holds only so many operations (on an H200 a 16 GiB call returned after
+    78% of its transfer).
+    The ``Transfer`` keeps ``dst`` and ``src`` alive, and a ``bytearray``
+    side unresizable (``BufferError``), until ``wait()`` returns (or the
+    ``with`` block ends; ``done()`` becoming true does not let go), and
+    waits if dropped unwaited; work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
     object alive does not stop an explicit free: do not resize_ or free the
@@ -475,7 +519,8 @@ def copy_to_host(
     blocking copy, which releases the GIL. Nor read or write ``dst`` from
     another thread while the copy runs (the copy writes it without the
     GIL; what such a thread saw would be torn). Uses one ``Stager`` per
-    device, made on first use.
+    device, made on first use and shared by every thread (see ``Stager``:
+    blocking copies of several threads through it run one after another).
     """
     return _stager_for(src, "src").copy_to_host(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset
@@ -526,8 +571,11 @@ def copy_blocks_to_host(
     of tuples; not strings) whose items are integers in ``operator.index``'s
     sense (``int``, numpy integers; a ``bool``, ``float`` or ``str`` raises
     ``TypeError`` naming the block), or an ``(n, 3)`` array of an integer
-    dtype (``int8`` to ``int64``, ``uint8`` to ``uint64``; a float, bool or
-    object array raises ``TypeError``, never cast). A field that is negative
+    dtype (``int8``, ``int16``, ``int32``, ``int64``, ``uint8``, ``uint16``,
+    ``uint32``, ``uint64``, either byte order, any strides; a float, bool,
+    complex, string or object array raises ``TypeError`` naming the dtype,
+    never cast; a CPU tensor is read through its ``tolist()``, so a float
+    tensor is refused by its first block). A field that is negative
     or wider than a word raises ``IntegerOutOfRange`` named
     ``blocks[i].device_offset``, ``.host_offset`` or ``.nbytes``. Any sizes,
     in any order; many small blocks share one

@@ -111,6 +111,28 @@ fn integer_format(format: &str) -> Option<(bool, bool)> {
     }
 }
 
+/// The numpy name of a refused item type, for the error (a buffer export
+/// gives only the struct module's code): `d` is `float64`, `?` `bool`, `O`
+/// `object`; a code numpy has no name for is shown as it is.
+fn dtype_name(format: &str) -> String {
+    let code = format.trim_start_matches(['@', '=', '<', '>', '!']);
+    let name = match code {
+        "?" => "bool",
+        "e" => "float16",
+        "f" => "float32",
+        "d" => "float64",
+        "g" => "longdouble",
+        "Zf" => "complex64",
+        "Zd" => "complex128",
+        "Zg" => "clongdouble",
+        "O" => "object",
+        code if code.ends_with('s') => "bytes",
+        code if code.ends_with('w') => "str",
+        _ => return format!("{format:?}"),
+    };
+    name.into()
+}
+
 /// The blocks of an `(n, 3)` integer buffer.
 fn from_array(py: Python<'_>, export: &Export) -> PyResult<Vec<Block>> {
     let (shape, strides) = export.layout();
@@ -125,8 +147,9 @@ fn from_array(py: Python<'_>, export: &Export) -> PyResult<Vec<Block>> {
         integer_format(&format).filter(|_| matches!(item, 1 | 2 | 4 | 8))
     else {
         return Err(PyTypeError::new_err(format!(
-            "blocks: an (n, 3) array of item type {format:?} ({item} bytes): blocks are integers \
-             (int8 to int64, uint8 to uint64), and other types are refused, not cast"
+            "blocks: an (n, 3) array of dtype {} (item type {format:?}, {item} bytes): blocks are \
+             integers (int8 to int64, uint8 to uint64), and other dtypes are refused, not cast",
+            dtype_name(&format)
         )));
     };
     if export.is_indirect() {

@@ -1,7 +1,9 @@
 //! Reading a DLPack capsule (`__dlpack__()`'s result, unversioned
 //! `"dltensor"` or versioned `"dltensor_versioned"`): where the tensor's
 //! bytes are, how many, on which device, whether they are one C-ordered
-//! run, and (versioned only) whether the producer marked them read-only.
+//! run, and (versioned only) whether the producer marked them read-only or
+//! handed out a copy. Only a versioned capsule can prove a destination
+//! writable: an unversioned one has no flags, so it is refused as one.
 //! The capsule is not consumed: whoever holds it keeps the tensor alive,
 //! and its destructor releases the tensor when it goes.
 
@@ -61,6 +63,9 @@ const _: () = assert!(core::mem::offset_of!(DlManagedTensorVersioned, dl_tensor)
 
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`: the producer forbids writes.
 const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1;
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the tensor is a copy the producer made
+/// for this export, so bytes written into it never reach the array.
+const DLPACK_FLAG_BITMASK_IS_COPIED: u64 = 1 << 1;
 /// The DLPack major version whose `DLManagedTensorVersioned` is read here.
 const DLPACK_MAJOR_VERSION: u32 = 1;
 
@@ -79,9 +84,9 @@ struct Tensor {
     shape: Vec<i64>,
     strides: Vec<i64>,
     contiguous: bool,
-    /// `DLPACK_FLAG_BITMASK_READ_ONLY`; `false` for an unversioned capsule,
-    /// which cannot say.
-    read_only: bool,
+    /// The `flags` of a versioned capsule; `None` for an unversioned one,
+    /// which cannot say whether the tensor is read-only or a copy.
+    flags: Option<u64>,
 }
 
 /// Reads the tensor of an unconsumed `"dltensor"` or `"dltensor_versioned"`
@@ -94,12 +99,12 @@ fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     // SAFETY: a capsule's name, when set, is a NUL-terminated string that
     // lives as long as the capsule.
     let name = name.map(|name| unsafe { name.as_cstr() });
-    let (tensor, read_only) = if name == Some(c"dltensor") {
+    let (tensor, flags) = if name == Some(c"dltensor") {
         let tensor = capsule.pointer_checked(Some(c"dltensor"))?;
         // SAFETY: a "dltensor" capsule points at a `DLManagedTensor`, whose
         // first member is the `DLTensor`; the producer keeps it alive while
         // the unconsumed capsule lives (the caller holds it for this call).
-        (unsafe { &*tensor.as_ptr().cast::<DlTensor>() }, false)
+        (unsafe { &*tensor.as_ptr().cast::<DlTensor>() }, None)
     } else if name == Some(c"dltensor_versioned") {
         let managed = capsule.pointer_checked(Some(c"dltensor_versioned"))?;
         // SAFETY: a "dltensor_versioned" capsule points at a
@@ -113,10 +118,7 @@ fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
                 managed.version[0], managed.version[1]
             )));
         }
-        (
-            &managed.dl_tensor,
-            managed.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0,
-        )
+        (&managed.dl_tensor, Some(managed.flags))
     } else {
         return Err(PyValueError::new_err(format!(
             "expected an unconsumed DLPack capsule named \"dltensor\" or \"dltensor_versioned\", got {:?}",
@@ -184,7 +186,7 @@ fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
         shape,
         strides,
         contiguous,
-        read_only,
+        flags,
     })
 }
 
@@ -209,10 +211,11 @@ pub(crate) fn dlpack_region(
 /// kept for a transfer by holding the capsule. The address and length are
 /// the capsule's own (`data + byte_offset`, shape x item size), never the
 /// caller's. Refuses GPU memory (`TypeError`), a strided tensor
-/// (`hostcopy.NotContiguous`) and, for a destination (`writable`), a tensor
-/// its versioned capsule marks read-only (`hostcopy.ReadOnlyBuffer`); an
-/// unversioned capsule cannot mark one, and producers of immutable arrays
-/// are refused by the Python half before they get here.
+/// (`hostcopy.NotContiguous`) and, for a destination (`writable`), any
+/// tensor not proven writable (`hostcopy.ReadOnlyBuffer`): one whose
+/// versioned capsule marks it read-only or a copy, and every unversioned
+/// capsule (DLPack before 1.0 has no read-only flag, and immutable arrays,
+/// jax's among them, export through it).
 #[pyfunction]
 pub(crate) fn dlpack_host_memory(
     capsule: Bound<'_, PyAny>,
@@ -243,13 +246,37 @@ pub(crate) fn dlpack_host_memory(
             ],
         ));
     }
-    if writable && tensor.read_only {
-        return Err(crate::buffer::read_only(
-            py,
-            side,
-            tensor.nbytes,
-            "a DLPack tensor its producer marked read-only",
-        ));
+    if writable {
+        let unproven = match tensor.flags {
+            None => Some(
+                "comes in an unversioned capsule (DLPack before 1.0), which cannot say whether it \
+                 is read-only, so it is not proven writable: pass a writable buffer-protocol view \
+                 of it (a torch CPU tensor's .numpy()) or use a producer of DLPack 1.0",
+            ),
+            Some(flags) if flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0 => {
+                Some("is marked read-only by its producer")
+            }
+            Some(flags) if flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0 => Some(
+                "is a copy its producer made for the export (DLPACK_FLAG_BITMASK_IS_COPIED): \
+                 bytes written there would never reach the array",
+            ),
+            Some(_) => None,
+        };
+        if let Some(why) = unproven {
+            let message = format!(
+                "{side}, a DLPack tensor of {} bytes, {why}; a destination must be writable",
+                tensor.nbytes
+            );
+            return Err(crate::packing::error(
+                py,
+                "ReadOnlyBuffer",
+                message,
+                [
+                    ("side", side.into_pyobject(py)?.into_any()),
+                    ("len", tensor.nbytes.into_pyobject(py)?.into_any()),
+                ],
+            ));
+        }
     }
     Ok(crate::buffer::HostMemory::owned_by(
         tensor.addr,

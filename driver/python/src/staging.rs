@@ -24,7 +24,7 @@ use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, S
 use hostcopy_driver::{HostRange, RawHostMemory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBool;
+use pyo3::types::{PyBool, PyDict};
 
 use crate::blocks::to_blocks;
 use crate::buffer::HostMemory;
@@ -343,9 +343,19 @@ impl PyStager {
         self.context.ordinal()
     }
 
-    /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`.
-    fn options(&self) -> (usize, usize, usize, bool, usize) {
-        self.options
+    /// The options in force, a fresh dict each time (keys `chunk`,
+    /// `buffers`, `workers`, `h2d_streaming`, `driver_path_below`): what
+    /// `hostcopy.Stager.options` returns, in the same shape.
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (chunk, buffers, workers, h2d_streaming, driver_path_below) = self.options;
+        let options = PyDict::new(py);
+        options.set_item("chunk", chunk)?;
+        options.set_item("buffers", buffers)?;
+        options.set_item("workers", workers)?;
+        options.set_item("h2d_streaming", h2d_streaming)?;
+        options.set_item("driver_path_below", driver_path_below)?;
+        Ok(options)
     }
 
     /// Waits for every transfer in flight (the `Stager`'s drop waits for

@@ -85,16 +85,30 @@ def buffer_bytes(buffer: BufferStandIn) -> bytes:
 
 
 class HostArray:
-    """A host array with only DLPack (as a CPU torch tensor has)."""
+    """A host array with only DLPack (as a CPU torch tensor has), whose
+    ``__dlpack__`` takes ``max_version`` as DLPack 1.0 producers do (torch,
+    numpy >= 2.1): asked for it, numpy hands out a versioned capsule, which
+    carries the read-only flag."""
 
     def __init__(self, numpy_array):
         self.numpy_array = numpy_array
 
-    def __dlpack__(self, stream=None):
-        return self.numpy_array.__dlpack__()
+    def __dlpack__(self, stream=None, max_version=None):
+        if max_version is None:
+            return self.numpy_array.__dlpack__()
+        return self.numpy_array.__dlpack__(max_version=max_version)
 
     def __dlpack_device__(self):
         return self.numpy_array.__dlpack_device__()
+
+
+class LegacyHostArray(HostArray):
+    """A host array of a producer older than DLPack 1.0: ``__dlpack__``
+    takes no ``max_version``, and its unversioned capsule cannot say whether
+    the array is read-only."""
+
+    def __dlpack__(self, stream=None):
+        return self.numpy_array.__dlpack__()
 
 
 @pytest.fixture

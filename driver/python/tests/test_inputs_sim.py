@@ -9,7 +9,7 @@ import ctypes
 import pytest
 
 import hostcopy
-from conftest import HostArray, pattern
+from conftest import HostArray, LegacyHostArray, pattern
 
 CHUNK = 64 << 10
 WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
@@ -90,13 +90,18 @@ def test_block_arrays_of_every_integer_dtype_are_read_as_they_are(sim, numpy, de
     sim.assert_no_violations(device)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32", "bool", "object", "complex64"])
-def test_block_arrays_of_other_dtypes_are_refused_never_cast(sim, numpy, device, stager, dtype):
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bool", "object", "complex64", "complex128"])
+def test_block_arrays_of_other_dtypes_are_refused_never_cast_naming_the_dtype(sim, numpy, device, stager, dtype):
     source = sim.array(device, pattern(256, 9))
     pool = numpy.zeros(256, numpy.uint8)
     blocks = numpy.array([[0.5, 0, 8.9]]).astype(dtype)
-    with pytest.raises(TypeError, match=r"blocks"):
-        stager.copy_blocks_to_host(pool, source, blocks)
+    for call in (stager.copy_blocks_to_host, hostcopy.copy_blocks_to_host):
+        with pytest.raises(TypeError, match=rf"blocks: an \(n, 3\) array of dtype {dtype} "):
+            call(pool, source, blocks)
+        with pytest.raises(TypeError, match=rf"dtype {dtype} "):
+            call(pool, source, memoryview(numpy.ascontiguousarray(blocks)) if dtype != "object" else blocks)
+    with pytest.raises(TypeError, match=r"dtype str "):
+        stager.copy_blocks_to_host(pool, source, numpy.array([["0", "0", "8"]]))
     assert not pool.any() and sim.state(device)["host_fns_run"] == 0
 
 
@@ -177,4 +182,52 @@ def test_host_memory_given_as_the_device_side_raises_NotDeviceMemory(sim, numpy,
             call()
         assert (refused.value.side, refused.value.addr) == (side, addr)
     assert not out.any() and raw == bytearray(64)
+    sim.assert_no_violations(device)
+
+
+class CopyingHostArray(HostArray):
+    """A DLPack 1.0 producer that hands out a copy of its array (numpy does
+    for ``copy=True``, and flags the capsule ``IS_COPIED``)."""
+
+    def __dlpack__(self, stream=None, max_version=None):
+        return self.numpy_array.__dlpack__(max_version=max_version, copy=True)
+
+
+def test_a_dlpack_destination_not_proven_writable_is_refused(sim, numpy, device, stager):
+    data = pattern(4096, 19)
+    source = sim.array(device, data)
+    legacy = numpy.zeros(len(data), numpy.uint8)
+    read_only = numpy.zeros(len(data), numpy.uint8)
+    read_only.flags.writeable = False
+    copied = numpy.zeros(len(data), numpy.uint8)
+    cases = [
+        # Unversioned (as a jax CPU array's capsule is): no flag can say it is writable.
+        (LegacyHostArray(legacy), "unversioned capsule"),
+        (HostArray(read_only), "marked read-only"),
+        (CopyingHostArray(copied), "a copy its producer made"),
+    ]
+    for target, why in cases:
+        calls = [
+            lambda: stager.copy_to_host(target, source),
+            lambda: hostcopy.copy_to_host(target, source, blocking=False),
+            lambda: stager.copy_blocks_to_host(target, source, [(0, 0, 16)]),
+        ]
+        for call in calls:
+            with pytest.raises(hostcopy.ReadOnlyBuffer, match=why) as refused:
+                call()
+            assert (refused.value.side, refused.value.len) == ("dst", len(data))
+    # Buffer-protocol objects that are read-only, as before.
+    for target in (bytes(len(data)), memoryview(bytearray(len(data))).toreadonly(), read_only):
+        with pytest.raises(hostcopy.ReadOnlyBuffer):
+            stager.copy_to_host(target, source)
+    assert not legacy.any() and not read_only.any() and not copied.any()
+    assert sim.state(device)["host_fns_run"] == 0, "nothing was queued"
+    # Each is a source like any other; a versioned writable array a destination.
+    for host in (LegacyHostArray(numpy.frombuffer(data, numpy.uint8).copy()), CopyingHostArray(numpy.frombuffer(data, numpy.uint8))):
+        target = sim.array(device, bytes(len(data)))
+        stager.copy_to_device(target, host)
+        assert target.read() == data
+    writable = numpy.zeros(len(data), numpy.uint8)
+    stager.copy_to_host(HostArray(writable), source)
+    assert writable.tobytes() == data
     sim.assert_no_violations(device)

@@ -4,6 +4,7 @@ stream order, and every refusal, each with its numbers.
 """
 
 import faulthandler
+import inspect
 import mmap
 import threading
 import weakref
@@ -150,6 +151,10 @@ def test_a_bytearray_cannot_be_resized_under_a_transfer(sim, device, stager):
     with pytest.raises(BufferError):
         dst.extend(b"x")
     sim.release(device)
+    sim.drain(device)
+    assert transfer.done()
+    with pytest.raises(BufferError):
+        dst.extend(b"x")  # done() does not let go of it: wait() does
     transfer.wait()
     dst.extend(b"x")
 
@@ -437,21 +442,23 @@ def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy, 
         assert all(type(value) is int for name, value in stager.options.items() if name != "h2d_streaming")
 
 
+def test_options_are_a_fresh_dict_property_in_the_native_stager_too(sim, device):
+    # The stub (hostcopy/_native.pyi) declares a property returning the
+    # dict hostcopy.Stager.options returns; it said a method returning a tuple.
+    assert inspect.isdatadescriptor(vars(hostcopy._native.Stager)["options"]), "a property, not a method"
+    with hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1) as stager:
+        assert stager._native.options == stager.options
+        assert stager.options["buffers"] == 2 and stager.options["h2d_streaming"] is False
+        stager.options["chunk"] = 1
+        assert stager.options["chunk"] == CHUNK, "a copy: changing it changes nothing"
+
+
 def test_a_jax_array_is_refused_as_a_destination():
     class Array:  # what a jax array looks like to the type check
         __module__ = "jaxlib.xla_extension"
 
     with pytest.raises(TypeError, match="immutable"):
         hostcopy.Stager.copy_to_device(object.__new__(hostcopy.Stager), Array(), b"")
-
-
-class VersionedHostArray(HostArray):
-    """A host array whose ``__dlpack__`` takes ``max_version``, as DLPack 1.0
-    producers do: numpy then hands out a versioned capsule, with the
-    read-only flag set for a read-only array."""
-
-    def __dlpack__(self, stream=None, max_version=None):
-        return self.numpy_array.__dlpack__(max_version=max_version)
 
 
 class JaxLikeHostArray(HostArray):
@@ -474,7 +481,8 @@ def test_dlpack_host_memory_takes_its_address_and_length_from_the_capsule(sim, n
     native = hostcopy._native
     array = numpy.zeros(100, numpy.uint16)
     tail = array[10:]  # past the start of its buffer: data or byte_offset says so
-    assert len(native.dlpack_host_memory(tail.__dlpack__(), True, "dst")) == tail.nbytes == 180
+    assert len(native.dlpack_host_memory(versioned_capsule(numpy, tail), True, "dst")) == tail.nbytes == 180
+    assert len(native.dlpack_host_memory(tail.__dlpack__(), False, "src")) == 180  # unversioned: a source only
     with pytest.raises(TypeError):
         native.dlpack_host_memory(tail.__dlpack__(), 0x1000, 16)  # no address or length from Python
     strided = numpy.zeros((8, 8), numpy.uint16)[:, :4]
@@ -516,17 +524,17 @@ def test_a_versioned_capsule_marked_read_only_is_refused_as_a_destination(sim, n
     read_only = numpy.frombuffer(bytes(len(data)), numpy.uint8)
     versioned_capsule(numpy, read_only)
     with pytest.raises(hostcopy.ReadOnlyBuffer) as refused:
-        stager.copy_to_host(VersionedHostArray(read_only), source)
+        stager.copy_to_host(HostArray(read_only), source)
     assert (refused.value.side, refused.value.len) == ("dst", len(data))
     with pytest.raises(hostcopy.ReadOnlyBuffer):
-        stager.copy_blocks_to_host(VersionedHostArray(read_only), source, [(0, 0, 16)])
+        stager.copy_blocks_to_host(HostArray(read_only), source, [(0, 0, 16)])
     assert not read_only.any()
     # A source may be read-only; a writable array is a destination as before.
     target = sim.array(device, bytes(len(data)))
-    stager.copy_to_device(target, VersionedHostArray(numpy.frombuffer(data, numpy.uint8)))
+    stager.copy_to_device(target, HostArray(numpy.frombuffer(data, numpy.uint8)))
     assert target.read() == data
     writable = numpy.zeros(len(data), numpy.uint8)
-    stager.copy_to_host(VersionedHostArray(writable), source)
+    stager.copy_to_host(HostArray(writable), source)
     assert writable.tobytes() == data
     sim.assert_no_violations(device)
 
