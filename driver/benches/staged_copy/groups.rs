@@ -301,6 +301,8 @@ fn small(context: &Context, options: &Options, report: &mut Report) -> Result<()
     let mut host = vec![1u8; 4 << 20];
     let mut never_slower_from = None;
     let mut scope_worst: Option<(f64, usize, &str)> = None;
+    // Printed after the D2H table, as a table of their own.
+    let mut h2d_rows = Vec::new();
     let mut size = 4usize << 10;
     while size <= 4 << 20 {
         let dst = &mut host[..size];
@@ -316,23 +318,22 @@ fn small(context: &Context, options: &Options, report: &mut Report) -> Result<()
             ("scope, default options", &scoped_up, du, "H2D"),
         ] {
             let ratio = gbps(size, timed) / against;
-            report.rows.push(row(
-                if direction == "D2H" {
-                    "small, D2H (crossover)"
-                } else {
-                    "small, H2D (scope)"
-                },
-                name,
-                size,
-                timed,
-                f64::NAN,
-                against,
-            ));
+            let rows = if direction == "D2H" {
+                &mut report.rows
+            } else {
+                &mut h2d_rows
+            };
+            let group = if direction == "D2H" {
+                "small, D2H (crossover)"
+            } else {
+                "small, H2D (scope)"
+            };
+            rows.push(row(group, name, size, timed, f64::NAN, against));
             if size <= 2 << 20 && scope_worst.is_none_or(|(worst, _, _)| ratio < worst) {
                 scope_worst = Some((ratio, size, direction));
             }
         }
-        report.rows.push(row(
+        h2d_rows.push(row(
             "small, H2D (scope)",
             "driver pageable",
             size,
@@ -371,6 +372,7 @@ fn small(context: &Context, options: &Options, report: &mut Report) -> Result<()
         ),
         None => "crossover: staging is slower than the driver's path at 4 MiB: above this table".into(),
     });
+    report.rows.extend(h2d_rows);
     if let Some((ratio, size, direction)) = scope_worst {
         report.notes.push(format!(
             "a scope's small transfer, default options: at worst {ratio:.2}x the driver's path ({direction}, {} KiB; target >= 1.0x from 4 KiB to 2 MiB)",
