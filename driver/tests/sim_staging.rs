@@ -174,7 +174,8 @@ fn every_staging_buffer_stream_and_event_is_returned() {
         // At most one event per chunk in flight and one completion event
         // per stream, reused from one transfer to the next.
         let bound = before.events + 5 + 3;
-        for _ in 0..10 {
+        let rounds = scaled(10, 3);
+        for _ in 0..rounds {
             stager.run(to_host(&mut host, &source)).unwrap();
             let state = sim::device_state(device.ordinal);
             assert!(state.events <= bound, "{} events live", state.events);
@@ -183,7 +184,7 @@ fn every_staging_buffer_stream_and_event_is_returned() {
         assert_eq!(state.host_fns_run, before.host_fns_run, "no host function");
         assert_eq!(
             state.event_records,
-            before.event_records + 10 * (5 + 3),
+            before.event_records + (rounds * (5 + 3)) as u64,
             "an event per chunk, and per stream used"
         );
     }
@@ -388,7 +389,7 @@ fn transfers_each_way_sharing_the_buffers_all_arrive() {
         .scope(|scope| {
             let upload = scope.start(to_device(&mut long_target, &up_long)).unwrap();
             // Time for a copier that did not wait to refill every buffer.
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::thread::sleep(std::time::Duration::from_millis(scaled(50, 5) as u64));
             sim::release(ordinal);
             upload.wait().unwrap();
         })
