@@ -430,6 +430,51 @@ fn a_failed_launch_mid_transfer_is_reported_and_the_stager_stays_usable() {
     device.assert_no_violations();
 }
 
+/// An upload whose queuing fails after a chunk's copy is queued, before
+/// its event: that copy runs once its buffer's flag advances, so the
+/// copier fills the buffer with the chunk's own bytes first; before, it
+/// advanced the flag without filling it, and the device range received
+/// what the buffer last carried for another transfer.
+#[test]
+fn an_upload_whose_queuing_fails_mid_chunk_never_sends_another_transfers_bytes() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 3 * CHUNK;
+    let earlier = pattern(len, 51);
+    let later = pattern(len, 52);
+    let mut elsewhere = DeviceBuffer::new(&device.context, len).unwrap();
+    // The staging buffers now hold `earlier`'s chunks.
+    stager.run(to_device(&mut elsewhere, &earlier)).unwrap();
+    let mut target = DeviceBuffer::new(&device.context, len).unwrap();
+    // The third chunk's copy is queued, its event refused.
+    sim::fail_call(device.ordinal, "cuEventRecord", 3, LAUNCH_FAILED);
+    let failed = stager.run(to_device(&mut target, &later));
+    assert!(
+        matches!(failed, Err(Error::Driver(e)) if e.code() == LAUNCH_FAILED),
+        "{failed:?}"
+    );
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back).unwrap();
+    assert!(
+        back[2 * CHUNK..] != earlier[2 * CHUNK..],
+        "the chunk's device range received another transfer's bytes"
+    );
+    assert!(
+        back[..2 * CHUNK] == later[..2 * CHUNK],
+        "the chunks queued whole arrived"
+    );
+    assert!(
+        back[2 * CHUNK..] == later[2 * CHUNK..],
+        "the chunk queued in part sent its own bytes"
+    );
+    // The stager works on.
+    stager.run(to_device(&mut target, &earlier)).unwrap();
+    target.copy_to_host(0, &mut back).unwrap();
+    assert!(back == earlier);
+    drop(stager);
+    device.assert_no_violations();
+}
+
 #[test]
 fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_freed() {
     let device = device();

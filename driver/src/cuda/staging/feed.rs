@@ -169,7 +169,9 @@ pub(super) struct Job {
 /// The calling thread's progress queuing a job.
 #[derive(Debug, Default)]
 struct Queued {
-    /// The events of the chunks queued whole, in order.
+    /// Per chunk queued so far, in order: its event, or `None` for the
+    /// chunk at which queuing failed (perhaps queued in part) once the
+    /// copier has taken it.
     events: Vec<Option<Event>>,
     /// Every chunk that will be queued is (the rest never will).
     finished: bool,
@@ -206,14 +208,29 @@ impl Job {
         self.done.now()
     }
 
-    /// Chunk `index`'s event once it is queued, or `None` once it is known
-    /// that it never will be.
-    fn wait_queued(&self, index: usize) -> Option<Event> {
+    /// How chunk `index` was queued, once the caller knows.
+    fn wait_queued(&self, index: usize) -> Queueing {
         let mut queued = self
             .queued
             .wait(|queued| queued.finished || queued.events.len() > index);
-        queued.events.get_mut(index).and_then(Option::take)
+        match queued.events.get_mut(index) {
+            Some(slot) => slot.take().map_or(Queueing::Part, Queueing::Whole),
+            None => Queueing::Never,
+        }
     }
+}
+
+/// How the caller queued one chunk's driver side.
+enum Queueing {
+    /// Whole, with its event.
+    Whole(Event),
+    /// Queuing failed at it: any of its wait and copy may be queued, but no
+    /// event. Its buffer is filled all the same for a copy to the device
+    /// (which may run once the flag advances): with its own bytes, never
+    /// with what the buffer last carried for another transfer.
+    Part,
+    /// Never: queuing failed before it.
+    Never,
 }
 
 impl Lanes {
@@ -299,6 +316,7 @@ impl Lanes {
             match self.queue_chunk(job.direction, planned, stream) {
                 Ok(event) => job.queued.update(|queued| queued.events.push(Some(event))),
                 Err(error) => {
+                    job.queued.update(|queued| queued.events.push(None));
                     result = Err(error);
                     break;
                 }
@@ -311,7 +329,8 @@ impl Lanes {
         result?;
         let mut events = Vec::with_capacity(used.len());
         for buffer in used {
-            let event = match lock(&self.spare_lane_events).pop() {
+            let spare = lock(&self.spare_lane_events).pop();
+            let event = match spare {
                 Some(event) => event,
                 None => Event::ordering(&self.context)?,
             };
@@ -350,7 +369,9 @@ impl Lanes {
         // room (run 42: a 16 GiB transfer's call waited 78% of it), and a
         // plain one waits as the context schedules (spinning while cores
         // are free: the workers idle while the copier waits).
-        let event = match lock(&self.spare_events).pop() {
+        // Popped first, so that the lock is not held while one is made.
+        let spare = lock(&self.spare_events).pop();
+        let event = match spare {
             Some(event) => event,
             None => Event::ordering(&self.context)?,
         };
@@ -464,21 +485,32 @@ impl Copier {
         let buffers = self.lanes.streams.len();
         let mut error = None;
         for (index, planned) in job.plan.iter().enumerate() {
-            let event = job.wait_queued(index);
-            if let Some(event) = event {
-                if error.is_none()
-                    && let Err(failed) = self.host_side(job, planned, &event)
-                {
-                    error = Some(failed);
+            match job.wait_queued(index) {
+                Queueing::Whole(event) => {
+                    if error.is_none()
+                        && let Err(failed) = self.host_side(job, planned, Some(&event))
+                    {
+                        error = Some(failed);
+                    }
+                    // Still to be seen complete before the buffer is
+                    // written again: a copy to the device, or a skipped
+                    // chunk's copy.
+                    let seen = job.direction == Direction::DeviceToHost && error.is_none();
+                    if seen {
+                        self.lanes.return_event(event);
+                    } else if let Some(older) = self.last[planned.buffer].replace(event) {
+                        self.lanes.return_event(older);
+                    }
                 }
-                // Still to be seen complete before the buffer is written
-                // again: a copy to the device, or a skipped chunk's copy.
-                let seen = job.direction == Direction::DeviceToHost && error.is_none();
-                if seen {
-                    self.lanes.return_event(event);
-                } else if let Some(older) = self.last[planned.buffer].replace(event) {
-                    self.lanes.return_event(older);
+                // Its copy to the device may run: with the chunk's bytes.
+                // (The caller drains the streams before any other use of
+                // the buffer, so no event is needed after it.)
+                Queueing::Part if job.direction == Direction::HostToDevice && error.is_none() => {
+                    if let Err(failed) = self.host_side(job, planned, None) {
+                        error = Some(failed);
+                    }
                 }
+                Queueing::Part | Queueing::Never => {}
             }
             let next = use_of(planned.seq, buffers).wrapping_add(1);
             self.lanes
@@ -493,10 +525,17 @@ impl Copier {
     }
 
     /// One chunk's host side, once its driver side is queued: to the host,
-    /// after its copy; to the device, after the buffer's previous copy.
-    fn host_side(&mut self, job: &Job, planned: &PlannedChunk, event: &Event) -> Result<(), Error> {
+    /// after its copy (`event`, always given); to the device, after the
+    /// buffer's previous copy.
+    fn host_side(
+        &mut self,
+        job: &Job,
+        planned: &PlannedChunk,
+        event: Option<&Event>,
+    ) -> Result<(), Error> {
+        debug_assert!(event.is_some() || job.direction == Direction::HostToDevice);
         let wait = match job.direction {
-            Direction::DeviceToHost => Some(event),
+            Direction::DeviceToHost => event,
             Direction::HostToDevice => self.last[planned.buffer].as_ref(),
         };
         if let Some(wait) = wait {
