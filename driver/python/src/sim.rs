@@ -61,6 +61,10 @@ fn sim_device_state(py: Python<'_>, ordinal: usize) -> PyResult<Bound<'_, PyDict
     dict.set_item("queued", state.queued)?;
     dict.set_item("host_fns_run", state.host_fns_run)?;
     dict.set_item("host_fns_skipped", state.host_fns_skipped)?;
+    dict.set_item("async_copy_calls", state.async_copy_calls)?;
+    dict.set_item("batch_copy_calls", state.batch_copy_calls)?;
+    dict.set_item("wait_value_ops", state.wait_value_ops)?;
+    dict.set_item("event_records", state.event_records)?;
     dict.set_item("user_objects", state.user_objects)?;
     Ok(dict)
 }

@@ -129,6 +129,13 @@ class Sim:
         self.native.sim_make_current(ordinal)
         return ordinal
 
+    def copies_queued(self, device: int) -> int:
+        """Asynchronous and batch copies queued on `device` so far: what a
+        staged chunk or a small transfer on the driver's path makes, and a
+        refused transfer never does."""
+        state = self.state(device)
+        return state["async_copy_calls"] + state["batch_copy_calls"]
+
     def array(self, device: int, data: bytes, stream=None):
         array = self.native.SimDeviceArray(device, len(data), stream)
         array.write(data)

@@ -57,7 +57,7 @@ def test_block_fields_that_are_not_integers_are_refused_not_truncated(sim, numpy
     with pytest.raises(TypeError, match=named):
         hostcopy.copy_blocks_to_device(source, pool, blocks)
     assert not pool.any(), "nothing was copied"
-    assert sim.state(device)["host_fns_run"] == 0, "nothing was queued"
+    assert sim.copies_queued(device) == 0, "nothing was queued"
     sim.assert_no_violations(device)
 
 
@@ -102,7 +102,7 @@ def test_block_arrays_of_other_dtypes_are_refused_never_cast_naming_the_dtype(si
             call(pool, source, memoryview(numpy.ascontiguousarray(blocks)) if dtype != "object" else blocks)
     with pytest.raises(TypeError, match=r"dtype str "):
         stager.copy_blocks_to_host(pool, source, numpy.array([["0", "0", "8"]]))
-    assert not pool.any() and sim.state(device)["host_fns_run"] == 0
+    assert not pool.any() and sim.copies_queued(device) == 0
 
 
 def test_a_negative_or_too_wide_block_field_raises_IntegerOutOfRange_naming_block_and_field(sim, numpy, device, stager):
@@ -119,7 +119,7 @@ def test_a_negative_or_too_wide_block_field_raises_IntegerOutOfRange_naming_bloc
             stager.copy_blocks_to_host(pool, source, blocks)
         assert (refused.value.name, refused.value.value, refused.value.max) == (name, value, WORD_MAX)
         assert name in str(refused.value)
-    assert sim.state(device)["host_fns_run"] == 0
+    assert sim.copies_queued(device) == 0
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_offsets_and_lengths_negative_or_wider_than_a_word_raise_IntegerOutOfRan
             call(**{argument: value})
         assert (refused.value.name, refused.value.value, refused.value.max) == (argument, value, WORD_MAX)
         assert isinstance(refused.value, ValueError)
-    assert not host.any() and sim.state(device)["host_fns_run"] == 0
+    assert not host.any() and sim.copies_queued(device) == 0
     sim.assert_no_violations(device)
 
 
@@ -221,7 +221,7 @@ def test_a_dlpack_destination_not_proven_writable_is_refused(sim, numpy, device,
         with pytest.raises(hostcopy.ReadOnlyBuffer):
             stager.copy_to_host(target, source)
     assert not legacy.any() and not read_only.any() and not copied.any()
-    assert sim.state(device)["host_fns_run"] == 0, "nothing was queued"
+    assert sim.copies_queued(device) == 0, "nothing was queued"
     # Each is a source like any other; a versioned writable array a destination.
     for host in (LegacyHostArray(numpy.frombuffer(data, numpy.uint8).copy()), CopyingHostArray(numpy.frombuffer(data, numpy.uint8))):
         target = sim.array(device, bytes(len(data)))
