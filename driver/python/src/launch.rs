@@ -62,7 +62,7 @@ pub(crate) fn launch_owned(
         let stream = unsafe { StreamRef::from_raw(&context, raw) };
         Ok(stream.launch_owned(copy(parallel), record)? == Launched::Captured)
     };
-    py.detach(|| crate::keeping_current(launch))
+    crate::life::detach(py, || crate::keeping_current(launch))
         .map_err(|failure| layer_error(py, "launch_host_copy", "dst", failure))
 }
 
@@ -93,7 +93,7 @@ pub(crate) fn add_host_node(
         let node = graph.add_host_copy(copy(parallel), record, &dependencies)?;
         Ok(node.raw() as usize)
     };
-    py.detach(|| crate::keeping_current(add))
+    crate::life::detach(py, || crate::keeping_current(add))
         .map_err(|failure| layer_error(py, "add_host_copy_node", "dst", failure))
 }
 

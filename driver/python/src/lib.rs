@@ -18,6 +18,7 @@ mod dlpack;
 mod errors;
 mod integers;
 mod launch;
+mod life;
 mod packing;
 mod parallel;
 #[cfg(feature = "simulator")]
@@ -51,7 +52,7 @@ fn rejected() -> usize {
 /// Loads the NVIDIA driver now (transfers and launches do it on first use).
 #[pyfunction]
 fn load_driver(py: Python<'_>) -> PyResult<()> {
-    py.detach(hostcopy_driver::cuda::driver_version)
+    crate::life::detach(py, hostcopy_driver::cuda::driver_version)
         .map(drop)
         .map_err(|failure| errors::driver_error(py, "load_driver", failure))
 }
@@ -84,5 +85,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<staging::Transfer>()?;
     #[cfg(feature = "simulator")]
     sim::register(m)?;
+    life::install(m)?;
     Ok(())
 }

@@ -16,7 +16,7 @@ pub(crate) fn host_copy_parallel_fn_address() -> usize {
 /// Returns `(started, active)`.
 #[pyfunction]
 pub(crate) fn set_parallel_workers(py: Python<'_>, workers: usize) -> PyResult<(usize, usize)> {
-    let pool = match py.detach(|| CopyWorkers::start(workers)) {
+    let pool = match crate::life::detach(py, || CopyWorkers::start(workers)) {
         Ok(pool) => pool,
         // A running pool keeps its threads; only the active count changes.
         Err(StartError::AlreadyStarted { .. }) => CopyWorkers::get().ok_or_else(|| {

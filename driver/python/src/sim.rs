@@ -84,7 +84,7 @@ fn sim_release(ordinal: usize) {
 /// Waits (the GIL released) until device `ordinal` has run what is queued.
 #[pyfunction]
 fn sim_drain(py: Python<'_>, ordinal: usize) {
-    py.detach(|| sim::drain(ordinal));
+    crate::life::detach(py, || sim::drain(ordinal));
 }
 
 /// Makes the `nth` later call of `entry` on device `ordinal` fail with `code`.
@@ -215,8 +215,7 @@ impl SimStream {
     }
 
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.stream.as_stream().synchronize())
-            .map_err(failed)
+        crate::life::detach(py, || self.stream.as_stream().synchronize()).map_err(failed)
     }
 }
 
@@ -256,7 +255,7 @@ impl SimGraph {
             *exec = Some(graph.instantiate().map_err(failed)?);
         }
         let exec = exec.as_mut().expect("just made");
-        py.detach(|| {
+        crate::life::detach(py, || {
             exec.launch(stream.stream.as_stream())?;
             Ok::<_, Error>(stream.stream.as_stream().synchronize()?)
         })

@@ -16,6 +16,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::life::{self, Slot};
+
 use hostcopy_driver::cuda::staging::{
     Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device,
     to_host,
@@ -45,8 +47,20 @@ pub(crate) struct PyStager {
     /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`, read
     /// without the lock (which a blocking transfer holds).
     options: (usize, usize, usize, bool, usize),
-    /// `None` once closed.
-    stager: Mutex<Option<Stager>>,
+    /// `None` once closed; shared with the exit handler (`life.rs`), which
+    /// closes every stager.
+    stager: Arc<Slot>,
+}
+
+impl Drop for PyStager {
+    fn drop(&mut self) {
+        if life::forked() {
+            // The stager's drop would wait for a copier and workers this
+            // process does not have, on a context it cannot use: its
+            // memory is left as it is.
+            core::mem::forget(Arc::clone(&self.stager));
+        }
+    }
 }
 
 /// A non-blocking transfer: `wait()` for it; dropped unwaited, it waits.
@@ -78,7 +92,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn closed() -> PyErr {
-    PyValueError::new_err("the stager is closed")
+    if life::exiting() {
+        PyValueError::new_err("the stager is closed: the interpreter is exiting")
+    } else {
+        PyValueError::new_err("the stager is closed")
+    }
 }
 
 impl PyStager {
@@ -90,8 +108,14 @@ impl PyStager {
         operation: &str,
         f: impl FnOnce(&mut Option<Stager>, &Context) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
-        py.detach(|| crate::keeping_current(|| f(&mut lock(&self.stager), &self.context)))
-            .map_err(|failure| layer_error(py, operation, "device", failure))
+        if life::forked() {
+            // The lock may be held by a thread the fork left behind.
+            return Err(life::forked_error(py));
+        }
+        life::detach(py, || {
+            crate::keeping_current(|| f(&mut lock(&self.stager), &self.context))
+        })
+        .map_err(|failure| layer_error(py, operation, "device", failure))
     }
 
     /// Runs `start` on the open stager: a blocking transfer (`None` once it
@@ -315,7 +339,13 @@ impl PyStager {
         let options = options
             .build()
             .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
-        let made = py.detach(|| {
+        if life::forked() {
+            return Err(life::forked_error(py));
+        }
+        if life::exiting() {
+            return Err(closed());
+        }
+        let made = life::detach(py, || {
             crate::keeping_current(|| {
                 let context = Context::primary(device)?;
                 let stager = Stager::with_options(&context, options)?;
@@ -324,16 +354,19 @@ impl PyStager {
         });
         let (context, stager) =
             made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
+        let workers = stager.workers();
+        let stager = Arc::new(Mutex::new(Some(stager)));
+        life::register(py, Arc::downgrade(&stager))?;
         Ok(PyStager {
             context,
             options: (
                 options.chunk(),
                 options.buffers(),
-                stager.workers(),
+                workers,
                 options.h2d_stores() == Stores::Streaming,
                 options.driver_path_below(),
             ),
-            stager: Mutex::new(Some(stager)),
+            stager,
         })
     }
 
@@ -692,9 +725,12 @@ impl Transfer {
     /// Whether the bytes have arrived, without waiting for them, nor for
     /// the stager: `False` while another thread's `wait()` is finishing it.
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
+        if life::forked() {
+            return Err(life::forked_error(py));
+        }
         // The transfer's own mutex only, never the stager's: a blocking
         // copy or a `wait()` holds that one for as long as it waits.
-        py.detach(|| {
+        life::detach(py, || {
             crate::keeping_current(|| match &*lock(&self.progress) {
                 Progress::Pending(pending) => pending.is_finished(),
                 Progress::Finishing => Ok(false),
@@ -727,6 +763,14 @@ impl Transfer {
 
 impl Drop for Transfer {
     fn drop(&mut self) {
+        if life::forked() {
+            // Its copies ran, or run, in the parent: nothing to wait for
+            // here, and the pending transfer's drop would wait for a
+            // copier thread this process does not have.
+            let progress = self.progress.get_mut().unwrap_or_else(|p| p.into_inner());
+            core::mem::forget(core::mem::replace(progress, Progress::Finishing));
+            return;
+        }
         // Dropped unwaited: finish here, through the stager (which drains
         // its streams after an error), so that the arrays it holds are
         // released only after the copy. A failure cannot be raised from a
@@ -746,6 +790,11 @@ impl Drop for Transfer {
 /// reports it (`NotDeviceMemory` for host memory and unknown addresses).
 #[pyfunction]
 pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> PyResult<usize> {
-    py.detach(|| crate::keeping_current(|| DeviceView::device_holding(ptr)))
-        .map_err(|failure| layer_error(py, "copy", side, failure))
+    if life::forked() {
+        return Err(life::forked_error(py));
+    }
+    life::detach(py, || {
+        crate::keeping_current(|| DeviceView::device_holding(ptr))
+    })
+    .map_err(|failure| layer_error(py, "copy", side, failure))
 }
