@@ -96,11 +96,20 @@ def _copy_range(dst: Any, file: BinaryIO, offset: int, nbytes: int, stager: Opti
     workers, in parallel)."""
     if nbytes == 0:
         return
-    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+    mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
         if stager is None:
             _staging.copy_to_device(dst, mapped, nbytes, src_offset=offset, stream=stream)
         else:
             stager.copy_to_device(dst, mapped, nbytes, src_offset=offset, stream=stream)
+    finally:
+        try:
+            mapped.close()
+        except BufferError:
+            # A refused copy's traceback still holds the buffer export:
+            # the mapping is unmapped with it, and the refusal is what the
+            # caller sees.
+            pass
 
 
 def copy_data_to_device(
