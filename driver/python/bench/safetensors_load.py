@@ -6,7 +6,9 @@ sizes of a 3B-parameter model's layers), its pages warm in the page cache
 - hostcopy.safetensors.load_file (one mapping, one allocation, one staged
   transfer),
 - safetensors.torch.load_file(device="cuda"),
-- safetensors.safe_open + get_tensor(name).to("cuda") per tensor.
+- safetensors.safe_open + get_tensor(name).to("cuda") per tensor,
+- hostcopy.safetensors.safe_open + get_tensor(name) (one staged transfer
+  per tensor, each into an allocation of its own).
 
 GB/s of the data region, best of --repeat, ratios to safetensors.torch,
 every row checked bit-exact against safetensors once. The target: warm,
@@ -113,10 +115,15 @@ def main() -> int:
             with safe_open(path, framework="pt", device="cpu") as f:
                 return {name: f.get_tensor(name).to("cuda") for name in f.keys()}
 
+        def hostcopy_per_tensor():
+            with hostcopy.safetensors.safe_open(path, framework="pt", device="cuda:0") as f:
+                return {name: f.get_tensor(name) for name in f.keys()}
+
         paths = [
             ("hostcopy.safetensors.load_file", lambda: hostcopy.safetensors.load_file(path, device="cuda:0")),
             ("safetensors.torch.load_file(cuda)", lambda: safetensors_load_file(path, device="cuda:0")),
             ("safe_open + .to(cuda) per tensor", per_tensor),
+            ("hostcopy safe_open, per tensor", hostcopy_per_tensor),
         ]
         theirs = safetensors_load_file(path, device="cuda:0")
         rows, exact = [], True

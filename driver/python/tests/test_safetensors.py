@@ -359,3 +359,15 @@ def test_views_share_one_buffer_and_match_the_bytes(tmp_path):
     assert tensors["bf"].dtype == torch.bfloat16 and tensors["bf"].shape == (2, 1)
     assert tensors["bf"].flatten().tolist() == [1.0, 2.0]
     assert tensors["e"].shape == (0,)
+
+
+def test_without_torch_load_file_says_it_needs_torch_before_opening_the_file(tmp_path):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("torch is installed here: the message for its absence cannot be seen")
+    for call in (lambda: st.load_file(tmp_path / "absent.safetensors"), lambda: st.safe_open(tmp_path / "absent.safetensors")):
+        with pytest.raises(ImportError, match="torch"):
+            call()
