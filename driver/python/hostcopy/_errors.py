@@ -237,15 +237,16 @@ class SafetensorsError(ValueError):
     ``reason``: ``"header_too_small"`` (under 8 bytes), ``"header_too_large"``
     (a header length over 100,000,000), ``"invalid_header_length"`` (the
     header reaches past the file), ``"invalid_header"`` (not UTF-8, not
-    JSON, not an object), ``"duplicate_name"``, ``"invalid_metadata"``
-    (``__metadata__`` not an object of strings), ``"invalid_tensor_info"``
-    (a field missing or of the wrong type, or a byte length that is not
-    the shape's), ``"unknown_dtype"``, ``"unsupported_dtype"`` (known to
-    the format, not to torch), ``"misaligned_slice"`` (sub-byte elements
-    that do not fill whole bytes), ``"invalid_offsets"`` (a gap, an
-    overlap, or an end before the begin), ``"data_truncated"`` (tensors
-    past the end of the file), ``"trailing_bytes"`` (bytes past the last
-    tensor).
+    JSON, not an object), ``"duplicate_name"`` (a tensor named twice),
+    ``"invalid_metadata"`` (``__metadata__`` not an object of strings, or a
+    key in it twice), ``"invalid_tensor_info"`` (a field missing, repeated
+    or of the wrong type, or a byte length that is not the shape's),
+    ``"unknown_dtype"``, ``"unsupported_dtype"`` (known to the format, not
+    to torch), ``"misaligned_slice"`` (sub-byte elements that do not fill
+    whole bytes), ``"validation_overflow"`` (a size past 64 bits),
+    ``"invalid_offsets"`` (a gap, an overlap, or an end before the begin),
+    ``"data_truncated"`` (tensors past the end of the file),
+    ``"trailing_bytes"`` (bytes past the last tensor).
     """
 
     def __init__(self, message: str, **fields: Any) -> None:

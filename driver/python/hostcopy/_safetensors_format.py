@@ -21,8 +21,10 @@ region's start. The checks are those of safetensors' own reader
 - each tensor's byte length is its element count times its dtype's
   size (a sub-byte dtype's bits must fill whole bytes).
 
-One check is stricter than safetensors': a name given twice in the header
-is refused (JSON readers keep either one silently).
+A tensor's field given twice is refused, as serde refuses a repeated
+field; NaN and Infinity are not JSON, as serde says. Stricter than
+safetensors: a tensor's name or a metadata key given twice is refused
+(safetensors keeps the last one silently).
 """
 
 from __future__ import annotations
@@ -136,21 +138,39 @@ def _fail(filename: str, reason: str, message: str, tensor: Optional[str] = None
     return SafetensorsError(f"{where}{message}", filename=filename, reason=reason, tensor=tensor)
 
 
+_WORD = 1 << 64  # safetensors reads sizes and offsets as usize
+
+
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _WORD
 
 
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: set[str] = set()
-    for name, _ in pairs:
-        if name in seen:
-            raise _DuplicateName(name)
-        seen.add(name)
-    return dict(pairs)
+class _Object(dict):  # type: ignore[type-arg]
+    """A JSON object that remembers the first key it was given twice
+    (``json`` keeps the last silently; serde refuses a repeated field)."""
+
+    repeated: Optional[str] = None
 
 
-class _DuplicateName(Exception):
-    pass
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    document = _Object(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                document.repeated = name
+                break
+            seen.add(name)
+    return document
+
+
+def _repeated(value: Any) -> Optional[str]:
+    """The key a JSON object was given twice, if any."""
+    return value.repeated if isinstance(value, _Object) else None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _tensor_info(filename: str, name: str, entry: Any) -> TensorInfo:
@@ -159,6 +179,8 @@ def _tensor_info(filename: str, name: str, entry: Any) -> TensorInfo:
 
     if not isinstance(entry, dict):
         raise bad(f"expected an object with dtype, shape and data_offsets, got {type(entry).__name__}")
+    if _repeated(entry) is not None:
+        raise bad(f"field {_repeated(entry)!r} given twice")
     for field in ("dtype", "shape", "data_offsets"):
         if field not in entry:
             raise bad(f"missing field {field!r}")
@@ -198,20 +220,23 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
         )
     text = raw[_LENGTH.size : _LENGTH.size + length]
     try:
-        document = json.loads(text.decode("utf-8"), object_pairs_hook=_unique_object)
+        document = json.loads(text.decode("utf-8"), object_pairs_hook=_object, parse_constant=_refuse_constant)
     except UnicodeDecodeError as error:
         raise _fail(filename, "invalid_header", f"the header is not UTF-8: {error}") from None
-    except _DuplicateName as twice:
-        raise _fail(filename, "duplicate_name", f"the header names {twice.args[0]!r} twice", twice.args[0]) from None
-    except ValueError as error:  # json.JSONDecodeError
+    except ValueError as error:  # json.JSONDecodeError, NaN and Infinity
         raise _fail(filename, "invalid_header", f"the header is not JSON: {error}") from None
     if not isinstance(document, dict):
         raise _fail(filename, "invalid_header", f"the header must be a JSON object, got {type(document).__name__}")
+    twice = _repeated(document)
+    if twice is not None:
+        raise _fail(filename, "duplicate_name", f"the header names {twice!r} twice", twice)
     metadata = document.pop("__metadata__", None)
     if metadata is not None and (
-        not isinstance(metadata, dict) or not all(isinstance(value, str) for value in metadata.values())
+        not isinstance(metadata, dict)
+        or _repeated(metadata) is not None
+        or not all(isinstance(value, str) for value in metadata.values())
     ):
-        raise _fail(filename, "invalid_metadata", f"__metadata__ must be an object of strings, got {metadata!r}")
+        raise _fail(filename, "invalid_metadata", f"__metadata__ must be an object of strings, each key once, got {metadata!r}")
     tensors = sorted(
         (_tensor_info(filename, name, entry) for name, entry in document.items()),
         key=lambda info: (info.begin, info.end),
@@ -236,7 +261,16 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
         count = 1
         for extent in info.shape:
             count *= extent
+            if count >= _WORD:  # safetensors multiplies in usize, in the shape's order
+                break
         bits = count * info.dtype.bits
+        if count >= _WORD or bits >= _WORD:
+            raise _fail(
+                filename,
+                "validation_overflow",
+                f"tensor {info.name!r}: shape {list(info.shape)} of {info.dtype.name} overflows a 64-bit size",
+                info.name,
+            )
         if bits % 8:
             raise _fail(
                 filename,

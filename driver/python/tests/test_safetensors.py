@@ -113,6 +113,31 @@ def test_a_name_given_twice(tmp_path):
     refused(struct.pack("<Q", len(text)) + text + b"\x00", "duplicate_name", tmp_path, tensor="a")
 
 
+def test_a_field_of_a_tensor_given_twice(tmp_path):
+    text = b'{"a": {"dtype": "U8", "dtype": "I8", "shape": [1], "data_offsets": [0, 1]}}'
+    error = refused(struct.pack("<Q", len(text)) + text + b"\x00", "invalid_tensor_info", tmp_path, tensor="a")
+    assert "'dtype' given twice" in str(error)
+
+
+def test_a_metadata_key_given_twice(tmp_path):
+    text = b'{"__metadata__": {"k": "1", "k": "2"}}'
+    refused(struct.pack("<Q", len(text)) + text, "invalid_metadata", tmp_path)
+
+
+def test_nan_is_not_json(tmp_path):
+    text = b'{"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1], "x": NaN}}'
+    refused(struct.pack("<Q", len(text)) + text + b"\x00", "invalid_header", tmp_path)
+
+
+def test_a_shape_whose_size_overflows_64_bits_even_with_a_zero_after_it(tmp_path):
+    entry = one(shape=(2**40, 2**40, 0), offsets=(0, 0))
+    refused(header_bytes({"a": entry}), "validation_overflow", tmp_path, tensor="a")
+
+
+def test_an_extent_of_64_bits_or_more_is_no_size(tmp_path):
+    refused(header_bytes({"a": one(shape=(2**64,), offsets=(0, 0))}), "invalid_tensor_info", tmp_path, tensor="a")
+
+
 @pytest.mark.parametrize("metadata", [[1], {"k": 1}, "text"])
 def test_metadata_that_is_not_an_object_of_strings(tmp_path, metadata):
     refused(header_bytes({"__metadata__": metadata}), "invalid_metadata", tmp_path)
