@@ -122,6 +122,16 @@ def test_load_file_matches_safetensors_bit_exact_with_every_dtype(model_file):
         assert torch.equal(ours[name].cpu().view(-1).view(torch.uint8), tensor.contiguous().view(-1).view(torch.uint8)), name
 
 
+def test_load_file_with_a_side_stream_current(model_file):
+    path, tensors = model_file
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        ours = hst.load_file(path, device="cuda:0")
+        for name, tensor in tensors.items():  # read by kernels on the side stream
+            assert torch.equal(ours[name].view(-1).view(torch.uint8).cpu(), tensor.contiguous().view(-1).view(torch.uint8)), name
+    side.synchronize()
+
+
 def test_device_forms_and_the_shared_allocation(model_file):
     path, _ = model_file
     header = hst.read_header(path)
