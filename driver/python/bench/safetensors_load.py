@@ -109,7 +109,9 @@ def main() -> int:
         with open(path, "rb") as file:  # warm: every page in the page cache
             while file.read(64 * MiB):
                 pass
-        print(f"{path}: {count} bf16 tensors, {data / GiB:.2f} GiB, written and read in {time.perf_counter() - started:.1f} s")
+        print(
+            f"{path}: {count} bf16 tensors, {data / GiB:.2f} GiB, written and read in {time.perf_counter() - started:.1f} s"
+        )
 
         def per_tensor():
             with safe_open(path, framework="pt", device="cpu") as f:
@@ -144,7 +146,9 @@ def main() -> int:
         print(f"{label:36} {rate:7.1f} {rate / base:13.2f}x {'yes' if ok else 'NO':>10}")
     ours = rows[0][1]
     met = ours >= 40 and ours / base >= 8
-    print(f"target: warm >= 40 GB/s and >= 8x safetensors.torch.load_file: {'met' if met else 'NOT met'} ({ours:.1f} GB/s, {ours / base:.1f}x)")
+    print(
+        f"target: warm >= 40 GB/s and >= 8x safetensors.torch.load_file: {'met' if met else 'NOT met'} ({ours:.1f} GB/s, {ours / base:.1f}x)"
+    )
     print(f"total {time.perf_counter() - started:.1f} s")
     return 0 if exact else 1
 

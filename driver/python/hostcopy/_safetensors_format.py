@@ -208,10 +208,18 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
     safetensors does; raises ``SafetensorsError`` with a ``reason`` (see
     its docstring) otherwise."""
     if len(raw) < _LENGTH.size or file_size < _LENGTH.size:
-        raise _fail(filename, "header_too_small", f"a safetensors file starts with 8 bytes of header length; this one has {file_size} bytes")
+        raise _fail(
+            filename,
+            "header_too_small",
+            f"a safetensors file starts with 8 bytes of header length; this one has {file_size} bytes",
+        )
     (length,) = _LENGTH.unpack_from(raw)
     if length > MAX_HEADER_SIZE:
-        raise _fail(filename, "header_too_large", f"header length {length} is over safetensors' limit of {MAX_HEADER_SIZE} bytes")
+        raise _fail(
+            filename,
+            "header_too_large",
+            f"header length {length} is over safetensors' limit of {MAX_HEADER_SIZE} bytes",
+        )
     if _LENGTH.size + length > file_size or _LENGTH.size + length > len(raw):
         raise _fail(
             filename,
@@ -236,7 +244,9 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
         or _repeated(metadata) is not None
         or not all(isinstance(value, str) for value in metadata.values())
     ):
-        raise _fail(filename, "invalid_metadata", f"__metadata__ must be an object of strings, each key once, got {metadata!r}")
+        raise _fail(
+            filename, "invalid_metadata", f"__metadata__ must be an object of strings, each key once, got {metadata!r}"
+        )
     tensors = sorted(
         (_tensor_info(filename, name, entry) for name, entry in document.items()),
         key=lambda info: (info.begin, info.end),
@@ -290,9 +300,15 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
     data_len = file_size - data_offset
     if start != data_len:
         if start > data_len:
-            reason, what = "data_truncated", f"the tensors need {start} bytes of data, the file holds {data_len} (truncated?)"
+            reason, what = (
+                "data_truncated",
+                f"the tensors need {start} bytes of data, the file holds {data_len} (truncated?)",
+            )
         else:
-            reason, what = "trailing_bytes", f"the file has {data_len - start} bytes past the last tensor's end ({start})"
+            reason, what = (
+                "trailing_bytes",
+                f"the file has {data_len - start} bytes past the last tensor's end ({start})",
+            )
         raise _fail(filename, reason, what)
     return Header(metadata, tuple(tensors), data_offset, data_len)
 
@@ -321,7 +337,9 @@ def plan_views(header: Header, filename: str = "") -> list[TensorView]:
     for info in header.tensors:
         dtype = info.dtype
         if dtype.torch_name is None:
-            raise _fail(filename, "unsupported_dtype", f"tensor {info.name!r}: torch has no dtype for {dtype.name}", info.name)
+            raise _fail(
+                filename, "unsupported_dtype", f"tensor {info.name!r}: torch has no dtype for {dtype.name}", info.name
+            )
         shape = info.shape
         if dtype.bits < 8:
             if not shape or shape[-1] % 2:
@@ -342,7 +360,9 @@ def plan_views(header: Header, filename: str = "") -> list[TensorView]:
     return views
 
 
-def encode(tensors: Sequence[tuple[str, str, Sequence[int], bytes]], metadata: Optional[dict[str, str]] = None) -> bytes:
+def encode(
+    tensors: Sequence[tuple[str, str, Sequence[int], bytes]], metadata: Optional[dict[str, str]] = None
+) -> bytes:
     """A safetensors file's bytes from ``(name, dtype, shape, data)``, the
     data laid out in the order given, the header padded with spaces to a
     multiple of 8 bytes as safetensors writes it: for tests and for data

@@ -92,7 +92,9 @@ def read_header(filename: FileName) -> Header:
         return _read_open_header(file, name)
 
 
-def _copy_range(dst: Any, file: BinaryIO, offset: int, nbytes: int, stager: Optional[_staging.Stager], stream: Any) -> None:
+def _copy_range(
+    dst: Any, file: BinaryIO, offset: int, nbytes: int, stager: Optional[_staging.Stager], stream: Any
+) -> None:
     """Copies bytes ``offset .. offset + nbytes`` of ``file`` into the start of
     device memory ``dst``, through one mapping of the file, in one blocking
     staged transfer (the page cache's pages are read by the stager's
@@ -147,7 +149,9 @@ def _cuda_device(torch: Any, device: Any) -> Any:
         device = torch.device("cuda", device)
     device = torch.device(device)
     if device.type != "cuda":
-        raise ValueError(f"device: hostcopy.safetensors loads to CUDA devices, not {device}; use safetensors.torch for that")
+        raise ValueError(
+            f"device: hostcopy.safetensors loads to CUDA devices, not {device}; use safetensors.torch for that"
+        )
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -225,7 +229,12 @@ class safe_open:
     """
 
     def __init__(
-        self, filename: FileName, framework: str = "pt", device: Any = "cuda:0", *, stager: Optional[_staging.Stager] = None
+        self,
+        filename: FileName,
+        framework: str = "pt",
+        device: Any = "cuda:0",
+        *,
+        stager: Optional[_staging.Stager] = None,
     ) -> None:
         if framework not in ("pt", "torch", "pytorch"):
             raise ValueError(f"framework: hostcopy.safetensors makes torch tensors ('pt'), not {framework!r}")

@@ -54,7 +54,19 @@ def _random(shape, dtype, seed):
 
 
 def _dtypes():
-    names = ["bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool", "complex64"]
+    names = [
+        "bfloat16",
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+        "complex64",
+    ]
     names += ["uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"]
     usable = []
     for name in names:
@@ -80,7 +92,9 @@ def _model():
     for index, dtype in enumerate(_dtypes()):
         name = str(dtype).split(".")[-1]
         if dtype == torch.bool:
-            tensors[f"layer.{index}.{name}"] = torch.rand(shapes[index % len(shapes)], generator=torch.Generator().manual_seed(index)) > 0.5
+            tensors[f"layer.{index}.{name}"] = (
+                torch.rand(shapes[index % len(shapes)], generator=torch.Generator().manual_seed(index)) > 0.5
+            )
         else:
             tensors[f"layer.{index}.{name}"] = _random(shapes[index % len(shapes)], dtype, index)
     tensors["big.bf16"] = _random((4096, 1025), torch.bfloat16, 99)  # 8 MiB: staged
@@ -101,7 +115,9 @@ def _same(ours, theirs):
         assert mine.dtype == tensor.dtype, name
         assert mine.shape == tensor.shape, name
         assert mine.device == tensor.device, name
-        assert torch.equal(mine.contiguous().view(-1).view(torch.uint8), tensor.contiguous().view(-1).view(torch.uint8)), name
+        assert torch.equal(
+            mine.contiguous().view(-1).view(torch.uint8), tensor.contiguous().view(-1).view(torch.uint8)
+        ), name
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +135,9 @@ def test_load_file_matches_safetensors_bit_exact_with_every_dtype(model_file):
     ours = hst.load_file(path, device="cuda:0")
     _same(ours, theirs)
     for name, tensor in tensors.items():
-        assert torch.equal(ours[name].cpu().view(-1).view(torch.uint8), tensor.contiguous().view(-1).view(torch.uint8)), name
+        assert torch.equal(
+            ours[name].cpu().view(-1).view(torch.uint8), tensor.contiguous().view(-1).view(torch.uint8)
+        ), name
 
 
 def test_load_file_with_a_side_stream_current(model_file):
@@ -128,7 +146,9 @@ def test_load_file_with_a_side_stream_current(model_file):
     with torch.cuda.stream(side):
         ours = hst.load_file(path, device="cuda:0")
         for name, tensor in tensors.items():  # read by kernels on the side stream
-            assert torch.equal(ours[name].view(-1).view(torch.uint8).cpu(), tensor.contiguous().view(-1).view(torch.uint8)), name
+            assert torch.equal(
+                ours[name].view(-1).view(torch.uint8).cpu(), tensor.contiguous().view(-1).view(torch.uint8)
+            ), name
     side.synchronize()
 
 
@@ -145,7 +165,10 @@ def test_device_forms_and_the_shared_allocation(model_file):
 
 def test_safe_open_matches_safetensors(model_file):
     path, _ = model_file
-    with safetensors.safe_open(str(path), framework="pt", device="cuda:0") as theirs, hst.safe_open(path, framework="pt", device="cuda:0") as ours:
+    with (
+        safetensors.safe_open(str(path), framework="pt", device="cuda:0") as theirs,
+        hst.safe_open(path, framework="pt", device="cuda:0") as ours,
+    ):
         assert ours.keys() == list(theirs.keys())
         assert ours.metadata() == theirs.metadata()
         for name in theirs.keys():
@@ -153,7 +176,11 @@ def test_safe_open_matches_safetensors(model_file):
 
 
 def test_a_misaligned_file_gets_its_own_copies_and_the_same_bytes(tmp_path):
-    rows = [("u8", "U8", [3], bytes([1, 2, 3])), ("f32", "F32", [2], struct.pack("<2f", 1.5, -2.0)), ("i64", "I64", [1], struct.pack("<q", -(2**40)))]
+    rows = [
+        ("u8", "U8", [3], bytes([1, 2, 3])),
+        ("f32", "F32", [2], struct.pack("<2f", 1.5, -2.0)),
+        ("i64", "I64", [1], struct.pack("<q", -(2**40))),
+    ]
     header, offset = {}, 0
     for name, dtype, shape, data in rows:
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}

@@ -44,7 +44,11 @@ def one(dtype="F32", shape=(2,), offsets=(0, 8), **extra):
 
 
 def test_a_file_safetensors_would_write_reads_back_in_the_order_of_its_bytes(tmp_path):
-    tensors = [("z.weight", "F32", [2, 3], pattern(24, 1)), ("a.bias", "BF16", [3], pattern(6, 2)), ("m", "U8", [], b"\x07")]
+    tensors = [
+        ("z.weight", "F32", [2, 3], pattern(24, 1)),
+        ("a.bias", "BF16", [3], pattern(6, 2)),
+        ("m", "U8", [], b"\x07"),
+    ]
     data = encode(tensors, {"format": "pt"})
     path = tmp_path / "model.safetensors"
     path.write_bytes(data)
@@ -164,7 +168,18 @@ def test_a_tensor_missing_a_field(tmp_path, missing):
         one(offsets=(-8, 0)),
         one(offsets=(0, "8")),
     ],
-    ids=["not-an-object", "dtype-int", "negative-extent", "float-extent", "bool-extent", "shape-int", "one-offset", "three-offsets", "negative-offset", "string-offset"],
+    ids=[
+        "not-an-object",
+        "dtype-int",
+        "negative-extent",
+        "float-extent",
+        "bool-extent",
+        "shape-int",
+        "one-offset",
+        "three-offsets",
+        "negative-offset",
+        "string-offset",
+    ],
 )
 def test_a_tensor_field_of_the_wrong_type(tmp_path, entry):
     refused(header_bytes({"a": entry}) + bytes(8), "invalid_tensor_info", tmp_path, tensor="a")
@@ -176,12 +191,19 @@ def test_an_unknown_dtype(tmp_path):
 
 
 def test_a_byte_length_that_is_not_the_shapes(tmp_path):
-    error = refused(header_bytes({"a": one(shape=(3,), offsets=(0, 8))}) + bytes(8), "invalid_tensor_info", tmp_path, tensor="a")
+    error = refused(
+        header_bytes({"a": one(shape=(3,), offsets=(0, 8))}) + bytes(8), "invalid_tensor_info", tmp_path, tensor="a"
+    )
     assert "12 bytes" in str(error) and "hold 8" in str(error)
 
 
 def test_sub_byte_elements_that_do_not_fill_whole_bytes(tmp_path):
-    refused(header_bytes({"a": one(dtype="F4", shape=(3,), offsets=(0, 2))}) + bytes(2), "misaligned_slice", tmp_path, tensor="a")
+    refused(
+        header_bytes({"a": one(dtype="F4", shape=(3,), offsets=(0, 2))}) + bytes(2),
+        "misaligned_slice",
+        tmp_path,
+        tensor="a",
+    )
 
 
 def test_a_gap_at_the_start_of_the_data(tmp_path):
@@ -245,13 +267,27 @@ def test_every_dtype_of_the_format_plans_with_torchs_dtype_or_refuses():
 
 
 def test_a_tensor_at_an_offset_that_is_no_multiple_of_its_element_size_gets_its_own_copy():
-    data = encode([("byte", "U8", [3], b"abc"), ("f32", "F32", [2], bytes(8)), ("f16", "F16", [1], bytes(2)), ("i64", "I64", [1], bytes(8))])
+    data = encode(
+        [
+            ("byte", "U8", [3], b"abc"),
+            ("f32", "F32", [2], bytes(8)),
+            ("f16", "F16", [1], bytes(2)),
+            ("i64", "I64", [1], bytes(8)),
+        ]
+    )
     plans = {view.name: view for view in st.plan_views(parse_header(data, len(data)))}
     assert plans["byte"].placement == "view"
     assert (plans["f32"].begin, plans["f32"].placement) == (3, "copy")
     assert (plans["f16"].begin, plans["f16"].placement) == (11, "copy")
     assert (plans["i64"].begin, plans["i64"].placement) == (13, "copy")
-    aligned = encode([("i64", "I64", [1], bytes(8)), ("f32", "F32", [1], bytes(4)), ("f16", "F16", [1], bytes(2)), ("b", "BOOL", [1], b"\x01")])
+    aligned = encode(
+        [
+            ("i64", "I64", [1], bytes(8)),
+            ("f32", "F32", [1], bytes(4)),
+            ("f16", "F16", [1], bytes(2)),
+            ("b", "BOOL", [1], b"\x01"),
+        ]
+    )
     assert [view.placement for view in st.plan_views(parse_header(aligned, len(aligned)))] == ["view"] * 4
 
 
@@ -306,11 +342,21 @@ def numpy_file(numpy, tmp_path, misaligned: bool = False):
     return path, {name: arrays[name][1] for name in order}
 
 
-NUMPY_DTYPES = {"float32": "<f4", "int64": "<i8", "float16": "<f2", "bool": "?", "uint8": "u1", "float64": "<f8", "uint16": "<u2"}
+NUMPY_DTYPES = {
+    "float32": "<f4",
+    "int64": "<i8",
+    "float16": "<f2",
+    "bool": "?",
+    "uint8": "u1",
+    "float64": "<f8",
+    "uint16": "<u2",
+}
 
 
 @pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
-def test_the_data_region_arrives_in_device_memory_in_one_transfer_and_each_plan_reads_its_tensor(sim, numpy, device, tmp_path, misaligned):
+def test_the_data_region_arrives_in_device_memory_in_one_transfer_and_each_plan_reads_its_tensor(
+    sim, numpy, device, tmp_path, misaligned
+):
     path, arrays = numpy_file(numpy, tmp_path, misaligned)
     header = st.read_header(path)
     target = sim.array(device, bytes(header.data_len))
@@ -371,8 +417,18 @@ def test_a_file_without_data_copies_nothing(sim, device, tmp_path):
 
 
 def test_views_share_one_buffer_and_match_the_bytes(tmp_path):
-    torch = pytest.importorskip("torch", reason="torch is not installed (ci.sh does not install it; gpu.sh's test_gpu_safetensors.py runs load_file)")
-    data = encode([("u8", "U8", [3], b"abc"), ("f32", "F32", [2], struct.pack("<2f", 1.5, -2.0)), ("bf", "BF16", [2, 1], b"\x80\x3f\x00\x40"), ("e", "F32", [0], b"")])
+    torch = pytest.importorskip(
+        "torch",
+        reason="torch is not installed (ci.sh does not install it; gpu.sh's test_gpu_safetensors.py runs load_file)",
+    )
+    data = encode(
+        [
+            ("u8", "U8", [3], b"abc"),
+            ("f32", "F32", [2], struct.pack("<2f", 1.5, -2.0)),
+            ("bf", "BF16", [2, 1], b"\x80\x3f\x00\x40"),
+            ("e", "F32", [0], b""),
+        ]
+    )
     header = parse_header(data, len(data))
     views = st.plan_views(header)
     region = torch.frombuffer(bytearray(data[header.data_offset :]), dtype=torch.uint8)
@@ -393,6 +449,9 @@ def test_without_torch_load_file_says_it_needs_torch_before_opening_the_file(tmp
         pass
     else:
         pytest.skip("torch is installed here: the message for its absence cannot be seen")
-    for call in (lambda: st.load_file(tmp_path / "absent.safetensors"), lambda: st.safe_open(tmp_path / "absent.safetensors")):
+    for call in (
+        lambda: st.load_file(tmp_path / "absent.safetensors"),
+        lambda: st.safe_open(tmp_path / "absent.safetensors"),
+    ):
         with pytest.raises(ImportError, match="torch"):
             call()
