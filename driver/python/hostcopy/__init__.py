@@ -12,6 +12,11 @@ A transfer keeps both arrays alive, not their storage: do not resize_ or
 free the storage of either side while a transfer runs (a torch tensor's
 ``resize_()``, a cuda.core Buffer's ``close()``), from any thread.
 
+A safetensors model file to the GPU in one transfer, each tensor a view
+of one device allocation (``import hostcopy.safetensors``; torch needed)::
+
+    state = hostcopy.safetensors.load_file("model.safetensors", device="cuda:0")
+
 Below them, for pipelines of your own:
 ``HOST_COPY_FN`` is a ctypes ``CUhostFn`` pointing at compiled code: the
 driver calls it on its host-function thread with no Python frame and no GIL.
@@ -55,6 +60,7 @@ from ._errors import (
     PackError,
     ReadOnlyBuffer,
     RecordPoolError,
+    SafetensorsError,
     ScopeOpen,
     StreamCapturing,
     WrongDevice,
@@ -120,6 +126,7 @@ __all__ = [
     "PackError",
     "ReadOnlyBuffer",
     "RecordPoolError",
+    "SafetensorsError",
     "ScopeOpen",
     "StreamCapturing",
     "WrongDevice",

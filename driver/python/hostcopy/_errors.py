@@ -10,7 +10,8 @@ them, one arm per variant): ``Driver`` is ``CudaUnavailable`` or
 ``NoCurrentContext``, ``NotPrimaryContext``, ``NotDeviceMemory``,
 ``BlockOutOfBounds``, ``BlocksOverlap`` and ``InvalidOption`` the class of
 the same name. A ``RuntimeError`` that is none of these comes from a
-variant newer than this package.
+variant newer than this package. ``SafetensorsError`` is Python's own:
+a model file ``hostcopy.safetensors`` refuses.
 """
 
 from __future__ import annotations
@@ -225,3 +226,31 @@ class RecordPoolError(RuntimeError):
         self.capacity: Optional[int] = fields.get("capacity")
         self.user_data: Optional[int] = fields.get("user_data")
         self.index: Optional[int] = fields.get("index")
+
+
+class SafetensorsError(ValueError):
+    """A safetensors file that ``hostcopy.safetensors`` refuses, as
+    safetensors' own reader would (``filename``, ``reason``, and ``tensor``:
+    the tensor's name, or ``None`` for the file as a whole). Raised before
+    any device memory is allocated or any byte copied.
+
+    ``reason``: ``"header_too_small"`` (under 8 bytes), ``"header_too_large"``
+    (a header length over 100,000,000), ``"invalid_header_length"`` (the
+    header reaches past the file), ``"invalid_header"`` (not UTF-8, not
+    JSON, not an object), ``"duplicate_name"`` (a tensor named twice),
+    ``"invalid_metadata"`` (``__metadata__`` not an object of strings, or a
+    key in it twice), ``"invalid_tensor_info"`` (a field missing, repeated
+    or of the wrong type, or a byte length that is not the shape's),
+    ``"unknown_dtype"``, ``"unsupported_dtype"`` (known to the format, not
+    to torch), ``"misaligned_slice"`` (sub-byte elements that do not fill
+    whole bytes), ``"validation_overflow"`` (a size past 64 bits),
+    ``"invalid_offsets"`` (a gap, an overlap, or an end before the begin),
+    ``"data_truncated"`` (tensors past the end of the file),
+    ``"trailing_bytes"`` (bytes past the last tensor).
+    """
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.filename: str = fields.get("filename", "")
+        self.reason: str = fields.get("reason", "")
+        self.tensor: Optional[str] = fields.get("tensor")

@@ -10,14 +10,19 @@ package's own error, which the script reports.
 from __future__ import annotations
 
 import ctypes
+import json
 import mmap
+import os
+import struct
 import sys
-from typing import Callable
+import tempfile
+from typing import Any, Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 import hostcopy
+import hostcopy.safetensors
 
 CHUNK = 1 << 16
 SLOTS = 4
@@ -164,6 +169,29 @@ def offload(cache: object, pool: NDArray[np.uint8], evicted: NDArray[np.int64], 
     return f"{evicted.size} blocks offloaded and restored"
 
 
+def model_file(directory: str) -> str:
+    """A safetensors file written by hand, its header read back and checked;
+    the same file cut short, refused. ``load_file`` needs torch and a GPU:
+    here it is only typed."""
+    path = os.path.join(directory, "model.safetensors")
+    text = json.dumps({"__metadata__": {"format": "pt"}, "w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    with open(path, "wb") as file:
+        file.write(struct.pack("<Q", len(text)) + text.encode() + bytes(8))
+    header: hostcopy.safetensors.Header = hostcopy.safetensors.read_header(path)
+    first: hostcopy.safetensors.TensorInfo = header.tensors[0]
+    views: list[hostcopy.safetensors.TensorView] = hostcopy.safetensors.plan_views(header)
+    load: Callable[..., dict[str, Any]] = hostcopy.safetensors.load_file
+    assert callable(load) and views[0].placement == "view" and header.metadata == {"format": "pt"}
+    with open(path, "r+b") as file:
+        file.truncate(os.path.getsize(path) - 1)
+    try:
+        hostcopy.safetensors.read_header(path)
+    except hostcopy.SafetensorsError as error:
+        reason: str = error.reason
+        return f"{first.name}: {first.dtype.name} {list(first.shape)}, {first.nbytes} bytes; cut short: {reason}"
+    raise AssertionError("a truncated file was read")
+
+
 def main() -> int:
     started: int = hostcopy.set_parallel_workers(2)
     workers, active = hostcopy.parallel_workers()
@@ -195,6 +223,8 @@ def main() -> int:
         print(offload(np.zeros(1 << 20, np.uint8), np.zeros(1 << 20, np.uint8), np.array([3, 1]), 4096))
     except hostcopy.NotDeviceMemory as error:  # a numpy array is host memory, not a GPU array
         print(f"refused: {error.side} at {error.addr:#x} is not GPU memory")
+    with tempfile.TemporaryDirectory() as directory:
+        print(model_file(directory))
     version: str = hostcopy.__version__
     print(f"hostcopy {version}")
     print(f"{started} workers ({workers} started, {active} active), {hostcopy.rejected()} records rejected")
