@@ -12,6 +12,7 @@
 
 use pyo3::prelude::*;
 
+mod awaiting;
 mod blocks;
 mod buffer;
 mod dlpack;
@@ -82,6 +83,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::HostMemory>()?;
     m.add_class::<staging::PyStager>()?;
     m.add_class::<staging::Transfer>()?;
+    m.add_class::<awaiting::Wakeup>()?;
     #[cfg(feature = "simulator")]
     sim::register(m)?;
     Ok(())

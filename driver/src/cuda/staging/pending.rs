@@ -83,6 +83,28 @@ impl PendingTransfer {
         Ok(true)
     }
 
+    /// Waits until the transfer's bytes have arrived, or it failed, without
+    /// its stager: a thread other than the stager's owner waits here (the
+    /// Python package's `wait()` and its waiter thread for `await`), so
+    /// that the [`Stager::finish_pending`](super::Stager::finish_pending)
+    /// that follows holds the stager only to settle it, not for the whole
+    /// copy. Settles nothing: the transfer still goes to `finish_pending`,
+    /// which reports the same error (and drains the stager's streams after
+    /// one).
+    pub fn wait_arrived(&self) -> Result<(), Error> {
+        let Some(in_flight) = &self.in_flight else {
+            return Ok(());
+        };
+        let _relaxed = RelaxedCapture::new();
+        if let Some(error) = in_flight.job.wait_done().error {
+            return Err(error);
+        }
+        for event in &in_flight.events {
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
     /// Makes work queued on `stream` from now on wait for this transfer:
     /// a kernel that reads what a host-to-device transfer writes, say.
     /// Refused on a capturing stream ([`Error::Capturing`]): the wait would
