@@ -1017,6 +1017,7 @@ fn a_pending_transfer_is_waited_for_on_another_thread_without_its_stager() {
     // SAFETY: `host`, `source` and `target` are not touched until the
     // transfers are finished below.
     let download = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
+    // SAFETY: as above.
     let upload = unsafe { stager.start_unchecked(to_device(&mut target, &expected)) }.unwrap();
     let (arrived, waited) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
