@@ -700,9 +700,11 @@ impl TransferState {
             }
         };
         drop(tracked);
-        // Its error, if any, is the one `finish_pending` reports below.
-        let _ = pending.wait_arrived();
-        let outcome = match lock(&self.stager.stager).as_mut() {
+        // Settled after an error too (which drains the stager's streams);
+        // the first error is the one reported (a driver error that is not
+        // sticky would not be seen again by `finish_pending`).
+        let arrived = pending.wait_arrived();
+        let settled = match lock(&self.stager.stager).as_mut() {
             Some(stager) => stager.finish_pending(pending),
             // Closed meanwhile: the `Stager`'s drop waited for all the
             // work queued on its streams, so only how the copies ended is
@@ -717,6 +719,7 @@ impl TransferState {
                 ended
             }
         };
+        let outcome = arrived.and(settled);
         let orphaned = {
             let mut tracked = lock(&self.tracked);
             tracked.progress = Progress::Ended(outcome);
