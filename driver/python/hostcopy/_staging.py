@@ -56,6 +56,15 @@ from ._errors import NotContiguous, NotDeviceMemory, ReadOnlyBuffer
 #: DLPack device types.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
+#: A copy under way, from a ``blocking=False`` call: ``wait()`` blocks (the
+#: GIL released), ``done()`` polls, ``await transfer`` completes through the
+#: running asyncio or uvloop event loop (``hostcopy._awaiting``): the
+#: stager's waiter thread, native and GIL-free, waits and wakes the loop
+#: through a pipe. ``await`` returns ``None`` or raises the error ``wait()``
+#: raises; awaiting an ended transfer (again, or after ``wait()``) returns
+#: at once; several tasks may await one transfer. Cancelling the awaiting
+#: task leaves the transfer in the waiter thread's hands, its memory kept
+#: until the copy is done.
 Transfer = _native.Transfer
 
 
@@ -288,9 +297,12 @@ class Stager:
     or finishes on it at a time, with the GIL released while it waits: a
     blocking copy holds the stager until its bytes are in, so blocking
     copies of several threads through one stager run one after another,
-    and a ``blocking=False`` call or a ``wait()`` waits for them too. For
-    copies of several threads that overlap, give each thread a
-    ``Stager`` of its own, or start them with ``blocking=False``.
+    and a ``blocking=False`` call waits for them too (a ``wait()`` or an
+    ``await`` waits for its own copies without holding the stager, and
+    holds it only briefly to settle the transfer afterwards). For copies
+    of several threads that overlap, give each thread a ``Stager`` of its
+    own, or start them with ``blocking=False``. In asyncio code, start
+    transfers with ``blocking=False`` and ``await`` them: see ``Transfer``.
 
     A transfer holds both of its sides alive, not their storage: do not
     resize_ or free the storage of either side while a transfer runs (a
@@ -501,15 +513,19 @@ def copy_to_host(
     Blocking (the default): returns once the bytes are in ``dst``, the GIL
     released for the whole copy. ``blocking=False`` returns a ``Transfer``
     once every chunk of the copy is queued, not once it is done: ``wait()``
-    for it, or use it in a ``with`` block. Queuing can still block, with
-    the GIL released: for the stager while another thread's blocking copy
-    or ``wait()`` on it runs, and for room in the driver's queue, which
+    for it, use it in a ``with`` block, or ``await`` it in a coroutine
+    (``await hostcopy.copy_to_host(dst, src, blocking=False)``: the event
+    loop runs other tasks meanwhile and is woken once, when the bytes are
+    in). Queuing can still block, with the GIL released: for the stager
+    while another thread's blocking copy on it runs, and for room in the driver's queue, which
     holds about 2,000 chunks (32 GiB in the default 16 MiB chunks; a chunk
     queues in a few microseconds).
     The ``Transfer`` keeps ``dst`` and ``src`` alive, and a ``bytearray``
     side unresizable (``BufferError``), until ``wait()`` returns (or the
-    ``with`` block ends; ``done()`` becoming true does not let go), and
-    waits if dropped unwaited; work queued on ``stream`` afterwards waits for the copy, so
+    ``with`` block ends, or the ``await`` completes; ``done()`` becoming
+    true does not let go), and waits if dropped unwaited (dropped after an
+    ``await`` was cancelled, it does not wait: the stager's waiter thread
+    finishes it and lets go of both sides once the copy is done); work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
     object alive does not stop an explicit free: do not resize_ or free the
