@@ -51,6 +51,7 @@ done < "$here/steps"
 grep -E '^(test |test result|    )' "$log" | grep -v '^test result: ok. 0 passed' | tail -n 40
 [ -f "$out/bench.txt" ] && cat "$out/bench.txt"
 [ -f "$out/python_one_call.log" ] && tail -n 45 "$out/python_one_call.log"
+[ -f "$out/python_async.log" ] && tail -n 14 "$out/python_async.log"
 printf '\n'
 cat "$out/machine.txt"
 printf '| step         | result                 |  time |\n|---|---|---|\n%s' "$summary"

@@ -30,7 +30,7 @@ const STEPS: &[(&str, u32, &str)] = &[
     ("gpu-staging", 240, "bin/gpu_staging --test-threads=1"),
     ("gpu-cudarc", 120, "bin/gpu_cudarc"),
     ("driver-loading", 60, "bin/driver_loading"),
-    ("python", 540, "python/gpu.sh python/wheels"),
+    ("python", 600, "python/gpu.sh python/wheels"),
     ("example", 90, "bin/staged_d2h"),
     ("kv-offload", 90, "bin/kv_offload"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
@@ -46,6 +46,7 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/bench/staged_d2h.py", "python/bench/staged_d2h.py"),
     ("driver/python/bench/one_call.py", "python/bench/one_call.py"),
     ("driver/python/bench/blocks.py", "python/bench/blocks.py"),
+    ("driver/python/bench/async_lag.py", "python/bench/async_lag.py"),
 ];
 
 /// The bundle must travel to the GPU host in one call.
