@@ -4,12 +4,16 @@
 //!
 //! Who holds what:
 //! - Each stager has one waiter thread ([`Waiter`]), started by its first
-//!   `await`. It takes [`Registration`]s in the order they come (the
-//!   order an event loop's tasks awaited; one stager's transfers complete
-//!   in the order they started, its copier being one thread), finishes
-//!   each transfer exactly as `wait()` does (`TransferState::finish`:
-//!   the copies waited for without the stager's lock, then settled under
-//!   it), then tells the registration's [`Wakeup`]. It never attaches to
+//!   `await`: one per stager rather than per process, so that a transfer
+//!   on one device never waits behind another device's. It takes
+//!   [`Registration`]s in the order they come and finishes each transfer
+//!   exactly as `wait()` does (`TransferState::finish`: the copies
+//!   waited for without the stager's lock, then settled under it), then
+//!   tells the registration's [`Wakeup`]. One stager's transfers complete
+//!   in about the order they started (its copier is one thread), which is
+//!   the order they are awaited when each task awaits what it started: a
+//!   transfer awaited before an earlier-started one delays that one's
+//!   wakeup until it is done itself, never its copies. It never attaches to
 //!   the interpreter: everything it holds is Rust state, except host
 //!   memory orphaned by a `Transfer` dropped while awaited, which it lets
 //!   go of without the GIL, so pyo3 queues the reference in its pool; the
