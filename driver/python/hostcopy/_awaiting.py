@@ -113,9 +113,11 @@ async def wait(transfer: "Transfer") -> None:
     waiters = _by_loop.get(loop)
     if waiters is None:
         waiters = _by_loop[loop] = _LoopWaiters(loop)
-    future = waiters.register(transfer)
+    try:
+        future = waiters.register(transfer)
+    finally:
+        waiters._release_if_idle()  # ended at once, or refused: nothing outstanding
     if future is None:
-        waiters._release_if_idle()
-        transfer.wait()
+        transfer.wait()  # ended: returns or raises at once
     else:
         await future

@@ -8,6 +8,9 @@ no Python thread).
 import asyncio
 import gc
 import selectors
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import weakref
@@ -295,3 +298,43 @@ def test_await_after_close_reports_how_the_copy_ended(sim, numpy, device, stager
     stager.close()
     run(_await(transfer))
     assert dst.tobytes() == data
+
+
+def test_the_interpreter_exits_cleanly_with_a_cancelled_await_still_copying(sim):
+    # The device is never released: at exit the waiter thread still holds
+    # the transfer (and the destination handed to it by the drop). The
+    # drop must not wait, and the thread, which never calls into Python,
+    # must neither hold up nor crash the interpreter's finalization.
+    script = textwrap.dedent(
+        """
+        import asyncio, hostcopy
+        native = hostcopy._native
+        native.sim_install()
+        device = native.sim_new_device()
+        native.sim_make_current(device)
+        stager = hostcopy.Stager(device, chunk=256 << 10, buffers=3, workers=2, driver_path_below=0)
+        source = native.SimDeviceArray(device, 3 << 18)
+        dst = bytearray(3 << 18)
+        native.sim_hold(device)
+        transfer = stager.copy_to_host(dst, source, blocking=False)
+
+        async def awaited():
+            await transfer
+
+        async def main():
+            task = asyncio.ensure_future(awaited())
+            await asyncio.sleep(0.01)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+        asyncio.run(main())
+        del transfer
+        print("exiting")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "exiting"), done.stderr
+    assert "panicked" not in done.stderr and "Fatal" not in done.stderr, done.stderr

@@ -1,7 +1,8 @@
 //! Transfers that borrow nothing: started by
 //! [`Stager::start_unchecked`](super::Stager::start_unchecked), whose caller keeps the memories valid, held
 //! as a [`PendingTransfer`] for as long as the caller likes (across
-//! threads, inside another language's object), and finished by
+//! threads, inside another language's object), waited for on any thread
+//! ([`PendingTransfer::wait_arrived`]), and finished by
 //! [`Stager::finish_pending`](super::Stager::finish_pending). What a binding (the Python package) builds
 //! its non-blocking transfers on; Rust code has [`Stager::scope`](super::Stager::scope), which
 //! proves the same with borrows.
