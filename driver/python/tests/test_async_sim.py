@@ -338,3 +338,32 @@ def test_the_interpreter_exits_cleanly_with_a_cancelled_await_still_copying(sim)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "exiting"), done.stderr
     assert "panicked" not in done.stderr and "Fatal" not in done.stderr, done.stderr
+
+
+def test_a_transfer_starts_on_the_loop_while_another_is_awaited(sim, numpy, device, stager, run):
+    # The waiter thread waits for the copies without the stager's lock: a
+    # start on the loop's thread meanwhile queues at once (a waiter that
+    # held the lock would stop the loop until the device ran).
+    data = pattern(2 * CHUNK, 73)
+    source = sim.array(device, data)
+    first, second = numpy.zeros(2 * CHUNK, numpy.uint8), numpy.zeros(2 * CHUNK, numpy.uint8)
+    sim.hold(device)
+    unblock = threading.Timer(3, sim.release, args=(device,))
+    unblock.start()
+
+    async def main():
+        task = asyncio.ensure_future(_await(stager.copy_to_host(first, source, blocking=False)))
+        await asyncio.sleep(0.05)  # the waiter thread has it, waiting for the device
+        started = time.monotonic()
+        later = stager.copy_to_host(second, source, blocking=False)
+        queued_in = time.monotonic() - started
+        sim.release(device)
+        await asyncio.gather(task, _await(later))
+        return queued_in
+
+    try:
+        queued_in = run(main())
+    finally:
+        unblock.cancel()
+    assert queued_in < 1, f"a start waited {queued_in:.2f} s for the stager while another transfer was awaited"
+    assert first.tobytes() == data and second.tobytes() == data
