@@ -216,10 +216,11 @@ class Transfer:
     """A copy under way (``copy_to_host``/``copy_to_device`` with ``blocking=False``)."""
 
     def wait(self) -> None:
-        """Waits until the bytes have arrived (after another thread's ``wait()``
-        on the same stager, if one is under way); the transfer's error, if
-        any, the same every time. After the stager's ``close()``, which waited
-        for every copy, it reports how this one ended."""
+        """Waits until the bytes have arrived, without holding the stager
+        meanwhile (it takes it only to settle the transfer, after another
+        thread's blocking copy on it if one is under way); the transfer's
+        error, if any, the same every time. After the stager's ``close()``,
+        which waited for every copy, it reports how this one ended."""
     def done(self) -> bool:
         """Whether the bytes have arrived, without waiting for them or for the
         stager: ``False`` while another thread's ``wait()``, or the waiter
