@@ -112,6 +112,11 @@ async def wait(transfer: "Transfer") -> None:
     loop = asyncio.get_running_loop()
     waiters = _by_loop.get(loop)
     if waiters is None:
+        # A loop closed with awaits still outstanding (tasks abandoned, not
+        # cancelled) never reads its wakeup again: forget it here, and with
+        # it the Transfers it held (the waiter thread finishes them).
+        for closed in [other for other in _by_loop if other.is_closed()]:
+            del _by_loop[closed]
         waiters = _by_loop[loop] = _LoopWaiters(loop)
     try:
         future = waiters.register(transfer)

@@ -367,3 +367,25 @@ def test_a_transfer_starts_on_the_loop_while_another_is_awaited(sim, numpy, devi
         unblock.cancel()
     assert queued_in < 1, f"a start waited {queued_in:.2f} s for the stager while another transfer was awaited"
     assert first.tobytes() == data and second.tobytes() == data
+
+
+def test_a_loop_closed_with_an_await_outstanding_is_forgotten_by_the_next_await(sim, numpy, device, stager):
+    from hostcopy import _awaiting
+
+    data = pattern(2 * CHUNK, 75)
+    source = sim.array(device, data)
+    dst = numpy.zeros(2 * CHUNK, numpy.uint8)
+    kept = weakref.ref(dst)
+    sim.hold(device)
+    abandoned = asyncio.new_event_loop()
+    abandoned.run_until_complete(asyncio.sleep(0))
+    task = abandoned.create_task(_await(stager.copy_to_host(dst, source, blocking=False)))
+    abandoned.run_until_complete(asyncio.sleep(0.02))  # the task is waiting on its future
+    abandoned.close()  # with the task still pending, never cancelled
+    assert abandoned in _awaiting._by_loop
+    del task, dst
+    sim.release(device)
+    asyncio.run(_await(stager.copy_to_host(numpy.zeros(8, numpy.uint8), source, 8, blocking=False)))
+    assert abandoned not in _awaiting._by_loop
+    gc.collect()
+    eventually(lambda: kept() is None, "the abandoned loop's transfer kept its destination")
