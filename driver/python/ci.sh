@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
 # its version against the workspace's, rustfmt and clippy on the extension
-# crate, then a fresh virtual environment with maturin, pytest and numpy,
-# `pip install` of this folder, its types (mypy, tests/typing), and pytest.
+# crate, then a fresh virtual environment with maturin, pytest, numpy and
+# uvloop, `pip install` of this folder, its types (mypy, tests/typing), and
+# pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -33,7 +34,8 @@ echo "--- fresh virtual environment in $venv"
     exit 1
 }
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet maturin pytest numpy
+# uvloop: the await tests run under it as well as under asyncio.
+"$venv/bin/python" -m pip install --quiet maturin pytest numpy uvloop
 
 # With the simulated driver (`--features simulator`), so that the launch and
 # staging paths run here without a GPU; HOSTCOPY_REQUIRE_SIM makes a wheel

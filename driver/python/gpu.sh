@@ -3,7 +3,7 @@
 # temporary folder, runs the GPU tests with pytest, then the staged D2H
 # benchmarks. Logs go to $OUT when set (python_gpu_tests.log,
 # python_bench.log, python_one_call.log and .csv, python_blocks.log,
-# python_safetensors.log). Exits nonzero if either fails.
+# python_safetensors.log, python_async.log). Exits nonzero if either fails.
 #
 # Usage: driver/python/gpu.sh FOLDER_WITH_THE_WHEEL
 # The host needs Python 3.9+ with cuda.core, cuda-bindings, numpy and pytest
@@ -45,6 +45,8 @@ bench=${PIPESTATUS[0]}
 "$python" "$here/bench/blocks.py" 2>&1 | tee "$out/python_blocks.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || bench=1
 "$python" "$here/bench/safetensors_load.py" 2>&1 | tee "$out/python_safetensors.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || bench=1
+"$python" "$here/bench/async_lag.py" 2>&1 | tee "$out/python_async.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || bench=1
 echo "python GPU tests: exit $tests; python benchmark: exit $bench"
 [ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

@@ -1000,6 +1000,51 @@ fn a_pending_transfer_finishes_later_and_reports_when_it_is_done() {
     device.assert_no_violations();
 }
 
+/// `wait_arrived` waits on another thread, without the stager, until the
+/// bytes are in, both ways (while the device is held it cannot return);
+/// `finish_pending` afterwards only settles them.
+#[test]
+fn a_pending_transfer_is_waited_for_on_another_thread_without_its_stager() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 3 * CHUNK + 5;
+    let expected = pattern(len, 29);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut target = DeviceBuffer::new(&device.context, len).unwrap();
+    let mut host = vec![0u8; len];
+    sim::hold(device.ordinal);
+    // SAFETY: `host`, `source` and `target` are not touched until the
+    // transfers are finished below.
+    let download = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
+    // SAFETY: as above.
+    let upload = unsafe { stager.start_unchecked(to_device(&mut target, &expected)) }.unwrap();
+    let (arrived, waited) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        download.wait_arrived().unwrap();
+        upload.wait_arrived().unwrap();
+        arrived.send(()).unwrap();
+        (download, upload)
+    });
+    assert!(
+        waited
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err(),
+        "wait_arrived returned while the device was held"
+    );
+    sim::release(device.ordinal);
+    let (download, upload) = waiter.join().unwrap();
+    assert!(download.is_finished().unwrap() && upload.is_finished().unwrap());
+    stager.finish_pending(download).unwrap();
+    stager.finish_pending(upload).unwrap();
+    assert!(host == expected);
+    let mut uploaded = vec![0u8; len];
+    target.copy_to_host(0, &mut uploaded).unwrap();
+    assert!(uploaded == expected);
+    drop(stager);
+    device.assert_no_violations();
+}
+
 /// A pending transfer dropped unfinished waits for its copies (one drop
 /// rule with the Python `Transfer`), then lets go of the device memory:
 /// while the device is held the drop cannot return, and once it has

@@ -52,6 +52,7 @@ grep -E '^(test |test result|    )' "$log" | grep -v '^test result: ok. 0 passed
 [ -f "$out/bench.txt" ] && cat "$out/bench.txt"
 [ -f "$out/python_one_call.log" ] && tail -n 45 "$out/python_one_call.log"
 [ -f "$out/python_safetensors.log" ] && tail -n 7 "$out/python_safetensors.log"
+[ -f "$out/python_async.log" ] && tail -n 14 "$out/python_async.log"
 printf '\n'
 cat "$out/machine.txt"
 printf '| step         | result                 |  time |\n|---|---|---|\n%s' "$summary"

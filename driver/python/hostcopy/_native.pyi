@@ -11,7 +11,7 @@
 # `--features simulator` (ci.sh's, which stubtest checks).
 
 from types import TracebackType
-from typing import Any, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, TypedDict, Union, final, type_check_only
+from typing import Any, Generator, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, TypedDict, Union, final, type_check_only
 
 from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
 
@@ -26,6 +26,7 @@ __all__ = [
     "host_memory",
     "dlpack_region",
     "device_holding",
+    "stream_capturing",
     "dlpack_host_memory",
     "pack_regions",
     "host_copy_parallel_fn_address",
@@ -37,6 +38,7 @@ __all__ = [
     "HostMemory",
     "Stager",
     "Transfer",
+    "Wakeup",
     "sim_install",
     "sim_new_device",
     "sim_make_current",
@@ -106,6 +108,7 @@ def host_memory(obj: HostBuffer, writable: bool, side: str) -> HostMemory: ...
 def dlpack_region(capsule: object) -> tuple[int, int, int, int, bool]: ...
 def dlpack_host_memory(capsule: object, writable: bool, side: str) -> HostMemory: ...
 def device_holding(ptr: int, side: str) -> int: ...
+def stream_capturing(handle: int) -> bool: ...
 def pack_regions(
     dst: tuple[int, Optional[int], bool],
     dst_offset: int,
@@ -215,13 +218,23 @@ class Transfer:
     """A copy under way (``copy_to_host``/``copy_to_device`` with ``blocking=False``)."""
 
     def wait(self) -> None:
-        """Waits until the bytes have arrived (after another thread's ``wait()``
-        on the same stager, if one is under way); the transfer's error, if
-        any, the same every time. After the stager's ``close()``, which waited
-        for every copy, it reports how this one ended."""
+        """Waits until the bytes have arrived, without holding the stager
+        meanwhile (it takes it only to settle the transfer, after another
+        thread's blocking copy on it if one is under way); the transfer's
+        error, if any, the same every time. After the stager's ``close()``,
+        which waited for every copy, it reports how this one ended."""
     def done(self) -> bool:
         """Whether the bytes have arrived, without waiting for them or for the
-        stager: ``False`` while another thread's ``wait()`` is finishing it."""
+        stager: ``False`` while another thread's ``wait()``, or the waiter
+        thread of an ``await``, is finishing it."""
+    def __await__(self) -> Generator[Any, None, None]:
+        """``await transfer`` on the running asyncio (or uvloop) event loop:
+        ``None`` once the bytes have arrived, or the error ``wait()`` raises.
+        The stager's waiter thread waits, without the GIL, and wakes the
+        loop through a pipe: no polling, no Python on another thread.
+        Cancelling the await leaves the transfer to that thread, which
+        finishes it; see ``hostcopy._awaiting``."""
+    def _notify_when_finished(self, wakeup: Wakeup, token: int) -> bool: ...
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -229,6 +242,14 @@ class Transfer:
         _exc_value: Optional[BaseException],
         _traceback: Optional[TracebackType],
     ) -> Literal[False]: ...
+
+@final
+class Wakeup:
+    """One event loop's wakeup pipe for awaited transfers (``hostcopy._awaiting``)."""
+
+    def __new__(cls) -> Self: ...
+    def fileno(self) -> int: ...
+    def take(self) -> list[int]: ...
 
 # The simulated driver (builds with `--features simulator` only).
 def sim_install() -> None: ...

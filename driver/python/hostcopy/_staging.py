@@ -51,11 +51,20 @@ import threading
 from typing import Any, Optional, Sequence, SupportsIndex, TypedDict, Union
 
 from . import _native
-from ._errors import NotContiguous, NotDeviceMemory, ReadOnlyBuffer
+from ._errors import NotContiguous, NotDeviceMemory, ReadOnlyBuffer, StreamCapturing
 
 #: DLPack device types.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
+#: A copy under way, from a ``blocking=False`` call: ``wait()`` blocks (the
+#: GIL released), ``done()`` polls, ``await transfer`` completes through the
+#: running asyncio or uvloop event loop (``hostcopy._awaiting``): the
+#: stager's waiter thread, native and GIL-free, waits and wakes the loop
+#: through a pipe. ``await`` returns ``None`` or raises the error ``wait()``
+#: raises; awaiting an ended transfer (again, or after ``wait()``) returns
+#: at once; several tasks may await one transfer. Cancelling the awaiting
+#: task leaves the transfer in the waiter thread's hands, its memory kept
+#: until the copy is done.
 Transfer = _native.Transfer
 
 
@@ -140,6 +149,39 @@ def _is_host_buffer(obj: Any) -> bool:
     return True
 
 
+def _producer_stream(obj: Any) -> Optional[int]:
+    """The current stream of the library that made ``obj``, on which its
+    DLPack export orders its pending work and its graph captures run:
+    torch's and cupy's (looked up, never imported); ``None`` for others."""
+    root = type(obj).__module__.partition(".")[0]
+    library = sys.modules.get(root)
+    if library is None:
+        return None
+    if root == "torch":
+        return int(library.cuda.current_stream(obj.device).cuda_stream)
+    if root == "cupy":
+        return int(library.cuda.get_current_stream().ptr)
+    return None
+
+
+def _refuse_during_capture(obj: Any, side: str, consumer: int) -> None:
+    """``StreamCapturing`` when ``obj``'s library captures a graph on its
+    current stream and the export would order that stream before another
+    one: the producer's event wait would join ``consumer`` to the capture
+    and break it (``torch.cuda.graph`` then fails, with every later random
+    number call). Given that very stream as ``stream=``, the producer does
+    not wait, and the transfer's own check refuses the capturing stream."""
+    current = _producer_stream(obj)
+    if current is None or current == consumer or current in (0, 1):
+        return
+    if _native.stream_capturing(current):
+        raise StreamCapturing(
+            f"{side}'s library is capturing a graph on its current stream ({current:#x}): a staged transfer "
+            "cannot become part of it, and ordering it after that stream would break the capture; copy "
+            "before or after the capture"
+        )
+
+
 def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
     if writable:
         _refuse_jax_destination(obj, side)
@@ -151,6 +193,7 @@ def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
         device_type, _ = obj.__dlpack_device__()
         if int(device_type) not in (_DL_CUDA, _DL_CUDA_MANAGED):
             raise _host_memory_as_device(obj, side, int(device_type))
+        _refuse_during_capture(obj, side, consumer)
         # The producer orders its pending work (on its current stream)
         # before `consumer`; the transfer then waits for `consumer`.
         capsule = obj.__dlpack__(stream=consumer)
@@ -288,9 +331,12 @@ class Stager:
     or finishes on it at a time, with the GIL released while it waits: a
     blocking copy holds the stager until its bytes are in, so blocking
     copies of several threads through one stager run one after another,
-    and a ``blocking=False`` call or a ``wait()`` waits for them too. For
-    copies of several threads that overlap, give each thread a
-    ``Stager`` of its own, or start them with ``blocking=False``.
+    and a ``blocking=False`` call waits for them too (a ``wait()`` or an
+    ``await`` waits for its own copies without holding the stager, and
+    holds it only briefly to settle the transfer afterwards). For copies
+    of several threads that overlap, give each thread a ``Stager`` of its
+    own, or start them with ``blocking=False``. In asyncio code, start
+    transfers with ``blocking=False`` and ``await`` them: see ``Transfer``.
 
     A transfer holds both of its sides alive, not their storage: do not
     resize_ or free the storage of either side while a transfer runs (a
@@ -501,15 +547,19 @@ def copy_to_host(
     Blocking (the default): returns once the bytes are in ``dst``, the GIL
     released for the whole copy. ``blocking=False`` returns a ``Transfer``
     once every chunk of the copy is queued, not once it is done: ``wait()``
-    for it, or use it in a ``with`` block. Queuing can still block, with
-    the GIL released: for the stager while another thread's blocking copy
-    or ``wait()`` on it runs, and for room in the driver's queue, which
+    for it, use it in a ``with`` block, or ``await`` it in a coroutine
+    (``await hostcopy.copy_to_host(dst, src, blocking=False)``: the event
+    loop runs other tasks meanwhile and is woken once, when the bytes are
+    in). Queuing can still block, with the GIL released: for the stager
+    while another thread's blocking copy on it runs, and for room in the driver's queue, which
     holds about 2,000 chunks (32 GiB in the default 16 MiB chunks; a chunk
     queues in a few microseconds).
     The ``Transfer`` keeps ``dst`` and ``src`` alive, and a ``bytearray``
     side unresizable (``BufferError``), until ``wait()`` returns (or the
-    ``with`` block ends; ``done()`` becoming true does not let go), and
-    waits if dropped unwaited; work queued on ``stream`` afterwards waits for the copy, so
+    ``with`` block ends, or the ``await`` completes; ``done()`` becoming
+    true does not let go), and waits if dropped unwaited (dropped after an
+    ``await`` was cancelled, it does not wait: the stager's waiter thread
+    finishes it and lets go of both sides once the copy is done); work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
     object alive does not stop an explicit free: do not resize_ or free the

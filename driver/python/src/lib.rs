@@ -12,6 +12,7 @@
 
 use pyo3::prelude::*;
 
+mod awaiting;
 mod blocks;
 mod buffer;
 mod dlpack;
@@ -69,6 +70,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(buffer::host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_region, m)?)?;
     m.add_function(wrap_pyfunction!(staging::device_holding, m)?)?;
+    m.add_function(wrap_pyfunction!(staging::stream_capturing, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(packing::pack_regions, m)?)?;
     m.add_function(wrap_pyfunction!(
@@ -83,6 +85,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::HostMemory>()?;
     m.add_class::<staging::PyStager>()?;
     m.add_class::<staging::Transfer>()?;
+    m.add_class::<awaiting::Wakeup>()?;
     #[cfg(feature = "simulator")]
     sim::register(m)?;
     life::install(m)?;

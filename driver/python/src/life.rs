@@ -8,7 +8,7 @@
 //!   `atexit` handler of the interpreter, which runs before that, closes
 //!   every stager: new transfers are refused (`ValueError`, the stager is
 //!   closed), and closing waits for every transfer in flight, the
-//!   non-blocking ones included. Then, from the moment the interpreter
+//!   non-blocking ones included (up to [`EXIT_GRACE`] in all). Then, from the moment the interpreter
 //!   finalises, a thread that comes back from a call made without the GIL
 //!   and is ended by the interpreter (with `pthread_exit`, an unwind that
 //!   aborts the process where it meets this extension's frames: measured
@@ -24,7 +24,8 @@
 //!   answer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Mutex, Weak, mpsc};
+use std::time::Duration;
 
 use hostcopy_driver::cuda::staging::Stager;
 use pyo3::prelude::*;
@@ -118,9 +119,16 @@ impl Drop for HangIfUnwound {
     }
 }
 
-/// The interpreter's exit handler (registered by `install`): refuses new
+/// How long the exit handler waits, in all, for the stagers to finish
+/// their transfers in flight: far longer than any transfer takes, short
+/// enough that a device that never finishes its work (a kernel that never
+/// ends) does not hold the process at exit for good.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// The interpreter's exit handler (registered by [`register`]): refuses new
 /// stagers and transfers, then closes every stager, waiting for their
-/// transfers in flight.
+/// transfers in flight (up to [`EXIT_GRACE`]; a stager still closing then
+/// is left as it is).
 #[pyfunction]
 fn close_stagers_at_exit(py: Python<'_>) {
     EXITING.store(true, Ordering::Relaxed);
@@ -129,14 +137,25 @@ fn close_stagers_at_exit(py: Python<'_>) {
     }
     let stagers: Vec<_> = lock(&STAGERS)
         .drain(..)
-        .filter_map(|s| s.upgrade())
+        .filter_map(|stager| stager.upgrade())
         .collect();
-    py.detach(|| {
-        for slot in stagers {
-            // Waits for a blocking transfer holding the lock, then for
-            // every copy queued on the stager's streams.
-            let stager = lock(&slot).take();
-            drop(stager);
+    if stagers.is_empty() {
+        return;
+    }
+    detach(py, || {
+        let (closed, all_closed) = mpsc::channel();
+        let closing = std::thread::Builder::new()
+            .name(String::from("hostcopy-exit"))
+            .spawn(move || {
+                for slot in stagers {
+                    // Waits for a blocking transfer holding the lock, then
+                    // for every copy queued on the stager's streams.
+                    drop(lock(&slot).take());
+                }
+                let _ = closed.send(());
+            });
+        if closing.is_ok() {
+            let _ = all_closed.recv_timeout(EXIT_GRACE);
         }
     });
 }

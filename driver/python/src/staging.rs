@@ -5,18 +5,20 @@
 //! keeps ownership. The GIL is released for every driver call and for the
 //! whole of a blocking transfer.
 //!
-//! A `Transfer` holds the Rust layer's `PendingTransfer` itself; the
-//! stager keeps no list of them. Finishing one happens under the stager's
-//! lock, so a second `wait()` returns only after the first has seen the
-//! bytes arrive. Closing drops the `Stager`, whose drop waits for all the
-//! work queued on its streams (every copy of every transfer in flight), so
-//! that a `wait()` afterwards only asks the driver how the copies ended.
-//! Host memory is let go only once its transfer is finished, or dropped
-//! (which waits for its copies, or keeps what they touch for good).
+//! A `Transfer` holds the Rust layer's `PendingTransfer` itself (in a
+//! [`TransferState`] it shares with a waiter thread while it is awaited);
+//! the stager keeps no list of them. One caller finishes it: it waits
+//! for the bytes without the stager's lock (`PendingTransfer::wait_arrived`),
+//! then settles it under the lock, which it holds only for that; a second
+//! `wait()` meanwhile waits for the first to have seen the bytes arrive.
+//! Closing drops the `Stager`, whose drop waits for all the work queued on
+//! its streams (every copy of every transfer in flight), so that a
+//! `wait()` afterwards only asks the driver how the copies ended. Host
+//! memory is let go only once its transfer is finished, or dropped (which
+//! waits for its copies, or hands the memory to the waiter that finishes
+//! it, or keeps what they touch for good).
 
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use crate::life::{self, Slot};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use hostcopy_driver::cuda::staging::{
     Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device,
@@ -28,10 +30,12 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 
+use crate::awaiting::{Registration, Waiter, Wakeup};
 use crate::blocks::to_blocks;
 use crate::buffer::HostMemory;
 use crate::errors::{invalid_option, layer_error};
 use crate::integers::word;
+use crate::life::{self, Slot};
 
 /// A Python object that keeps device memory allocated, held by the layer
 /// for as long as queued copies may use the memory (for good after an
@@ -43,13 +47,12 @@ struct PyOwner(#[allow(dead_code)] Py<PyAny>);
 /// or finishes at a time; the copies themselves overlap).
 #[pyclass(module = "hostcopy._native", name = "Stager", frozen)]
 pub(crate) struct PyStager {
-    context: Context,
     /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`, read
     /// without the lock (which a blocking transfer holds).
     options: (usize, usize, usize, bool, usize),
-    /// `None` once closed; shared with the exit handler (`life.rs`), which
-    /// closes every stager.
-    stager: Arc<Slot>,
+    /// Shared with its transfers, and through them with the waiter thread:
+    /// no Python object in it, so that thread never needs the GIL.
+    shared: Arc<StagerShared>,
 }
 
 impl Drop for PyStager {
@@ -58,27 +61,57 @@ impl Drop for PyStager {
             // The stager's drop would wait for a copier and workers this
             // process does not have, on a context it cannot use: its
             // memory is left as it is.
-            core::mem::forget(Arc::clone(&self.stager));
+            core::mem::forget(Arc::clone(&self.shared));
         }
     }
 }
 
-/// A non-blocking transfer: `wait()` for it; dropped unwaited, it waits.
+/// What a stager's transfers need of it, after the Python `Stager` too.
+struct StagerShared {
+    context: Context,
+    /// `None` once closed; shared with the exit handler (`life.rs`), which
+    /// closes every stager.
+    stager: Arc<Slot>,
+    /// The thread that finishes its awaited transfers, started by the
+    /// first `await`.
+    waiter: Waiter,
+}
+
+/// A non-blocking transfer: `wait()` or `await` it; dropped unwaited, it
+/// waits, unless it is awaited (then the waiter thread finishes it).
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct Transfer {
-    stager: Py<PyStager>,
-    /// Changed only under the stager's lock (so that waiters queue behind
-    /// one another there), read alone by `done()`; never held while waiting
-    /// for the stager's lock, nor while a transfer is finished.
-    progress: Mutex<Progress>,
-    /// The host memory, held until the transfer is finished.
+    state: Arc<TransferState>,
+    /// The host memory, held until the transfer is finished (or handed to
+    /// `state` when dropped while awaited).
     host: Mutex<Option<Py<HostMemory>>>,
+}
+
+/// A transfer's progress, shared by its Python `Transfer` and, while it is
+/// awaited, the stager's waiter thread.
+pub(crate) struct TransferState {
+    stager: Arc<StagerShared>,
+    tracked: Mutex<Tracked>,
+    /// Notified when `Finishing` becomes `Ended`.
+    ended: Condvar,
+}
+
+/// Under the transfer's own lock: never held while waiting for the
+/// stager's lock, nor for the copies.
+struct Tracked {
+    progress: Progress,
+    /// A registration of it is with the waiter thread, which finishes it
+    /// whoever else does not.
+    awaited: bool,
+    /// The host memory of a `Transfer` dropped while awaited, let go of
+    /// by whoever finishes it (see `Drop for Transfer`).
+    orphaned_host: Option<Py<HostMemory>>,
 }
 
 /// Where a `Transfer` is.
 enum Progress {
     Pending(PendingTransfer),
-    /// Taken by a `wait()` that has not returned yet.
+    /// Taken by a `wait()` or the waiter thread, not yet settled.
     Finishing,
     /// How it ended, for every later `wait()`.
     Ended(Result<(), Error>),
@@ -112,8 +145,9 @@ impl PyStager {
             // The lock may be held by a thread the fork left behind.
             return Err(life::forked_error(py));
         }
+        let shared = &self.shared;
         life::detach(py, || {
-            crate::keeping_current(|| f(&mut lock(&self.stager), &self.context))
+            crate::keeping_current(|| f(&mut lock(&shared.stager), &shared.context))
         })
         .map_err(|failure| layer_error(py, operation, "device", failure))
     }
@@ -358,7 +392,6 @@ impl PyStager {
         let stager = Arc::new(Mutex::new(Some(stager)));
         life::register(py, Arc::downgrade(&stager))?;
         Ok(PyStager {
-            context,
             options: (
                 options.chunk(),
                 options.buffers(),
@@ -366,14 +399,18 @@ impl PyStager {
                 options.h2d_stores() == Stores::Streaming,
                 options.driver_path_below(),
             ),
-            stager,
+            shared: Arc::new(StagerShared {
+                context,
+                stager,
+                waiter: Waiter::default(),
+            }),
         })
     }
 
     /// The device ordinal.
     #[getter]
     fn device(&self) -> usize {
-        self.context.ordinal()
+        self.shared.context.ordinal()
     }
 
     /// The options in force, a fresh dict each time (keys `chunk`,
@@ -455,7 +492,7 @@ impl PyStager {
                 blocking,
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, dst.unbind())))
     }
 
     /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
@@ -507,7 +544,7 @@ impl PyStager {
                 blocking,
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, src.unbind())))
     }
 
     /// Copies each block `(device_offset, host_offset, nbytes)` from the
@@ -548,7 +585,7 @@ impl PyStager {
                 blocking,
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, dst.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, dst.unbind())))
     }
 
     /// Copies each block `(device_offset, host_offset, nbytes)` from `src`
@@ -588,7 +625,7 @@ impl PyStager {
                 blocking,
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.unbind(), pending, src.unbind())))
+        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, src.unbind())))
     }
 }
 
@@ -665,48 +702,92 @@ fn host_range(
     }
 }
 
+impl TransferState {
+    /// Finishes the transfer unless it is finished already, or waits for
+    /// the caller finishing it (another thread's `wait()`, the waiter
+    /// thread); how it ended. Needs no GIL: the waiter thread calls it.
+    ///
+    /// The copies are waited for without the stager's lock, so that other
+    /// transfers start (on an event loop's thread too) while this one
+    /// runs; the lock is then taken only to settle it, which no longer
+    /// waits. Host memory orphaned by a dropped `Transfer` is let go of
+    /// here, once the copies are done: without the GIL (on the waiter
+    /// thread) its reference goes to pyo3's pool, released by the next
+    /// call into the extension (see `crate::awaiting`).
+    pub(crate) fn finish(&self) -> Result<(), Error> {
+        let mut tracked = lock(&self.tracked);
+        let pending = loop {
+            match core::mem::replace(&mut tracked.progress, Progress::Finishing) {
+                Progress::Ended(outcome) => {
+                    tracked.progress = Progress::Ended(outcome);
+                    return outcome;
+                }
+                Progress::Finishing => {
+                    tracked = self
+                        .ended
+                        .wait(tracked)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                Progress::Pending(pending) => break pending,
+            }
+        };
+        drop(tracked);
+        // Settled after an error too (which drains the stager's streams);
+        // the first error is the one reported (a driver error that is not
+        // sticky would not be seen again by `finish_pending`).
+        let arrived = pending.wait_arrived();
+        let settled = match lock(&self.stager.stager).as_mut() {
+            Some(stager) => stager.finish_pending(pending),
+            // Closed meanwhile: the `Stager`'s drop waited for all the
+            // work queued on its streams, so only how the copies ended is
+            // left to ask (the query fails after an error, as
+            // `finish_pending` would; it can say "not yet" only after a
+            // drain that failed, whose sticky error fails it too).
+            // Dropped, the transfer frees its chunk records, or keeps what
+            // its copies touch for good if they may still run.
+            None => {
+                let ended = pending.is_finished().map(drop);
+                drop(pending);
+                ended
+            }
+        };
+        let outcome = arrived.and(settled);
+        let orphaned = {
+            let mut tracked = lock(&self.tracked);
+            tracked.progress = Progress::Ended(outcome);
+            tracked.orphaned_host.take()
+        };
+        self.ended.notify_all();
+        drop(orphaned);
+        outcome
+    }
+}
+
 impl Transfer {
-    fn new(stager: Py<PyStager>, pending: PendingTransfer, host: Py<HostMemory>) -> Transfer {
+    fn new(stager: &PyStager, pending: PendingTransfer, host: Py<HostMemory>) -> Transfer {
         Transfer {
-            stager,
-            progress: Mutex::new(Progress::Pending(pending)),
+            state: Arc::new(TransferState {
+                stager: Arc::clone(&stager.shared),
+                tracked: Mutex::new(Tracked {
+                    progress: Progress::Pending(pending),
+                    awaited: false,
+                    orphaned_host: None,
+                }),
+                ended: Condvar::new(),
+            }),
             host: Mutex::new(Some(host)),
         }
     }
 
-    /// Finishes the transfer unless it is finished already; how it ended.
-    /// Under the stager's lock, held until `Ended` is set: a second caller
-    /// waits there for the first.
+    /// Finishes the transfer unless it is finished already (the GIL
+    /// released); how it ended. Lets go of the host memory afterwards.
     fn finish(&self, py: Python<'_>) -> PyResult<()> {
-        let ended = self.stager.get().locked(py, "Transfer.wait", |stager, _| {
-            // Taken out, not finished under this mutex: `done()` reads
-            // it meanwhile without waiting.
-            let taken = core::mem::replace(&mut *lock(&self.progress), Progress::Finishing);
-            let outcome = match taken {
-                Progress::Ended(outcome) => outcome,
-                Progress::Finishing => {
-                    unreachable!("a transfer is finishing only under the stager's lock")
-                }
-                Progress::Pending(pending) => match stager.as_mut() {
-                    Some(stager) => stager.finish_pending(pending),
-                    // Closed meanwhile: the `Stager`'s drop waited for
-                    // all the work queued on its streams, so only how
-                    // the copies ended is left to ask (the query fails
-                    // after an error, as `finish_pending` would; it can
-                    // say "not yet" only after a drain that failed,
-                    // whose sticky error fails it too). Dropped, the
-                    // transfer frees its chunk records, or keeps what
-                    // its copies touch for good if they may still run.
-                    None => {
-                        let ended = pending.is_finished().map(drop);
-                        drop(pending);
-                        ended
-                    }
-                },
-            };
-            *lock(&self.progress) = Progress::Ended(outcome);
-            Ok(outcome)
-        })?;
+        if life::forked() {
+            return Err(life::forked_error(py));
+        }
+        let state = &self.state;
+        let ended = life::detach(py, || crate::keeping_current(|| Ok(state.finish())))
+            .map_err(|failure| layer_error(py, "Transfer.wait", "device", failure))?;
         // Finished, or given up on with what a copy may touch kept by the
         // layer: the host memory may go.
         lock(&self.host).take();
@@ -723,21 +804,52 @@ impl Transfer {
     }
 
     /// Whether the bytes have arrived, without waiting for them, nor for
-    /// the stager: `False` while another thread's `wait()` is finishing it.
+    /// the stager: `False` while another thread's `wait()` or the waiter
+    /// thread of an `await` is finishing it.
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
         if life::forked() {
             return Err(life::forked_error(py));
         }
         // The transfer's own mutex only, never the stager's: a blocking
-        // copy or a `wait()` holds that one for as long as it waits.
+        // copy holds that one for as long as it waits.
         life::detach(py, || {
-            crate::keeping_current(|| match &*lock(&self.progress) {
+            crate::keeping_current(|| match &lock(&self.state.tracked).progress {
                 Progress::Pending(pending) => pending.is_finished(),
                 Progress::Finishing => Ok(false),
                 Progress::Ended(_) => Ok(true),
             })
         })
         .map_err(|failure| layer_error(py, "Transfer.done", "device", failure))
+    }
+
+    /// Hands the transfer to the stager's waiter thread, which finishes it
+    /// and then adds `token` to `wakeup`'s finished ones: `False`. `True`
+    /// when it has ended already (nothing is registered; `wait()` returns
+    /// at once). `hostcopy._awaiting` calls this, on the event loop's
+    /// thread.
+    fn _notify_when_finished(&self, py: Python<'_>, wakeup: &Wakeup, token: u64) -> PyResult<bool> {
+        if life::forked() {
+            // The waiter thread is the parent's.
+            return Err(life::forked_error(py));
+        }
+        if matches!(lock(&self.state.tracked).progress, Progress::Ended(_)) {
+            return Ok(true);
+        }
+        let registration = Registration::new(Arc::clone(&self.state), wakeup, token);
+        self.state.stager.waiter.register(registration)?;
+        // Only once it is registered: a `Transfer` dropped from now on
+        // leaves the finishing to the waiter thread.
+        lock(&self.state.tracked).awaited = true;
+        Ok(false)
+    }
+
+    /// `await transfer`: `hostcopy._awaiting.wait(transfer).__await__()`.
+    fn __await__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("hostcopy._awaiting")?
+            .getattr("wait")?
+            .call1((slf,))?
+            .call_method0("__await__")
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -765,24 +877,40 @@ impl Drop for Transfer {
     fn drop(&mut self) {
         if life::forked() {
             // Its copies ran, or run, in the parent: nothing to wait for
-            // here, and the pending transfer's drop would wait for a
-            // copier thread this process does not have.
-            let progress = self.progress.get_mut().unwrap_or_else(|p| p.into_inner());
-            core::mem::forget(core::mem::replace(progress, Progress::Finishing));
+            // here, and finishing it would wait for a copier thread this
+            // process does not have.
+            let mut tracked = lock(&self.state.tracked);
+            core::mem::forget(core::mem::replace(
+                &mut tracked.progress,
+                Progress::Finishing,
+            ));
             return;
+        }
+        // Python drops a pyclass with the GIL held.
+        {
+            let mut tracked = lock(&self.state.tracked);
+            match tracked.progress {
+                Progress::Ended(_) => return,
+                // Awaited (its await cancelled, or its loop gone): the
+                // waiter thread finishes it, so the drop does not block
+                // the event loop for the copy; the host memory goes with
+                // the state, let go of once the copies are done.
+                _ if tracked.awaited => {
+                    tracked.orphaned_host = lock(&self.host).take();
+                    return;
+                }
+                Progress::Pending(_) | Progress::Finishing => {}
+            }
         }
         // Dropped unwaited: finish here, through the stager (which drains
         // its streams after an error), so that the arrays it holds are
         // released only after the copy. A failure cannot be raised from a
         // destructor; it is reported as an unraisable error.
-        let unwaited = matches!(*lock(&self.progress), Progress::Pending(_));
-        if unwaited {
-            Python::attach(|py| {
-                if let Err(failure) = self.finish(py) {
-                    failure.write_unraisable(py, None);
-                }
-            });
-        }
+        Python::attach(|py| {
+            if let Err(failure) = self.finish(py) {
+                failure.write_unraisable(py, None);
+            }
+        });
     }
 }
 
@@ -797,4 +925,28 @@ pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> Py
         crate::keeping_current(|| DeviceView::device_holding(ptr))
     })
     .map_err(|failure| layer_error(py, "copy", side, failure))
+}
+
+/// Whether the stream `handle` (a library's current stream) is capturing a
+/// graph: asked before a DLPack producer is told to order its work before
+/// another stream, which would join that stream to the capture and break
+/// it. Reading the capture state changes nothing (measured on the H200
+/// host, during a torch capture).
+#[pyfunction]
+pub(crate) fn stream_capturing(py: Python<'_>, handle: usize) -> PyResult<bool> {
+    if life::forked() {
+        return Err(life::forked_error(py));
+    }
+    life::detach(py, || {
+        crate::keeping_current(|| {
+            let raw = handle as CUstream;
+            // SAFETY: the handle is a live stream of the library that
+            // reported it as current, for this call.
+            let context = unsafe { Context::of_stream(raw) }?;
+            // SAFETY: as above, for the life of this `StreamRef`.
+            let stream = unsafe { StreamRef::from_raw(&context, raw) };
+            Ok(stream.is_capturing()?)
+        })
+    })
+    .map_err(|failure| layer_error(py, "copy", "stream", failure))
 }

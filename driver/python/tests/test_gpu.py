@@ -352,3 +352,41 @@ def test_a_forked_child_refuses_the_parents_stagers_at_once():
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "child: refused True" in done.stdout, (done.stdout, done.stderr[-2000:])
     assert "parent: child status 0" in done.stdout, done.stdout
+async def _await(transfer) -> None:
+    await transfer
+
+
+def test_await_a_transfer_each_way_byte_exact_and_a_cancelled_one_still_lands(device, stream):
+    import asyncio
+
+    size = 256 * MiB + 4321  # a short last chunk too
+    data = pattern(size, 9)
+    source = device_buffer_with(device, stream, data)
+    target = device.allocate(size, stream=stream)
+    stream.sync()
+    host, back, late = (np.zeros(size, np.uint8) for _ in range(3))
+    with hostcopy.Stager(0) as stager:
+
+        async def round_trip():
+            await stager.copy_to_host(host, source, blocking=False)
+            await stager.copy_to_device(target, host, blocking=False)
+            await stager.copy_to_host(back, target, blocking=False)
+
+        asyncio.run(round_trip())
+        assert np.array_equal(host, data), "await of a D2H transfer"
+        assert np.array_equal(back, data), "await of an H2D transfer (read back by await)"
+
+        async def cancelled():
+            transfer = stager.copy_to_host(late, source, blocking=False)
+            task = asyncio.ensure_future(_await(transfer))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return transfer
+
+        transfer = asyncio.run(cancelled())  # the loop is gone; the waiter thread is not
+        transfer.wait()
+        assert np.array_equal(late, data), "a cancelled await's transfer"
+    target.close(stream)
+    source.close(stream)

@@ -227,3 +227,28 @@ def test_scattered_blocks_of_a_torch_cache_both_ways(block):
     assert np.array_equal(back[chosen].reshape(-1), expected)
     untouched = np.setdiff1d(np.arange(slots), chosen)
     assert not back[untouched].any(), "bytes outside the blocks were written"
+
+
+@pytest.mark.parametrize("size", [64 << 10, 4 * MiB], ids=["driver path", "staged"])
+def test_torch_a_copy_during_a_graph_capture_is_refused_and_the_capture_survives(size):
+    # Before: 906 from torch's own export (the legacy stream made to wait
+    # on the capturing stream), the capture broken, and torch's next
+    # random-number call in the process failed too.
+    torch = _gpu_or_skip()
+    x = torch.zeros(size, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x + 1
+        with pytest.raises(hostcopy.StreamCapturing):
+            hostcopy.copy_to_host(np.empty(size, np.uint8), y)
+        z = y * 3
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bool((z == 3).all())
+    torch.randn(16, device="cuda")
+    torch.cuda.synchronize()
+    # After the capture the same copy runs and sees the graph's result.
+    out = np.empty(size, np.uint8)
+    hostcopy.copy_to_host(out, z)
+    assert (out == 3).all()

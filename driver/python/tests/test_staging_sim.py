@@ -6,6 +6,7 @@ stream order, and every refusal, each with its numbers.
 import faulthandler
 import inspect
 import mmap
+import sys
 import threading
 import time
 import weakref
@@ -648,3 +649,48 @@ def test_events_stay_bounded_over_thousands_of_empty_and_small_copies(sim, numpy
     assert most <= 64 + 8, f"{most} events alive at once"
     stager.close()
     sim.assert_no_violations(device)
+
+
+def test_a_copy_during_a_libraries_capture_is_refused_before_its_export_breaks_the_capture(
+    sim, numpy, device, stager, monkeypatch
+):
+    # A torch tensor's DLPack export, asked to order its work before the
+    # legacy stream while torch captures on its current stream, would make
+    # that stream wait on the capture (torch.cuda.graph then failed, 906).
+    # The copy asks the library's current stream first and refuses without
+    # calling the export; the capture ends intact, and once it has, the
+    # same copy runs.
+    import types
+
+    capturing = sim.stream(device)
+    current = {"stream": capturing.handle}
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(current_stream=lambda device: types.SimpleNamespace(cuda_stream=current["stream"]))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    source = sim.array(device, pattern(CHUNK, 3))
+    exported = []
+
+    class Tensor:
+        device = 0
+
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA
+
+        def __dlpack__(self, stream=None):
+            exported.append(stream)
+            raise RuntimeError("exported")
+
+    Tensor.__module__ = "torch"
+    capturing.begin_capture()
+    dst = numpy.empty(CHUNK, numpy.uint8)
+    with pytest.raises(hostcopy.StreamCapturing, match="capturing a graph"):
+        stager.copy_to_host(dst, Tensor())
+    assert exported == []
+    capturing.end_capture().destroy()
+    sim.assert_no_violations(device)
+    # No capture: the export is asked to order its work before the legacy
+    # stream (1), as before.
+    with pytest.raises(RuntimeError, match="exported"):
+        stager.copy_to_host(dst, Tensor())
+    assert exported == [1]
+    del source

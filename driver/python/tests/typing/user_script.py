@@ -143,6 +143,13 @@ def download(stager: hostcopy.Stager, tensor: object, out: NDArray[np.uint8], st
     return f"{out.nbytes} bytes; the second half was {'still' if busy else 'already'} under way"
 
 
+async def download_awaited(stager: hostcopy.Stager, tensor: object, out: NDArray[np.uint8]) -> None:
+    """Copies a CUDA array into ``out`` while the event loop runs other tasks."""
+    pending = stager.copy_to_host(out, tensor, blocking=False)
+    assert pending is not None
+    await pending  # the transfer's error, if any, raised here
+
+
 def upload(tensor: object, data: bytes) -> None:
     """The one-call copies, blocking: ``data`` to the GPU and back."""
     hostcopy.copy_to_device(tensor, data)

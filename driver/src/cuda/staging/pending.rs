@@ -1,7 +1,8 @@
 //! Transfers that borrow nothing: started by
 //! [`Stager::start_unchecked`](super::Stager::start_unchecked), whose caller keeps the memories valid, held
 //! as a [`PendingTransfer`] for as long as the caller likes (across
-//! threads, inside another language's object), and finished by
+//! threads, inside another language's object), waited for on any thread
+//! ([`PendingTransfer::wait_arrived`]), and finished by
 //! [`Stager::finish_pending`](super::Stager::finish_pending). What a binding (the Python package) builds
 //! its non-blocking transfers on; Rust code has [`Stager::scope`](super::Stager::scope), which
 //! proves the same with borrows.
@@ -81,6 +82,28 @@ impl PendingTransfer {
             }
         }
         Ok(true)
+    }
+
+    /// Waits until the transfer's bytes have arrived, or it failed, without
+    /// its stager: a thread other than the stager's owner waits here (the
+    /// Python package's `wait()` and its waiter thread for `await`), so
+    /// that the [`Stager::finish_pending`](super::Stager::finish_pending)
+    /// that follows holds the stager only to settle it, not for the whole
+    /// copy. Settles nothing: the transfer still goes to `finish_pending`,
+    /// which reports the same error (and drains the stager's streams after
+    /// one).
+    pub fn wait_arrived(&self) -> Result<(), Error> {
+        let Some(in_flight) = &self.in_flight else {
+            return Ok(());
+        };
+        let _relaxed = RelaxedCapture::new();
+        if let Some(error) = in_flight.job.wait_done().error {
+            return Err(error);
+        }
+        for event in &in_flight.events {
+            event.synchronize()?;
+        }
+        Ok(())
     }
 
     /// Makes work queued on `stream` from now on wait for this transfer:

@@ -1,0 +1,169 @@
+"""Event-loop lag and throughput of transfers driven from asyncio, in one
+process, on one GPU: ``await transfer`` beside the same transfers done with
+blocking calls in a thread executor and with ``done()`` polled every
+millisecond.
+
+Four tasks, each with its own size (64, 256, 512 and 1024 MiB by default:
+--sizes-mib), copy in a loop for --seconds (default 3) per run, alternating
+directions: device to host into a pre-faulted numpy array, then that array
+back to a second torch tensor. All go through the device's default stager
+(the one-call functions'). Meanwhile a heartbeat task sleeps 1 ms at a
+time and records how late it wakes (the loop's lag). Each run prints the
+aggregate GB/s and the heartbeat's p99 and max lag; every mode runs under
+asyncio, and under uvloop if it is importable (reported skipped
+otherwise). Every task's round trip is checked byte-exact once, by await,
+before the timed runs.
+
+Targets, printed beside: with ``await``, max lag <= 2 ms and throughput >=
+the blocking calls' in the executor.
+"""
+
+import argparse
+import asyncio
+import concurrent.futures
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import hostcopy
+
+MiB = 1 << 20
+HEARTBEAT = 0.001
+POLL = 0.001
+
+
+class Side:
+    """One task's memory: a device pattern, a second device tensor that
+    uploads land in, and a pre-faulted pageable numpy array."""
+
+    def __init__(self, nbytes: int, seed: int) -> None:
+        index = torch.arange(nbytes, dtype=torch.int32, device="cuda")
+        self.device = ((index * 1103515245 + seed) >> 13).to(torch.uint8)
+        del index
+        self.upload = torch.empty_like(self.device)
+        self.host = np.ones(nbytes, np.uint8)
+        self.nbytes = nbytes
+
+
+async def round_trip_checked(side: Side) -> None:
+    await hostcopy.copy_to_host(side.host, side.device, blocking=False)
+    side.upload.zero_()
+    await hostcopy.copy_to_device(side.upload, side.host, blocking=False)
+    torch.cuda.synchronize()
+    if not torch.equal(side.upload, side.device):
+        raise AssertionError(f"{side.nbytes >> 20} MiB round trip by await differs")
+
+
+async def by_await(side: Side, d2h: bool) -> None:
+    if d2h:
+        await hostcopy.copy_to_host(side.host, side.device, blocking=False)
+    else:
+        await hostcopy.copy_to_device(side.upload, side.host, blocking=False)
+
+
+def executor_mode(pool: concurrent.futures.Executor):
+    async def by_executor(side: Side, d2h: bool) -> None:
+        loop = asyncio.get_running_loop()
+        if d2h:
+            await loop.run_in_executor(pool, hostcopy.copy_to_host, side.host, side.device)
+        else:
+            await loop.run_in_executor(pool, hostcopy.copy_to_device, side.upload, side.host)
+
+    return by_executor
+
+
+async def by_polling(side: Side, d2h: bool) -> None:
+    if d2h:
+        transfer = hostcopy.copy_to_host(side.host, side.device, blocking=False)
+    else:
+        transfer = hostcopy.copy_to_device(side.upload, side.host, blocking=False)
+    while not transfer.done():
+        await asyncio.sleep(POLL)
+    transfer.wait()  # done: lets go of the arrays at once
+
+
+async def measure(sides: list, copy, seconds: float) -> tuple:
+    """(GB/s, p99 lag s, max lag s) of the four tasks copying with `copy`."""
+    stop = False
+    moved = 0
+    lags = []
+
+    async def heartbeat() -> None:
+        while not stop:
+            before = time.perf_counter()
+            await asyncio.sleep(HEARTBEAT)
+            lags.append(time.perf_counter() - before - HEARTBEAT)
+
+    async def worker(side: Side) -> None:
+        nonlocal moved
+        d2h = True
+        while not stop:
+            await copy(side, d2h)
+            moved += side.nbytes
+            d2h = not d2h
+
+    beat = asyncio.ensure_future(heartbeat())
+    await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    workers = [asyncio.ensure_future(worker(side)) for side in sides]
+    await asyncio.sleep(seconds)
+    stop = True
+    await asyncio.gather(*workers)
+    elapsed = time.perf_counter() - started
+    await beat
+    lags.sort()
+    p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else float("nan")
+    return moved / elapsed / 1e9, p99, (lags[-1] if lags else float("nan"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes-mib", type=int, nargs=4, default=[64, 256, 512, 1024])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name(0)}, hostcopy {hostcopy.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
+    sides = [Side(size * MiB, seed) for seed, size in enumerate(args.sizes_mib)]
+    loops = {"asyncio": asyncio.new_event_loop}
+    try:
+        import uvloop
+
+        loops["uvloop"] = uvloop.new_event_loop
+    except ImportError as missing:
+        print(f"uvloop: skipped ({missing})")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(sides))
+    modes = {
+        "await": by_await,
+        "blocking in executor": executor_mode(pool),
+        "poll done() 1 ms": by_polling,
+    }
+    results = {}
+    for loop_name, new_loop in loops.items():
+        loop = new_loop()
+        try:
+            for side in sides:
+                loop.run_until_complete(round_trip_checked(side))
+            for mode, copy in modes.items():
+                results[(loop_name, mode)] = loop.run_until_complete(measure(sides, copy, args.seconds))
+        finally:
+            loop.close()
+    pool.shutdown()
+    print(f"\nfour tasks, {', '.join(map(str, args.sizes_mib))} MiB, both directions, {args.seconds:g} s a run; heartbeat {HEARTBEAT * 1e3:g} ms")
+    print(f"{'loop':8} {'mode':22} {'GB/s':>7} {'p99 lag ms':>11} {'max lag ms':>11}")
+    for (loop_name, mode), (rate, p99, worst) in results.items():
+        print(f"{loop_name:8} {mode:22} {rate:7.1f} {p99 * 1e3:11.3f} {worst * 1e3:11.3f}")
+    for loop_name in loops:
+        rate, p99, worst = results[(loop_name, "await")]
+        blocking = results[(loop_name, "blocking in executor")][0]
+        polled = results[(loop_name, "poll done() 1 ms")][0]
+        print(
+            f"{loop_name}: await max lag {worst * 1e3:.3f} ms (target <= 2), p99 {p99 * 1e3:.3f} ms; "
+            f"await / blocking in executor {rate / blocking:.2f}x (target >= 1.00), await / polling {rate / polled:.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
