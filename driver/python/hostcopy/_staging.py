@@ -195,8 +195,15 @@ def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
             raise _host_memory_as_device(obj, side, int(device_type))
         _refuse_during_capture(obj, side, consumer)
         # The producer orders its pending work (on its current stream)
-        # before `consumer`; the transfer then waits for `consumer`.
-        capsule = obj.__dlpack__(stream=consumer)
+        # before `consumer`; the transfer then waits for `consumer`. A
+        # versioned capsule (DLPack 1.0) says whether a destination may be
+        # written; producers older than it take no max_version.
+        try:
+            capsule = obj.__dlpack__(stream=consumer, max_version=(1, 0))
+        except TypeError:
+            capsule = obj.__dlpack__(stream=consumer)
+        if writable:
+            _native.dlpack_device_destination(capsule, side)
         ptr, nbytes, _, _, contiguous = _native.dlpack_region(capsule)
         if not contiguous:
             raise NotContiguous(f"{side} is strided: a transfer moves one contiguous run of bytes", side=side, shape=(), strides=())

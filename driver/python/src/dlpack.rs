@@ -285,3 +285,38 @@ pub(crate) fn dlpack_host_memory(
         capsule.unbind(),
     ))
 }
+
+/// Refuses a DLPack capsule of GPU memory as a destination where its
+/// producer says it must not be written (`hostcopy.ReadOnlyBuffer`): a
+/// versioned capsule marked read-only, or a copy made for the export
+/// (whose bytes would never reach the array). An unversioned capsule has
+/// no flags and is taken as the array's library exports it: torch and cupy
+/// export writable device memory through it, and the one immutable GPU
+/// array of note, jax's, is refused by name before its export.
+#[pyfunction]
+pub(crate) fn dlpack_device_destination(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<()> {
+    let py = capsule.py();
+    let tensor = tensor_of(capsule)?;
+    let why = match tensor.flags {
+        Some(flags) if flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0 => {
+            "is marked read-only by its producer"
+        }
+        Some(flags) if flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0 => {
+            "is a copy its producer made for the export (DLPACK_FLAG_BITMASK_IS_COPIED): bytes \
+             written there would never reach the array"
+        }
+        _ => return Ok(()),
+    };
+    Err(crate::packing::error(
+        py,
+        "ReadOnlyBuffer",
+        format!(
+            "{side}, a DLPack tensor of {} bytes of GPU memory, {why}; a destination must be writable",
+            tensor.nbytes
+        ),
+        [
+            ("side", side.into_pyobject(py)?.into_any()),
+            ("len", tensor.nbytes.into_pyobject(py)?.into_any()),
+        ],
+    ))
+}

@@ -231,3 +231,29 @@ def test_a_dlpack_destination_not_proven_writable_is_refused(sim, numpy, device,
     stager.copy_to_host(HostArray(writable), source)
     assert writable.tobytes() == data
     sim.assert_no_violations(device)
+
+
+def test_a_gpu_destination_whose_versioned_capsule_is_read_only_is_refused(sim, numpy, device):
+    # The producer's DLPack 1.0 capsule marks the tensor read-only: the
+    # copy refuses it as a destination (ReadOnlyBuffer) before any driver
+    # call. (numpy's capsule stands in for a GPU producer's: the flag is
+    # what is read.) A writable one gets past the check.
+    class DeviceTensor:
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA
+
+        def __dlpack__(self, stream=None, max_version=None):
+            assert max_version == (1, 0)
+            return self.array.__dlpack__(max_version=max_version)
+
+    frozen = numpy.zeros(64, numpy.uint8)
+    frozen.setflags(write=False)
+    queued = sim.copies_queued(device)
+    with pytest.raises(hostcopy.ReadOnlyBuffer, match="read-only"):
+        hostcopy.copy_to_device(DeviceTensor(frozen), bytes(64))
+    assert sim.copies_queued(device) == queued
+    with pytest.raises(hostcopy.NotDeviceMemory):
+        hostcopy.copy_to_device(DeviceTensor(numpy.zeros(64, numpy.uint8)), bytes(64))
