@@ -402,7 +402,9 @@ impl From<Stores> for Work {
 /// As for [`CopyPool::prefault_list`].
 unsafe fn prefault_part(args: &HostCopyArgs) {
     // SAFETY: writable, and accessed by no other thread (our caller).
-    unsafe { crate::prefault::populate_raw(args.dst, args.nbytes, crate::prefault::Populate::Advise) };
+    unsafe {
+        crate::prefault::populate_raw(args.dst, args.nbytes, crate::prefault::Populate::Advise)
+    };
 }
 
 /// Copies one range with the chosen stores.
