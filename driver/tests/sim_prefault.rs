@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::DeviceBuffer;
-use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, to_host};
+use hostcopy_driver::cuda::staging::{self, Block, Stager, StagingOptions, to_host};
 use hostcopy_driver::prefault;
 use sim_support::{device, scaled};
 
@@ -24,6 +24,12 @@ const CHUNK: usize = scaled(4 << 20, staging::MIN_CHUNK);
 /// The prefault counts are the process's: tests that read them run one
 /// at a time.
 static COUNTS: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    COUNTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn stager(device: &sim_support::Device, prefault: bool) -> Stager {
     let options = StagingOptions::builder()
@@ -49,6 +55,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_transfer_into_a_fresh_mapping_is_byte_exact_with_prefault_on_and_off() {
+    let _one = one_at_a_time();
     let device = device();
     // Several chunks with a ragged tail, at an offset inside a page, so
     // that the destination's first and last pages are shared with bytes
@@ -58,9 +65,6 @@ fn a_transfer_into_a_fresh_mapping_is_byte_exact_with_prefault_on_and_off() {
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &source_bytes).unwrap();
     for prefault in [true, false] {
-        let _one = COUNTS
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut stager = stager(&device, prefault);
         let mut host = HostBuffer::unpopulated(len + 8192).unwrap();
         host[..100].fill(0xee);
@@ -93,15 +97,13 @@ fn a_transfer_into_a_fresh_mapping_is_byte_exact_with_prefault_on_and_off() {
 #[test]
 #[cfg_attr(miri, ignore = "mincore and madvise are system calls")]
 fn a_present_destination_costs_only_the_residency_sample() {
+    let _one = one_at_a_time();
     let device = device();
     let len = 2 * CHUNK + 1;
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &pattern(len, 5)).unwrap();
     let mut stager = stager(&device, true);
     let mut host = HostBuffer::new(len).unwrap();
-    let _one = COUNTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let before = prefault::counts();
     stager.run(to_host(&mut *host, &source)).unwrap();
     let after = prefault::counts();
@@ -118,14 +120,12 @@ fn a_present_destination_costs_only_the_residency_sample() {
 #[cfg_attr(miri, ignore = "mincore and madvise are system calls")]
 fn a_cold_destination_is_present_after_the_transfer_and_ranges_below_the_minimum_are_left_to_the_copy()
  {
+    let _one = one_at_a_time();
     let device = device();
     let len = 2 * CHUNK;
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &pattern(len, 9)).unwrap();
     let mut stager = stager(&device, true);
-    let _one = COUNTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut host = HostBuffer::unpopulated(len).unwrap();
     let before = prefault::counts();
     stager.run(to_host(&mut *host, &source)).unwrap();
@@ -141,6 +141,41 @@ fn a_cold_destination_is_present_after_the_transfer_and_ranges_below_the_minimum
     stager.run(to_host(&mut *host, &source)).unwrap();
     assert!(host[..] == pattern(len, 9)[..small]);
     assert_eq!(prefault::counts(), before);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn scattered_blocks_into_a_fresh_mapping_are_byte_exact_with_prefault_on() {
+    let _one = one_at_a_time();
+    let device = device();
+    // Blocks above and below the 64 KiB minimum range, some touching (one
+    // run) and some apart, in reverse order on the host.
+    let sizes = [scaled(192 << 10, 5000), 4096, scaled(300 << 10, 7000), 9000];
+    let device_len: usize = sizes.iter().sum();
+    let host_len = 2 * device_len + 3 * 4096;
+    let source_bytes = pattern(device_len, 21);
+    let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+    source.copy_from_host(0, &source_bytes).unwrap();
+    let mut blocks = Vec::new();
+    let (mut device_at, mut host_end) = (0, host_len);
+    for (index, &len) in sizes.iter().enumerate() {
+        // Every other block leaves a gap after it on the host.
+        host_end -= len + if index % 2 == 0 { 4096 } else { 0 };
+        blocks.push(Block::new(device_at, host_end, len));
+        device_at += len;
+    }
+    let mut stager = stager(&device, true);
+    let mut host = HostBuffer::unpopulated(host_len).unwrap();
+    stager
+        .run(to_host(&mut *host, &source).blocks(&blocks))
+        .unwrap();
+    let mut expected = vec![0u8; host_len];
+    for block in &blocks {
+        let from = &source_bytes[block.device_offset..block.device_offset + block.len];
+        expected[block.host_offset..block.host_offset + block.len].copy_from_slice(from);
+    }
+    assert!(host[..] == expected[..]);
     drop(stager);
     device.assert_no_violations();
 }
