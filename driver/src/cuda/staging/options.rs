@@ -279,13 +279,20 @@ impl StagingOptionsBuilder {
     ///   runs) when the transfer starts. A destination that is present
     ///   pays only this.
     /// - where a sampled page is not present: `MADV_POPULATE_WRITE` on the
-    ///   pages of every host range of 64 KiB or more (contents unchanged;
+    ///   pages of every host range of 64 KiB or more that still samples
+    ///   cold (3 pages each) just before it is populated (contents unchanged;
     ///   on kernels before 5.14, one byte per page read and written back
     ///   instead), and `MADV_HUGEPAGE` on the whole huge pages inside the
     ///   destination where it is private anonymous memory (checked in
     ///   `/proc/self/maps`) and transparent huge pages are in `madvise`
     ///   mode. That advice stays on that part of the caller's mapping; see
     ///   [`prefault`](crate::prefault) for exactly what is done.
+    ///
+    /// The sample runs on the stager's copier thread while the first
+    /// chunk's driver copy is in flight. Measured on the 2-core
+    /// development VM: 8.6 us for 8 `mincore` calls (2 us for one);
+    /// `/proc/self/maps` read in 150 us (a small process: it grows with the
+    /// mappings), only for a cold destination holding a whole huge page.
     ///
     /// Off: no system call, the copy faults the pages in as it writes.
     pub fn prefault(mut self, prefault: bool) -> Self {
