@@ -88,6 +88,8 @@ extern crate std;
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod error;
+#[cfg(feature = "std")]
+mod host_buffer;
 mod memory;
 mod owned;
 mod packing;
@@ -97,8 +99,14 @@ mod packing;
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub mod parallel;
 mod pool;
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+pub mod prefault;
 
 pub use error::{PackError, PoolError, Side};
+#[cfg(feature = "std")]
+#[cfg_attr(docsrs, doc(cfg(feature = "std")))]
+pub use host_buffer::{HostBuffer, HostBufferError};
 pub use memory::{
     HostMemory, HostMemoryMut, HostRange, MemorySpace, Plain, RawHostMemory, RawRegion,
 };

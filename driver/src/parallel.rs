@@ -115,8 +115,8 @@ struct Shared {
     list: AtomicUsize,
     part: AtomicUsize,
     parts: AtomicUsize,
-    /// A [`Stores`] as `usize`.
-    stores: AtomicUsize,
+    /// A [`Work`] as `usize`.
+    work: AtomicUsize,
     /// Parts copied so far.
     done: AtomicUsize,
     /// Workers that take part in copies (the rest sleep): `set_active`.
@@ -152,7 +152,7 @@ impl CopyPool {
             list: AtomicUsize::new(0),
             part: AtomicUsize::new(0),
             parts: AtomicUsize::new(0),
-            stores: AtomicUsize::new(Stores::Streaming as usize),
+            work: AtomicUsize::new(Work::Streaming as usize),
             done: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             caller: Mutex::new(()),
@@ -263,6 +263,35 @@ impl CopyPool {
         }
     }
 
+    /// Makes the pages of every range of `list` (`dst`, `nbytes`; `src`
+    /// unused) present, each range as one part, over the active workers
+    /// and the calling thread ([`prefault`](crate::prefault)'s
+    /// `MADV_POPULATE_WRITE`, or its touch where the kernel refuses that).
+    /// Returns once every part is done.
+    ///
+    /// # Safety
+    ///
+    /// Every range is writable through exposed provenance, and no thread
+    /// but the pool's reads or writes it until this returns; no two ranges
+    /// overlap.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) unsafe fn prefault_list(&self, list: &[HostCopyArgs]) {
+        match list {
+            [] => {}
+            // SAFETY: our caller's contract.
+            [one] => unsafe { prefault_part(one) },
+            _ if self.active() == 0 || list.len() >= u32::MAX as usize => {
+                for args in list {
+                    // SAFETY: our caller's contract, range by range.
+                    unsafe { prefault_part(args) };
+                }
+            }
+            // SAFETY: our caller's contract, range by range; `list`
+            // outlives the call, which waits for every part.
+            _ => unsafe { self.split(&list[0], Some(list), 0, list.len(), Work::Prefault) },
+        }
+    }
+
     /// Publishes a job of `parts` parts (of `args`, `part` bytes each, or
     /// the records of `list`), copies parts until none is left, and waits
     /// for the workers' parts.
@@ -276,7 +305,7 @@ impl CopyPool {
         list: Option<&[HostCopyArgs]>,
         part: usize,
         parts: usize,
-        stores: Stores,
+        work: impl Into<Work>,
     ) {
         let shared = &*self.shared;
         let _one_caller = shared
@@ -292,7 +321,7 @@ impl CopyPool {
         );
         shared.part.store(part, Ordering::Relaxed);
         shared.parts.store(parts, Ordering::Relaxed);
-        shared.stores.store(stores as usize, Ordering::Relaxed);
+        shared.work.store(work.into() as usize, Ordering::Relaxed);
         shared.done.store(0, Ordering::Relaxed);
         let number = (shared.claim.load(Ordering::Relaxed) >> 32).wrapping_add(1) as u32;
         // Publishes the fields above to every worker that sees this number.
@@ -346,6 +375,38 @@ pub fn running_workers() -> usize {
     RUNNING.load(Ordering::Acquire)
 }
 
+/// What the parts of a job do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    /// Copy with [`Stores::Streaming`].
+    Streaming,
+    /// Copy with [`Stores::Cached`].
+    Cached,
+    /// Make the destination's pages present; no copy.
+    Prefault,
+}
+
+impl From<Stores> for Work {
+    fn from(stores: Stores) -> Work {
+        match stores {
+            Stores::Streaming => Work::Streaming,
+            Stores::Cached => Work::Cached,
+        }
+    }
+}
+
+/// Makes the pages of `args`' destination present.
+///
+/// # Safety
+///
+/// As for [`CopyPool::prefault_list`].
+unsafe fn prefault_part(args: &HostCopyArgs) {
+    // SAFETY: writable, and accessed by no other thread (our caller).
+    unsafe {
+        crate::prefault::populate_raw(args.dst, args.nbytes, crate::prefault::Populate::Advise)
+    };
+}
+
 /// Copies one range with the chosen stores.
 ///
 /// # Safety
@@ -394,13 +455,13 @@ impl Shared {
             if index >= parts {
                 return false;
             }
-            let (dst, src, nbytes, list, part, stores) = (
+            let (dst, src, nbytes, list, part, work) = (
                 self.dst.load(Ordering::Relaxed),
                 self.src.load(Ordering::Relaxed),
                 self.nbytes.load(Ordering::Relaxed),
                 self.list.load(Ordering::Relaxed),
                 self.part.load(Ordering::Relaxed),
-                self.stores.load(Ordering::Relaxed),
+                self.work.load(Ordering::Relaxed),
             );
             match self.claim.compare_exchange_weak(
                 claim,
@@ -421,14 +482,16 @@ impl Shared {
                                 .read()
                         }
                     };
-                    let stores = if stores == Stores::Cached as usize {
-                        Stores::Cached
-                    } else {
-                        Stores::Streaming
-                    };
-                    // SAFETY: a part of a record valid for `CopyPool::copy`
+                    // SAFETY: a part of a record valid for `CopyPool::copy`,
+                    // or of a range valid for `CopyPool::prefault_list`
                     // (our caller).
-                    unsafe { copy_part(&piece, stores) };
+                    unsafe {
+                        match work {
+                            w if w == Work::Cached as usize => copy_part(&piece, Stores::Cached),
+                            w if w == Work::Prefault as usize => prefault_part(&piece),
+                            _ => copy_part(&piece, Stores::Streaming),
+                        }
+                    };
                     // Release: the part's bytes happen before the caller's
                     // Acquire load that counts it.
                     self.done.fetch_add(1, Ordering::Release);

@@ -1,5 +1,5 @@
-//! The groups of whole-buffer transfers (1 GiB with default options, a
-//! never-touched destination, the options around the defaults, sizes,
+//! The groups of whole-buffer transfers (1 GiB with default options, the
+//! options around the defaults, sizes,
 //! small sizes, two GPUs), each beside the pinned (link) figure and the
 //! driver's pageable path of the same run.
 
@@ -11,8 +11,8 @@ use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
 use crate::Options;
 use crate::machine::host_available;
-use crate::paths::{self, Destination, Direction, Timed};
-use crate::report::{Reference, Report, gbps, row};
+use crate::paths::{self, Direction, Timed};
+use crate::report::{Reference, Report, check, gbps, row};
 
 /// The groups of this file, in order; the first measures the reference
 /// that they and the later groups (`batches.rs`, `cudarc.rs`) compare with.
@@ -23,7 +23,6 @@ pub(crate) fn run(
 ) -> Result<Reference, Error> {
     let headline_bytes = if options.quick { 64 << 20 } else { 1 << 30 };
     let reference = headline(context, options, headline_bytes, report)?;
-    never_touched(context, options, headline_bytes, &reference, report)?;
     option_sweep(context, options, headline_bytes, &reference, report)?;
     sizes(context, options, &reference, report)?;
     small(context, options, report)?;
@@ -34,14 +33,6 @@ pub(crate) fn run(
 /// A host buffer with a known pattern (every page touched).
 fn pattern(bytes: usize, seed: u8) -> Vec<u8> {
     (0..bytes).map(|i| (i % 251) as u8 ^ seed).collect()
-}
-
-pub(crate) fn check(what: &str, got: &[u8], expected: &[u8]) -> Result<(), Error> {
-    if got != expected {
-        eprintln!("staged_copy: {what}: wrong bytes");
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
 /// 1 GiB, default options, both directions; H2D with both store kinds.
@@ -121,41 +112,6 @@ fn headline(
         pinned_h2d,
         staged_d2h,
     })
-}
-
-/// Into `vec![0; n]` never touched before: the driver's thread takes every
-/// page fault on its own; the stager's workers take them in parallel.
-fn never_touched(
-    context: &Context,
-    options: &Options,
-    bytes: usize,
-    reference: &Reference,
-    report: &mut Report,
-) -> Result<(), Error> {
-    let device = DeviceBuffer::new(context, bytes)?;
-    let mut stager = Stager::new(context)?;
-    let runs = options.runs.min(3);
-    let driver = paths::never_touched_d2h(&mut stager, &device, bytes, runs, Destination::Driver)?;
-    let staged = paths::never_touched_d2h(&mut stager, &device, bytes, runs, Destination::Staged)?;
-    let group = "D2H into a never-touched vec![0; n] (x driver: its path into the same)";
-    let driver_gbps = gbps(bytes, &driver);
-    report.rows.push(row(
-        group,
-        "driver pageable",
-        bytes,
-        &driver,
-        reference.pinned_d2h,
-        driver_gbps,
-    ));
-    report.rows.push(row(
-        group,
-        "staged, defaults",
-        bytes,
-        &staged,
-        reference.pinned_d2h,
-        driver_gbps,
-    ));
-    Ok(())
 }
 
 /// The options around the defaults, D2H: chunk size, staging buffers,

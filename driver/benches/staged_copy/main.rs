@@ -8,12 +8,14 @@
 //! ```
 //!
 //! Groups (`groups.rs`): 1 GiB with default options (D2H; H2D with
-//! streaming and with cached stores), a never-touched `vec![0; n]`, the
-//! options around the defaults (chunk size, staging buffers, workers), sizes
+//! streaming and with cached stores), the options around the defaults (chunk size, staging buffers, workers), sizes
 //! 64 MiB to `--max-gib` (default 16; sizes that do not fit the GPU or half
 //! the host's available memory are skipped with a message), small sizes
 //! 4 KiB to 4 MiB staged vs the driver's path (to set the crossover), and
-//! two GPUs at once where there are two. Then (`batches.rs`) batches of
+//! two GPUs at once where there are two. Then (`fresh.rs`) a never-touched
+//! `vec![0; n]` at 64 MiB, 1 GiB and 4 GiB (driver, prefault off and on,
+//! a `HostBuffer`), and the time to make a 16 GiB host buffer usable
+//! (`HostBuffer` vs pinned). Then (`batches.rs`) batches of
 //! scattered blocks (64 KiB, 256 KiB and 2 MiB, 1 GiB in all) through the
 //! stager with the driver's batch copy and with a loop, beside a loop of
 //! the driver's copies and `cuMemcpyBatchAsync` called directly (pageable
@@ -37,6 +39,7 @@ mod batches;
 mod chunk_cost;
 #[cfg(feature = "cudarc")]
 mod cudarc;
+mod fresh;
 mod groups;
 mod machine;
 mod paths;
@@ -112,6 +115,7 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
         notes: Vec::new(),
     };
     let reference = groups::run(context, options, &mut report)?;
+    fresh::run(context, options, &reference, &mut report)?;
     batches::run(context, options, &reference, &mut report)?;
     chunk_cost::run(context, options, &reference, &mut report)?;
     #[cfg(feature = "cudarc")]

@@ -186,27 +186,34 @@ fn with_share(times: Vec<Duration>, enqueue: &[Duration]) -> Timed {
 /// Which path copies into a never-touched destination.
 #[derive(Clone, Copy)]
 pub(crate) enum Destination {
+    /// The driver's pageable path.
     Driver,
+    /// A stager's (made with prefault on or off: the caller's choice).
     Staged,
 }
 
 /// Device to host into a fresh `vec![0; bytes]` per run: zero pages mapped
-/// lazily, so every page faults on first touch. Allocation is not timed.
+/// lazily, so every page faults on first touch. Allocation and freeing
+/// are not timed; the last run's vector comes back, for a byte check.
 pub(crate) fn never_touched_d2h(
     stager: &mut Stager,
     device: &DeviceBuffer,
     bytes: usize,
     runs: usize,
     path: Destination,
-) -> Result<Timed, Error> {
+) -> Result<(Timed, Vec<u8>), Error> {
+    let mut last = Vec::new();
     let times = timed(runs, || {
+        drop(std::mem::take(&mut last));
         let mut host = vec![0u8; bytes];
         let start = Instant::now();
         match path {
             Destination::Driver => device.copy_to_host(0, &mut host)?,
             Destination::Staged => stager.run(to_host(&mut host, device))?,
         }
-        Ok(start.elapsed())
+        let elapsed = start.elapsed();
+        last = host;
+        Ok(elapsed)
     })?;
-    Ok(Timed::plain(times))
+    Ok((Timed::plain(times), last))
 }

@@ -3,6 +3,8 @@
 //! made from timed runs (each printed as it is measured). Below every
 //! group, so that the groups import it and none imports another.
 
+use hostcopy_driver::cuda::Error;
+
 use crate::paths::Timed;
 use crate::table::{Row, median, size};
 
@@ -17,6 +19,15 @@ pub(crate) struct Reference {
 pub(crate) struct Report {
     pub(crate) rows: Vec<Row>,
     pub(crate) notes: Vec<String>,
+}
+
+/// Ends the run (exit 1) if a transfer's bytes are wrong.
+pub(crate) fn check(what: &str, got: &[u8], expected: &[u8]) -> Result<(), Error> {
+    if got != expected {
+        eprintln!("staged_copy: {what}: wrong bytes");
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 pub(crate) fn gbps(bytes: usize, timed: &Timed) -> f64 {

@@ -39,9 +39,13 @@
 //! stream but the stager's own ever waits on a flag, so the flags live as
 //! long as the stager's streams.
 //!
+//! For a job to the host the copier also makes the destination's pages
+//! present ahead of the copies, where they are not ([`ahead`]).
+//!
 //! The hand-off to the copier, which calls no driver, is [`handoff`]'s,
 //! model-checked with loom; its primitives come from [`sync`].
 
+mod ahead;
 mod handoff;
 mod sync;
 
@@ -49,6 +53,7 @@ use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::vec::Vec;
 
+use self::ahead::Ahead;
 use self::handoff::{FeederThread, Handoff, Outcome};
 use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
@@ -475,6 +480,9 @@ struct Copier {
     /// not seen complete (a copy to the device, or one it skipped). The
     /// buffer is written again only after it.
     last: Vec<Option<Event>>,
+    /// Chunks a job to the host may prefault ahead of the one being
+    /// copied ([`ahead`]); `None`: no prefault (`StagingOptions::prefault`).
+    prefault: Option<usize>,
 }
 
 impl Copier {
@@ -484,9 +492,18 @@ impl Copier {
         let _no_unwind = AbortOnUnwind::new();
         let buffers = self.lanes.streams.len();
         let mut error = None;
+        let mut ahead = match (self.prefault, job.direction) {
+            (Some(lookahead), Direction::DeviceToHost) => Some(Ahead::start(&job.plan, lookahead)),
+            _ => None,
+        };
         for (index, planned) in job.plan.iter().enumerate() {
             match job.wait_queued(index) {
                 Queueing::Whole(event) => {
+                    if error.is_none()
+                        && let Some(ahead) = ahead.as_mut().filter(|ahead| ahead.cold())
+                    {
+                        ahead.before_copy(&self.workers, &job.plan, index, &event);
+                    }
                     if error.is_none()
                         && let Err(failed) = self.host_side(job, planned, Some(&event))
                     {
@@ -566,14 +583,18 @@ pub(super) struct CopierThread {
 }
 
 impl CopierThread {
+    /// `prefault`: prefault destinations of jobs to the host, that many
+    /// chunks ahead at most; `None`: never.
     pub(super) fn spawn(
         lanes: &Arc<Lanes>,
         workers: &Arc<CopyPool>,
+        prefault: Option<usize>,
     ) -> std::io::Result<CopierThread> {
         let mut copier = Copier {
             lanes: Arc::clone(lanes),
             workers: Arc::clone(workers),
             last: (0..lanes.streams.len()).map(|_| None).collect(),
+            prefault,
         };
         let thread = FeederThread::spawn("hostcopy-copier", &lanes.handoff, move |handoff| {
             // Its events made, waited on and destroyed in the relaxed mode.

@@ -110,7 +110,9 @@ impl Stager {
         let workers = Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0);
         // The system refused a thread: as out of resources. Nothing is
         // queued yet, so the buffers and flags are freed as they drop.
-        let copier = CopierThread::spawn(&lanes, &workers)
+        // Prefault as far ahead as chunks can be in flight.
+        let prefault = options.prefault.then_some(options.buffers);
+        let copier = CopierThread::spawn(&lanes, &workers, prefault)
             .map_err(|_| DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))?;
         let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let stager = Stager {

@@ -1,0 +1,367 @@
+//! [`HostBuffer`]: pageable host memory made to be copied into at once.
+
+use core::ops::{Deref, DerefMut};
+use core::ptr::NonNull;
+
+use crate::prefault::{self, Populate};
+
+/// Pageable, private anonymous host memory whose pages are present when it
+/// is made: a host pool for a KV cache, a checkpoint buffer, the
+/// destination of large staged copies (feature `std`; Unix).
+///
+/// A `Vec` of the same size has no pages until they are written, and a
+/// copy into it runs at the pace of the page faults (on the H200 host, a
+/// staged copy into a never-touched destination ran at a fifth of the
+/// link). A `HostBuffer` is mapped with `mmap`, advised `MADV_HUGEPAGE`
+/// where the kernel's transparent huge pages are in `madvise` mode (Linux),
+/// and faulted in with `MADV_POPULATE_WRITE` by several threads before
+/// [`new`](Self::new) returns; its bytes are zero. Unlike pinned memory
+/// (`cuMemHostAlloc`) it needs no driver and no registration, and is not
+/// locked: the kernel may still swap it out under memory pressure.
+///
+/// It is `[u8]` (`Deref`, `DerefMut`), so it is host memory for every
+/// staged copy, and for packing records:
+///
+/// ```
+/// use hostcopy_driver::HostBuffer;
+///
+/// let mut pool = HostBuffer::new(8 << 20)?;
+/// assert!(pool.iter().all(|&byte| byte == 0));
+/// pool[..4].copy_from_slice(b"kv00");
+/// let source = *b"data";
+/// let record = hostcopy_driver::Record::pack(&mut pool[4..8], &source)?;
+/// // SAFETY: the record's ranges are alive and disjoint.
+/// unsafe { hostcopy_driver::hostcopy_fn(record.user_data()) };
+/// assert_eq!(&pool[..8], b"kv00data");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// The memory is unmapped when the buffer is dropped.
+#[derive(Debug)]
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its mapping alone, as a `Box<[u8]>` owns its
+// allocation: moving it to another thread moves that ownership.
+unsafe impl Send for HostBuffer {}
+// SAFETY: shared access gives only `&[u8]`, which is `Sync`.
+unsafe impl Sync for HostBuffer {}
+
+/// Why a [`HostBuffer`] could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HostBufferError {
+    /// The kernel refused the mapping (out of memory or address space, or
+    /// a limit on mappings).
+    Map {
+        /// Bytes asked for.
+        len: usize,
+        /// What `mmap` said.
+        error: std::io::Error,
+    },
+    /// Mapping is not available on this platform.
+    Unsupported,
+}
+
+impl core::fmt::Display for HostBufferError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            HostBufferError::Map { len, error } => {
+                write!(f, "mapping {len} bytes of host memory failed: {error}")
+            }
+            HostBufferError::Unsupported => {
+                f.write_str("host buffers are mapped with mmap, which this platform lacks")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HostBufferError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HostBufferError::Map { error, .. } => Some(error),
+            HostBufferError::Unsupported => None,
+        }
+    }
+}
+
+/// Bytes each populating thread takes at least: below this, a thread's
+/// start costs more than it saves.
+const PER_THREAD: usize = 64 << 20;
+
+impl HostBuffer {
+    /// Maps `len` zeroed bytes and makes their pages present, with up to
+    /// [`populate_threads`](Self::populate_threads) threads. `len` 0 maps
+    /// nothing.
+    pub fn new(len: usize) -> Result<HostBuffer, HostBufferError> {
+        HostBuffer::with_threads(len, HostBuffer::populate_threads(len))
+    }
+
+    /// [`new`](Self::new) with `threads` populating threads (0 or 1: the
+    /// calling thread alone).
+    pub fn with_threads(len: usize, threads: usize) -> Result<HostBuffer, HostBufferError> {
+        let mut buffer = HostBuffer::unpopulated(len)?;
+        if len > 0 {
+            if let Some(huge) = prefault::huge_page_advice()
+                && len >= huge
+            {
+                // The whole mapping is ours, private and anonymous: advise
+                // without looking it up.
+                let start = buffer.ptr.as_ptr().expose_provenance();
+                sys::advise_huge(start, len);
+            }
+            populate_parallel(&mut buffer, threads.max(1));
+        }
+        Ok(buffer)
+    }
+
+    /// The threads [`new`](Self::new) populates `len` bytes with: one per
+    /// 64 MiB, at most one per available core.
+    ///
+    /// On the 2-core development VM 1, 2 and 4 threads populated 1 GiB of
+    /// huge pages at the same 7 to 9 GB/s (the VM's memory is the limit);
+    /// on the 16-core H200 host 12 threads reached 76.5 GB/s, so the count
+    /// follows the cores.
+    pub fn populate_threads(len: usize) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+        (len / PER_THREAD).clamp(1, cores)
+    }
+
+    /// Maps `len` zeroed bytes without making any page present (for
+    /// tests and measurements of what [`new`](Self::new) saves).
+    pub fn unpopulated(len: usize) -> Result<HostBuffer, HostBufferError> {
+        if len == 0 {
+            return Ok(HostBuffer {
+                ptr: NonNull::dangling(),
+                len: 0,
+            });
+        }
+        let ptr = sys::map(len).map_err(|error| match error {
+            Some(error) => HostBufferError::Map { len, error },
+            None => HostBufferError::Unsupported,
+        })?;
+        Ok(HostBuffer { ptr, len })
+    }
+
+    /// Its bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Populates `memory` with `threads` threads, each a contiguous part
+/// (aligned to huge pages, so that no two threads fault one huge page).
+fn populate_parallel(memory: &mut [u8], threads: usize) {
+    let align = prefault::huge_page_advice().unwrap_or(prefault::page_size());
+    let part = memory.len().div_ceil(threads).next_multiple_of(align);
+    if threads == 1 || part >= memory.len() {
+        prefault::populate_with(memory, Populate::Advise);
+        return;
+    }
+    std::thread::scope(|scope| {
+        let mut parts = memory.chunks_mut(part);
+        let first = parts.next();
+        for part in parts {
+            scope.spawn(move || prefault::populate_with(part, Populate::Advise));
+        }
+        if let Some(first) = first {
+            prefault::populate_with(first, Populate::Advise);
+        }
+    });
+}
+
+impl Deref for HostBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped readable and writable, zeroed by the
+        // kernel, owned by the buffer until it is dropped (or a dangling,
+        // aligned pointer with `len` 0).
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for HostBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`; `&mut self` makes the access exclusive.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for HostBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for HostBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping `new` made, unmapped once; no borrow of
+            // it outlives the buffer.
+            unsafe { sys::unmap(self.ptr, self.len) };
+        }
+    }
+}
+
+#[cfg(all(unix, not(miri)))]
+mod sys {
+    //! `mmap`, `munmap` and the huge page advice.
+
+    use core::ptr::NonNull;
+
+    /// A private anonymous read-write mapping of `len` (> 0) bytes.
+    pub(super) fn map(len: usize) -> Result<NonNull<u8>, Option<std::io::Error>> {
+        // SAFETY: a new anonymous mapping at an address the kernel picks:
+        // no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Some(std::io::Error::last_os_error()));
+        }
+        NonNull::new(ptr.cast::<u8>()).ok_or(None)
+    }
+
+    /// Unmaps what [`map`] returned.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` and `len` are a mapping [`map`] made, not used after this.
+    pub(super) unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
+        // SAFETY: our caller's contract. A failure (it cannot fail for a
+        // whole mapping of ours) would leave the memory mapped: a leak.
+        unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(super) fn advise_huge(start: usize, len: usize) {
+        // SAFETY: only which pages later faults take in our own mapping;
+        // no byte's value changes.
+        unsafe {
+            libc::madvise(
+                core::ptr::with_exposed_provenance_mut(start),
+                len,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(super) fn advise_huge(_start: usize, _len: usize) {}
+}
+
+#[cfg(any(not(unix), miri))]
+mod sys {
+    //! No `mmap` here (or under Miri, which cannot run it): the memory
+    //! comes from the global allocator, zeroed.
+
+    use core::ptr::NonNull;
+    use std::alloc::Layout;
+
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::from_size_align(len, 4096).ok()
+    }
+
+    pub(super) fn map(len: usize) -> Result<NonNull<u8>, Option<std::io::Error>> {
+        let layout = layout(len).ok_or(None)?;
+        // SAFETY: `len` > 0 (our caller), so the layout is not zero-sized.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        NonNull::new(ptr).ok_or_else(|| Some(std::io::ErrorKind::OutOfMemory.into()))
+    }
+
+    /// # Safety
+    ///
+    /// `ptr` and `len` are what [`map`] returned, not used after this.
+    pub(super) unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
+        if let Some(layout) = layout(len) {
+            // SAFETY: allocated by `map` with this layout (our caller).
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        }
+    }
+
+    pub(super) fn advise_huge(_start: usize, _len: usize) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostBuffer;
+    use std::string::ToString;
+
+    #[test]
+    fn a_new_buffer_is_zeroed_and_present_and_writable() {
+        let len = if cfg!(miri) { 3 << 12 } else { 3 << 20 };
+        let mut buffer = HostBuffer::new(len).unwrap();
+        assert_eq!(buffer.len(), len);
+        assert!(buffer.iter().all(|&byte| byte == 0));
+        #[cfg(not(miri))]
+        assert!(crate::prefault::is_resident(&buffer));
+        buffer[len - 3] = 7;
+        assert_eq!(buffer[len - 3], 7);
+    }
+
+    #[test]
+    fn populating_with_several_threads_leaves_every_page_present_and_zero() {
+        // Parts not a multiple of the huge page: the last is short.
+        let len = if cfg!(miri) {
+            5 << 12
+        } else {
+            (5 << 20) + 4096
+        };
+        let buffer = HostBuffer::with_threads(len, 3).unwrap();
+        assert!(buffer.iter().all(|&byte| byte == 0));
+        #[cfg(not(miri))]
+        for part in buffer.chunks(256 << 10) {
+            assert!(crate::prefault::is_resident(part));
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "mincore is a system call")]
+    fn an_unpopulated_buffer_has_no_pages_until_written() {
+        let buffer = HostBuffer::unpopulated(1 << 20).unwrap();
+        assert!(!crate::prefault::is_resident(&buffer));
+    }
+
+    #[test]
+    fn an_empty_buffer_maps_nothing() {
+        let buffer = HostBuffer::new(0).unwrap();
+        assert!(buffer.is_empty());
+        assert_eq!(&*buffer, &[] as &[u8]);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "asks mmap for more address space than exists")]
+    fn a_mapping_the_kernel_refuses_is_an_error_not_a_panic() {
+        let refused = HostBuffer::new(usize::MAX & !4095).unwrap_err();
+        assert!(matches!(refused, super::HostBufferError::Map { .. }));
+        assert!(refused.to_string().contains("mapping"));
+    }
+
+    #[test]
+    fn the_populating_threads_follow_the_size_and_stop_at_the_cores() {
+        assert_eq!(HostBuffer::populate_threads(1 << 20), 1);
+        let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+        assert_eq!(HostBuffer::populate_threads(1 << 40), cores);
+    }
+}

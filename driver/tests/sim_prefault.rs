@@ -1,0 +1,188 @@
+//! The prefault of destinations to the host (`StagingOptions::prefault`)
+//! against the simulated driver: transfers into never-touched memory are
+//! byte-exact with it on and off, it leaves bytes around the destination
+//! as they were, it populates a cold destination, a present one costs
+//! only the residency sample, and off it makes no system call at all.
+//! Under Miri the system calls are skipped (the memory counts as present)
+//! and only the byte checks run.
+
+#![cfg(all(feature = "cuda", feature = "simulator"))]
+
+mod sim_support;
+
+use std::sync::Mutex;
+
+use hostcopy_driver::HostBuffer;
+use hostcopy_driver::cuda::DeviceBuffer;
+use hostcopy_driver::cuda::staging::{self, Block, Stager, StagingOptions, to_host};
+use hostcopy_driver::prefault;
+use sim_support::{device, scaled};
+
+/// Chunks large enough to hold whole huge pages outside Miri.
+const CHUNK: usize = scaled(4 << 20, staging::MIN_CHUNK);
+
+/// The prefault counts are the process's: tests that read them run one
+/// at a time.
+static COUNTS: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    COUNTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn stager(device: &sim_support::Device, prefault: bool) -> Stager {
+    let options = StagingOptions::builder()
+        .chunk(CHUNK)
+        .buffers(3)
+        .workers(2)
+        .driver_path_below(0)
+        .prefault(prefault)
+        .build()
+        .unwrap();
+    Stager::with_options(&device.context, options).unwrap()
+}
+
+/// The same aperiodic pattern as the other staging tests.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = (i ^ (u64::from(seed) << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            (x >> 56) as u8 ^ (x >> 29) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_transfer_into_a_fresh_mapping_is_byte_exact_with_prefault_on_and_off() {
+    let _one = one_at_a_time();
+    let device = device();
+    // Several chunks with a ragged tail, at an offset inside a page, so
+    // that the destination's first and last pages are shared with bytes
+    // the transfer must leave alone.
+    let len = 3 * CHUNK + 4099;
+    let source_bytes = pattern(len, 11);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &source_bytes).unwrap();
+    for prefault in [true, false] {
+        let mut stager = stager(&device, prefault);
+        let mut host = HostBuffer::unpopulated(len + 8192).unwrap();
+        host[..100].fill(0xee);
+        let before = prefault::counts();
+        stager
+            .run(to_host(&mut host[100..100 + len], &source))
+            .unwrap();
+        let after = prefault::counts();
+        assert!(
+            host[100..100 + len] == source_bytes[..],
+            "prefault {prefault}"
+        );
+        assert!(host[..100].iter().all(|&byte| byte == 0xee));
+        assert!(host[100 + len..].iter().all(|&byte| byte == 0));
+        if cfg!(miri) {
+            continue;
+        }
+        if prefault {
+            assert!(after.residency_checks > before.residency_checks);
+            assert!(after.populated_bytes - before.populated_bytes >= len as u64);
+        } else {
+            // Off: no mincore, no madvise, no touch.
+            assert_eq!(after, before);
+        }
+        drop(stager);
+    }
+    device.assert_no_violations();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "mincore and madvise are system calls")]
+fn a_present_destination_costs_only_the_residency_sample() {
+    let _one = one_at_a_time();
+    let device = device();
+    let len = 2 * CHUNK + 1;
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &pattern(len, 5)).unwrap();
+    let mut stager = stager(&device, true);
+    let mut host = HostBuffer::new(len).unwrap();
+    let before = prefault::counts();
+    stager.run(to_host(&mut *host, &source)).unwrap();
+    let after = prefault::counts();
+    assert!(host[..] == pattern(len, 5)[..]);
+    // One run, sampled: no populate, no advice.
+    assert_eq!(after.residency_checks - before.residency_checks, 1);
+    assert_eq!(after.populated_ranges, before.populated_ranges);
+    assert_eq!(after.huge_advised_bytes, before.huge_advised_bytes);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "mincore and madvise are system calls")]
+fn a_cold_destination_is_present_after_the_transfer_and_ranges_below_the_minimum_are_left_to_the_copy()
+ {
+    let _one = one_at_a_time();
+    let device = device();
+    let len = 2 * CHUNK;
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &pattern(len, 9)).unwrap();
+    let mut stager = stager(&device, true);
+    let mut host = HostBuffer::unpopulated(len).unwrap();
+    let before = prefault::counts();
+    stager.run(to_host(&mut *host, &source)).unwrap();
+    let after = prefault::counts();
+    assert!(host[..] == pattern(len, 9)[..]);
+    assert!(prefault::is_resident(&host));
+    assert_eq!(after.populated_bytes - before.populated_bytes, len as u64);
+    // A transfer of 16 KiB (below the 64 KiB minimum range) into fresh
+    // memory: sampled never, populated never.
+    let small = 16 << 10;
+    let mut host = HostBuffer::unpopulated(small).unwrap();
+    let before = prefault::counts();
+    stager.run(to_host(&mut *host, &source)).unwrap();
+    assert!(host[..] == pattern(len, 9)[..small]);
+    assert_eq!(prefault::counts(), before);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn scattered_blocks_into_a_fresh_mapping_are_byte_exact_with_prefault_on() {
+    let _one = one_at_a_time();
+    let device = device();
+    // Blocks above and below the 64 KiB minimum range, some touching (one
+    // run) and some apart, in reverse order on the host.
+    let sizes = [scaled(192 << 10, 5000), 4096, scaled(300 << 10, 7000), 9000];
+    let device_len: usize = sizes.iter().sum();
+    let host_len = 2 * device_len + 3 * 4096;
+    let source_bytes = pattern(device_len, 21);
+    let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+    source.copy_from_host(0, &source_bytes).unwrap();
+    let mut blocks = Vec::new();
+    let (mut device_at, mut host_end) = (0, host_len);
+    for (index, &len) in sizes.iter().enumerate() {
+        // Every other block leaves a gap after it on the host.
+        host_end -= len + if index % 2 == 0 { 4096 } else { 0 };
+        blocks.push(Block::new(device_at, host_end, len));
+        device_at += len;
+    }
+    let mut stager = stager(&device, true);
+    let mut host = HostBuffer::unpopulated(host_len).unwrap();
+    stager
+        .run(to_host(&mut *host, &source).blocks(&blocks))
+        .unwrap();
+    let mut expected = vec![0u8; host_len];
+    for block in &blocks {
+        let from = &source_bytes[block.device_offset..block.device_offset + block.len];
+        expected[block.host_offset..block.host_offset + block.len].copy_from_slice(from);
+    }
+    assert!(host[..] == expected[..]);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn the_option_defaults_to_on_and_can_be_turned_off() {
+    assert!(StagingOptions::default().prefault());
+    let off = StagingOptions::builder().prefault(false).build().unwrap();
+    assert!(!off.prefault());
+}
