@@ -115,7 +115,7 @@ async def wait(transfer: "Transfer") -> None:
         # A loop closed with awaits still outstanding (tasks abandoned, not
         # cancelled) never reads its wakeup again: forget it here, and with
         # it the Transfers it held (the waiter thread finishes them).
-        for closed in [other for other in _by_loop if other.is_closed()]:
+        for closed in [other for other in list(_by_loop) if other.is_closed()]:
             del _by_loop[closed]
         waiters = _by_loop[loop] = _LoopWaiters(loop)
     try:

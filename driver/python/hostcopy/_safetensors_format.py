@@ -231,7 +231,7 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
         document = json.loads(text.decode("utf-8"), object_pairs_hook=_object, parse_constant=_refuse_constant)
     except UnicodeDecodeError as error:
         raise _fail(filename, "invalid_header", f"the header is not UTF-8: {error}") from None
-    except ValueError as error:  # json.JSONDecodeError, NaN and Infinity
+    except (ValueError, RecursionError) as error:  # json.JSONDecodeError, NaN and Infinity, nesting too deep
         raise _fail(filename, "invalid_header", f"the header is not JSON: {error}") from None
     if not isinstance(document, dict):
         raise _fail(filename, "invalid_header", f"the header must be a JSON object, got {type(document).__name__}")

@@ -158,7 +158,7 @@ def _producer_stream(obj: Any) -> Optional[int]:
     if library is None:
         return None
     if root == "torch":
-        return int(library.cuda.current_stream(obj.device).cuda_stream)
+        return int(library.cuda.current_stream().cuda_stream)  # what its __dlpack__ orders
     if root == "cupy":
         return int(library.cuda.get_current_stream().ptr)
     return None

@@ -113,6 +113,11 @@ struct HangIfUnwound;
 
 impl Drop for HangIfUnwound {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A Rust panic, not the interpreter: it goes on to pyo3, which
+            // raises it as `PanicException`.
+            return;
+        }
         loop {
             std::thread::park();
         }
