@@ -665,7 +665,7 @@ def test_a_copy_during_a_libraries_capture_is_refused_before_its_export_breaks_t
     capturing = sim.stream(device)
     current = {"stream": capturing.handle}
     torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(current_stream=lambda device: types.SimpleNamespace(cuda_stream=current["stream"]))
+    torch.cuda = types.SimpleNamespace(current_stream=lambda device=None: types.SimpleNamespace(cuda_stream=current["stream"]))
     monkeypatch.setitem(sys.modules, "torch", torch)
     source = sim.array(device, pattern(CHUNK, 3))
     exported = []
