@@ -46,6 +46,7 @@ What each bad argument of a copy raises; a call refused so copies nothing
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any, Optional, Sequence, SupportsIndex, TypedDict, Union
@@ -284,7 +285,9 @@ def _blocks(blocks: Any) -> Any:
 def _sides(dst: Any, src: Any, to_device: bool, stream: Any) -> tuple[_Device, Any, int]:
     """What every transfer reads first, in this order: the stream it is
     ordered on (none given: 1, the legacy default stream), its device side,
-    then its host side (``to_device``: ``dst`` is the device side)."""
+    then its host side (``to_device``: ``dst`` is the device side); in a
+    forked child or at exit, nothing (``_native.check_usable``)."""
+    _native.check_usable()
     consumer = 1 if stream is None else (_stream_handle(stream) or 1)
     if to_device:
         return _device_side(dst, "dst", True, consumer), _host_side(src, "src", False), consumer
@@ -487,8 +490,20 @@ _stagers: dict[int, Stager] = {}
 _stagers_lock = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    # A parent's thread may hold the lock across the fork (it makes a
+    # context meanwhile): the child's own copy stays locked for good.
+    global _stagers_lock
+    _stagers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def _stager_for(obj: Any, side: str) -> Stager:
     """The process's default stager for the device holding ``obj``."""
+    _native.check_usable()
     device = _device_of(obj, side)
     with _stagers_lock:
         stager = _stagers.get(device)

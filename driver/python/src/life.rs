@@ -47,6 +47,10 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// Set in a child forked after a stager was made.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
+/// Set when the exit handler stopped waiting for the stagers' transfers
+/// (after [`EXIT_GRACE`]): those still in flight are left as they are.
+static GAVE_UP: AtomicBool = AtomicBool::new(false);
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -56,15 +60,21 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Records a new stager for the exit handler, which the first one
 /// registers (after the array libraries' own handlers, which the
 /// interpreter then runs after it: they run last registered, first run).
-pub(crate) fn register(py: Python<'_>, slot: Weak<Slot>) -> PyResult<()> {
+/// `false` once the exit handler has run: the stager is to be closed at
+/// once. Checked under the same lock as the handler takes, so that no
+/// stager made while it runs escapes it.
+pub(crate) fn register(py: Python<'_>, slot: Weak<Slot>) -> PyResult<bool> {
     if !MADE.swap(true, Ordering::Relaxed) {
         let at_exit = wrap_pyfunction!(close_stagers_at_exit, py)?;
         py.import("atexit")?.call_method1("register", (at_exit,))?;
     }
     let mut stagers = lock(&STAGERS);
+    if exiting() {
+        return Ok(false);
+    }
     stagers.retain(|stager| stager.strong_count() > 0);
     stagers.push(slot);
-    Ok(())
+    Ok(true)
 }
 
 /// Whether this process is a child forked after a stager was made.
@@ -75,6 +85,14 @@ pub(crate) fn forked() -> bool {
 /// Whether the exit handler has run.
 pub(crate) fn exiting() -> bool {
     EXITING.load(Ordering::Relaxed)
+}
+
+/// Whether the stagers' memory and threads are to be left alone, never
+/// waited for: in a forked child (they are the parent's), and once the
+/// exit handler gave up waiting for them (a device that never finishes
+/// would hold the interpreter's finalisation for good).
+pub(crate) fn abandoned() -> bool {
+    forked() || GAVE_UP.load(Ordering::Relaxed)
 }
 
 /// The error of every stager call in a forked child.
@@ -136,14 +154,19 @@ const EXIT_GRACE: Duration = Duration::from_secs(5);
 /// is left as it is).
 #[pyfunction]
 fn close_stagers_at_exit(py: Python<'_>) {
-    EXITING.store(true, Ordering::Relaxed);
     if forked() {
+        // The list's lock may be held by a thread of the parent's.
+        EXITING.store(true, Ordering::Relaxed);
         return;
     }
-    let stagers: Vec<_> = lock(&STAGERS)
-        .drain(..)
-        .filter_map(|stager| stager.upgrade())
-        .collect();
+    let stagers: Vec<_> = {
+        let mut stagers = lock(&STAGERS);
+        EXITING.store(true, Ordering::Relaxed);
+        stagers
+            .drain(..)
+            .filter_map(|stager| stager.upgrade())
+            .collect()
+    };
     if stagers.is_empty() {
         return;
     }
@@ -159,8 +182,9 @@ fn close_stagers_at_exit(py: Python<'_>) {
                 }
                 let _ = closed.send(());
             });
-        if closing.is_ok() {
-            let _ = all_closed.recv_timeout(EXIT_GRACE);
+        let closed = closing.is_ok() && all_closed.recv_timeout(EXIT_GRACE).is_ok();
+        if !closed {
+            GAVE_UP.store(true, Ordering::Relaxed);
         }
     });
 }

@@ -57,10 +57,10 @@ pub(crate) struct PyStager {
 
 impl Drop for PyStager {
     fn drop(&mut self) {
-        if life::forked() {
+        if life::abandoned() {
             // The stager's drop would wait for a copier and workers this
-            // process does not have, on a context it cannot use: its
-            // memory is left as it is.
+            // process does not have (forked), or for a device the exit
+            // handler gave up on: its memory is left as it is.
             core::mem::forget(Arc::clone(&self.shared));
         }
     }
@@ -115,6 +115,29 @@ enum Progress {
     Finishing,
     /// How it ended, for every later `wait()`.
     Ended(Result<(), Error>),
+}
+
+impl Drop for StagerShared {
+    /// Closes the stager, once the Python `Stager` and every transfer of
+    /// it are gone: its drop waits for the work queued on its streams
+    /// (the `wait_for` streams of a transfer it refused too), so without
+    /// the GIL, which the thread dropping it may hold (a Python object's
+    /// dealloc) and which that work may need (a Python host callback).
+    fn drop(&mut self) {
+        if life::abandoned() {
+            // Reached only through the waiter thread (every other holder
+            // leaves it alone, see `Drop for Transfer`): left as it is.
+            core::mem::forget(Arc::clone(&self.stager));
+            return;
+        }
+        let Some(stager) = lock(&self.stager).take() else {
+            return;
+        };
+        // Attached already (a dealloc), or briefly (the waiter thread); as
+        // the interpreter shuts down, the closure, stager and all, is
+        // dropped on this thread as it is.
+        Python::try_attach(move |py| life::detach(py, move || drop(stager)));
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -390,7 +413,11 @@ impl PyStager {
             made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
         let workers = stager.workers();
         let stager = Arc::new(Mutex::new(Some(stager)));
-        life::register(py, Arc::downgrade(&stager))?;
+        if !life::register(py, Arc::downgrade(&stager))? {
+            // The exit handler ran meanwhile, and did not see this one.
+            life::detach(py, || drop(lock(&stager).take()));
+            return Err(closed());
+        }
         Ok(PyStager {
             options: (
                 options.chunk(),
@@ -875,15 +902,13 @@ impl Transfer {
 
 impl Drop for Transfer {
     fn drop(&mut self) {
-        if life::forked() {
-            // Its copies ran, or run, in the parent: nothing to wait for
-            // here, and finishing it would wait for a copier thread this
-            // process does not have.
-            let mut tracked = lock(&self.state.tracked);
-            core::mem::forget(core::mem::replace(
-                &mut tracked.progress,
-                Progress::Finishing,
-            ));
+        if life::abandoned() {
+            // Its copies ran, or run, in the parent (forked), or on a
+            // device the exit handler gave up on: nothing to wait for.
+            // Finishing it, or dropping the stager through it, would wait
+            // for threads that never answer; its state, the stager's with
+            // it, is left as it is.
+            core::mem::forget(Arc::clone(&self.state));
             return;
         }
         // Python drops a pyclass with the GIL held.
@@ -914,13 +939,28 @@ impl Drop for Transfer {
     }
 }
 
+/// Raises what every transfer would once CUDA is unusable to this
+/// process: `CudaUnavailable` in a forked child, `ValueError` (the
+/// stager is closed) once the exit handler ran. The Python layer asks it
+/// before an array's export, which would make driver calls of its own (a
+/// driver call on another thread than the exiting one may still run when
+/// the driver tears its contexts down at exit: none is made).
+#[pyfunction]
+pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
+    if life::forked() {
+        return Err(life::forked_error(py));
+    }
+    if life::exiting() {
+        return Err(closed());
+    }
+    Ok(())
+}
+
 /// The ordinal of the device whose memory holds `ptr`, as the driver
 /// reports it (`NotDeviceMemory` for host memory and unknown addresses).
 #[pyfunction]
 pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> PyResult<usize> {
-    if life::forked() {
-        return Err(life::forked_error(py));
-    }
+    check_usable(py)?;
     life::detach(py, || {
         crate::keeping_current(|| DeviceView::device_holding(ptr))
     })
@@ -934,9 +974,7 @@ pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> Py
 /// host, during a torch capture).
 #[pyfunction]
 pub(crate) fn stream_capturing(py: Python<'_>, handle: usize) -> PyResult<bool> {
-    if life::forked() {
-        return Err(life::forked_error(py));
-    }
+    check_usable(py)?;
     life::detach(py, || {
         crate::keeping_current(|| {
             let raw = handle as CUstream;

@@ -1,0 +1,325 @@
+"""The edges of a process's life and of the binding's calls, against the
+simulated driver: panics inside calls made without the GIL, fork and exit
+with transfers in flight, several event loops, captures on another device,
+malformed model files, implicit closes. Each risky scenario runs in a
+process of its own, with a timeout, since what they guard against are
+hangs.
+"""
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+import hostcopy
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(hostcopy._native, "sim_install"),
+    reason="this wheel has no simulated driver (ci.sh builds one with --features simulator)",
+)
+
+PRELUDE = """
+import atexit, os, sys, threading, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)
+import numpy
+import hostcopy
+native = hostcopy._native
+native.sim_install()
+device = native.sim_new_device()
+native.sim_make_current(device)
+SIZE = 1 << 20
+source = native.SimDeviceArray(device, SIZE, None)
+source.write(bytes(range(256)) * (SIZE // 256))
+"""
+
+
+def run(body: str, timeout: float):
+    """(returncode or "timeout", stdout, stderr) of the prelude + body in a fresh interpreter."""
+    script = PRELUDE + textwrap.dedent(body)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
+        err = expired.stderr.decode() if isinstance(expired.stderr, bytes) else (expired.stderr or "")
+        return "timeout", out, err
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_panic_inside_a_detached_call_raises_instead_of_hanging_with_the_gil():
+    # Only the interpreter's forced unwind parks a thread inside
+    # life::detach: an ordinary Rust panic in the closure (here the
+    # simulator's drain with a bad ordinal) goes on to pyo3, which raises
+    # PanicException, while the other thread keeps running.
+    code, out, err = run(
+        """
+        ticks = []
+        threading.Thread(target=lambda: [ticks.append(time.sleep(0.01)) for _ in range(10**6)], daemon=True).start()
+        try:
+            native.sim_drain(device + 1000)
+        except BaseException as error:
+            print("raised", type(error).__name__, flush=True)
+        """,
+        timeout=15,
+    )
+    assert code != "timeout", "the process hung (GIL held by a parked thread) instead of raising PanicException"
+    assert "raised PanicException" in out, (out, err)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
+def test_a_forked_child_dropping_a_transfer_whose_stager_went_first_leaves_it_alone():
+    # The Python Stager is dropped in the parent while a Transfer still
+    # holds the stager's shared state. Dropping that Transfer in a forked
+    # child leaves the state, the stager's with it, alone: the stager's
+    # drop would join a copier thread the child does not have.
+    code, out, err = run(
+        """
+        dst = numpy.empty(SIZE, numpy.uint8)
+        pending = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0).copy_to_host(
+            dst, source, blocking=False
+        )
+        pending.wait()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                del pending
+                print("child: dropped quietly", flush=True)
+            except BaseException as error:
+                print("child: drop raised", type(error).__name__, error, flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child status", status, flush=True)
+        """,
+        timeout=30,
+    )
+    assert code == 0, (code, err)
+    assert "child: dropped quietly" in out, (out, err[-2000:])
+    assert "threads should not terminate unexpectedly" not in err, err[-2000:]
+
+
+def test_exit_is_bounded_by_the_grace_even_with_a_transfer_held_in_a_global():
+    # The exit handler waits EXIT_GRACE (5 s) for a device whose work never
+    # ends, then gives up; a module-global Transfer dropped during
+    # finalisation afterwards is left alone instead of waiting for its
+    # copies for good: the process exits.
+    code, out, err = run(
+        """
+        stager = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0)
+        dst = numpy.empty(SIZE, numpy.uint8)
+        native.sim_hold(device)          # a kernel that never ends
+        pending = stager.copy_to_host(dst, source, blocking=False)
+        print("exiting", flush=True)
+        """,
+        timeout=20,
+    )
+    assert "exiting" in out, (out, err)
+    assert code != "timeout", "exit hung past the 5 s grace: finalization drops the global Transfer, which waits for good"
+
+
+def test_a_stager_made_while_the_exit_handler_runs_is_closed_too():
+    # A stager is registered for the exit handler under the lock the
+    # handler takes, and refused once it has run: one made by another
+    # thread while the handler runs (context creation is long on a GPU)
+    # is closed too, never left open for a transfer at driver teardown.
+    code, out, err = run(
+        """
+        first = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1)  # registers the handler
+        made, stop = [], threading.Event()
+        def make():
+            while not stop.is_set():
+                try:
+                    made.append(hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1))
+                except ValueError:
+                    return
+        threading.Thread(target=make, daemon=True).start()
+        time.sleep(0.3)
+        atexit._run_exitfuncs()          # the interpreter's exit handlers, hostcopy's among them
+        stop.set()
+        time.sleep(0.3)
+        still_open = 0
+        for stager in made:
+            try:
+                stager.copy_to_host(numpy.empty(4096, numpy.uint8), source, nbytes=4096)
+                still_open += 1
+            except ValueError:
+                pass
+        print("open after the exit handler:", still_open, flush=True)
+        """,
+        timeout=60,
+    )
+    assert code == 0, (code, err)
+    assert "open after the exit handler: 0" in out, out
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
+def test_a_forked_child_raises_cuda_unavailable_even_while_a_parent_thread_held_the_default_stager_lock():
+    # _staging._stager_for holds _stagers_lock while it makes a device's
+    # default stager (context creation: long on a GPU, stretched here to
+    # 1 s). A fork meanwhile would leave the lock held in the child; the
+    # child gets a lock of its own, and its copy of a DLPack array raises
+    # CudaUnavailable at once, before the array's export is called.
+    code, out, err = run(
+        """
+        from hostcopy import _staging
+        other = native.sim_new_device()
+        other_source = native.SimDeviceArray(other, 4096, None)
+        hostcopy.copy_to_host(numpy.empty(4096, numpy.uint8), source, nbytes=4096)   # CUDA used: a fork is refused
+        class SlowToMake(_staging.Stager):
+            def __init__(self, *args, **kwargs):
+                time.sleep(1.0)          # a primary context being made on a GPU
+                super().__init__(*args, **kwargs)
+        _staging.Stager = SlowToMake
+        threading.Thread(target=lambda: hostcopy.copy_to_host(numpy.empty(4096, numpy.uint8), other_source), daemon=True).start()
+        time.sleep(0.3)
+        class CudaTensor:                # a torch/cupy CUDA array as _device_of reads it
+            def __dlpack_device__(self):
+                return (2, device)
+            def __dlpack__(self, stream=None):
+                raise RuntimeError("not reached")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                hostcopy.copy_to_host(numpy.empty(4096, numpy.uint8), CudaTensor())
+                print("child: no error", flush=True)
+            except hostcopy.CudaUnavailable:
+                print("child: CudaUnavailable", flush=True)
+            os._exit(0)
+        for _ in range(100):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            print("child hung", flush=True)
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        """,
+        timeout=30,
+    )
+    assert code == 0, (code, err)
+    assert "child hung" not in out, "the child blocked on _stagers_lock, held by a parent thread the fork left behind"
+    assert "child: CudaUnavailable" in out, out
+
+
+def test_concurrent_event_loops_on_threads_can_await_transfers():
+    # Awaits from event loops on several threads at once: _awaiting.wait
+    # reads the table of loops from a copy while other threads add or
+    # remove their own loop's entry. A short switch interval makes a race
+    # there show in every run.
+    code, out, err = run(
+        """
+        import asyncio
+        stager = hostcopy.Stager(device, chunk=4096, buffers=2, workers=1, driver_path_below=0)
+        sys.setswitchinterval(1e-6)
+        errors = []
+        async def one():
+            await stager.copy_to_host(numpy.empty(4096, numpy.uint8), source, nbytes=4096, blocking=False)
+        def worker():
+            for _ in range(300):
+                try:
+                    asyncio.run(one())
+                except RuntimeError as error:
+                    errors.append(str(error))
+                    return
+        threads = [threading.Thread(target=worker) for _ in range(6)]
+        [thread.start() for thread in threads]
+        [thread.join() for thread in threads]
+        print("errors:", errors[:2], flush=True)
+        """,
+        timeout=120,
+    )
+    assert code == 0, (code, err)
+    assert "errors: []" in out, out
+
+
+def test_a_torch_tensor_on_another_device_than_the_current_one_is_refused_during_a_capture(
+    sim, numpy, monkeypatch
+):
+    # torch's Tensor.__dlpack__(stream) orders torch.cuda.current_stream()
+    # (the current device's current stream, not the tensor's) before
+    # `stream`, so that is the stream the capture check asks: with the
+    # tensor on device 1 while device 0 is current and captures, the copy
+    # is refused before the export would record inside the capture.
+    current_device = sim.device()
+    tensor_device = sim.device()
+    capturing = sim.stream(current_device)
+    idle = sim.stream(tensor_device)
+    streams = {current_device: capturing.handle, tensor_device: idle.handle}
+
+    def current_stream(device=None):
+        index = current_device if device is None else int(device)
+        return types.SimpleNamespace(cuda_stream=streams[index])
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(current_stream=current_stream)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    asked_during_capture = []
+
+    class Tensor:
+        device = tensor_device
+
+        def __dlpack_device__(self):
+            return (2, tensor_device)
+
+        def __dlpack__(self, stream=None):
+            # What torch does here: record on current_stream() (no device).
+            sync = torch.cuda.current_stream().cuda_stream
+            asked_during_capture.append(hostcopy._native.stream_capturing(sync))
+            raise RuntimeError("exported")
+
+    Tensor.__module__ = "torch"
+    stager = hostcopy.Stager(tensor_device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0)
+    capturing.begin_capture()
+    try:
+        with pytest.raises((hostcopy.StreamCapturing, RuntimeError)):
+            stager.copy_to_host(numpy.empty(64, numpy.uint8), Tensor())
+    finally:
+        capturing.end_capture().destroy()
+        stager.close()
+    assert asked_during_capture == [], (
+        "the export ran while torch's current stream (current device) was capturing: torch records an "
+        "event inside the capture and breaks it"
+    )
+
+
+def test_a_deeply_nested_header_raises_safetensors_error():
+    # Every file either reader refuses raises SafetensorsError (a
+    # ValueError), a header nested deeper than json.loads recurses too.
+    from hostcopy import _safetensors_format as fmt
+
+    body = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    raw = struct.pack("<Q", len(body)) + body
+    with pytest.raises(hostcopy.SafetensorsError):
+        fmt.parse_header(raw, len(raw), "deep.safetensors")
+
+
+def test_dropping_the_last_reference_to_a_stager_does_not_wait_with_the_gil_held():
+    # Dropping the last reference to a stager closes it with the GIL
+    # released, as close() does: its drop drains its streams, which wait on
+    # the `stream=` of a copy it refused after ordering itself after that
+    # stream. The thread that lets that stream's work end gets the GIL
+    # meanwhile.
+    code, out, err = run(
+        """
+        stream = native.SimStream(device)
+        stager = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0)
+        native.sim_hold(device)          # work queued on `stream` not done yet
+        try:
+            stager.copy_blocks_to_host(numpy.empty(SIZE, numpy.uint8), source, [(0, 0, 100), (0, 50, 100)], stream=stream)
+        except hostcopy.BlocksOverlap:
+            print("refused", flush=True)
+        def release():
+            time.sleep(0.5)
+            native.sim_release(device)
+        threading.Thread(target=release, daemon=True).start()
+        del stager
+        print("dropped", flush=True)
+        """,
+        timeout=15,
+    )
+    assert "refused" in out, (out, err)
+    assert code != "timeout", "del stager waited for the device with the GIL held: the releasing thread never ran"
+    assert "dropped" in out, (out, err)
