@@ -23,10 +23,18 @@ pub(crate) fn run(
 ) -> Result<Reference, Error> {
     let headline_bytes = if options.quick { 64 << 20 } else { 1 << 30 };
     let reference = headline(context, options, headline_bytes, report)?;
-    option_sweep(context, options, headline_bytes, &reference, report)?;
-    sizes(context, options, &reference, report)?;
-    small(context, options, report)?;
-    two_gpus(options, headline_bytes, &reference, report)?;
+    if options.runs_group("sweep") {
+        option_sweep(context, options, headline_bytes, &reference, report)?;
+    }
+    if options.runs_group("sizes") {
+        sizes(context, options, &reference, report)?;
+    }
+    if options.runs_group("small") {
+        small(context, options, report)?;
+    }
+    if options.runs_group("two-gpus") {
+        two_gpus(options, headline_bytes, &reference, report)?;
+    }
     Ok(reference)
 }
 

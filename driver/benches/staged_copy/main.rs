@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated]
+//!             [--only GROUP,...]
 //! ```
 //!
 //! Groups (`groups.rs`): 1 GiB with default options (D2H; H2D with
@@ -34,6 +35,10 @@
 //! that call the driver directly say "not run" there). With feature
 //! `cudarc`, last (`cudarc.rs`): a `CudaSlice` that a cudarc kernel wrote
 //! beside a `DeviceBuffer`, both ways, runs interleaved.
+//!
+//! `--only` runs the named groups alone (after the 1 GiB reference, which
+//! the others compare with): `sweep`, `sizes`, `small`, `two-gpus`,
+//! `fresh`, `batches`, `chunk-cost`, `cudarc`.
 
 mod batches;
 mod chunk_cost;
@@ -63,6 +68,30 @@ pub(crate) struct Options {
     /// Against the simulated driver (feature `simulator`): checks the
     /// benchmark's own logic without a GPU; the figures mean nothing.
     pub(crate) simulated: bool,
+    /// `--only`: the groups to run; `None`, all of them.
+    pub(crate) only: Option<Vec<String>>,
+}
+
+/// The groups `--only` names.
+const GROUPS: [&str; 8] = [
+    "sweep",
+    "sizes",
+    "small",
+    "two-gpus",
+    "fresh",
+    "batches",
+    "chunk-cost",
+    "cudarc",
+];
+
+impl Options {
+    /// Whether group `name` (one of [`GROUPS`]) runs.
+    pub(crate) fn runs_group(&self, name: &str) -> bool {
+        debug_assert!(GROUPS.contains(&name));
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|group| group == name))
+    }
 }
 
 fn parse() -> Result<Options, String> {
@@ -73,6 +102,7 @@ fn parse() -> Result<Options, String> {
         out: "bench-out".into(),
         quick: false,
         simulated: false,
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -81,6 +111,17 @@ fn parse() -> Result<Options, String> {
             "--simulated" => options.simulated = true,
             "--bench" => {} // passed by `cargo bench`
             "--out" => options.out = args.next().ok_or("--out needs a value")?.into(),
+            "--only" => {
+                let list = args.next().ok_or("--only needs a list of groups")?;
+                let groups: Vec<String> = list.split(',').map(str::to_owned).collect();
+                if let Some(unknown) = groups.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+                    return Err(format!(
+                        "--only: no group `{unknown}` (groups: {})",
+                        GROUPS.join(", ")
+                    ));
+                }
+                options.only = Some(groups);
+            }
             "--runs" | "--max-gib" | "--small-reps" => {
                 let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
                 let n: usize = value
@@ -115,11 +156,19 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
         notes: Vec::new(),
     };
     let reference = groups::run(context, options, &mut report)?;
-    fresh::run(context, options, &reference, &mut report)?;
-    batches::run(context, options, &reference, &mut report)?;
-    chunk_cost::run(context, options, &reference, &mut report)?;
+    if options.runs_group("fresh") {
+        fresh::run(context, options, &reference, &mut report)?;
+    }
+    if options.runs_group("batches") {
+        batches::run(context, options, &reference, &mut report)?;
+    }
+    if options.runs_group("chunk-cost") {
+        chunk_cost::run(context, options, &reference, &mut report)?;
+    }
     #[cfg(feature = "cudarc")]
-    cudarc::run(context, options, &reference, &mut report)?;
+    if options.runs_group("cudarc") {
+        cudarc::run(context, options, &reference, &mut report)?;
+    }
     Ok(report)
 }
 
@@ -128,7 +177,7 @@ fn main() -> ExitCode {
         Ok(options) => options,
         Err(message) => {
             eprintln!(
-                "staged_copy: {message}\nusage: staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated]"
+                "staged_copy: {message}\nusage: staged_copy [--runs N] [--max-gib N] [--small-reps N] [--out DIR] [--quick] [--simulated] [--only GROUP,...]"
             );
             return ExitCode::from(2);
         }
