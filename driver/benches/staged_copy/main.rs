@@ -50,7 +50,7 @@ use std::process::ExitCode;
 
 use hostcopy_driver::cuda::{Context, Error};
 
-use crate::report::Report;
+use crate::report::{Reference, Report};
 
 /// What to run.
 #[derive(Debug)]
@@ -63,6 +63,14 @@ pub(crate) struct Options {
     /// Against the simulated driver (feature `simulator`): checks the
     /// benchmark's own logic without a GPU; the figures mean nothing.
     pub(crate) simulated: bool,
+}
+
+/// What each group after the first runs with: the GPU's context, what to
+/// run, and the figures the first group measured to compare with.
+pub(crate) struct Bench<'a> {
+    pub(crate) context: &'a Context,
+    pub(crate) options: &'a Options,
+    pub(crate) reference: &'a Reference,
 }
 
 fn parse() -> Result<Options, String> {
@@ -115,11 +123,16 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
         notes: Vec::new(),
     };
     let reference = groups::run(context, options, &mut report)?;
-    fresh::run(context, options, &reference, &mut report)?;
-    batches::run(context, options, &reference, &mut report)?;
-    chunk_cost::run(context, options, &reference, &mut report)?;
+    let bench = Bench {
+        context,
+        options,
+        reference: &reference,
+    };
+    fresh::run(&bench, &mut report)?;
+    batches::run(&bench, &mut report)?;
+    chunk_cost::run(&bench, &mut report)?;
     #[cfg(feature = "cudarc")]
-    cudarc::run(context, options, &reference, &mut report)?;
+    cudarc::run(&bench, &mut report)?;
     Ok(report)
 }
 
