@@ -13,7 +13,7 @@ use hostcopy_driver::cuda::staging::{
     Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
 };
 use hostcopy_driver::cuda::{BlockSide, DeviceBuffer, Error};
-use sim_support::{device, scaled};
+use sim_support::{device, pattern, scaled};
 
 const CHUNK: usize = scaled(1 << 20, hostcopy_driver::cuda::staging::MIN_CHUNK);
 const BUFFERS: usize = 3;
@@ -21,38 +21,16 @@ const BUFFERS: usize = 3;
 /// Transfers of a chunk or more are staged (under Miri the chunk is small,
 /// far below the default crossover).
 fn options(device_copies: DeviceCopies) -> StagingOptions {
-    StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(2)
-        .device_copies(device_copies)
+    sim_support::options(CHUNK, BUFFERS, 2)
         .driver_path_below(CHUNK)
+        .device_copies(device_copies)
         .build()
         .unwrap()
 }
 
 /// A stager whose transfers below a chunk take the driver's path.
 fn small_on_driver_path(device: &sim_support::Device) -> Stager {
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build()
-        .unwrap();
-    Stager::with_options(&device.context, options).unwrap()
-}
-
-/// A byte pattern with no period shorter than the data (a multiplicative
-/// hash of the offset): a chunk copied to the wrong place never matches by
-/// accident. (A pattern that repeats every 64 KiB hid chunks swapped.)
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (i ^ (u64::from(seed) << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            (x >> 56) as u8 ^ (x >> 29) as u8
-        })
-        .collect()
+    device.stager(sim_support::options(CHUNK, BUFFERS, 1).driver_path_below(CHUNK))
 }
 
 /// Blocks of awkward sizes (none a multiple of another, one larger than a

@@ -17,15 +17,15 @@
 
 #[path = "sim_support/libcuda.rs"]
 mod libcuda;
+mod sim_support;
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use hostcopy_driver::cuda::sim;
-use hostcopy_driver::cuda::staging::{
-    Block, Stager, StagingOptions, cudarc::CudarcMemory, to_device, to_host,
-};
+use hostcopy_driver::cuda::staging::{Block, Stager, cudarc::CudarcMemory, to_device, to_host};
 use hostcopy_driver::cuda::{Context, Error};
+use sim_support::pattern;
 
 const CHUNK: usize = 1 << 20;
 const BUFFERS: usize = 3;
@@ -55,10 +55,7 @@ fn setup_with(driver_path_below: usize) -> Setup {
     let cuda = CudaContext::new(ordinal).expect("cudarc's context on the simulated device");
     let stream = cuda.new_stream().expect("a cudarc stream");
     let context = Context::from_cudarc(&cuda).expect("the same primary context");
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(BUFFERS)
-        .workers(2)
+    let options = sim_support::options(CHUNK, BUFFERS, 2)
         .driver_path_below(driver_path_below)
         .build()
         .unwrap();
@@ -115,18 +112,6 @@ fn download(cuda: &Arc<CudaContext>, stream: &Arc<CudaStream>, slice: &CudaSlice
     stream.memcpy_dtoh(slice, &mut pinned).unwrap();
     stream.synchronize().unwrap();
     pinned.as_slice().unwrap().to_vec()
-}
-
-/// A byte pattern with no period shorter than the data (a multiplicative
-/// hash of the offset): a chunk copied to the wrong place never matches by
-/// accident. (A pattern that repeats every 64 KiB hid chunks swapped.)
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (i ^ (u64::from(seed) << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            (x >> 56) as u8 ^ (x >> 29) as u8
-        })
-        .collect()
 }
 
 #[test]

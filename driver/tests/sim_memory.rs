@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use hostcopy_driver::cuda::DeviceBuffer;
-use hostcopy_driver::cuda::staging::{MIN_CHUNK, Stager, StagingOptions, to_host};
+use hostcopy_driver::cuda::staging::{MIN_CHUNK, to_host};
 use sim_support::{device, scaled};
 
 /// The system allocator, counting the bytes allocated and not yet freed.
@@ -49,14 +49,7 @@ fn a_long_lived_scope_holds_no_more_after_thousands_of_transfers_it_waited_for()
     let device = device();
     // Every transfer staged (none on the driver's path), so that each
     // takes a slot of the scope.
-    let options = StagingOptions::builder()
-        .chunk(MIN_CHUNK)
-        .buffers(2)
-        .workers(1)
-        .driver_path_below(0)
-        .build()
-        .unwrap();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = device.stager(sim_support::options(MIN_CHUNK, 2, 1).driver_path_below(0));
     let source = DeviceBuffer::new(&device.context, 64).unwrap();
     let (warm_up, rounds) = (scaled(200, 10), scaled(3000, 60));
     // A scope's transfer borrows its buffer for the whole scope: one piece

@@ -16,7 +16,7 @@ use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::DeviceBuffer;
 use hostcopy_driver::cuda::staging::{self, Block, Stager, StagingOptions, to_host};
 use hostcopy_driver::prefault;
-use sim_support::{device, scaled};
+use sim_support::{device, pattern, scaled};
 
 /// Chunks large enough to hold whole huge pages outside Miri.
 const CHUNK: usize = scaled(4 << 20, staging::MIN_CHUNK);
@@ -32,25 +32,11 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn stager(device: &sim_support::Device, prefault: bool) -> Stager {
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(3)
-        .workers(2)
-        .driver_path_below(0)
-        .prefault(prefault)
-        .build()
-        .unwrap();
-    Stager::with_options(&device.context, options).unwrap()
-}
-
-/// The same aperiodic pattern as the other staging tests.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (i ^ (u64::from(seed) << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            (x >> 56) as u8 ^ (x >> 29) as u8
-        })
-        .collect()
+    device.stager(
+        sim_support::options(CHUNK, 3, 2)
+            .driver_path_below(0)
+            .prefault(prefault),
+    )
 }
 
 #[test]

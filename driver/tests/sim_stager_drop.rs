@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::DeviceBuffer;
 use hostcopy_driver::cuda::sim;
-use hostcopy_driver::cuda::staging::{self, Stager, StagingOptions, to_host};
+use hostcopy_driver::cuda::staging::{self, to_host};
 use hostcopy_driver::parallel::running_workers;
 use hostcopy_driver::{HostRange, RawHostMemory};
 use sim_support::device;
@@ -26,14 +26,7 @@ use sim_support::device;
 fn a_transfer_dropped_after_a_sticky_error_mid_copy_waits_for_the_copier() {
     let device = device();
     let len = 128 << 20;
-    let options = StagingOptions::builder()
-        .chunk(len)
-        .buffers(1)
-        .workers(1)
-        .driver_path_below(0)
-        .build()
-        .unwrap();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = device.stager(sim_support::options(len, 1, 1).driver_path_below(0));
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &vec![0xA5u8; len]).unwrap();
     // Kept for good, as the unsafe contract asks of a transfer dropped unfinished.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use hostcopy_driver::cuda::{
     CaptureMode, Context, DeviceBuffer, DeviceView, Error, PinnedBuffer, Stream,
 };
-use sim_support::{device, scaled};
+use sim_support::{device, pattern, scaled};
 
 /// Chunk size of the tests: large enough for the workers to split each
 /// chunk outside Miri (parts are at least 256 KiB).
@@ -27,38 +27,16 @@ const LAUNCH_FAILED: u32 = 719;
 const OUT_OF_MEMORY: u32 = 2;
 
 fn options(stores: Stores) -> StagingOptions {
-    StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(3)
-        .workers(2)
-        .h2d_stores(stores)
+    sim_support::options(CHUNK, 3, 2)
         .driver_path_below(0)
+        .h2d_stores(stores)
         .build()
         .unwrap()
 }
 
 /// A stager whose single transfers below a chunk take the driver's path.
 fn on_the_drivers_path_below_a_chunk(device: &sim_support::Device) -> Stager {
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(2)
-        .workers(1)
-        .driver_path_below(CHUNK)
-        .build()
-        .unwrap();
-    Stager::with_options(&device.context, options).unwrap()
-}
-
-/// A byte pattern with no period shorter than the data (a multiplicative
-/// hash of the offset): a chunk copied to the wrong place never matches by
-/// accident. (A pattern that repeats every 64 KiB hid chunks swapped.)
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (i ^ (u64::from(seed) << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            (x >> 56) as u8 ^ (x >> 29) as u8
-        })
-        .collect()
+    device.stager(sim_support::options(CHUNK, 2, 1).driver_path_below(CHUNK))
 }
 
 /// Sizes around the chunk: none, one byte, one short, exact, one over, and
@@ -559,14 +537,7 @@ fn pinned_memory_takes_one_driver_copy_each_way() {
 #[test]
 fn the_drivers_thread_copies_alone_with_no_workers() {
     let device = device();
-    let options = StagingOptions::builder()
-        .chunk(CHUNK)
-        .buffers(2)
-        .workers(0)
-        .driver_path_below(0)
-        .build()
-        .unwrap();
-    let mut stager = Stager::with_options(&device.context, options).unwrap();
+    let mut stager = device.stager(sim_support::options(CHUNK, 2, 0).driver_path_below(0));
     assert_eq!(stager.workers(), 0);
     let len = 3 * CHUNK + 1;
     let expected = pattern(len, 6);

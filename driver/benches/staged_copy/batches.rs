@@ -37,19 +37,15 @@ use hostcopy_driver::cuda::{
     CUdeviceptr, CUstream, Context, DeviceBuffer, Error, PinnedBuffer, Stream,
 };
 
-use crate::Options;
 use crate::machine::host_available;
 use crate::paths::{self, Direction, Timed, timed};
 use crate::report::{Reference, Report, gbps, not_run, row};
 use crate::table::size;
+use crate::{Bench, Options};
 
 /// Runs the three groups.
-pub(crate) fn run(
-    context: &Context,
-    options: &Options,
-    reference: &Reference,
-    report: &mut Report,
-) -> Result<(), Error> {
+pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
+    let (context, options, reference) = (bench.context, bench.options, bench.reference);
     let batch_copy = BatchCopy::open(options);
     scattered(context, options, batch_copy.as_ref(), report)?;
     caller_share(context, options, reference, report)?;

@@ -39,10 +39,10 @@ use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores, default_wor
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, Event, PinnedBuffer, Stream};
 use hostcopy_driver::parallel::CopyPool;
 
-use crate::Options;
 use crate::paths::{self, Direction, Timed, timed};
 use crate::report::{Reference, Report, gbps, row};
 use crate::table::size;
+use crate::{Bench, Options};
 
 /// Staging buffers (and streams) of every pipeline here: the default.
 const BUFFERS: usize = 4;
@@ -51,12 +51,8 @@ const BUFFERS: usize = 4;
 const CHUNKS_MIB: [usize; 3] = [1, 4, 16];
 
 /// Runs the three groups.
-pub(crate) fn run(
-    context: &Context,
-    options: &Options,
-    reference: &Reference,
-    report: &mut Report,
-) -> Result<(), Error> {
+pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
+    let (context, options, reference) = (bench.context, bench.options, bench.reference);
     per_chunk(context, options, reference, report)?;
     host_side(context, options, reference, report)?;
     foreign_host_functions(context, options, reference, report)?;

@@ -10,9 +10,9 @@ use cudarc::nvrtc::Ptx;
 use hostcopy_driver::cuda::staging::{Stager, cudarc::CudarcMemory, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error};
 
-use crate::Options;
+use crate::Bench;
 use crate::paths::Timed;
-use crate::report::{Reference, Report, not_run, row};
+use crate::report::{Report, not_run, row};
 use crate::table::size;
 
 const GROUP: &str = "cudarc";
@@ -31,12 +31,8 @@ fn or_exit<T>(what: &str, result: Result<T, cudarc::driver::DriverError>) -> T {
     })
 }
 
-pub(crate) fn run(
-    context: &Context,
-    options: &Options,
-    reference: &Reference,
-    report: &mut Report,
-) -> Result<(), Error> {
+pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
+    let (context, options, reference) = (bench.context, bench.options, bench.reference);
     let bytes: usize = if options.quick { 64 << 20 } else { 1 << 30 };
     println!("{GROUP}: CudaSlice written by a cudarc kernel vs DeviceBuffer");
     if options.simulated {

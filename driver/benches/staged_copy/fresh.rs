@@ -13,11 +13,11 @@ use hostcopy_driver::cuda::staging::{Stager, StagingOptions, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, PinnedBuffer};
 use hostcopy_driver::prefault;
 
-use crate::Options;
 use crate::machine::host_available;
 use crate::paths::{self, Destination, Timed};
 use crate::report::{Reference, Report, check, gbps, not_run, row};
 use crate::table::size;
+use crate::{Bench, Options};
 
 const GROUP: &str = "D2H into a never-touched vec![0; n] (x driver: its path into the same)";
 const MAKING: &str = "making a host buffer usable (x driver: x pinned cuMemHostAlloc)";
@@ -27,12 +27,8 @@ fn pattern(bytes: usize) -> Vec<u8> {
     (0..bytes).map(|i| (i % 251) as u8).collect()
 }
 
-pub(crate) fn run(
-    context: &Context,
-    options: &Options,
-    reference: &Reference,
-    report: &mut Report,
-) -> Result<(), Error> {
+pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
+    let (context, options, reference) = (bench.context, bench.options, bench.reference);
     let mut on = Stager::new(context)?;
     let mut off =
         Stager::with_options(context, StagingOptions::builder().prefault(false).build()?)?;

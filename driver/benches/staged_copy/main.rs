@@ -55,7 +55,7 @@ use std::process::ExitCode;
 
 use hostcopy_driver::cuda::{Context, Error};
 
-use crate::report::Report;
+use crate::report::{Reference, Report};
 
 /// What to run.
 #[derive(Debug)]
@@ -92,6 +92,14 @@ impl Options {
             .as_ref()
             .is_none_or(|only| only.iter().any(|group| group == name))
     }
+}
+
+/// What each group after the first runs with: the GPU's context, what to
+/// run, and the figures the first group measured to compare with.
+pub(crate) struct Bench<'a> {
+    pub(crate) context: &'a Context,
+    pub(crate) options: &'a Options,
+    pub(crate) reference: &'a Reference,
 }
 
 fn parse() -> Result<Options, String> {
@@ -156,18 +164,23 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
         notes: Vec::new(),
     };
     let reference = groups::run(context, options, &mut report)?;
+    let bench = Bench {
+        context,
+        options,
+        reference: &reference,
+    };
     if options.runs_group("fresh") {
-        fresh::run(context, options, &reference, &mut report)?;
+        fresh::run(&bench, &mut report)?;
     }
     if options.runs_group("batches") {
-        batches::run(context, options, &reference, &mut report)?;
+        batches::run(&bench, &mut report)?;
     }
     if options.runs_group("chunk-cost") {
-        chunk_cost::run(context, options, &reference, &mut report)?;
+        chunk_cost::run(&bench, &mut report)?;
     }
     #[cfg(feature = "cudarc")]
     if options.runs_group("cudarc") {
-        cudarc::run(context, options, &reference, &mut report)?;
+        cudarc::run(&bench, &mut report)?;
     }
     Ok(report)
 }
