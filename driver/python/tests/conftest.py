@@ -191,3 +191,21 @@ def sim():
 def device(sim) -> int:
     """A fresh simulated device of the test's own, its primary context current."""
     return sim.device()
+
+
+#: The start of a script run in a fresh interpreter against the simulated
+#: driver (test_life_sim.py, test_life_edges_sim.py): one device, its
+#: context current, and `source`, 1 MiB of device memory holding a pattern.
+SIM_SCRIPT_PRELUDE = """
+import atexit, os, sys, threading, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)
+import numpy
+import hostcopy
+native = hostcopy._native
+native.sim_install()
+device = native.sim_new_device()
+native.sim_make_current(device)
+SIZE = 1 << 20
+source = native.SimDeviceArray(device, SIZE, None)
+source.write(bytes(range(256)) * (SIZE // 256))
+"""

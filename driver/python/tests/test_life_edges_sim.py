@@ -16,25 +16,14 @@ import types
 import pytest
 
 import hostcopy
+from conftest import SIM_SCRIPT_PRELUDE
 
 pytestmark = pytest.mark.skipif(
     not hasattr(hostcopy._native, "sim_install"),
     reason="this wheel has no simulated driver (ci.sh builds one with --features simulator)",
 )
 
-PRELUDE = """
-import atexit, os, sys, threading, time, warnings
-warnings.simplefilter("ignore", DeprecationWarning)
-import numpy
-import hostcopy
-native = hostcopy._native
-native.sim_install()
-device = native.sim_new_device()
-native.sim_make_current(device)
-SIZE = 1 << 20
-source = native.SimDeviceArray(device, SIZE, None)
-source.write(bytes(range(256)) * (SIZE // 256))
-"""
+PRELUDE = SIM_SCRIPT_PRELUDE
 
 
 def run(body: str, timeout: float):
