@@ -25,6 +25,7 @@ import gc
 import statistics
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,9 +51,9 @@ class Side:
 
 
 async def round_trip_checked(side: Side) -> None:
-    await hostcopy.copy_to_host(side.host, side.device, blocking=False)
+    await copies.copy_to_host(side.host, side.device, blocking=False)
     side.upload.zero_()
-    await hostcopy.copy_to_device(side.upload, side.host, blocking=False)
+    await copies.copy_to_device(side.upload, side.host, blocking=False)
     torch.cuda.synchronize()
     if not torch.equal(side.upload, side.device):
         raise AssertionError(f"{side.nbytes >> 20} MiB round trip by await differs")
@@ -72,6 +73,11 @@ def on_gc(phase: str, info: dict) -> None:
         gc_pause["longest"] = max(gc_pause["longest"], now - gc_pause["began"])
 
 
+#: What the tasks copy through: the module's functions (the default
+#: stager), or a ``Stager`` of ``--workers`` copy threads.
+copies: Any = hostcopy
+
+
 #: The longest a start (the synchronous call that returns the Transfer)
 #: held the loop, per mode: the part of the lag that is hostcopy's own.
 starts: dict = {}
@@ -86,9 +92,9 @@ def started(mode: str, start: float) -> None:
 async def by_await(side: Side, d2h: bool) -> None:
     start = time.perf_counter()
     if d2h:
-        transfer = hostcopy.copy_to_host(side.host, side.device, blocking=False)
+        transfer = copies.copy_to_host(side.host, side.device, blocking=False)
     else:
-        transfer = hostcopy.copy_to_device(side.upload, side.host, blocking=False)
+        transfer = copies.copy_to_device(side.upload, side.host, blocking=False)
     started("await", start)
     await transfer
 
@@ -97,9 +103,9 @@ def executor_mode(pool: concurrent.futures.Executor):
     async def by_executor(side: Side, d2h: bool) -> None:
         loop = asyncio.get_running_loop()
         if d2h:
-            await loop.run_in_executor(pool, hostcopy.copy_to_host, side.host, side.device)
+            await loop.run_in_executor(pool, copies.copy_to_host, side.host, side.device)
         else:
-            await loop.run_in_executor(pool, hostcopy.copy_to_device, side.upload, side.host)
+            await loop.run_in_executor(pool, copies.copy_to_device, side.upload, side.host)
 
     return by_executor
 
@@ -107,9 +113,9 @@ def executor_mode(pool: concurrent.futures.Executor):
 async def by_polling(side: Side, d2h: bool) -> None:
     start = time.perf_counter()
     if d2h:
-        transfer = hostcopy.copy_to_host(side.host, side.device, blocking=False)
+        transfer = copies.copy_to_host(side.host, side.device, blocking=False)
     else:
-        transfer = hostcopy.copy_to_device(side.upload, side.host, blocking=False)
+        transfer = copies.copy_to_device(side.upload, side.host, blocking=False)
     started("poll", start)
     while not transfer.done():
         await asyncio.sleep(POLL)
@@ -157,9 +163,19 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes-mib", type=int, nargs=4, default=[64, 256, 512, 1024])
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="copy through a Stager of this many workers (default: the default stager's, cores - 4)",
+    )
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name(0)}, hostcopy {hostcopy.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
     sides = [Side(size * MiB, seed) for seed, size in enumerate(args.sizes_mib)]
+    global copies
+    if args.workers is not None:
+        copies = hostcopy.Stager(0, workers=args.workers)
+    print(f"copy workers: {copies.options['workers'] if args.workers is not None else 'those of the default stager'}")
     loops = {"asyncio": asyncio.new_event_loop}
     try:
         import uvloop

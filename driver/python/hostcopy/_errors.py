@@ -145,6 +145,21 @@ class NotDeviceMemory(ValueError):
         self.addr: int = fields.get("addr", 0)
 
 
+class MemoryNotHeld(TypeError):
+    """Host memory that a ``blocking=False`` transfer cannot keep for its
+    copies (``side``): a torch CPU tensor, or a numpy array or memoryview
+    over one (``t.numpy()``) or over a DLPack export (``numpy.from_dlpack``).
+    torch frees a tensor's memory under any reference to the tensor when
+    it is resized or given other storage (``resize_()``, ``set_()``,
+    ``share_memory_()``, ``t.data = ...``, an ``out=`` of another shape), so
+    the transfer would write or read freed memory. A blocking copy of the
+    same memory is fine."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.side: str = fields.get("side", "")
+
+
 class WrongDevice(ValueError):
     """Memory or a stream of one device given to a stager or call of another (``expected``, ``found``: device ordinals)."""
 

@@ -22,14 +22,17 @@ naming it (``nbytes``, ``blocks[3].host_offset``). The native module
 recognises them (src/integers.rs, src/blocks.rs).
 
 What each bad argument of a copy raises; a call refused so copies nothing
-(every class is in ``hostcopy``; all but ``TypeError`` and
-``StreamCapturing`` are ``ValueError`` subclasses):
+(every class is in ``hostcopy``; all but ``TypeError``, ``MemoryNotHeld``
+(a ``TypeError``) and ``StreamCapturing`` are ``ValueError`` subclasses):
 
 - ``TypeError``: ``nbytes``, an offset or a block field that is no integer
   (``float``, ``str``, ``bool``); ``blocks`` that are no triples (``"123"``,
   a dict, an array not of shape ``(n, 3)``) or an array of a non-integer
   dtype; a side of no known kind; GPU memory as the host side; a jax array
   as a destination.
+- ``MemoryNotHeld``: a torch CPU tensor, or a numpy array or memoryview
+  over one or over a DLPack export, as the host side of a
+  ``blocking=False`` copy (torch can free its memory under the copy).
 - ``IntegerOutOfRange``: ``nbytes``, an offset or a block field that is
   negative or wider than a word (``>= 2**64``), with its ``name``.
 - ``OutOfBounds``: a range past the end of either side;
@@ -52,7 +55,7 @@ import threading
 from typing import Any, Optional, Sequence, SupportsIndex, TypedDict, Union
 
 from . import _native
-from ._errors import NotContiguous, NotDeviceMemory, ReadOnlyBuffer, StreamCapturing
+from ._errors import MemoryNotHeld, NotContiguous, NotDeviceMemory, ReadOnlyBuffer, StreamCapturing
 
 #: DLPack device types.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
@@ -267,6 +270,48 @@ def _host_side(obj: Any, side: str, writable: bool) -> Any:
     )
 
 
+def _is_torch_tensor(obj: Any) -> bool:
+    return type(obj).__module__.partition(".")[0] == "torch" and hasattr(obj, "untyped_storage")
+
+
+def _refuse_memory_not_held(obj: Any, side: str) -> None:
+    """Refuses, for a ``blocking=False`` transfer, host memory whose owner
+    can free it while the transfer holds the object (``MemoryNotHeld``):
+    a torch tensor, reached directly or as the owner of a numpy array or
+    memoryview over it, and memory numpy borrowed through a DLPack capsule
+    (whose producer may be torch). Measured with torch 2.11
+    (bench/torch_storage_probe.py): a live capsule of a CPU tensor keeps
+    none of its memory across ``resize_`` (grow), ``set_``, ``.data =``,
+    ``share_memory_`` or a resizing ``out=``."""
+    numpy = sys.modules.get("numpy")
+    link, depth = obj, 0
+    while link is not None and depth < 64:
+        if _is_torch_tensor(link):
+            owner = "" if link is obj else f" (the owner of this {type(obj).__name__})"
+            raise MemoryNotHeld(
+                f"{side} is a torch tensor{owner}: torch frees a tensor's memory under any reference to it "
+                "when it is resized or given other storage (resize_(), set_(), share_memory_(), t.data = ..., "
+                "an out= of another shape), so a blocking=False transfer cannot keep it for its copies. "
+                "Copy with blocking=True (the GIL is released: in asyncio, asyncio.to_thread), or keep the "
+                "host memory in numpy (a = numpy.empty(n, numpy.uint8); t = torch.from_numpy(a)) and pass a",
+                side=side,
+            )
+        if type(link).__name__ == "PyCapsule":
+            raise MemoryNotHeld(
+                f"{side} is a numpy array over a DLPack export (numpy.from_dlpack): its producer (torch, for "
+                "one) can free the memory while the array is alive, so a blocking=False transfer cannot keep "
+                "it for its copies. Copy with blocking=True, or pass memory numpy owns",
+                side=side,
+            )
+        if numpy is not None and isinstance(link, numpy.ndarray):
+            link = link.base
+        elif isinstance(link, memoryview):
+            link = link.obj
+        else:
+            return
+        depth += 1
+
+
 def _blocks(blocks: Any) -> Any:
     """The blocks for the native call, which recognises them (src/blocks.rs):
     a numpy array as a fresh C-ordered copy of its own dtype (numpy.array
@@ -282,12 +327,16 @@ def _blocks(blocks: Any) -> Any:
     return blocks
 
 
-def _sides(dst: Any, src: Any, to_device: bool, stream: Any) -> tuple[_Device, Any, int]:
+def _sides(dst: Any, src: Any, to_device: bool, stream: Any, blocking: bool) -> tuple[_Device, Any, int]:
     """What every transfer reads first, in this order: the stream it is
     ordered on (none given: 1, the legacy default stream), its device side,
     then its host side (``to_device``: ``dst`` is the device side); in a
-    forked child or at exit, nothing (``_native.check_usable``)."""
+    forked child or at exit, nothing (``_native.check_usable``). The host
+    side of a ``blocking=False`` transfer is checked for memory it cannot
+    hold before anything is exported."""
     _native.check_usable()
+    if not blocking:
+        _refuse_memory_not_held(src if to_device else dst, "src" if to_device else "dst")
     consumer = 1 if stream is None else (_stream_handle(stream) or 1)
     if to_device:
         return _device_side(dst, "dst", True, consumer), _host_side(src, "src", False), consumer
@@ -348,11 +397,15 @@ class Stager:
     own, or start them with ``blocking=False``. In asyncio code, start
     transfers with ``blocking=False`` and ``await`` them: see ``Transfer``.
 
-    A transfer holds both of its sides alive, not their storage: do not
-    resize_ or free the storage of either side while a transfer runs (a
-    torch tensor's ``resize_()`` or ``untyped_storage().resize_(0)``, a
-    cuda.core ``Buffer``'s ``close()``). A blocking transfer releases the
-    GIL, so this holds for other threads during it too.
+    A transfer holds both of its sides alive, not their storage. torch
+    frees a CPU tensor's memory under any reference (``resize_()``,
+    ``set_()``, ``share_memory_()``), so a ``blocking=False`` transfer
+    refuses a torch CPU tensor as its host side, and a numpy array over one
+    or over a DLPack export (``MemoryNotHeld``): pass memory numpy owns
+    (``torch.from_numpy`` views it). Do not free the device side's memory
+    while a transfer runs (a cuda.core ``Buffer``'s ``close()``), nor
+    either side's from another thread during a blocking transfer, which
+    releases the GIL.
     """
 
     def __init__(
@@ -407,7 +460,7 @@ class Stager:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from GPU memory ``src`` into host memory ``dst``; see
         ``hostcopy.copy_to_host``."""
-        device, host, consumer = _sides(dst, src, False, stream)
+        device, host, consumer = _sides(dst, src, False, stream, bool(blocking))
         return self._native.device_to_host(
             host,
             dst_offset,
@@ -435,7 +488,7 @@ class Stager:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from host memory ``src`` into GPU memory ``dst``; see
         ``hostcopy.copy_to_device``."""
-        device, host, consumer = _sides(dst, src, True, stream)
+        device, host, consumer = _sides(dst, src, True, stream, bool(blocking))
         return self._native.host_to_device(
             device.ptr,
             device.nbytes,
@@ -462,7 +515,7 @@ class Stager:
         ``blocks`` from GPU memory ``src`` into host memory ``dst``; see
         ``hostcopy.copy_blocks_to_host``."""
         triples = _blocks(blocks)
-        device, host, consumer = _sides(dst, src, False, stream)
+        device, host, consumer = _sides(dst, src, False, stream, bool(blocking))
         return self._native.device_to_host_blocks(
             host, device.ptr, device.owner, device.nbytes, triples, device.streams, consumer, bool(blocking)
         )
@@ -480,7 +533,7 @@ class Stager:
         ``blocks`` from host memory ``src`` into GPU memory ``dst``; see
         ``hostcopy.copy_blocks_to_device``."""
         triples = _blocks(blocks)
-        device, host, consumer = _sides(dst, src, True, stream)
+        device, host, consumer = _sides(dst, src, True, stream, bool(blocking))
         return self._native.host_to_device_blocks(
             device.ptr, device.owner, device.nbytes, host, triples, device.streams, consumer, bool(blocking)
         )
@@ -584,11 +637,14 @@ def copy_to_host(
     finishes it and lets go of both sides once the copy is done); work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
-    object alive does not stop an explicit free: do not resize_ or free the
-    storage of either side while a transfer runs (a torch tensor's
-    ``resize_()`` or ``untyped_storage().resize_(0)``, a cuda.core
-    ``Buffer``'s ``close()``); that includes other threads during a
-    blocking copy, which releases the GIL. Nor read or write ``dst`` from
+    object alive does not stop an explicit free: torch frees a CPU tensor's
+    memory under any reference on ``resize_()``, ``set_()`` or
+    ``share_memory_()``, so with ``blocking=False`` a torch CPU tensor
+    ``dst``, or a numpy array over one (``t.numpy()``) or over a DLPack
+    export, raises ``MemoryNotHeld`` (pass a numpy array and view it with
+    ``torch.from_numpy``). Do not free ``src``'s memory while a transfer
+    runs (a cuda.core ``Buffer``'s ``close()``), nor either side's from
+    another thread during a blocking copy, which releases the GIL. Nor read or write ``dst`` from
     another thread while the copy runs (the copy writes it without the
     GIL; what such a thread saw would be torn). Uses one ``Stager`` per
     device, made on first use and shared by every thread (see ``Stager``:

@@ -8,12 +8,17 @@
 //!   `atexit` handler of the interpreter, which runs before that, closes
 //!   every stager: new transfers are refused (`ValueError`, the stager is
 //!   closed), and closing waits for every transfer in flight, the
-//!   non-blocking ones included (up to [`EXIT_GRACE`] in all). Then, from the moment the interpreter
-//!   finalises, a thread that comes back from a call made without the GIL
-//!   and is ended by the interpreter (with `pthread_exit`, an unwind that
-//!   aborts the process where it meets this extension's frames: measured
-//!   here, 5 runs of 5 with four daemon threads copying) sleeps until the
-//!   process ends instead ([`detach`]).
+//!   non-blocking ones included (up to [`EXIT_GRACE`] in all). Once the
+//!   interpreter finalises, Python before 3.14 ends a thread that asks for
+//!   the GIL with `pthread_exit`, a forced unwind that crashes the process
+//!   where it crosses this extension's frames (measured on the H200 host:
+//!   SIGSEGV in 4 runs of 8 of a script whose daemon threads copy in a
+//!   loop, the unwind jumping to a stack address). So no thread of ours
+//!   asks for it then ([`detach`]): one that comes back from a call made
+//!   without the GIL after the handler ran parks for good instead, one
+//!   that came back just before takes the GIL back while the handler waits
+//!   for it without holding it, and from the handler on a call keeps the
+//!   GIL throughout.
 //! - **Fork.** CUDA cannot be used in a child forked after CUDA was
 //!   initialised, and the child has none of the parent's threads: a
 //!   stager's lock may be held by a thread that no longer exists, and its
@@ -23,9 +28,9 @@
 //!   the parent's context) instead of waiting for threads that will never
 //!   answer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, Weak, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::staging::Stager;
 use pyo3::prelude::*;
@@ -41,8 +46,15 @@ static STAGERS: Mutex<Vec<Weak<Slot>>> = Mutex::new(Vec::new());
 /// Set once a stager was made: a child forked later cannot use CUDA.
 static MADE: AtomicBool = AtomicBool::new(false);
 
-/// Set by the exit handler: every stager is closed and new ones refused.
+/// Set by the exit handler: every stager is closed and new ones refused,
+/// and no thread lets the GIL go any more ([`detach`]). Sequentially
+/// consistent with [`RETURNING`].
 static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Threads that came back from a call made without the GIL before they
+/// saw [`EXITING`], and have not yet taken the GIL back: the exit handler
+/// waits, without the GIL, until there are none.
+static RETURNING: AtomicUsize = AtomicUsize::new(0);
 
 /// Set in a child forked after a stager was made.
 static FORKED: AtomicBool = AtomicBool::new(false);
@@ -84,7 +96,7 @@ pub(crate) fn forked() -> bool {
 
 /// Whether the exit handler has run.
 pub(crate) fn exiting() -> bool {
-    EXITING.load(Ordering::Relaxed)
+    EXITING.load(Ordering::SeqCst)
 }
 
 /// Whether the stagers' memory and threads are to be left alone, never
@@ -110,35 +122,42 @@ pub(crate) fn forked_error(py: Python<'_>) -> PyErr {
     )
 }
 
-/// Runs `f` without the GIL, like `py.detach`, in a thread that the
-/// interpreter may end when it asks for the GIL back: from the moment the
-/// interpreter finalises, Python before 3.14 ends such a thread with
-/// `pthread_exit`, a forced unwind that aborts the process where a Rust
-/// frame catches it (pyo3's trampoline does). The guard here runs first, as
-/// the unwind's cleanup, and parks the thread for good instead, as Python
-/// 3.14 itself does (pyo3 does the same around `PyGILState_Ensure`).
-#[inline(never)]
+/// Runs `f` without the GIL, like `py.detach`, in a thread that must never
+/// ask for the GIL once the interpreter finalises (Python before 3.14 ends
+/// it then with `pthread_exit`, a forced unwind that crashes the process in
+/// this extension's frames). From the exit handler on (it runs before the
+/// interpreter finalises), `f` runs with the GIL held; a thread that comes
+/// back from `f` after the handler began parks until the process ends;
+/// one that came back before counts itself in [`RETURNING`] first, so the
+/// handler sees it and waits for it to take the GIL back. A panic in `f`
+/// is raised (`PanicException`) after the same check.
 pub(crate) fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
-    let hang = HangIfUnwound;
-    let result = py.detach(f);
-    core::mem::forget(hang);
-    result
+    if exiting() {
+        // Read under the GIL, which the handler held while it set the
+        // flag: the thread holds the GIL from here to the end.
+        return f();
+    }
+    let outcome = py.detach(move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        // Counted before the flag is read (both sequentially consistent):
+        // either this thread sees the handler's flag, or the handler sees
+        // this thread and waits for it.
+        RETURNING.fetch_add(1, Ordering::SeqCst);
+        if EXITING.load(Ordering::SeqCst) {
+            RETURNING.fetch_sub(1, Ordering::SeqCst);
+            park_for_good();
+        }
+        outcome
+    });
+    RETURNING.fetch_sub(1, Ordering::SeqCst);
+    outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Dropped only by an unwind through [`detach`]: the interpreter ending
-/// the thread. Parks it until the process ends.
-struct HangIfUnwound;
-
-impl Drop for HangIfUnwound {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // A Rust panic, not the interpreter: it goes on to pyo3, which
-            // raises it as `PanicException`.
-            return;
-        }
-        loop {
-            std::thread::park();
-        }
+/// Parks the calling thread until the process ends: what Python 3.14 does
+/// with a thread that asks for the GIL while the interpreter finalises.
+fn park_for_good() -> ! {
+    loop {
+        std::thread::park();
     }
 }
 
@@ -148,6 +167,10 @@ impl Drop for HangIfUnwound {
 /// ends) does not hold the process at exit for good.
 const EXIT_GRACE: Duration = Duration::from_secs(5);
 
+/// How long the exit handler waits at least for the threads that came
+/// back from a call without the GIL to take it back.
+const RETURN_GRACE: Duration = Duration::from_secs(1);
+
 /// The interpreter's exit handler (registered by [`register`]): refuses new
 /// stagers and transfers, then closes every stager, waiting for their
 /// transfers in flight (up to [`EXIT_GRACE`]; a stager still closing then
@@ -156,35 +179,45 @@ const EXIT_GRACE: Duration = Duration::from_secs(5);
 fn close_stagers_at_exit(py: Python<'_>) {
     if forked() {
         // The list's lock may be held by a thread of the parent's.
-        EXITING.store(true, Ordering::Relaxed);
+        EXITING.store(true, Ordering::SeqCst);
         return;
     }
     let stagers: Vec<_> = {
         let mut stagers = lock(&STAGERS);
-        EXITING.store(true, Ordering::Relaxed);
+        EXITING.store(true, Ordering::SeqCst);
         stagers
             .drain(..)
             .filter_map(|stager| stager.upgrade())
             .collect()
     };
-    if stagers.is_empty() {
-        return;
-    }
-    detach(py, || {
-        let (closed, all_closed) = mpsc::channel();
-        let closing = std::thread::Builder::new()
-            .name(String::from("hostcopy-exit"))
-            .spawn(move || {
-                for slot in stagers {
-                    // Waits for a blocking transfer holding the lock, then
-                    // for every copy queued on the stager's streams.
-                    drop(lock(&slot).take());
-                }
-                let _ = closed.send(());
-            });
-        let closed = closing.is_ok() && all_closed.recv_timeout(EXIT_GRACE).is_ok();
-        if !closed {
-            GAVE_UP.store(true, Ordering::Relaxed);
+    // pyo3's own detach: this thread (the one that finalises) takes the
+    // GIL back safely, and must let it go for the threads it waits for.
+    py.detach(|| {
+        let deadline = Instant::now() + EXIT_GRACE;
+        if !stagers.is_empty() {
+            let (closed, all_closed) = mpsc::channel();
+            let closing = std::thread::Builder::new()
+                .name(String::from("hostcopy-exit"))
+                .spawn(move || {
+                    for slot in stagers {
+                        // Waits for a blocking transfer holding the lock, then
+                        // for every copy queued on the stager's streams.
+                        drop(lock(&slot).take());
+                    }
+                    let _ = closed.send(());
+                });
+            let closed = closing.is_ok() && all_closed.recv_timeout(EXIT_GRACE).is_ok();
+            if !closed {
+                GAVE_UP.store(true, Ordering::Relaxed);
+            }
+        }
+        // Threads that came back before they saw the flag take the GIL
+        // back now, while this thread does not hold it: microseconds to
+        // milliseconds each (at least RETURN_GRACE, even after the stagers
+        // took the whole grace).
+        let deadline = deadline.max(Instant::now() + RETURN_GRACE);
+        while RETURNING.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(100));
         }
     });
 }

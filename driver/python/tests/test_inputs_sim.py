@@ -257,3 +257,63 @@ def test_a_gpu_destination_whose_versioned_capsule_is_read_only_is_refused(sim, 
     assert sim.copies_queued(device) == queued
     with pytest.raises(hostcopy.NotDeviceMemory):
         hostcopy.copy_to_device(DeviceTensor(numpy.zeros(64, numpy.uint8)), bytes(64))
+
+
+
+class Tensor(HostArray):
+    """What hostcopy sees of a torch CPU tensor: DLPack, a type of the
+    ``torch`` module with ``untyped_storage``, and an
+    ``__array_interface__``, through which ``numpy.asarray`` gives an array
+    whose base is the tensor (as torch's ``tensor.numpy()`` does)."""
+
+    __module__ = "torch"
+
+    def untyped_storage(self):
+        return self.numpy_array
+
+    @property
+    def __array_interface__(self):
+        return self.numpy_array.__array_interface__
+
+
+def test_a_torch_cpu_tensor_as_the_host_side_of_a_non_blocking_copy_is_refused_naming_why(sim, numpy, device, stager):
+    # torch frees a CPU tensor's memory under a live reference on resize_,
+    # set_, share_memory_, .data = and a resizing out= (measured with torch
+    # 2.11, GPU_RUNS.md): a Transfer holding the tensor cannot keep it.
+    data = pattern(4096, 21)
+    source = sim.array(device, data)
+    host = Tensor(numpy.zeros(4096, numpy.uint8))
+    for copy in (
+        lambda: stager.copy_to_host(host, source, blocking=False),
+        lambda: hostcopy.copy_to_device(source, host, blocking=False),
+        lambda: stager.copy_blocks_to_host(host, source, [(0, 0, 64)], blocking=False),
+        lambda: hostcopy.copy_blocks_to_device(source, host, [(0, 0, 64)], blocking=False),
+    ):
+        with pytest.raises(hostcopy.MemoryNotHeld, match=r"torch tensor.*resize_\(\).*blocking=True.*from_numpy") as raised:
+            copy()
+        assert raised.value.side in ("dst", "src") and isinstance(raised.value, TypeError)
+    assert sim.copies_queued(device) == 0, "nothing was queued"
+    # Blocking, the same tensor is copied: the call returns with the bytes in.
+    stager.copy_to_host(host, source)
+    assert host.numpy_array.tobytes() == data
+    sim.assert_no_violations(device)
+
+
+def test_numpy_arrays_over_a_torch_tensor_or_a_dlpack_export_are_refused_when_non_blocking(sim, numpy, device, stager):
+    data = pattern(4096, 22)
+    source = sim.array(device, data)
+    tensor = Tensor(numpy.zeros(4096, numpy.uint8))
+    over_tensor = numpy.asarray(tensor)  # as tensor.numpy() is: its base is the tensor
+    assert over_tensor.base is tensor
+    for host in (over_tensor, over_tensor[:2048], memoryview(over_tensor[:2048])):
+        with pytest.raises(hostcopy.MemoryNotHeld, match="the owner of this"):
+            stager.copy_to_host(host, source, nbytes=2048, blocking=False)
+    with pytest.raises(hostcopy.MemoryNotHeld, match=r"numpy\.from_dlpack"):
+        stager.copy_to_host(numpy.from_dlpack(numpy.zeros(4096, numpy.uint8)), source, blocking=False)
+    assert sim.copies_queued(device) == 0, "nothing was queued"
+    # Memory numpy owns, or borrows through the buffer protocol (which
+    # locks a bytearray's size), is held: accepted.
+    for host in (numpy.zeros(4096, numpy.uint8), numpy.frombuffer(bytearray(4096), numpy.uint8)):
+        stager.copy_to_host(host, source, blocking=False).wait()
+        assert host.tobytes() == data
+    sim.assert_no_violations(device)

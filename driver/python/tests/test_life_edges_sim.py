@@ -39,7 +39,7 @@ def run(body: str, timeout: float):
 
 
 def test_a_panic_inside_a_detached_call_raises_instead_of_hanging_with_the_gil():
-    # Only the interpreter's forced unwind parks a thread inside
+    # Only a thread that comes back after the exit handler parks inside
     # life::detach: an ordinary Rust panic in the closure (here the
     # simulator's drain with a bad ordinal) goes on to pyo3, which raises
     # PanicException, while the other thread keeps running.
@@ -312,3 +312,50 @@ def test_dropping_the_last_reference_to_a_stager_does_not_wait_with_the_gil_held
     assert "refused" in out, (out, err)
     assert code != "timeout", "del stager waited for the device with the GIL held: the releasing thread never ran"
     assert "dropped" in out, (out, err)
+
+
+def test_a_thread_that_comes_back_without_the_gil_once_the_interpreter_finalises_parks_instead_of_crashing():
+    # A daemon thread inside a call made without the GIL (a stream's
+    # synchronize, on a held device) comes back after the exit handler ran
+    # and would ask for the GIL while the main thread keeps it; the
+    # interpreter then finalises, and a finaliser lets the GIL go. Python
+    # before 3.14 ends a thread that takes the GIL then with pthread_exit,
+    # a forced unwind through this extension's frames: SIGSEGV on the H200
+    # host in 4 runs of 8 of the daemon-thread exit script (run 47). Such a
+    # thread never asks: it parks (still there when the finaliser looks),
+    # and the process exits cleanly.
+    code, out, err = run(
+        """
+        sys.setswitchinterval(100)        # the main thread keeps the GIL when asked for it
+        def after_hostcopys_handler():    # registered first: runs after hostcopy's exit handler
+            native.sim_release(device)    # the synchronize ends; the thread comes back
+            until = time.perf_counter() + 0.2
+            while time.perf_counter() < until:
+                pass
+        atexit.register(after_hostcopys_handler)
+        stager = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0)
+        stream = native.SimStream(device)
+        native.sim_hold(device)
+        first, second = numpy.zeros(64, numpy.uint8), numpy.ones(64, numpy.uint8)
+        hostcopy.launch_host_copy(stream, first, second)
+        # The thread runs no Python frame of this module, so that the
+        # module's globals, the finaliser among them, go at finalisation.
+        waiter = threading.Thread(target=stream.synchronize, daemon=True)
+        waiter.start()
+        time.sleep(0.2)                   # inside the synchronize, without the GIL
+        class LetsTheGilGo:               # a finaliser that sleeps, as a driver binding's may
+            def __init__(self, task):
+                self.task = task
+            def __del__(self):
+                time.sleep(0.2)
+                there = os.path.exists(self.task)
+                os.write(1, b"finaliser: thread still there\\n" if there else b"finaliser: thread gone\\n")
+        finaliser = LetsTheGilGo(f"/proc/self/task/{waiter.native_id}")
+        print("exiting", flush=True)
+        """,
+        timeout=20,
+    )
+    assert "exiting" in out, (out, err)
+    assert code == 0, (code, err[-3000:])
+    if sys.platform == "linux":
+        assert "finaliser: thread still there" in out, (out, err)
