@@ -49,6 +49,7 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/bench/blocks.py", "python/bench/blocks.py"),
     ("driver/python/bench/safetensors_load.py", "python/bench/safetensors_load.py"),
     ("driver/python/bench/async_lag.py", "python/bench/async_lag.py"),
+    ("driver/python/bench/empty_pool.py", "python/bench/empty_pool.py"),
 ];
 
 /// The bundle must travel to the GPU host in one call.

@@ -66,6 +66,7 @@ from ._errors import (
     StreamCapturing,
     WrongDevice,
 )
+from ._memory import empty
 from ._staging import (
     Stager,
     StagerOptions,
@@ -92,6 +93,7 @@ __all__ = [
     "copy_blocks_to_host",
     "copy_to_device",
     "copy_to_host",
+    "empty",
     "ABI_VERSION",
     "CUHOSTFN",
     "HOST_COPY_ARGS_SIZE",

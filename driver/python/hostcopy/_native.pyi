@@ -38,6 +38,7 @@ __all__ = [
     "add_host_node",
     "owned_record_counts",
     "HostMemory",
+    "PageableMemory",
     "Stager",
     "Transfer",
     "Wakeup",
@@ -132,6 +133,17 @@ class HostMemory:
 
     def __len__(self) -> int: ...
 
+@final
+class PageableMemory:
+    """``hostcopy.empty``'s memory: zeroed, its pages present, viewed by
+    numpy through ``__array_interface__``."""
+
+    def __new__(cls, nbytes: int) -> Self: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+
 @type_check_only
 class StagerOptions(TypedDict):
     """``Stager.options``: ``hostcopy.StagerOptions`` (hostcopy/_staging.py) says what each is."""
@@ -141,6 +153,7 @@ class StagerOptions(TypedDict):
     workers: int
     h2d_streaming: bool
     driver_path_below: int
+    prefault: bool
 
 @final
 class Stager:
@@ -160,6 +173,7 @@ class Stager:
         workers: Optional[SupportsIndex] = None,
         h2d_streaming: Optional[bool] = None,
         driver_path_below: Optional[SupportsIndex] = None,
+        prefault: Optional[bool] = None,
     ) -> Self: ...
     @property
     def device(self) -> int: ...

@@ -369,6 +369,9 @@ class StagerOptions(TypedDict):
     h2d_streaming: bool
     #: Transfers below this many bytes take the driver's own path.
     driver_path_below: int
+    #: Whether a never-touched destination's pages are made present ahead
+    #: of its copies (see ``Stager``).
+    prefault: bool
 
 
 class Stager:
@@ -384,6 +387,17 @@ class Stager:
     4 KiB to 1 GiB, 1 to 64 buffers, 0 to 1024 workers); anything else
     raises ``InvalidOption``, a ``ValueError``, before any driver call.
     ``close()`` (or leaving a ``with`` block) frees the staging buffers.
+
+    ``prefault`` (on by default): a transfer to the host samples a few of
+    the destination's pages (``mincore``) as it starts; where they are not
+    present yet (a fresh ``np.empty``), the copier makes each range's pages
+    present (``MADV_POPULATE_WRITE``: contents unchanged) just before its
+    chunks are copied, and advises transparent huge pages on the whole huge
+    pages of a private anonymous destination where the kernel has them in
+    ``madvise`` mode (a policy that stays on that part of the mapping;
+    never on file-backed or shared memory). ``prefault=False``: no system
+    call, the copy takes the page faults as it writes. Memory made for
+    copying into, such as a KV pool, is better made with ``hostcopy.empty``.
 
     Threads: a stager may be shared by any number of threads (the default
     stager of each device is, made once under a lock). One transfer starts
@@ -417,9 +431,10 @@ class Stager:
         workers: Optional[SupportsIndex] = None,
         h2d_streaming: Optional[bool] = None,
         driver_path_below: Optional[SupportsIndex] = None,
+        prefault: Optional[bool] = None,
     ) -> None:
         self._native = _native.Stager(
-            _device_ordinal(device), chunk, buffers, workers, h2d_streaming, driver_path_below
+            _device_ordinal(device), chunk, buffers, workers, h2d_streaming, driver_path_below, prefault
         )
 
     @property
@@ -431,7 +446,7 @@ class Stager:
     def options(self) -> StagerOptions:
         """The options in force (defaults filled in), read without waiting for
         a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``,
-        ``driver_path_below``."""
+        ``driver_path_below``, ``prefault``."""
         return self._native.options
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ mod integers;
 mod launch;
 mod life;
 mod packing;
+mod pageable;
 mod parallel;
 #[cfg(feature = "simulator")]
 mod sim;
@@ -85,6 +86,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::add_host_node, m)?)?;
     m.add_function(wrap_pyfunction!(launch::owned_record_counts, m)?)?;
     m.add_class::<buffer::HostMemory>()?;
+    m.add_class::<pageable::PageableMemory>()?;
     m.add_class::<staging::PyStager>()?;
     m.add_class::<staging::Transfer>()?;
     m.add_class::<awaiting::Wakeup>()?;

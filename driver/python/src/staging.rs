@@ -43,13 +43,24 @@ use crate::life::{self, Slot};
 /// is released the next time Python runs (pyo3's reference pool).
 struct PyOwner(#[allow(dead_code)] Py<PyAny>);
 
+/// A stager's options in force, as `Stager.options` shows them.
+#[derive(Clone, Copy)]
+struct InForce {
+    chunk: usize,
+    buffers: usize,
+    workers: usize,
+    h2d_streaming: bool,
+    driver_path_below: usize,
+    prefault: bool,
+}
+
 /// A stager of one device, shared by Python threads (one transfer starts
 /// or finishes at a time; the copies themselves overlap).
 #[pyclass(module = "hostcopy._native", name = "Stager", frozen)]
 pub(crate) struct PyStager {
-    /// `(chunk, buffers, workers, h2d_streaming, driver_path_below)`, read
-    /// without the lock (which a blocking transfer holds).
-    options: (usize, usize, usize, bool, usize),
+    /// The options in force, read without the lock (which a blocking
+    /// transfer holds).
+    options: InForce,
     /// Shared with its transfers, and through them with the waiter thread:
     /// no Python object in it, so that thread never needs the GIL.
     shared: Arc<StagerShared>,
@@ -357,7 +368,8 @@ impl PyStager {
     /// A stager on device `device` (its primary context), with the Rust
     /// layer's defaults for every option left `None`.
     #[new]
-    #[pyo3(signature = (device, chunk=None, buffers=None, workers=None, h2d_streaming=None, driver_path_below=None))]
+    #[pyo3(signature = (device, chunk=None, buffers=None, workers=None, h2d_streaming=None, driver_path_below=None, prefault=None))]
+    #[allow(clippy::too_many_arguments)] // one per keyword of `hostcopy.Stager`
     fn new(
         py: Python<'_>,
         device: usize,
@@ -366,6 +378,7 @@ impl PyStager {
         workers: Option<Bound<'_, PyAny>>,
         h2d_streaming: Option<bool>,
         driver_path_below: Option<Bound<'_, PyAny>>,
+        prefault: Option<bool>,
     ) -> PyResult<Self> {
         type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
         let counts: [(&'static str, Set, _); 4] = [
@@ -390,6 +403,9 @@ impl PyStager {
             } else {
                 Stores::Cached
             });
+        }
+        if let Some(prefault) = prefault {
+            options = options.prefault(prefault);
         }
         // Checked before `Context::primary`: a bad option is refused without
         // a driver call (and without a driver).
@@ -419,13 +435,14 @@ impl PyStager {
             return Err(closed());
         }
         Ok(PyStager {
-            options: (
-                options.chunk(),
-                options.buffers(),
+            options: InForce {
+                chunk: options.chunk(),
+                buffers: options.buffers(),
                 workers,
-                options.h2d_stores() == Stores::Streaming,
-                options.driver_path_below(),
-            ),
+                h2d_streaming: options.h2d_stores() == Stores::Streaming,
+                driver_path_below: options.driver_path_below(),
+                prefault: options.prefault(),
+            },
             shared: Arc::new(StagerShared {
                 context,
                 stager,
@@ -441,17 +458,26 @@ impl PyStager {
     }
 
     /// The options in force, a fresh dict each time (keys `chunk`,
-    /// `buffers`, `workers`, `h2d_streaming`, `driver_path_below`): what
+    /// `buffers`, `workers`, `h2d_streaming`, `driver_path_below`,
+    /// `prefault`): what
     /// `hostcopy.Stager.options` returns, in the same shape.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (chunk, buffers, workers, h2d_streaming, driver_path_below) = self.options;
+        let InForce {
+            chunk,
+            buffers,
+            workers,
+            h2d_streaming,
+            driver_path_below,
+            prefault,
+        } = self.options;
         let options = PyDict::new(py);
         options.set_item("chunk", chunk)?;
         options.set_item("buffers", buffers)?;
         options.set_item("workers", workers)?;
         options.set_item("h2d_streaming", h2d_streaming)?;
         options.set_item("driver_path_below", driver_path_below)?;
+        options.set_item("prefault", prefault)?;
         Ok(options)
     }
 

@@ -437,7 +437,13 @@ def test_options_are_read_without_waiting_for_a_blocking_copy(sim, numpy, device
 
 def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy, device):
     with hostcopy.Stager(
-        device, chunk=numpy.int64(CHUNK), buffers=numpy.uint8(3), workers=2, h2d_streaming=True, driver_path_below=0
+        device,
+        chunk=numpy.int64(CHUNK),
+        buffers=numpy.uint8(3),
+        workers=2,
+        h2d_streaming=True,
+        driver_path_below=0,
+        prefault=False,
     ) as stager:
         assert stager.options == {
             "chunk": CHUNK,
@@ -445,8 +451,12 @@ def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy, 
             "workers": 2,
             "h2d_streaming": True,
             "driver_path_below": 0,
+            "prefault": False,
         }
-        assert all(type(value) is int for name, value in stager.options.items() if name != "h2d_streaming")
+        flags = ("h2d_streaming", "prefault")
+        assert all(type(value) is int for name, value in stager.options.items() if name not in flags)
+    with hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1) as stager:
+        assert stager.options["prefault"] is True, "on by default, as in the Rust layer"
 
 
 def test_options_are_a_fresh_dict_property_in_the_native_stager_too(sim, device):

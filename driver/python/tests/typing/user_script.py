@@ -222,8 +222,9 @@ def main() -> int:
     with mmap.mmap(-1, CHUNK) as pinned:
         print(launch(dst, pinned, stream=0))
     try:
-        with hostcopy.Stager(0, chunk=16 << 20, buffers=4) as stager:
-            print(f"stager on device {stager.device}: {stager.options['chunk']} byte chunks")
+        with hostcopy.Stager(0, chunk=16 << 20, buffers=4, prefault=False) as stager:
+            prefaults: bool = stager.options["prefault"]
+            print(f"stager on device {stager.device}: {stager.options['chunk']} byte chunks, prefault {prefaults}")
     except hostcopy.CudaUnavailable as error:
         print(f"no stager: {error}")
     try:
@@ -232,6 +233,8 @@ def main() -> int:
         print(f"refused: {error.side} at {error.addr:#x} is not GPU memory")
     with tempfile.TemporaryDirectory() as directory:
         print(model_file(directory))
+    pool: np.ndarray = hostcopy.empty((4, 1024), np.float16)
+    print(f"pool of {pool.nbytes} bytes, all zero: {not pool.any()}")
     version: str = hostcopy.__version__
     print(f"hostcopy {version}")
     print(f"{started} workers ({workers} started, {active} active), {hostcopy.rejected()} records rejected")
