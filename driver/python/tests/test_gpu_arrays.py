@@ -252,3 +252,37 @@ def test_torch_a_copy_during_a_graph_capture_is_refused_and_the_capture_survives
     out = np.empty(size, np.uint8)
     hostcopy.copy_to_host(out, z)
     assert (out == 3).all()
+
+
+def test_torch_host_memory_is_refused_for_a_non_blocking_copy_and_numpy_memory_viewed_by_torch_is_not():
+    # torch frees a CPU tensor's memory under a live reference on resize_,
+    # set_ and share_memory_ (GPU_RUNS.md, the storage probe): a Transfer
+    # cannot keep it. A numpy array torch views (from_numpy) it can.
+    torch = _gpu_or_skip()
+    expected = pattern(SIZE, 31)
+    array = torch.from_numpy(expected).cuda()
+    tensor = torch.empty(SIZE, dtype=torch.uint8)
+    for host in (tensor, tensor.numpy(), memoryview(tensor.numpy()), np.from_dlpack(tensor)):
+        with pytest.raises(hostcopy.MemoryNotHeld):
+            hostcopy.copy_to_host(host, array, blocking=False)
+        with pytest.raises(hostcopy.MemoryNotHeld):
+            hostcopy.copy_to_device(array, host, blocking=False)
+    hostcopy.copy_to_host(tensor, array)  # blocking: the same tensor is fine
+    assert np.array_equal(tensor.numpy(), expected)
+    pool = np.empty(SIZE, np.uint8)
+    view = torch.from_numpy(pool)
+    with hostcopy.copy_to_host(pool, array, blocking=False):
+        view.set_(torch.empty(4, dtype=torch.uint8))  # numpy's memory stays: the copy lands
+    assert np.array_equal(pool, expected)
+
+
+def test_hostcopy_empty_is_a_destination_and_a_source_both_ways():
+    torch = _gpu_or_skip()
+    expected = pattern(SIZE, 32)
+    array = torch.from_numpy(expected).cuda()
+    pool = hostcopy.empty((SIZE,))
+    hostcopy.copy_to_host(pool, array, blocking=False).wait()
+    assert np.array_equal(pool, expected)
+    back = torch.zeros_like(array)
+    hostcopy.copy_to_device(back, pool)
+    assert torch.equal(back, array)
