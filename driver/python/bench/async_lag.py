@@ -218,6 +218,20 @@ def main() -> int:
         finally:
             loop.close()
     pool.shutdown()
+    # The start call alone, the stager idle: what a blocking=False call
+    # holds the loop for, by size (it queues every chunk's driver work).
+    chunk = copies.options["chunk"] if isinstance(copies, hostcopy.Stager) else 16 * MiB
+    print("\nstart call of copy_to_host(blocking=False), stager idle, median of 9")
+    for side in sides:
+        took = []
+        for _ in range(9):
+            start = time.perf_counter()
+            transfer = copies.copy_to_host(side.host, side.device, blocking=False)
+            took.append(time.perf_counter() - start)
+            transfer.wait()
+        chunks = -(-side.nbytes // chunk)
+        middle = statistics.median(took)
+        print(f"  {side.nbytes >> 20:5d} MiB, {chunks:3d} chunks: {middle * 1e3:.3f} ms, {middle / chunks * 1e6:.1f} us a chunk")
     print(f"\nfour tasks, {', '.join(map(str, args.sizes_mib))} MiB, both directions, {args.seconds:g} s a run; heartbeat {HEARTBEAT * 1e3:g} ms")
     print(f"{'loop':8} {'mode':22} {'GB/s':>7} {'p99 lag ms':>11} {'max lag ms':>11} {'beats > 2 ms':>15} {'max gc ms':>10}")
     for (loop_name, mode), (rate, p99, worst, late, beats, pause) in results.items():

@@ -118,6 +118,10 @@ def main() -> int:
     args = parser.parse_args()
     torch.cuda.init()
     checked((cu.cuInit(0)[0], None))
+    # The pinned allocations need a current context: the device's primary
+    # one, which torch and hostcopy use too.
+    primary = checked(cu.cuDevicePrimaryCtxRetain(checked(cu.cuDeviceGet(0))))
+    checked((cu.cuCtxSetCurrent(primary)[0], None))
     print(f"{torch.cuda.get_device_name(0)}, hostcopy {hostcopy.__version__}, torch {torch.__version__}")
     print("\nmaking a host pool (seconds, GB/s)")
     for gib in args.pool_gib:
