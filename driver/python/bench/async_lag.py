@@ -78,15 +78,13 @@ def on_gc(phase: str, info: dict) -> None:
 copies: Any = hostcopy
 
 
-#: The longest a start (the synchronous call that returns the Transfer)
+#: How long each start (the synchronous call that returns the Transfer)
 #: held the loop, per mode: the part of the lag that is hostcopy's own.
 starts: dict = {}
 
 
 def started(mode: str, start: float) -> None:
-    took = time.perf_counter() - start
-    if took > starts.get(mode, 0.0):
-        starts[mode] = took
+    starts.setdefault(mode, []).append(time.perf_counter() - start)
 
 
 async def by_await(side: Side, d2h: bool) -> None:
@@ -237,7 +235,13 @@ def main() -> int:
     for (loop_name, mode), (rate, p99, worst, late, beats, pause) in results.items():
         shown = "-" if mode.startswith("idle") else f"{rate:.1f}"
         print(f"{loop_name:8} {mode:22} {shown:>7} {p99 * 1e3:11.3f} {worst * 1e3:11.3f} {late:>6} of {beats:<6} {pause * 1e3:10.3f}")
-    print("longest start call on the loop: " + ", ".join(f"{mode} {took * 1e3:.3f} ms" for mode, took in starts.items()))
+    for mode, took in starts.items():
+        took.sort()
+        p50, p99 = took[len(took) // 2], took[min(len(took) - 1, int(0.99 * len(took)))]
+        print(
+            f"start calls on the loop, {mode}: {len(took)}, median {p50 * 1e3:.3f} ms, "
+            f"p99 {p99 * 1e3:.3f} ms, longest {took[-1] * 1e3:.3f} ms"
+        )
     for loop_name in loops:
         rate, p99, worst, _, _, _ = results[(loop_name, "await")]
         frozen = results[(loop_name, "await, gc.freeze()")]
