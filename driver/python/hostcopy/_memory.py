@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, Sequence, SupportsIndex, Union
+from typing import TYPE_CHECKING, Any, Iterable, SupportsIndex, Union
 
 from . import _native
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import numpy
 
 
-def empty(shape: Union[SupportsIndex, Sequence[SupportsIndex]], dtype: Any = None) -> "numpy.ndarray[Any, Any]":
+def empty(shape: Union[SupportsIndex, Iterable[SupportsIndex]], dtype: Any = None) -> "numpy.ndarray[Any, Any]":
     """A C-contiguous, writable numpy array of ``shape`` and ``dtype``
     (default ``uint8``) over pageable host memory whose pages are present
     when it is returned: what a KV pool, a checkpoint buffer or the
@@ -30,20 +30,26 @@ def empty(shape: Union[SupportsIndex, Sequence[SupportsIndex]], dtype: Any = Non
     may still swap it out), and it is freed when the last array over it
     goes. ``MemoryError`` if the mapping is refused.
     """
-    numpy = sys.modules.get("numpy")
-    if numpy is None:
+    np: Any = sys.modules.get("numpy")
+    if np is None:
         try:
-            import numpy
+            import numpy as np
         except ImportError as missing:
             raise ImportError("hostcopy.empty returns a numpy array: install numpy") from missing
-    kind = numpy.dtype(numpy.uint8 if dtype is None else dtype)
-    if isinstance(shape, (tuple, list)):
-        dims = tuple(operator.index(dim) for dim in shape)
-    else:
-        dims = (operator.index(shape),)
+    kind = np.dtype(np.uint8 if dtype is None else dtype)
+    given: Any = shape
+    try:
+        dims: tuple[int, ...] = (operator.index(given),)
+    except TypeError:
+        if not hasattr(given, "__iter__"):
+            raise
+        dims = tuple(operator.index(dim) for dim in given)
     if any(dim < 0 for dim in dims):
         raise ValueError(f"negative dimensions are not allowed: {dims}")
     if kind.itemsize == 0:
         raise TypeError(f"dtype {kind} has no bytes")
-    memory = _native.PageableMemory(math.prod(dims) * kind.itemsize)
-    return numpy.asarray(memory).view(kind).reshape(dims)
+    raw = np.asarray(_native.PageableMemory(math.prod(dims) * kind.itemsize))
+    # numpy lays the array out as numpy.empty would (a subarray dtype adds
+    # its dimensions); its base is `raw`, whose base is the memory.
+    made: numpy.ndarray[Any, Any] = np.ndarray(dims, kind, buffer=raw)
+    return made

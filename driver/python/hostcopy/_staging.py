@@ -271,14 +271,21 @@ def _host_side(obj: Any, side: str, writable: bool) -> Any:
 
 
 def _is_torch_tensor(obj: Any) -> bool:
+    """A torch tensor, of a subclass defined anywhere (looked up, never imported)."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if isinstance(tensor, type) and isinstance(obj, tensor):
+        return True
     return type(obj).__module__.partition(".")[0] == "torch" and hasattr(obj, "untyped_storage")
 
 
 def _refuse_memory_not_held(obj: Any, side: str) -> None:
     """Refuses, for a ``blocking=False`` transfer, host memory whose owner
     can free it while the transfer holds the object (``MemoryNotHeld``):
-    a torch tensor, reached directly or as the owner of a numpy array or
-    memoryview over it, and memory numpy borrowed through a DLPack capsule
+    a torch tensor (of any subclass), reached directly or as the owner of
+    a numpy array or memoryview over it (through ``.base`` and ``.obj``,
+    and an array-interface wrapper's ``.base``, as ``as_strided`` makes),
+    and memory numpy borrowed through a DLPack capsule
     (whose producer may be torch). Measured with torch 2.11
     (bench/torch_storage_probe.py): a live capsule of a CPU tensor keeps
     none of its memory across ``resize_`` (grow), ``set_``, ``.data =``,
@@ -307,6 +314,8 @@ def _refuse_memory_not_held(obj: Any, side: str) -> None:
             link = link.base
         elif isinstance(link, memoryview):
             link = link.obj
+        elif hasattr(link, "__array_interface__") and hasattr(link, "base"):
+            link = link.base  # numpy's as_strided wraps its input so
         else:
             return
         depth += 1

@@ -26,16 +26,16 @@ impl PageableMemory {
     /// released: 1 GiB takes tens of milliseconds).
     #[new]
     fn new(py: Python<'_>, nbytes: usize) -> PyResult<Self> {
-        let buffer =
-            crate::life::detach(py, || HostBuffer::new(nbytes)).map_err(
-                |failure| match failure {
-                    HostBufferError::Map { len, error } => PyMemoryError::new_err(format!(
-                        "hostcopy.empty: mapping {len} bytes failed: {error}"
-                    )),
-                    other => PyOSError::new_err(format!("hostcopy.empty: {other}")),
-                },
-            )?;
-        let addr = buffer.as_ptr().expose_provenance();
+        let mut buffer = crate::life::detach(py, || HostBuffer::new(nbytes)).map_err(
+            |failure| match failure {
+                HostBufferError::Map { len, error } => PyMemoryError::new_err(format!(
+                    "hostcopy.empty: mapping {len} bytes failed: {error}"
+                )),
+                other => PyOSError::new_err(format!("hostcopy.empty: {other}")),
+            },
+        )?;
+        // Through `&mut`: Python writes through this address.
+        let addr = buffer.as_mut_ptr().expose_provenance();
         Ok(PageableMemory { buffer, addr })
     }
 

@@ -144,6 +144,15 @@ impl Drop for StagerShared {
         let Some(stager) = lock(&self.stager).take() else {
             return;
         };
+        if life::exiting() {
+            // The interpreter may begin to finalise at any moment, and a
+            // thread that asks for the GIL then is ended mid-call (see
+            // `life`): closed here as it is, the GIL neither asked for (the
+            // waiter thread) nor let go (a dealloc keeps it, as every call
+            // does from the exit handler on).
+            drop(stager);
+            return;
+        }
         // Attached already (a dealloc), or briefly (the waiter thread); as
         // the interpreter shuts down, the closure, stager and all, is
         // dropped on this thread as it is.

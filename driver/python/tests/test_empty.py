@@ -99,3 +99,11 @@ def test_a_fresh_destination_is_byte_exact_with_prefault_on_and_off(sim, device,
         stager.copy_to_host(fresh, source)
         assert fresh.tobytes() == data
     sim.assert_no_violations(device)
+
+
+def test_shapes_and_dtypes_as_numpy_empty_takes_them():
+    for shape, dtype in [(range(2, 4), None), (numpy.array([2, 3]), "f8"), (4, (numpy.float32, (3,))), ((2, 2), "i4,f8")]:
+        expected = numpy.empty(shape, numpy.uint8 if dtype is None else dtype)
+        made = hostcopy.empty(shape, dtype)
+        assert (made.shape, made.dtype) == (expected.shape, expected.dtype), (shape, dtype)
+        assert made.flags.c_contiguous and made.flags.writeable

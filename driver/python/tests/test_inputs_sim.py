@@ -5,6 +5,7 @@ instead of being truncated, wrapped or misread.
 """
 
 import ctypes
+import sys
 
 import pytest
 
@@ -317,3 +318,22 @@ def test_numpy_arrays_over_a_torch_tensor_or_a_dlpack_export_are_refused_when_no
         stager.copy_to_host(host, source, blocking=False).wait()
         assert host.tobytes() == data
     sim.assert_no_violations(device)
+
+
+def test_torch_memory_behind_as_strided_or_a_tensor_subclass_is_refused_when_non_blocking(sim, numpy, device, stager):
+    source = sim.array(device, pattern(4096, 23))
+    over_tensor = numpy.asarray(Tensor(numpy.zeros(4096, numpy.uint8)))
+    strided = numpy.lib.stride_tricks.as_strided(over_tensor, shape=(4096,), strides=(1,))
+    with pytest.raises(hostcopy.MemoryNotHeld):
+        stager.copy_to_host(strided, source, blocking=False)
+    # A subclass defined outside torch (as torchao's are) is a tensor too.
+    torch = type(sys)("torch")
+    torch.Tensor = type("Tensor", (HostArray,), {})
+    subclass = type("Quantized", (torch.Tensor,), {"__module__": "torchao.dtypes"})
+    sys.modules["torch"] = torch
+    try:
+        with pytest.raises(hostcopy.MemoryNotHeld, match="torch tensor"):
+            stager.copy_to_host(subclass(numpy.zeros(4096, numpy.uint8)), source, blocking=False)
+    finally:
+        del sys.modules["torch"]
+    assert sim.copies_queued(device) == 0, "nothing was queued"
