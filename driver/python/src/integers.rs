@@ -24,10 +24,15 @@ pub(crate) fn word(value: &Bound<'_, PyAny>, name: impl FnOnce() -> String) -> P
     } else if value.is_instance_of::<PyInt>() {
         Some(value.clone())
     } else {
-        // SAFETY: `value` is a live object (the GIL is held, and we hold a
-        // reference); `PyNumber_Index` returns a new reference, or null
-        // with an exception set, which `from_owned_ptr_or_err` takes over.
-        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Index(value.as_ptr())) }.ok()
+        // An `__index__` may be Python code (see `life::python_code`).
+        let index = || {
+            // SAFETY: `value` is a live object (the GIL is held, and we hold
+            // a reference); `PyNumber_Index` returns a new reference, or
+            // null with an exception set, which `from_owned_ptr_or_err`
+            // takes over.
+            unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Index(value.as_ptr())) }.ok()
+        };
+        crate::life::python_code(index).ok_or_else(crate::life::exiting_error)?
     };
     let Some(integer) = integer else {
         return Err(PyTypeError::new_err(format!(

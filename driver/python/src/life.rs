@@ -56,6 +56,12 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// waits, without the GIL, until there are none.
 static RETURNING: AtomicUsize = AtomicUsize::new(0);
 
+/// Threads running Python code called from this extension's frames (an
+/// option's `__index__`, an error class's `__init__`) that began before
+/// they saw [`EXITING`]: the exit handler waits, without the GIL, until
+/// there are none ([`python_code`]).
+static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
+
 /// Set in a child forked after a stager was made.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
@@ -153,6 +159,32 @@ pub(crate) fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T
     outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
+/// Runs `f`, which runs Python code from inside this extension's frames,
+/// unless the exit handler has run (`None`). A thread running Python code
+/// may be ended by the interpreter as it finalises, with the same forced
+/// unwind as [`detach`] avoids, so none starts from the handler on, and
+/// the handler waits for those that began before (counted first, then the
+/// flag read, as in [`detach`]).
+pub(crate) fn python_code<T>(f: impl FnOnce() -> T) -> Option<T> {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+    let _leave = Leave;
+    if EXITING.load(Ordering::SeqCst) {
+        return None;
+    }
+    Some(f())
+}
+
+/// What a call refused for [`python_code`]'s reason raises.
+pub(crate) fn exiting_error() -> PyErr {
+    pyo3::exceptions::PyValueError::new_err("refused: the interpreter is exiting")
+}
+
 /// Parks the calling thread until the process ends: what Python 3.14 does
 /// with a thread that asks for the GIL while the interpreter finalises.
 fn park_for_good() -> ! {
@@ -215,8 +247,10 @@ fn close_stagers_at_exit(py: Python<'_>) {
         // back now, while this thread does not hold it: microseconds to
         // milliseconds each (at least RETURN_GRACE, even after the stagers
         // took the whole grace).
+        // So do threads running Python code called from this extension.
         let deadline = deadline.max(Instant::now() + RETURN_GRACE);
-        while RETURNING.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        let busy = || RETURNING.load(Ordering::SeqCst) + IN_PYTHON.load(Ordering::SeqCst) > 0;
+        while busy() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(100));
         }
     });

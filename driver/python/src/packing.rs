@@ -19,9 +19,30 @@ pub(crate) fn error<'py, const N: usize>(
         for (key, value) in fields {
             kwargs.set_item(key, value)?;
         }
-        Ok(PyErr::from_value(class.call((message,), Some(&kwargs))?))
+        // The class's `__init__` is Python code (see `life::python_code`):
+        // from the exit handler on, its built-in base carries the message.
+        match crate::life::python_code(|| class.call((message.as_str(),), Some(&kwargs))) {
+            Some(made) => Ok(PyErr::from_value(made?)),
+            None => {
+                let base = builtin_base(&class)?;
+                Ok(PyErr::from_value(base.call1((message,)).unwrap_or(base)))
+            }
+        }
     };
     build().unwrap_or_else(|failure| failure)
+}
+
+/// The first class of `class`'s method resolution order that Python
+/// itself defines (`ValueError`, `TypeError`, `RuntimeError`): made and
+/// raised without running any Python code.
+fn builtin_base<'py>(class: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    for base in class.getattr("__mro__")?.try_iter()? {
+        let base = base?;
+        if base.getattr("__module__")?.extract::<String>()? == "builtins" {
+            return Ok(base);
+        }
+    }
+    Ok(class.clone())
 }
 
 /// `hostcopy.OutOfBounds`: `nbytes` bytes at `offset` of the `len`-byte

@@ -295,7 +295,9 @@ fn count_option(
     let integer = if value.is_instance_of::<PyBool>() {
         Err(PyTypeError::new_err("a bool is not a count"))
     } else {
-        py.import("operator")?.getattr("index")?.call1((value,))
+        // An `__index__` may be Python code (see `life::python_code`).
+        let index = py.import("operator")?.getattr("index")?;
+        life::python_code(|| index.call1((value,))).ok_or_else(life::exiting_error)?
     };
     // The range is asked of the builder itself, with a value no range
     // holds, so that the binding does not restate the bounds; an option it
@@ -389,6 +391,10 @@ impl PyStager {
         driver_path_below: Option<Bound<'_, PyAny>>,
         prefault: Option<bool>,
     ) -> PyResult<Self> {
+        if life::exiting() {
+            // Before the options, whose `__index__` may be Python code.
+            return Err(closed());
+        }
         type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
         let counts: [(&'static str, Set, _); 4] = [
             ("chunk", StagingOptionsBuilder::chunk, chunk),
@@ -908,10 +914,15 @@ impl Transfer {
     /// `await transfer`: `hostcopy._awaiting.wait(transfer).__await__()`.
     fn __await__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        py.import("hostcopy._awaiting")?
-            .getattr("wait")?
-            .call1((slf,))?
-            .call_method0("__await__")
+        // `hostcopy._awaiting.wait` is Python code (see
+        // `life::python_code`); from the exit handler on, `wait()` still
+        // works.
+        let wait = py.import("hostcopy._awaiting")?.getattr("wait")?;
+        life::python_code(|| wait.call1((slf,))?.call_method0("__await__")).ok_or_else(|| {
+            PyValueError::new_err(
+                "the interpreter is exiting: wait() for the transfer instead of awaiting it",
+            )
+        })?
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -359,3 +359,71 @@ def test_a_thread_that_comes_back_without_the_gil_once_the_interpreter_finalises
     assert code == 0, (code, err[-3000:])
     if sys.platform == "linux":
         assert "finaliser: thread still there" in out, (out, err)
+
+
+def test_after_the_exit_handler_no_call_runs_python_code_inside_the_extension():
+    # From the exit handler on, a thread running Python code inside the
+    # extension's frames (a class's __init__, an option's __index__) may be
+    # ended there as the interpreter finalises: SIGSEGV or "FATAL:
+    # exception not rethrown" in 3 of 10 runs of daemon threads making
+    # stagers with a Python __index__. So errors come as their built-in
+    # base with the same message, and a stager is refused before its
+    # options are read.
+    code, out, err = run(
+        """
+        class Slow:
+            def __index__(self):
+                print("index called", flush=True)
+                return 2
+        def after_hostcopys_handler():    # registered first: runs after hostcopy's exit handler
+            try:
+                hostcopy.Stager(device, buffers=Slow())
+            except ValueError as error:
+                print("stager:", type(error).__name__, error, flush=True)
+            try:
+                hostcopy.pack_host_copy_args(bytearray(8), bytes(16))
+            except ValueError as error:
+                print("pack:", type(error).__name__, flush=True)
+        atexit.register(after_hostcopys_handler)
+        hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1)
+        try:
+            hostcopy.pack_host_copy_args(bytearray(8), bytes(16))
+        except hostcopy.OutOfBounds:
+            print("before exit: OutOfBounds", flush=True)
+        """,
+        timeout=20,
+    )
+    assert code == 0, (code, err[-3000:])
+    assert "before exit: OutOfBounds" in out, (out, err)
+    assert "stager: ValueError the stager is closed: the interpreter is exiting" in out, (out, err)
+    assert "index called" not in out, "the option's __index__ ran inside the extension after exit"
+    assert "pack: ValueError" in out, (out, err)
+
+
+def test_daemon_threads_inside_python_code_called_from_the_extension_at_exit_let_the_process_end():
+    # Four daemon threads make stagers whose option's __index__ is slow
+    # Python code, run from inside the extension's frames, as the main
+    # thread exits. Before: "FATAL: exception not rethrown" or SIGSEGV in
+    # 3 of 10 runs (the interpreter ended a thread inside that code). Now
+    # the exit handler waits for them and none starts after it.
+    body = """
+        class Slow:
+            def __index__(self):
+                total = 0
+                for step in range(200_000):
+                    total += step
+                return 2
+        def loop():
+            while True:
+                try:
+                    native.Stager(device, None, Slow(), None, None, None, None).close()
+                except Exception:
+                    pass
+        hostcopy.Stager(device)
+        for _ in range(4):
+            threading.Thread(target=loop, daemon=True).start()
+        time.sleep(0.3)
+        """
+    for attempt in range(4):
+        code, out, err = run(body, timeout=30)
+        assert code == 0, (attempt, code, err[-3000:])
