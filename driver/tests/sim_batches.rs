@@ -65,7 +65,13 @@ fn scattered_blocks() -> (Vec<Block>, usize, usize) {
 #[test]
 fn scattered_blocks_arrive_byte_exact_both_ways_however_the_driver_copies_them() {
     let device = device();
-    for copies in [DeviceCopies::Auto, DeviceCopies::Loop, DeviceCopies::Batch] {
+    let every = [
+        DeviceCopies::Auto,
+        DeviceCopies::Loop,
+        DeviceCopies::Batch,
+        DeviceCopies::Kernel,
+    ];
+    for copies in every {
         let mut stager = Stager::with_options(&device.context, options(copies)).unwrap();
         let (blocks, host_len, device_len) = scattered_blocks();
         let device_bytes = pattern(device_len, 1);
@@ -193,6 +199,7 @@ fn a_scope_transfer_returns_queued_whole_each_reused_buffer_behind_its_flag() {
 /// Many small blocks share a chunk, and a chunk costs one gathering driver
 /// call with the batch copy, not one per block; where the driver refuses
 /// batch copies, `Auto` falls back to one copy per block (the same bytes).
+/// (The gather kernel kept out: `kernel_below(0)`.)
 #[test]
 fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
     let block = scaled(64 << 10, 256);
@@ -211,8 +218,11 @@ fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
         if refused {
             sim::refuse_batch_copies(device.ordinal);
         }
-        let mut stager =
-            Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+        let mut stager = device.stager(
+            sim_support::options(CHUNK, BUFFERS, 2)
+                .driver_path_below(CHUNK)
+                .kernel_below(0),
+        );
         let mut source = DeviceBuffer::new(&device.context, count * block).unwrap();
         source.copy_from_host(0, &device_bytes).unwrap();
         let mut pool = vec![0u8; count * block];
@@ -234,6 +244,159 @@ fn a_chunk_of_small_blocks_costs_one_driver_copy_and_falls_back_to_a_loop() {
         drop(stager);
         device.assert_no_violations();
     }
+}
+
+// ---- the gather kernel ----
+
+/// `count` blocks of `block` bytes at scattered device offsets (odd, so
+/// unaligned), packed on the host, and the bytes each side should hold.
+fn small_blocks(count: usize, block: usize) -> (Vec<Block>, usize) {
+    let slots = 2 * count;
+    let blocks = (0..count)
+        .map(|i| Block::new(((i * 7 + 3) % slots) * block + 1, i * block, block))
+        .collect();
+    (blocks, slots * block + 1)
+}
+
+/// Blocks under `kernel_below` take the gather kernel under `Auto`: one
+/// launch per 255 blocks of a chunk, no copy-engine call, the same bytes
+/// both ways.
+#[test]
+fn small_blocks_take_the_gather_kernel_one_launch_per_255_blocks() {
+    let device = device();
+    let block = scaled(1 << 10, 16);
+    let per_chunk = CHUNK / block;
+    let count = 2 * per_chunk;
+    let (blocks, device_len) = small_blocks(count, block);
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let device_bytes = pattern(device_len, 5);
+    let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+    source.copy_from_host(0, &device_bytes).unwrap();
+
+    let mut pool = vec![0u8; count * block];
+    let before = device.state();
+    stager
+        .run(to_host(&mut pool, &source).blocks(&blocks))
+        .unwrap();
+    let after = device.state();
+    for b in &blocks {
+        assert!(pool[b.host_offset..][..b.len] == device_bytes[b.device_offset..][..b.len]);
+    }
+    let launches = 2 * per_chunk.div_ceil(255) as u64;
+    assert_eq!(
+        (
+            after.kernel_launches - before.kernel_launches,
+            after.batch_copy_calls - before.batch_copy_calls,
+            after.async_copy_calls - before.async_copy_calls,
+        ),
+        (launches, 0, 0),
+        "two chunks of {per_chunk} blocks"
+    );
+    assert_eq!(after.modules, 1, "loaded once");
+
+    let host_bytes = pattern(count * block, 6);
+    let mut target = DeviceBuffer::new(&device.context, device_len).unwrap();
+    stager
+        .run(to_device(&mut target, &host_bytes).blocks(&blocks))
+        .unwrap();
+    let mut back = vec![0u8; device_len];
+    target.copy_to_host(0, &mut back).unwrap();
+    let mut expected = vec![0u8; device_len];
+    for b in &blocks {
+        expected[b.device_offset..][..b.len].copy_from_slice(&host_bytes[b.host_offset..][..b.len]);
+    }
+    assert!(back == expected, "host to device differs");
+    assert_eq!(device.state().modules, 1, "still the one module");
+    drop(stager);
+    assert_eq!(device.state().modules, 0, "unloaded with the stager");
+    device.assert_no_violations();
+}
+
+/// Where the kernel cannot be loaded, `Auto` copies with the copy engine
+/// (the same bytes) and `Kernel` fails with the driver's error.
+#[test]
+fn a_kernel_that_cannot_load_falls_back_under_auto_and_fails_when_forced() {
+    const INVALID_PTX: u32 = 218;
+    let device = device();
+    let block = scaled(1 << 10, 16);
+    let count = CHUNK / block;
+    let (blocks, device_len) = small_blocks(count, block);
+    let device_bytes = pattern(device_len, 8);
+    let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+    source.copy_from_host(0, &device_bytes).unwrap();
+
+    sim::fail_call(device.ordinal, "cuModuleLoadData", 1, INVALID_PTX);
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Auto)).unwrap();
+    let mut pool = vec![0u8; count * block];
+    let before = device.state();
+    stager
+        .run(to_host(&mut pool, &source).blocks(&blocks))
+        .unwrap();
+    let after = device.state();
+    for b in &blocks {
+        assert!(pool[b.host_offset..][..b.len] == device_bytes[b.device_offset..][..b.len]);
+    }
+    assert_eq!(after.kernel_launches, before.kernel_launches);
+    assert_eq!(after.batch_copy_calls - before.batch_copy_calls, 1);
+    drop(stager);
+
+    sim::fail_call(device.ordinal, "cuModuleLoadData", 1, INVALID_PTX);
+    let mut forced = Stager::with_options(&device.context, options(DeviceCopies::Kernel)).unwrap();
+    let failed = forced.run(to_host(&mut pool, &source).blocks(&blocks));
+    match failed {
+        Err(Error::Driver(error)) => assert_eq!(error.code(), INVALID_PTX),
+        other => panic!("expected the load's error, got {other:?}"),
+    }
+    drop(forced);
+    device.assert_no_violations();
+}
+
+/// The kernel's module lives as long as the stager's streams may run its
+/// launches: a stager dropped while they are queued unloads it only after
+/// they ran (the simulator reports a module unloaded under a queued launch).
+#[test]
+fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
+    let device = device();
+    let block = scaled(1 << 10, 16);
+    let count = 3 * CHUNK / block;
+    let (blocks, device_len) = small_blocks(count, block);
+    let device_bytes = pattern(device_len, 4);
+    let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+    source.copy_from_host(0, &device_bytes).unwrap();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Kernel)).unwrap();
+    // Kept for good, as the unsafe contract asks of a transfer the test
+    // drops unfinished.
+    let host: &'static mut [u8] = vec![0u8; count * block].leak();
+    let probe = host.as_ptr();
+    let range = hostcopy_driver::HostRange {
+        addr: host.as_mut_ptr().expose_provenance(),
+        len: count * block,
+    };
+    // SAFETY: `host` is leaked and touched by nothing else; `source` lives
+    // until the end of the test, after the stager is dropped.
+    let mut raw = unsafe { hostcopy_driver::RawHostMemory::new(range) };
+    sim::hold(device.ordinal);
+    // SAFETY: as above.
+    let pending =
+        unsafe { stager.start_unchecked(to_host(&mut raw, &source).blocks(&blocks)) }.unwrap();
+    let queued = device.state();
+    assert!(queued.kernel_launches > 0 && queued.queued > 0);
+    let ordinal = device.ordinal;
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        sim::release(ordinal);
+    });
+    drop(stager);
+    releaser.join().unwrap();
+    drop(pending);
+    assert_eq!(device.state().modules, 0, "unloaded, not kept");
+    // SAFETY: the leaked buffer, which nothing writes any more.
+    let arrived = unsafe { core::slice::from_raw_parts(probe, count * block) };
+    for b in &blocks {
+        assert!(arrived[b.host_offset..][..b.len] == device_bytes[b.device_offset..][..b.len]);
+    }
+    drop(source);
+    device.assert_no_violations();
 }
 
 // ---- wait_for: one event, and every transfer ordered by it ----

@@ -54,6 +54,7 @@ pub(crate) use cuda_driver_sys::{
     CUDA_HOST_NODE_PARAMS, CUcontext, CUdevice, CUdeviceptr, CUevent, CUgraph, CUgraphExec,
     CUgraphNode, CUhostFn, CUstream, CUstreamCaptureMode,
 };
+pub(crate) use cuda_driver_sys::{CUfunction, CUmodule};
 
 /// A `CUresult` as the driver returns it: any code, known to this build or not.
 #[repr(transparent)]
@@ -157,6 +158,7 @@ macro_rules! entry_points {
                 /// # Safety
                 ///
                 /// The driver's contract for it (see the wrapper).
+                #[allow(clippy::too_many_arguments)]
                 unsafe extern "C" fn forward($($arg: $ty),*) -> CuResult {
                     // SAFETY: our C caller upholds the driver's contract.
                     unsafe { $name($($arg),*) }
@@ -210,8 +212,9 @@ macro_rules! entry_points {
             /// handle is alive, and a host function or user data handed over
             /// stays valid for as long as the driver may use it.
             #[inline]
-            // Declared for the layer; not every build calls every one.
-            #[allow(dead_code)]
+            // Declared for the layer; not every build calls every one. The
+            // driver's prototypes (`cuLaunchKernel` takes eleven).
+            #[allow(dead_code, clippy::too_many_arguments)]
             pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
                 #[cfg(feature = "simulator")]
                 if let Some(simulator) = SIMULATED.get() {
@@ -597,5 +600,26 @@ entry_points! { $
         src: CUdeviceptr,
         bytes: usize,
         stream: CUstream,
+    ) -> CuResult;
+
+    pub(crate) fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CuResult;
+    pub(crate) fn cuModuleGetFunction(
+        function: *mut CUfunction,
+        module: CUmodule,
+        name: *const c_char,
+    ) -> CuResult;
+    pub(crate) fn cuModuleUnload(module: CUmodule) -> CuResult;
+    pub(crate) fn cuLaunchKernel(
+        function: CUfunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_bytes: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
     ) -> CuResult;
 }

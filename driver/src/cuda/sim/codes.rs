@@ -8,9 +8,11 @@ pub(super) const SUCCESS: u32 = 0;
 pub(super) const INVALID_VALUE: u32 = 1;
 pub(super) const OUT_OF_MEMORY: u32 = 2;
 pub(super) const INVALID_DEVICE: u32 = 101;
+pub(super) const INVALID_IMAGE: u32 = 200;
 pub(super) const INVALID_CONTEXT: u32 = 201;
 pub(super) const INVALID_HANDLE: u32 = 400;
 pub(super) const ILLEGAL_STATE: u32 = 401;
+pub(super) const NOT_FOUND: u32 = 500;
 pub(super) const NOT_READY: u32 = 600;
 pub(super) const CONTEXT_IS_DESTROYED: u32 = 709;
 pub(super) const HOST_MEMORY_ALREADY_REGISTERED: u32 = 712;
@@ -33,9 +35,11 @@ const NAMES: &[(u32, &CStr)] = &[
     (34, c"CUDA_ERROR_STUB_LIBRARY"),
     (100, c"CUDA_ERROR_NO_DEVICE"),
     (101, c"CUDA_ERROR_INVALID_DEVICE"),
+    (200, c"CUDA_ERROR_INVALID_IMAGE"),
     (201, c"CUDA_ERROR_INVALID_CONTEXT"),
     (400, c"CUDA_ERROR_INVALID_HANDLE"),
     (401, c"CUDA_ERROR_ILLEGAL_STATE"),
+    (500, c"CUDA_ERROR_NOT_FOUND"),
     (600, c"CUDA_ERROR_NOT_READY"),
     (700, c"CUDA_ERROR_ILLEGAL_ADDRESS"),
     (709, c"CUDA_ERROR_CONTEXT_IS_DESTROYED"),

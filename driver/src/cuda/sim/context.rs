@@ -118,6 +118,9 @@ impl State {
                 self.free_exec(exec);
             }
         }
+        for module in owned_by(&self.modules, ctx, |m| m.ctx) {
+            self.unload_module(module);
+        }
         self.free_context_memory(ctx);
         self.contexts.remove(&ctx);
         self.bury(ctx, Kind::Context, device);

@@ -122,6 +122,10 @@ pub struct DeviceState {
     /// `cuEventRecord` calls queued on streams that are not capturing: a
     /// staged chunk records one, the driver's path none.
     pub event_records: u64,
+    /// Successful `cuLaunchKernel` calls (the gather kernel's launches).
+    pub kernel_launches: u64,
+    /// Modules loaded and not unloaded.
+    pub modules: usize,
 }
 
 /// The state of device `ordinal`.
@@ -166,6 +170,8 @@ pub fn device_state(ordinal: usize) -> DeviceState {
         stream_waits: device.stream_waits,
         wait_value_ops: device.wait_value_ops,
         event_records: device.event_records,
+        kernel_launches: device.kernel_launches,
+        modules: count(state.modules.values().map(|m| m.device), ordinal),
     }
 }
 

@@ -114,7 +114,7 @@ impl State {
 
     /// Checks that `[addr, addr + bytes)` is live device memory of the
     /// current context.
-    fn device_range(
+    pub(super) fn device_range(
         &mut self,
         entry: &str,
         addr: CUdeviceptr,
@@ -310,7 +310,7 @@ unsafe fn staged_upload(guard: Guard, dst: CUdeviceptr, src: *const u8, bytes: u
 impl State {
     /// Whether `[addr, addr + len)` lies in one page-locked range: a pinned
     /// allocation or a registration.
-    fn page_locked(&self, addr: usize, len: usize) -> bool {
+    pub(super) fn page_locked(&self, addr: usize, len: usize) -> bool {
         let end = addr.saturating_add(len);
         let pinned = self
             .host_allocations

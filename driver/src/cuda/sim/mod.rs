@@ -97,6 +97,7 @@ mod control;
 mod execution;
 mod fault;
 mod graph;
+mod kernel;
 mod memory;
 mod objects;
 mod registry;
@@ -126,6 +127,9 @@ pub(super) mod entry {
         cuGraphExecHostNodeSetParams, cuGraphInstantiateWithFlags, cuGraphLaunch,
         cuGraphRetainUserObject, cuStreamBeginCapture_v2, cuStreamEndCapture,
         cuStreamGetCaptureInfo_v2,
+    };
+    pub(crate) use super::kernel::{
+        cuLaunchKernel, cuModuleGetFunction, cuModuleLoadData, cuModuleUnload,
     };
     pub(crate) use super::memory::{
         cuMemAlloc_v2, cuMemFree_v2, cuMemFreeHost, cuMemHostAlloc, cuMemHostGetDevicePointer_v2,

@@ -157,6 +157,7 @@ pub(super) struct Device {
     pub(super) stream_waits: u64,
     pub(super) wait_value_ops: u64,
     pub(super) event_records: u64,
+    pub(super) kernel_launches: u64,
     /// `refuse_batch_copies`: the batch copy answers
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     pub(super) refuses_batch_copies: bool,
@@ -271,6 +272,23 @@ pub(super) struct UserObject {
     pub(super) destroy: unsafe extern "C" fn(*mut c_void),
 }
 
+/// A loaded module (`cuModuleLoadData`): the gather kernel's image.
+#[derive(Debug)]
+pub(super) struct Module {
+    pub(super) ctx: u64,
+    pub(super) device: usize,
+    /// Per launch of one of its functions not known to have run: the
+    /// sequence number of the launch's last op (a launch's ops are all on
+    /// one stream, so they run in order).
+    pub(super) launches: Vec<u64>,
+}
+
+/// A function of a module (`cuModuleGetFunction`).
+#[derive(Debug)]
+pub(super) struct Function {
+    pub(super) module: u64,
+}
+
 /// Memory the simulator allocated: really allocated, really freed.
 #[derive(Debug)]
 pub(super) struct Allocation {
@@ -304,6 +322,8 @@ pub(super) enum Kind {
     Node,
     Exec,
     UserObject,
+    Module,
+    Function,
 }
 
 impl Kind {
@@ -316,6 +336,8 @@ impl Kind {
             Kind::Node => "graph node",
             Kind::Exec => "graph executable",
             Kind::UserObject => "user object",
+            Kind::Module => "module",
+            Kind::Function => "function",
         }
     }
 }
@@ -332,6 +354,8 @@ pub(super) struct State {
     pub(super) nodes: BTreeMap<u64, Node>,
     pub(super) execs: BTreeMap<u64, Exec>,
     pub(super) objects: BTreeMap<u64, UserObject>,
+    pub(super) modules: BTreeMap<u64, Module>,
+    pub(super) functions: BTreeMap<u64, Function>,
     /// By address.
     pub(super) host_allocations: BTreeMap<usize, Allocation>,
     pub(super) device_allocations: BTreeMap<usize, Allocation>,
@@ -395,6 +419,8 @@ impl State {
             nodes: BTreeMap::new(),
             execs: BTreeMap::new(),
             objects: BTreeMap::new(),
+            modules: BTreeMap::new(),
+            functions: BTreeMap::new(),
             host_allocations: BTreeMap::new(),
             device_allocations: BTreeMap::new(),
             registrations: BTreeMap::new(),

@@ -57,13 +57,15 @@ use self::ahead::Ahead;
 use self::handoff::{FeederThread, Handoff, Outcome};
 use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
-use super::options::DeviceCopies;
+use super::options::{DeviceCopies, MAX_CHUNK, StagingOptions};
 use super::plan::{DevicePiece, PlannedChunk};
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
 use crate::cuda::error::{DriverError, Error};
 use crate::cuda::event::Event;
 use crate::cuda::ffi::CUdeviceptr;
+use crate::cuda::gather::GatherKernel;
+use crate::cuda::kernels::GatherEntry;
 use crate::cuda::pinned::PinnedBuffer;
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::{CopyPool, Stores};
@@ -71,6 +73,9 @@ use crate::parallel::{CopyPool, Stores};
 /// `CUDA_ERROR_NOT_SUPPORTED`: what a forced batch copy returns where the
 /// driver has none.
 const CUDA_ERROR_NOT_SUPPORTED: u32 = 801;
+
+// A block's offset and length in a staging buffer fit the kernel's u32s.
+const _: () = assert!(MAX_CHUNK <= u32::MAX as usize);
 
 /// Spare chunk events kept for reuse; more are destroyed when returned.
 const SPARE_EVENTS: usize = 256;
@@ -87,7 +92,17 @@ pub(super) struct Lanes {
     pub(super) streams: Vec<Stream>,
     /// One counter per staging buffer.
     flags: Flags,
+    /// Each staging buffer's address on the host and in the device's
+    /// address space (the gather kernel's view of it).
+    staging: Vec<(usize, CUdeviceptr)>,
     device_copies: DeviceCopies,
+    /// `DeviceCopies::Auto` gathers chunks whose pieces average below it.
+    kernel_below: usize,
+    /// The gather kernel, loaded by the first chunk that takes it (or why
+    /// it could not be: `DeviceCopies::Auto` then copies instead). Dropped
+    /// with the lanes, once the streams drained, or kept for good
+    /// ([`Lanes::keep_flags`]).
+    kernel: std::sync::OnceLock<Result<GatherKernel, DriverError>>,
     /// The driver refused batch copies once (`DeviceCopies::Auto`): loop.
     batch_unavailable: AtomicBool,
     /// Chunk events the copier has seen complete, reused.
@@ -239,16 +254,23 @@ enum Queueing {
 }
 
 impl Lanes {
+    /// Lanes for `streams`, staging buffer `k` (at host address
+    /// `staging[k]`) on stream `k`.
     pub(super) fn new(
         context: &Context,
         streams: Vec<Stream>,
-        device_copies: DeviceCopies,
+        staging: Vec<(usize, CUdeviceptr)>,
+        options: &StagingOptions,
     ) -> Result<Lanes, DriverError> {
+        assert_eq!(streams.len(), staging.len());
         Ok(Lanes {
             context: context.clone(),
             flags: Flags::new(context, streams.len())?,
             streams,
-            device_copies,
+            staging,
+            device_copies: options.device_copies,
+            kernel_below: options.kernel_below,
+            kernel: std::sync::OnceLock::new(),
             batch_unavailable: AtomicBool::new(false),
             spare_events: Mutex::new(Vec::new()),
             spare_lane_events: Mutex::new(Vec::new()),
@@ -266,10 +288,14 @@ impl Lanes {
 
     /// Keeps the flags for good, counted: streams that could not be
     /// drained may still wait on them.
+    /// The gather kernel's module too: a launch of it may be queued.
     pub(super) fn keep_flags(&mut self) {
         if !self.flags.kept {
             crate::cuda::retire::kept_pinned_buffers(1);
             self.flags.kept = true;
+        }
+        if let Some(Ok(kernel)) = self.kernel.take() {
+            core::mem::forget(kernel);
         }
     }
 
@@ -368,7 +394,7 @@ impl Lanes {
             // captures.
             unsafe { stream.wait_value32_geq(self.flags.device_addr(planned.buffer), want) }?;
         }
-        self.device_copy(direction, &planned.device, stream)?;
+        self.device_copy(direction, planned, stream)?;
         // Not a blocking-sync event: the driver holds only about 220 of
         // those (or of host functions) queued before a call waits for
         // room (run 42: a 16 GiB transfer's call waited 78% of it), and a
@@ -394,20 +420,25 @@ impl Lanes {
         }
     }
 
-    /// The driver's side of a chunk: one copy, or one batch call gathering
-    /// (or scattering) its pieces, or a loop of copies where the driver
-    /// has no batch copy.
+    /// The driver's side of a chunk: one copy; or for a chunk of several
+    /// pieces, the gather kernel's launches, one batch call gathering (or
+    /// scattering) them, or a loop of copies where the driver has no batch
+    /// copy.
     fn device_copy(
         &self,
         direction: Direction,
-        pieces: &[DevicePiece],
+        planned: &PlannedChunk,
         stream: StreamRef<'_>,
     ) -> Result<(), Error> {
         use core::sync::atomic::Ordering::Relaxed;
+        let pieces = &planned.device[..];
+        if pieces.len() > 1 && self.gathers(planned)? {
+            return self.gather(direction, planned, stream);
+        }
         let batch = match self.device_copies {
             DeviceCopies::Loop => false,
             DeviceCopies::Batch => true,
-            DeviceCopies::Auto => !self.batch_unavailable.load(Relaxed),
+            DeviceCopies::Auto | DeviceCopies::Kernel => !self.batch_unavailable.load(Relaxed),
         };
         if pieces.len() > 1 && batch {
             let staging = pieces.iter().map(|piece| piece.staging as CUdeviceptr);
@@ -431,6 +462,80 @@ impl Lanes {
             }
             self.batch_unavailable.store(true, Relaxed);
         }
+        self.copy_pieces(direction, pieces, stream)
+    }
+
+    /// Whether the gather kernel moves `planned`'s pieces: always with
+    /// `DeviceCopies::Kernel` (which fails where the kernel cannot be
+    /// loaded), with `Auto` where they average under the options'
+    /// `kernel_below` and the kernel loads. Loads it the first time.
+    fn gathers(&self, planned: &PlannedChunk) -> Result<bool, Error> {
+        let wanted = match self.device_copies {
+            DeviceCopies::Kernel => true,
+            DeviceCopies::Auto => {
+                planned.len < self.kernel_below.saturating_mul(planned.device.len())
+            }
+            DeviceCopies::Batch | DeviceCopies::Loop => false,
+        };
+        if !wanted {
+            return Ok(false);
+        }
+        match self
+            .kernel
+            .get_or_init(|| GatherKernel::load(&self.context))
+        {
+            Ok(_) => Ok(true),
+            Err(error) if self.device_copies == DeviceCopies::Kernel => Err((*error).into()),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Queues the gather kernel's launches for `planned`'s pieces.
+    fn gather(
+        &self,
+        direction: Direction,
+        planned: &PlannedChunk,
+        stream: StreamRef<'_>,
+    ) -> Result<(), Error> {
+        let Some(Ok(kernel)) = self.kernel.get() else {
+            unreachable!("`gathers` loaded the kernel");
+        };
+        let (host, device) = self.staging[planned.buffer];
+        let entries: Vec<GatherEntry> = planned
+            .device
+            .iter()
+            .map(|piece| GatherEntry {
+                device: piece.device,
+                // Within the buffer, at most `MAX_CHUNK` long (asserted
+                // above to fit).
+                offset: (piece.staging - host) as u32,
+                len: piece.len as u32,
+            })
+            .collect();
+        // SAFETY: as for the batch in `device_copy`: each device range
+        // lies in the transfer's device memory, kept alive by the
+        // transfer; each staging range in staging buffer `buffer` (mapped
+        // at `device`), which only this stream's work and the copier touch,
+        // in the order the flags and events give, and which outlives the
+        // stream; destinations are disjoint; the kernel is dropped only
+        // with the lanes, after the streams drained (or kept).
+        unsafe {
+            kernel.launch(
+                stream,
+                device,
+                &entries,
+                direction == Direction::HostToDevice,
+            )
+        }
+    }
+
+    /// A loop of copies, one per piece.
+    fn copy_pieces(
+        &self,
+        direction: Direction,
+        pieces: &[DevicePiece],
+        stream: StreamRef<'_>,
+    ) -> Result<(), Error> {
         for piece in pieces {
             let staging = core::ptr::with_exposed_provenance_mut::<u8>(piece.staging);
             // SAFETY: as for the batch above, piece by piece.

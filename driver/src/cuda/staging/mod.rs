@@ -69,10 +69,12 @@
 //! A transfer of many scattered ranges, such as a KV cache's blocks, is one
 //! call: each [`Block`] names a device offset, a host offset and a length.
 //! The blocks are packed one after the other into the staging buffers, so
-//! many small blocks share a chunk: one driver call gathers or scatters
-//! them (`cuMemcpyBatchAsync` where the driver has it, CUDA 12.8 and later;
-//! else one asynchronous copy per block: [`DeviceCopies`]) and one host
-//! function copies them on.
+//! many small blocks share a chunk: hostcopy's gather kernel moves them
+//! between device memory and the staging buffer where they average under
+//! [`KERNEL_BELOW`] (one launch per 255 blocks), else one driver call
+//! gathers or scatters them (`cuMemcpyBatchAsync` where the driver has
+//! it, CUDA 12.8 and later; else one asynchronous copy per block:
+//! [`DeviceCopies`]), and the copier copies them on.
 //!
 //! ```no_run
 //! use hostcopy_driver::cuda::{Context, DeviceBuffer};
@@ -179,8 +181,8 @@ pub use super::retire::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
     DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_EDGE_CHUNK, DRIVER_PATH_BELOW, DeviceCopies,
-    MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES, StagingOptions, StagingOptionsBuilder,
-    Stores, default_workers,
+    KERNEL_BELOW, MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES, StagingOptions,
+    StagingOptionsBuilder, Stores, default_workers,
 };
 pub use pending::PendingTransfer;
 pub use plan::Block;
