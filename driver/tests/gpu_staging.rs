@@ -449,7 +449,13 @@ fn scattered_blocks(context: &Context) -> Result<(), Failed> {
     let awkward_host_len = host_at + 11;
 
     let batch_copy = driver_version().unwrap_or(0) >= BATCH_COPY_SINCE;
-    for copies in [DeviceCopies::Batch, DeviceCopies::Loop] {
+    let every = [
+        DeviceCopies::Auto,
+        DeviceCopies::Batch,
+        DeviceCopies::Loop,
+        DeviceCopies::Kernel,
+    ];
+    for copies in every {
         let options = StagingOptions::builder()
             .device_copies(copies)
             .build()
@@ -469,14 +475,16 @@ fn scattered_blocks(context: &Context) -> Result<(), Failed> {
             continue;
         }
         let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-        for block in [64 << 10, 256 << 10, 2 << 20] {
+        // 4 KiB and 16 KiB take the gather kernel under `Auto`; 4097
+        // bytes its unaligned path.
+        for block in [4 << 10, 4097, 16 << 10, 64 << 10, 256 << 10, 2 << 20] {
             let blocks = random_blocks(&mut rng, TOTAL / block, block, device_len, MARGIN);
             batch_both_ways(
                 &mut stager,
                 &mut memories,
                 &blocks,
                 MARGIN + TOTAL + MARGIN,
-                &format!("{copies:?}, {} KiB blocks", block >> 10),
+                &format!("{copies:?}, blocks of {block} bytes"),
             )?;
         }
         batch_both_ways(

@@ -50,8 +50,6 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/bench/safetensors_load.py", "python/bench/safetensors_load.py"),
     ("driver/python/bench/async_lag.py", "python/bench/async_lag.py"),
     ("driver/python/bench/empty_pool.py", "python/bench/empty_pool.py"),
-    ("driver/python/bench/gather_probe.py", "python/bench/gather_probe.py"),
-    ("driver/src/cuda/kernels/gather.ptx", "python/bench/gather.ptx"),
 ];
 
 /// The bundle must travel to the GPU host in one call.

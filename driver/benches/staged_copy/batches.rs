@@ -2,16 +2,17 @@
 //! transfer, and one transfer against the link, each beside the driver's
 //! own ways of doing the same.
 //!
-//! - Scattered blocks: 1 GiB (64 MiB with `--quick`) in blocks of 64 KiB,
-//!   256 KiB and 2 MiB, at random distinct slots of a device buffer twice
+//! - Scattered blocks: 1 GiB (64 MiB with `--quick`) in blocks of 4 KiB,
+//!   16 KiB, 64 KiB, 256 KiB and 2 MiB, at random distinct slots of a device buffer twice
 //!   that size, packed one after the other in pre-faulted pageable memory.
 //!   D2H: a loop of `cuMemcpyDtoH` into pageable memory (the driver's
 //!   loop, what `x driver` compares with), `cuMemcpyBatchAsync` into
 //!   pageable and into pinned memory (`x pinned` compares with the
 //!   latter), a loop of `cuMemcpyDtoHAsync` into pinned memory, and the
-//!   stager's batch with `DeviceCopies::Batch` and `DeviceCopies::Loop`.
-//!   H2D: a loop of `cuMemcpyHtoD` from pageable memory,
-//!   `cuMemcpyBatchAsync` from pinned memory and the stager's two. The
+//!   stager's batch with `DeviceCopies::Batch`, `DeviceCopies::Loop` and
+//!   `DeviceCopies::Kernel` (the gather kernel). H2D: a loop of
+//!   `cuMemcpyHtoD` from pageable memory, `cuMemcpyBatchAsync` from pinned
+//!   memory and the stager's three. The
 //!   layer does not expose the batch copy, so it is called here from
 //!   libcuda opened as the layer opens it; where the driver lacks it, or
 //!   with `--simulated`, its rows say "not run" and why.
@@ -417,8 +418,9 @@ fn scattered(
     };
     let mut batch_stager = with_copies(DeviceCopies::Batch)?;
     let mut loop_stager = with_copies(DeviceCopies::Loop)?;
+    let mut kernel_stager = with_copies(DeviceCopies::Kernel)?;
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-    let block_sizes = [64usize << 10, 256 << 10, 2 << 20];
+    let block_sizes = [4usize << 10, 16 << 10, 64 << 10, 256 << 10, 2 << 20];
     let placements: Vec<Vec<Block>> = block_sizes
         .iter()
         .map(|&len| random_blocks(&mut rng, total, len, device_len))
@@ -509,7 +511,12 @@ fn scattered(
         let async_loop: Outcome = Ok(Timed::plain(async_loop));
 
         let mut staged: Vec<(String, Outcome)> = Vec::new();
-        for (stager, seed) in [(&mut batch_stager, 7), (&mut loop_stager, 8)] {
+        let stagers = [
+            (&mut batch_stager, 7),
+            (&mut loop_stager, 8),
+            (&mut kernel_stager, 9),
+        ];
+        for (stager, seed) in stagers {
             fill(&mut host, seed);
             let outcome = timed(runs, || {
                 let start = Instant::now();
@@ -586,7 +593,12 @@ fn scattered(
         }
 
         let mut staged: Vec<(String, Outcome)> = Vec::new();
-        for (stager, seed) in [(&mut batch_stager, 13), (&mut loop_stager, 14)] {
+        let stagers = [
+            (&mut batch_stager, 13),
+            (&mut loop_stager, 14),
+            (&mut kernel_stager, 15),
+        ];
+        for (stager, seed) in stagers {
             fill(&mut host, seed);
             let outcome = timed(runs, || {
                 let start = Instant::now();

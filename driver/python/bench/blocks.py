@@ -1,6 +1,8 @@
 """Scattered blocks (a KV-cache offload) side by side, in one process, on
-one GPU: 1 GiB in blocks of 64 KiB, 256 KiB and 2 MiB at random slots of a
-2 GiB torch cache, to and from packed slots of a pageable numpy pool.
+one GPU: 1 GiB (--total-mib) in blocks of 64 KiB, 256 KiB and 2 MiB
+(--blocks-kib; blocks under 64 KiB take hostcopy's gather kernel) at
+random slots of a cache twice that size, to and from packed slots of a
+pageable numpy pool.
 
 Rows, device to host: hostcopy.copy_blocks_to_host; torch gathering the
 blocks on the GPU (``cache[ids]``) then ``pool.copy_`` (one pageable
@@ -40,11 +42,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--total-mib", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--blocks-kib", default="64,256,2048", help="block sizes in KiB, comma-separated")
     args = parser.parse_args()
     total = args.total_mib * MiB
     print(f"{torch.cuda.get_device_name(0)}, hostcopy {hostcopy.__version__}, torch {torch.__version__}")
     rows = []
-    for block in (64 << 10, 256 << 10, 2 << 20):
+    for block in [int(kib) << 10 for kib in args.blocks_kib.split(",")]:
         count, slots = total // block, 2 * total // block
         cache = torch.randint(0, 256, (slots, block), dtype=torch.uint8, device="cuda")
         rng = np.random.default_rng(block)

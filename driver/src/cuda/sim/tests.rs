@@ -13,6 +13,7 @@ use std::vec::Vec;
 use super::super::ffi::{self, CUcontext, CUgraph, CUgraphExec, CUgraphNode, CUstream, CuResult};
 use super::*;
 
+mod kernel;
 mod wait_value;
 
 fn ok(result: CuResult) {

@@ -287,8 +287,8 @@ impl Lanes {
     }
 
     /// Keeps the flags for good, counted: streams that could not be
-    /// drained may still wait on them.
-    /// The gather kernel's module too: a launch of it may be queued.
+    /// drained may still wait on them. Keeps the gather kernel's module
+    /// too: they may still hold launches of it.
     pub(super) fn keep_flags(&mut self) {
         if !self.flags.kept {
             crate::cuda::retire::kept_pinned_buffers(1);
