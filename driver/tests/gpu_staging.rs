@@ -479,6 +479,7 @@ fn scattered_blocks(context: &Context) -> Result<(), Failed> {
         // bytes its unaligned path.
         for block in [4 << 10, 4097, 16 << 10, 64 << 10, 256 << 10, 2 << 20] {
             let blocks = random_blocks(&mut rng, TOTAL / block, block, device_len, MARGIN);
+            let start = std::time::Instant::now();
             batch_both_ways(
                 &mut stager,
                 &mut memories,
@@ -486,6 +487,10 @@ fn scattered_blocks(context: &Context) -> Result<(), Failed> {
                 MARGIN + TOTAL + MARGIN,
                 &format!("{copies:?}, blocks of {block} bytes"),
             )?;
+            eprintln!(
+                "gpu_staging: {copies:?}, blocks of {block} bytes: both ways in {:.0?}",
+                start.elapsed()
+            );
         }
         batch_both_ways(
             &mut stager,

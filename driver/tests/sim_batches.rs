@@ -399,6 +399,48 @@ fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
     device.assert_no_violations();
 }
 
+/// A chunk to the device whose driver side does not fit in the driver's
+/// queue (thousands of copies of tiny blocks, or the kernel's launches)
+/// still goes: the copier fills its buffer once its queuing has begun, so
+/// the wait its stream was given ends and the call queuing it gets room.
+/// (Filled only once it was queued whole, the call waited for room behind
+/// that wait forever.)
+#[test]
+fn a_chunk_larger_than_the_drivers_queue_still_reaches_the_device() {
+    let device = device();
+    let block = scaled(1 << 10, 16);
+    let count = 2 * CHUNK / block;
+    let (blocks, device_len) = small_blocks(count, block);
+    // Room for a quarter of a chunk's copies.
+    sim::limit_queue(device.ordinal, CHUNK / block / 4);
+    let host_bytes = pattern(count * block, 12);
+    let mut target = DeviceBuffer::new(&device.context, device_len).unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    let context = device.context.clone();
+    let (sent_blocks, sent_bytes) = (blocks.clone(), host_bytes.clone());
+    // Its own thread, left behind if it never returns: the test fails
+    // instead of hanging.
+    let worker = std::thread::spawn(move || {
+        for copies in [DeviceCopies::Loop, DeviceCopies::Kernel] {
+            let mut stager = Stager::with_options(&context, options(copies)).unwrap();
+            stager
+                .run(to_device(&mut target, &sent_bytes).blocks(&sent_blocks))
+                .unwrap();
+        }
+        done.send(target).unwrap();
+    });
+    let target = finished
+        .recv_timeout(std::time::Duration::from_secs(scaled(60, 600) as u64))
+        .expect("the transfer is stuck behind its own wait");
+    worker.join().unwrap();
+    let mut back = vec![0u8; device_len];
+    target.copy_to_host(0, &mut back).unwrap();
+    for b in &blocks {
+        assert!(back[b.device_offset..][..b.len] == host_bytes[b.host_offset..][..b.len]);
+    }
+    device.assert_no_violations();
+}
+
 // ---- wait_for: one event, and every transfer ordered by it ----
 
 /// `wait_for` records one event, reused: a loop of small ordered copies

@@ -204,10 +204,12 @@ def test_a_cpu_tensor_through_dlpack_both_ways():
     assert torch.equal(target.cpu(), expected)
 
 
-@pytest.mark.parametrize("block", [64 << 10, 256 << 10, 2 << 20])
+@pytest.mark.parametrize("block", [4 << 10, 4097, 16 << 10, 64 << 10, 256 << 10, 2 << 20])
 def test_scattered_blocks_of_a_torch_cache_both_ways(block):
     """A KV-cache offload and restore: blocks at random slots of a torch
-    cache to packed slots of a numpy pool and back, byte-exact."""
+    cache to packed slots of a numpy pool and back, byte-exact (blocks
+    under 64 KiB through the gather kernel, 4097 bytes on its unaligned
+    path)."""
     torch = _gpu_or_skip()
     count = (128 << 20) // block
     slots = 2 * count

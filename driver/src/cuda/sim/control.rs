@@ -190,6 +190,22 @@ pub fn refuse_batch_copies(ordinal: usize) {
     lock().devices[ordinal].refuses_batch_copies = true;
 }
 
+/// From now on, a driver call that queues work on device `ordinal` (a
+/// copy, a batch, a kernel launch, a host function, a memory wait, an
+/// event record) first waits while the context holds `ops` ops not
+/// started, as the driver's calls wait for room in its queue: a layer that
+/// queues a stream's work behind a wait only it can end deadlocks here as
+/// it would there. (The driver's room is counted in bytes of its own
+/// commands, not in ops.)
+///
+/// # Panics
+///
+/// If there is no such device, or `ops` is 0.
+pub fn limit_queue(ordinal: usize, ops: usize) {
+    assert!(ops > 0, "limit_queue: a queue of 0 ops holds nothing");
+    lock().devices[ordinal].queue_limit = Some(ops);
+}
+
 /// Device `ordinal`'s worker starts no new op until [`release`] (an op
 /// running now finishes). Ops keep queueing meanwhile.
 pub fn hold(ordinal: usize) {

@@ -17,10 +17,11 @@ use std::collections::BTreeSet;
 use std::format;
 use std::time::Instant;
 
+use super::super::ffi::CUstream;
 use super::codes;
 use super::registry::{
-    Context, DeviceSide, Guard, MemCopy, Op, OpKind, State, Work, lock, mark_driver_thread, notify,
-    wait, wait_timeout,
+    Context, DeviceSide, Guard, MemCopy, Op, OpKind, State, Work, current, id_of, lock,
+    mark_driver_thread, notify, wait, wait_timeout,
 };
 
 /// How often a worker whose queued ops all wait looks at their flags again:
@@ -231,6 +232,27 @@ impl State {
             .next_back()
             .is_some_and(|(&start, a)| addr + len <= start + a.layout.size())
     }
+}
+
+/// What a call that queues work on `stream` does first where its device
+/// has a queue limit ([`limit_queue`](super::limit_queue)): waits while the
+/// stream's context holds that many ops not started, as the driver's call
+/// waits for room in its queue. An unknown stream passes (the call fails on
+/// it).
+pub(super) fn wait_for_room(state: Guard, stream: CUstream) -> Guard {
+    let raw = id_of(stream);
+    let ctx = if raw <= 2 {
+        Some(current())
+    } else {
+        state.streams.get(&raw).map(|s| s.ctx)
+    };
+    let Some((ctx, limit)) = ctx.and_then(|ctx| {
+        let device = state.contexts.get(&ctx)?.device;
+        Some((ctx, state.devices[device].queue_limit?))
+    }) else {
+        return state;
+    };
+    State::wait_until(state, ctx, |state| state.contexts[&ctx].queue.len() < limit).0
 }
 
 /// Starts the worker thread of a new context.

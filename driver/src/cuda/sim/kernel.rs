@@ -13,6 +13,7 @@ use std::vec::Vec;
 use super::super::ffi::{CUdeviceptr, CUfunction, CUmodule, CUstream, CuResult};
 use super::super::kernels::{GATHER_ENTRIES, GATHER_NAME, GatherTable};
 use super::codes::{self, result};
+use super::execution::wait_for_room;
 use super::registry::{
     DeviceSide, Function, Kind, MemCopy, Module, OpKind, SendPtr, State, Work, handle, id_of, lock,
 };
@@ -222,7 +223,7 @@ pub(crate) unsafe fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CuResult {
     const ENTRY: &str = "cuLaunchKernel";
-    let mut guard = lock();
+    let mut guard = wait_for_room(lock(), stream);
     let state = &mut *guard;
     result((|| {
         let function = state.function(ENTRY, id_of(function))?;

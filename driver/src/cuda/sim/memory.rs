@@ -13,6 +13,7 @@ use super::super::ffi::{
     CUmemcpyAttributes, CUstream, CuResult,
 };
 use super::codes::{self, result};
+use super::execution::wait_for_room;
 use super::registry::{
     Allocation, DeviceSide, Guard, MemCopy, OpKind, Registration, SendPtr, State, Work, current,
     id_of, lock,
@@ -551,14 +552,19 @@ pub(crate) unsafe fn cuMemcpyHtoDAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyHtoDAsync_v2";
-    copy(lock(), ENTRY, Some(stream), |state| {
-        Ok(MemCopy {
-            dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
-            src: SendPtr(src.cast::<u8>().cast_mut()),
-            bytes,
-            device_side: DeviceSide::Dst,
-        })
-    })
+    copy(
+        wait_for_room(lock(), stream),
+        ENTRY,
+        Some(stream),
+        |state| {
+            Ok(MemCopy {
+                dst: SendPtr(state.device_range(ENTRY, dst, bytes)?),
+                src: SendPtr(src.cast::<u8>().cast_mut()),
+                bytes,
+                device_side: DeviceSide::Dst,
+            })
+        },
+    )
 }
 
 /// `cuMemcpyDtoHAsync_v2`: an op, or a copy node if the stream is capturing.
@@ -574,14 +580,19 @@ pub(crate) unsafe fn cuMemcpyDtoHAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyDtoHAsync_v2";
-    copy(lock(), ENTRY, Some(stream), |state| {
-        Ok(MemCopy {
-            dst: SendPtr(dst.cast()),
-            src: SendPtr(state.device_range(ENTRY, src, bytes)?),
-            bytes,
-            device_side: DeviceSide::Src,
-        })
-    })
+    copy(
+        wait_for_room(lock(), stream),
+        ENTRY,
+        Some(stream),
+        |state| {
+            Ok(MemCopy {
+                dst: SendPtr(dst.cast()),
+                src: SendPtr(state.device_range(ENTRY, src, bytes)?),
+                bytes,
+                device_side: DeviceSide::Src,
+            })
+        },
+    )
 }
 
 /// `cuMemcpyBatchAsync_v2` (CUDA 13's prototype of the batch copy): copy
@@ -618,7 +629,7 @@ pub(crate) unsafe fn cuMemcpyBatchAsync_v2(
     stream: CUstream,
 ) -> CuResult {
     const ENTRY: &str = "cuMemcpyBatchAsync_v2";
-    let mut guard = lock();
+    let mut guard = wait_for_room(lock(), stream);
     let state = &mut *guard;
     result((|| {
         let raw = id_of(stream);

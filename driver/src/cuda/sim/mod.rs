@@ -68,6 +68,12 @@
 //!   if the stream is capturing. [`DeviceState`] counts batch calls and
 //!   single async copy calls apart.
 //! - Sticky errors ([`fail_context`]) and injected failures ([`fail_call`]).
+//! - A queue of bounded room ([`limit_queue`]): a call that queues work
+//!   waits while its context holds that many ops not started.
+//! - Modules and kernel launches: `cuModuleLoadData` of hostcopy's one
+//!   kernel, `hostcopy_gather`, which the worker runs as one copy per
+//!   entry (see `kernel.rs`); a module unloaded under a queued launch is a
+//!   violation.
 //! - Stream capture into a graph (host and copy nodes), joining through an
 //!   event wait, `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` and invalidation;
 //!   graphs, executables, node parameter updates; user objects whose
@@ -77,7 +83,8 @@
 //!
 //! # What it does not model
 //!
-//! Kernels, device-side execution and timing (an event's time is when the
+//! Kernels other than `hostcopy_gather`, and kernel nodes in captures;
+//! device-side execution and timing (an event's time is when the
 //! worker reached it); ops of different streams running at the same time
 //! (one worker runs one op at a time, as the driver's single host-function
 //! thread does for host functions); the legacy default stream's implicit
@@ -107,7 +114,7 @@ mod tests;
 
 pub use context::thread_capture_mode;
 pub use control::{
-    DeviceState, c_entry_points, device_state, drain, hold, install, new_device,
+    DeviceState, c_entry_points, device_state, drain, hold, install, limit_queue, new_device,
     refuse_batch_copies, release, take_violations, violations,
 };
 pub use fault::{fail_call, fail_context};

@@ -158,6 +158,9 @@ pub(super) struct Device {
     pub(super) wait_value_ops: u64,
     pub(super) event_records: u64,
     pub(super) kernel_launches: u64,
+    /// `limit_queue`: calls that queue work wait while the context holds
+    /// this many ops not started.
+    pub(super) queue_limit: Option<usize>,
     /// `refuse_batch_copies`: the batch copy answers
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     pub(super) refuses_batch_copies: bool,

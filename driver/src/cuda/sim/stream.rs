@@ -13,6 +13,7 @@ use super::super::ffi::{
     CUstream, CuResult,
 };
 use super::codes::{self, result};
+use super::execution::wait_for_room;
 use super::registry::{
     Event, HostCall, Kind, OpKind, SendPtr, State, Stream, Work, handle, id_of, lock,
 };
@@ -271,7 +272,7 @@ pub(crate) unsafe fn cuLaunchHostFunc(
     user_data: *mut c_void,
 ) -> CuResult {
     const ENTRY: &str = "cuLaunchHostFunc";
-    let mut state = lock();
+    let mut state = wait_for_room(lock(), stream);
     result((|| {
         let stream = state.stream_call(ENTRY, stream)?;
         let Some(f) = f else {
@@ -308,7 +309,7 @@ pub(crate) unsafe fn cuStreamWaitValue32_v2(
     flags: c_uint,
 ) -> CuResult {
     const ENTRY: &str = "cuStreamWaitValue32_v2";
-    let mut state = lock();
+    let mut state = wait_for_room(lock(), stream);
     result((|| {
         let stream = state.stream_call(ENTRY, stream)?;
         state.refuse_if_capturing(stream)?;
@@ -375,7 +376,7 @@ pub(crate) unsafe fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CuResu
 /// point it stands in for).
 pub(crate) unsafe fn cuEventRecord(event: CUevent, stream: CUstream) -> CuResult {
     const ENTRY: &str = "cuEventRecord";
-    let mut state = lock();
+    let mut state = wait_for_room(lock(), stream);
     result((|| {
         let stream = state.stream_call(ENTRY, stream)?;
         let event = state.event(ENTRY, id_of(event))?;

@@ -189,6 +189,9 @@ pub(super) struct Job {
 /// The calling thread's progress queuing a job.
 #[derive(Debug, Default)]
 struct Queued {
+    /// Chunks whose queuing has begun (their driver side may not be
+    /// queued whole yet).
+    begun: usize,
     /// Per chunk queued so far, in order: its event, or `None` for the
     /// chunk at which queuing failed (perhaps queued in part) once the
     /// copier has taken it.
@@ -226,6 +229,15 @@ impl Job {
     /// The copier's side so far, without waiting.
     pub(super) fn done_now(&self) -> MutexGuard<'_, Done> {
         self.done.now()
+    }
+
+    /// Whether the caller begins queuing chunk `index` (false: it never
+    /// will), once it knows.
+    fn wait_begun(&self, index: usize) -> bool {
+        self.queued
+            .wait(|queued| queued.finished || queued.begun > index)
+            .begun
+            > index
     }
 
     /// How chunk `index` was queued, once the caller knows.
@@ -344,6 +356,9 @@ impl Lanes {
         let mut result = Ok(());
         for planned in &job.plan {
             let stream = self.streams[planned.buffer].as_stream();
+            // A chunk to the device is filled from here on (see
+            // `Copier::copy_job`).
+            job.queued.update(|queued| queued.begun += 1);
             match self.queue_chunk(job.direction, planned, stream) {
                 Ok(event) => job.queued.update(|queued| queued.events.push(Some(event))),
                 Err(error) => {
@@ -602,43 +617,58 @@ impl Copier {
             _ => None,
         };
         for (index, planned) in job.plan.iter().enumerate() {
-            match job.wait_queued(index) {
-                Queueing::Whole(event) => {
-                    if error.is_none()
-                        && let Some(ahead) = ahead.as_mut().filter(|ahead| ahead.cold())
-                    {
-                        ahead.before_copy(&self.workers, &job.plan, index, &event);
+            match job.direction {
+                Direction::DeviceToHost => match job.wait_queued(index) {
+                    Queueing::Whole(event) => {
+                        if error.is_none()
+                            && let Some(ahead) = ahead.as_mut().filter(|ahead| ahead.cold())
+                        {
+                            ahead.before_copy(&self.workers, &job.plan, index, &event);
+                        }
+                        if error.is_none()
+                            && let Err(failed) = self.host_side(job, planned, Some(&event))
+                        {
+                            error = Some(failed);
+                        }
+                        if error.is_none() {
+                            self.lanes.return_event(event);
+                        } else {
+                            // A skipped chunk's copy, still to be seen
+                            // complete before the buffer is written again.
+                            self.keep_last(planned.buffer, event);
+                        }
                     }
-                    if error.is_none()
-                        && let Err(failed) = self.host_side(job, planned, Some(&event))
+                    Queueing::Part | Queueing::Never => {}
+                },
+                // Filled once the caller begins queuing it, not once it
+                // has queued it whole: its driver side may not fit in the
+                // driver's queue while its stream waits for this fill
+                // (thousands of copies of tiny blocks, or the kernel's
+                // launches, whose tables travel in the queue), and the
+                // call queuing it would then wait for room forever. A
+                // chunk queued in part is filled all the same: its copy
+                // may run once the flag advances (the caller drains the
+                // streams before any other use of the buffer).
+                Direction::HostToDevice => {
+                    if job.wait_begun(index)
+                        && error.is_none()
+                        && let Err(failed) = self.host_side(job, planned, None)
                     {
                         error = Some(failed);
                     }
-                    // Still to be seen complete before the buffer is
-                    // written again: a copy to the device, or a skipped
-                    // chunk's copy.
-                    let seen = job.direction == Direction::DeviceToHost && error.is_none();
-                    if seen {
-                        self.lanes.return_event(event);
-                    } else if let Some(older) = self.last[planned.buffer].replace(event) {
-                        self.lanes.return_event(older);
-                    }
                 }
-                // Its copy to the device may run: with the chunk's bytes.
-                // (The caller drains the streams before any other use of
-                // the buffer, so no event is needed after it.)
-                Queueing::Part if job.direction == Direction::HostToDevice && error.is_none() => {
-                    if let Err(failed) = self.host_side(job, planned, None) {
-                        error = Some(failed);
-                    }
-                }
-                Queueing::Part | Queueing::Never => {}
             }
             let next = use_of(planned.seq, buffers).wrapping_add(1);
             self.lanes
                 .flags
                 .get(planned.buffer)
                 .store(next, Ordering::Release);
+            if job.direction == Direction::HostToDevice
+                && let Queueing::Whole(event) = job.wait_queued(index)
+            {
+                // The buffer is written again only after this copy.
+                self.keep_last(planned.buffer, event);
+            }
         }
         job.done.settle(Done {
             finished: true,
@@ -646,9 +676,16 @@ impl Copier {
         });
     }
 
-    /// One chunk's host side, once its driver side is queued: to the host,
-    /// after its copy (`event`, always given); to the device, after the
-    /// buffer's previous copy.
+    /// Keeps `event` as buffer `buffer`'s latest copy not seen complete.
+    fn keep_last(&mut self, buffer: usize, event: Event) {
+        if let Some(older) = self.last[buffer].replace(event) {
+            self.lanes.return_event(older);
+        }
+    }
+
+    /// One chunk's host side: to the host once its driver side is queued,
+    /// after its copy (`event`, always given); to the device once its
+    /// queuing has begun, after the buffer's previous copy.
     fn host_side(
         &mut self,
         job: &Job,
