@@ -259,8 +259,8 @@ fn small_blocks(count: usize, block: usize) -> (Vec<Block>, usize) {
 }
 
 /// Blocks under `kernel_below` take the gather kernel under `Auto`: one
-/// launch per 255 blocks of a chunk, no copy-engine call, the same bytes
-/// both ways.
+/// launch per 255 blocks of a chunk into device scratch and one copy of
+/// the scratch per chunk, no copy per block, the same bytes both ways.
 #[test]
 fn small_blocks_take_the_gather_kernel_one_launch_per_255_blocks() {
     let device = device();
@@ -289,10 +289,15 @@ fn small_blocks_take_the_gather_kernel_one_launch_per_255_blocks() {
             after.batch_copy_calls - before.batch_copy_calls,
             after.async_copy_calls - before.async_copy_calls,
         ),
-        (launches, 0, 0),
-        "two chunks of {per_chunk} blocks"
+        (launches, 0, 2),
+        "two chunks of {per_chunk} blocks, each packed in scratch then copied once"
     );
     assert_eq!(after.modules, 1, "loaded once");
+    assert_eq!(
+        after.device_allocations - before.device_allocations,
+        BUFFERS,
+        "a chunk of scratch per staging buffer"
+    );
 
     let host_bytes = pattern(count * block, 6);
     let mut target = DeviceBuffer::new(&device.context, device_len).unwrap();
@@ -307,8 +312,14 @@ fn small_blocks_take_the_gather_kernel_one_launch_per_255_blocks() {
     }
     assert!(back == expected, "host to device differs");
     assert_eq!(device.state().modules, 1, "still the one module");
+    let scratch = device.state().device_allocations;
     drop(stager);
     assert_eq!(device.state().modules, 0, "unloaded with the stager");
+    assert_eq!(
+        scratch - device.state().device_allocations,
+        BUFFERS,
+        "the scratch freed with the stager"
+    );
     device.assert_no_violations();
 }
 

@@ -207,13 +207,17 @@ impl State {
     /// A device-side range of a copy about to run that is not in a live
     /// device allocation: recorded; the copy is skipped.
     fn check_device_side(&mut self, device: usize, copy: &MemCopy) -> bool {
-        let ptr = match copy.device_side {
-            DeviceSide::Dst => copy.dst.0,
-            DeviceSide::Src => copy.src.0,
+        let sides: &[*mut u8] = match copy.device_side {
+            DeviceSide::Dst => &[copy.dst.0],
+            DeviceSide::Src => &[copy.src.0],
+            DeviceSide::Both => &[copy.dst.0, copy.src.0],
         };
-        if self.device_range_live(ptr.addr(), copy.bytes) {
+        let freed = sides
+            .iter()
+            .find(|ptr| !self.device_range_live(ptr.addr(), copy.bytes));
+        let Some(ptr) = freed else {
             return true;
-        }
+        };
         self.violation(
             Some(device),
             format!(

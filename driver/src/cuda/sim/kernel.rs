@@ -1,8 +1,9 @@
 //! Modules and kernel launches: the one kernel hostcopy loads,
 //! `hostcopy_gather`, run on the host. A launch is checked whole before
 //! anything is queued (its parameters, every entry's device range in live
-//! device memory of the context and its staging range in page-locked
-//! memory, no two entries writing the same bytes), then each entry becomes
+//! device memory of the context and its staging range in device memory of
+//! the context or in page-locked memory, no two entries writing the same
+//! bytes), then each entry becomes
 //! one copy op on the stream, in order. Unloading a module while a launch
 //! of it is queued is a violation.
 
@@ -66,32 +67,37 @@ impl State {
         scatter: bool,
     ) -> Result<MemCopy, u32> {
         let device_ptr = SendPtr(self.device_range(entry, device_addr as CUdeviceptr, len)?);
-        if !self.page_locked(staging, len) {
+        let staging_on_device = self.in_device_allocation(staging);
+        if staging_on_device {
+            self.device_range(entry, staging as CUdeviceptr, len)?;
+        } else if !self.page_locked(staging, len) {
             let device = self.current_device();
             self.violation(
                 device,
                 format!(
-                    "{entry}: entry {index} reaches {len} bytes at {staging:#x}, which are not \
-                     page-locked host memory (an illegal address on a device)"
+                    "{entry}: entry {index} reaches {len} bytes at {staging:#x}, which are \
+                     neither device memory nor page-locked host memory (an illegal address \
+                     on a device)"
                 ),
             );
             return Err(codes::INVALID_VALUE);
         }
         let staging_ptr = SendPtr(core::ptr::with_exposed_provenance_mut(staging));
-        Ok(if scatter {
-            MemCopy {
-                dst: device_ptr,
-                src: staging_ptr,
-                bytes: len,
-                device_side: DeviceSide::Dst,
-            }
+        let device_side = match (staging_on_device, scatter) {
+            (true, _) => DeviceSide::Both,
+            (false, true) => DeviceSide::Dst,
+            (false, false) => DeviceSide::Src,
+        };
+        let (dst, src) = if scatter {
+            (device_ptr, staging_ptr)
         } else {
-            MemCopy {
-                dst: staging_ptr,
-                src: device_ptr,
-                bytes: len,
-                device_side: DeviceSide::Src,
-            }
+            (staging_ptr, device_ptr)
+        };
+        Ok(MemCopy {
+            dst,
+            src,
+            bytes: len,
+            device_side,
         })
     }
 }

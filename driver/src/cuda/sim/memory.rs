@@ -147,7 +147,7 @@ impl State {
     }
 
     /// Whether `addr` lies in a live device allocation (of any context).
-    fn in_device_allocation(&self, addr: usize) -> bool {
+    pub(super) fn in_device_allocation(&self, addr: usize) -> bool {
         self.device_allocations
             .range(..=addr)
             .next_back()
@@ -199,6 +199,7 @@ impl State {
                 bytes,
                 device_side,
             },
+            DeviceSide::Both => unreachable!("refused above: both sides are device memory"),
         })
     }
 

@@ -79,9 +79,11 @@ pub(super) struct HostCall {
 pub(super) enum DeviceSide {
     Dst,
     Src,
+    /// Both: a kernel's copy within device memory.
+    Both,
 }
 
-/// A copy of `bytes` bytes; one side is device memory.
+/// A copy of `bytes` bytes; one side is device memory, or both.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct MemCopy {
     pub(super) dst: SendPtr<u8>,

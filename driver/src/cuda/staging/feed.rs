@@ -61,6 +61,7 @@ use super::options::{DeviceCopies, MAX_CHUNK, StagingOptions};
 use super::plan::{DevicePiece, PlannedChunk};
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
+use crate::cuda::device::DeviceBuffer;
 use crate::cuda::error::{DriverError, Error};
 use crate::cuda::event::Event;
 use crate::cuda::ffi::CUdeviceptr;
@@ -92,17 +93,18 @@ pub(super) struct Lanes {
     pub(super) streams: Vec<Stream>,
     /// One counter per staging buffer.
     flags: Flags,
-    /// Each staging buffer's address on the host and in the device's
-    /// address space (the gather kernel's view of it).
-    staging: Vec<(usize, CUdeviceptr)>,
+    /// Each staging buffer's address.
+    staging: Vec<usize>,
+    /// Bytes of each staging buffer.
+    chunk: usize,
     device_copies: DeviceCopies,
     /// `DeviceCopies::Auto` gathers chunks whose pieces average below it.
     kernel_below: usize,
-    /// The gather kernel, loaded by the first chunk that takes it (or why
-    /// it could not be: `DeviceCopies::Auto` then copies instead). Dropped
-    /// with the lanes, once the streams drained, or kept for good
-    /// ([`Lanes::keep_flags`]).
-    kernel: std::sync::OnceLock<Result<GatherKernel, DriverError>>,
+    /// The gather kernel and its scratch, made by the first chunk that
+    /// takes them (or why they could not be: `DeviceCopies::Auto` then
+    /// copies instead). Dropped with the lanes, once the streams drained,
+    /// or kept for good ([`Lanes::keep_flags`]).
+    gather: std::sync::OnceLock<Result<Gather, DriverError>>,
     /// The driver refused batch copies once (`DeviceCopies::Auto`): loop.
     batch_unavailable: AtomicBool,
     /// Chunk events the copier has seen complete, reused.
@@ -149,6 +151,27 @@ impl Flags {
 
     fn device_addr(&self, buffer: usize) -> CUdeviceptr {
         self.device + (buffer * size_of::<u32>()) as CUdeviceptr
+    }
+}
+
+/// The gather kernel, and per staging buffer a device buffer as large,
+/// where the kernel packs a chunk's blocks (or unpacks them), moved to or
+/// from the staging buffer by one copy on the buffer's stream. The kernel
+/// touches device memory only: host memory reached from the kernel moved
+/// small blocks no faster than the copy engine's own copies (run 52).
+#[derive(Debug)]
+struct Gather {
+    kernel: GatherKernel,
+    scratch: Vec<DeviceBuffer>,
+}
+
+impl Gather {
+    fn new(context: &Context, buffers: usize, chunk: usize) -> Result<Gather, DriverError> {
+        let kernel = GatherKernel::load(context)?;
+        let scratch = (0..buffers)
+            .map(|_| DeviceBuffer::new(context, chunk))
+            .collect::<Result<_, _>>()?;
+        Ok(Gather { kernel, scratch })
     }
 }
 
@@ -266,12 +289,12 @@ enum Queueing {
 }
 
 impl Lanes {
-    /// Lanes for `streams`, staging buffer `k` (at host address
-    /// `staging[k]`) on stream `k`.
+    /// Lanes for `streams`, staging buffer `k` (at address `staging[k]`,
+    /// `options.chunk` bytes) on stream `k`.
     pub(super) fn new(
         context: &Context,
         streams: Vec<Stream>,
-        staging: Vec<(usize, CUdeviceptr)>,
+        staging: Vec<usize>,
         options: &StagingOptions,
     ) -> Result<Lanes, DriverError> {
         assert_eq!(streams.len(), staging.len());
@@ -280,9 +303,10 @@ impl Lanes {
             flags: Flags::new(context, streams.len())?,
             streams,
             staging,
+            chunk: options.chunk,
             device_copies: options.device_copies,
             kernel_below: options.kernel_below,
-            kernel: std::sync::OnceLock::new(),
+            gather: std::sync::OnceLock::new(),
             batch_unavailable: AtomicBool::new(false),
             spare_events: Mutex::new(Vec::new()),
             spare_lane_events: Mutex::new(Vec::new()),
@@ -300,14 +324,14 @@ impl Lanes {
 
     /// Keeps the flags for good, counted: streams that could not be
     /// drained may still wait on them. Keeps the gather kernel's module
-    /// too: they may still hold launches of it.
+    /// and scratch too: they may still hold launches of it.
     pub(super) fn keep_flags(&mut self) {
         if !self.flags.kept {
             crate::cuda::retire::kept_pinned_buffers(1);
             self.flags.kept = true;
         }
-        if let Some(Ok(kernel)) = self.kernel.take() {
-            core::mem::forget(kernel);
+        if let Some(Ok(gather)) = self.gather.take() {
+            core::mem::forget(gather);
         }
     }
 
@@ -495,27 +519,31 @@ impl Lanes {
         if !wanted {
             return Ok(false);
         }
-        match self
-            .kernel
-            .get_or_init(|| GatherKernel::load(&self.context))
-        {
+        let made = self
+            .gather
+            .get_or_init(|| Gather::new(&self.context, self.streams.len(), self.chunk));
+        match made {
             Ok(_) => Ok(true),
             Err(error) if self.device_copies == DeviceCopies::Kernel => Err((*error).into()),
             Err(_) => Ok(false),
         }
     }
 
-    /// Queues the gather kernel's launches for `planned`'s pieces.
+    /// Queues `planned`'s pieces through the gather kernel: to the host,
+    /// the kernel packs them into the buffer's scratch, then one copy
+    /// moves the scratch to the staging buffer; to the device, the other
+    /// way.
     fn gather(
         &self,
         direction: Direction,
         planned: &PlannedChunk,
         stream: StreamRef<'_>,
     ) -> Result<(), Error> {
-        let Some(Ok(kernel)) = self.kernel.get() else {
-            unreachable!("`gathers` loaded the kernel");
+        let Some(Ok(gather)) = self.gather.get() else {
+            unreachable!("`gathers` made the kernel and its scratch");
         };
-        let (host, device) = self.staging[planned.buffer];
+        let host = self.staging[planned.buffer];
+        let scratch = gather.scratch[planned.buffer].raw();
         let entries: Vec<GatherEntry> = planned
             .device
             .iter()
@@ -527,21 +555,31 @@ impl Lanes {
                 len: piece.len as u32,
             })
             .collect();
-        // SAFETY: as for the batch in `device_copy`: each device range
-        // lies in the transfer's device memory, kept alive by the
-        // transfer; each staging range in staging buffer `buffer` (mapped
-        // at `device`), which only this stream's work and the copier touch,
-        // in the order the flags and events give, and which outlives the
-        // stream; destinations are disjoint; the kernel is dropped only
-        // with the lanes, after the streams drained (or kept).
-        unsafe {
-            kernel.launch(
-                stream,
-                device,
-                &entries,
-                direction == Direction::HostToDevice,
-            )
+        let span = entries
+            .iter()
+            .map(|entry| entry.offset as usize + entry.len as usize)
+            .max()
+            .unwrap_or(0);
+        let staging = core::ptr::with_exposed_provenance_mut::<u8>(host);
+        // SAFETY (both arms): each device range lies in the transfer's
+        // device memory, kept alive by the transfer, and each entry's
+        // scratch range in the buffer's scratch (`span` is at most the
+        // chunk), which like the staging buffer only this stream's work
+        // touches (and, for the staging buffer, the copier, in the order
+        // the flags and events give); the scratch, the kernel and the
+        // staging buffer outlive the stream's work (dropped with the lanes
+        // once the streams drained, or kept); destinations are disjoint.
+        match direction {
+            Direction::DeviceToHost => unsafe {
+                gather.kernel.launch(stream, scratch, &entries, false)?;
+                stream.copy_device_to_host_raw(staging, scratch, span)?;
+            },
+            Direction::HostToDevice => unsafe {
+                stream.copy_host_to_device_raw(scratch, staging, span)?;
+                gather.kernel.launch(stream, scratch, &entries, true)?;
+            },
         }
+        Ok(())
     }
 
     /// A loop of copies, one per piece.

@@ -106,11 +106,12 @@ impl Stager {
             .iter()
             .map(|buffer| buffer.raw_ptr().expose_provenance())
             .collect();
-        let mapped = buffers
-            .iter()
-            .map(|buffer| Ok((buffer.raw_ptr().expose_provenance(), buffer.device_ptr()?)))
-            .collect::<Result<Vec<_>, DriverError>>()?;
-        let lanes = Arc::new(Lanes::new(context, streams, mapped, &options)?);
+        let lanes = Arc::new(Lanes::new(
+            context,
+            streams,
+            Vec::clone(&staging),
+            &options,
+        )?);
         let workers = Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0);
         // The system refused a thread: as out of resources. Nothing is
         // queued yet, so the buffers and flags are freed as they drop.
