@@ -561,23 +561,27 @@ impl Lanes {
             .max()
             .unwrap_or(0);
         let staging = core::ptr::with_exposed_provenance_mut::<u8>(host);
-        // SAFETY (both arms): each device range lies in the transfer's
-        // device memory, kept alive by the transfer, and each entry's
-        // scratch range in the buffer's scratch (`span` is at most the
-        // chunk), which like the staging buffer only this stream's work
-        // touches (and, for the staging buffer, the copier, in the order
-        // the flags and events give); the scratch, the kernel and the
-        // staging buffer outlive the stream's work (dropped with the lanes
-        // once the streams drained, or kept); destinations are disjoint.
+        // Each device range lies in the transfer's device memory, kept
+        // alive by the transfer, and each entry's scratch range in the
+        // buffer's scratch (`span` is at most the chunk), which like the
+        // staging buffer only this stream's work touches (and, for the
+        // staging buffer, the copier, in the order the flags and events
+        // give); the scratch, the kernel and the staging buffer outlive the
+        // stream's work (dropped with the lanes once the streams drained,
+        // or kept); destinations are disjoint.
         match direction {
-            Direction::DeviceToHost => unsafe {
-                gather.kernel.launch(stream, scratch, &entries, false)?;
-                stream.copy_device_to_host_raw(staging, scratch, span)?;
-            },
-            Direction::HostToDevice => unsafe {
-                stream.copy_host_to_device_raw(scratch, staging, span)?;
-                gather.kernel.launch(stream, scratch, &entries, true)?;
-            },
+            Direction::DeviceToHost => {
+                // SAFETY: as above: blocks to the scratch.
+                unsafe { gather.kernel.launch(stream, scratch, &entries, false) }?;
+                // SAFETY: as above: the scratch to the staging buffer.
+                unsafe { stream.copy_device_to_host_raw(staging, scratch, span) }?;
+            }
+            Direction::HostToDevice => {
+                // SAFETY: as above: the staging buffer to the scratch.
+                unsafe { stream.copy_host_to_device_raw(scratch, staging, span) }?;
+                // SAFETY: as above: the scratch to the blocks.
+                unsafe { gather.kernel.launch(stream, scratch, &entries, true) }?;
+            }
         }
         Ok(())
     }
