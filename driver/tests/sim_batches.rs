@@ -417,6 +417,10 @@ fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
 /// (Filled only once it was queued whole, the call waited for room behind
 /// that wait forever.)
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "a liveness test (the ownership paths run in the kernel tests above): polls the queue too slowly under Miri"
+)]
 fn a_chunk_larger_than_the_drivers_queue_still_reaches_the_device() {
     let device = device();
     let block = scaled(1 << 10, 16);

@@ -85,11 +85,11 @@ pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 /// Below this mean block length a chunk's blocks are moved by hostcopy's
 /// gather kernel under [`DeviceCopies::Auto`]; from it on, by the copy
 /// engine (the default of [`StagingOptionsBuilder::kernel_below`]).
-/// Measured on the H200 host (run 52, 1 GiB of scattered blocks, staged,
-/// the kernel beside `cuMemcpyBatchAsync`): 4 KiB blocks 6.1 against 5.5
-/// GB/s D2H and 5.6 against 5.2 H2D; 16 KiB 24.9 against 25.8 and 26.6
-/// against 17.4; 64 KiB 39.8 against 46.4 and 37.6 against 46.1. So the
-/// kernel below 32 KiB, the copy engine from 64 KiB.
+/// Measured on the H200 host (run 53, 1 GiB of scattered blocks, staged,
+/// the kernel beside `cuMemcpyBatchAsync`, GB/s D2H / H2D): 4 KiB blocks
+/// 15.2 / 12.6 against 7.0 / 3.9; 16 KiB 41.2 / 35.6 against 18.3 / 22.1;
+/// 64 KiB 48.5 / 46.3 against 50.2 / 48.4. So the kernel below 32 KiB,
+/// the copy engine from 64 KiB.
 pub const KERNEL_BELOW: usize = 32 << 10;
 
 /// How the blocks of a batch are moved between device memory and a
