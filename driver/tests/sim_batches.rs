@@ -12,7 +12,7 @@ use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::staging::{
     Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
 };
-use hostcopy_driver::cuda::{BlockSide, DeviceBuffer, Error};
+use hostcopy_driver::cuda::{BlockSide, CaptureMode, DeviceBuffer, Error, Stream};
 use sim_support::{device, pattern, scaled};
 
 const CHUNK: usize = scaled(1 << 20, hostcopy_driver::cuda::staging::MIN_CHUNK);
@@ -369,7 +369,7 @@ fn a_kernel_that_cannot_load_falls_back_under_auto_and_fails_when_forced() {
 fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
     let device = device();
     let block = scaled(1 << 10, 16);
-    let count = 3 * CHUNK / block;
+    let count = scaled(3, 1) * CHUNK / block;
     let (blocks, device_len) = small_blocks(count, block);
     let device_bytes = pattern(device_len, 4);
     let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
@@ -406,6 +406,42 @@ fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
     for b in &blocks {
         assert!(arrived[b.host_offset..][..b.len] == device_bytes[b.device_offset..][..b.len]);
     }
+    drop(source);
+    device.assert_no_violations();
+}
+
+/// A stager's teardown frees device memory (the kernel's scratch), pinned
+/// memory (staging buffers, the flags) and unloads the kernel: calls the
+/// driver prohibits, in the default capture mode, while a graph is being
+/// captured in global mode, and which break that capture. Every one of
+/// them runs in the relaxed mode. (The flags, the scratch and the module
+/// were freed once the stager's guard of the mode had gone, and broke the
+/// capture.)
+#[test]
+fn a_stager_dropped_during_a_global_capture_leaves_the_capture_alone() {
+    let device = device();
+    let block = scaled(1 << 10, 16);
+    let count = CHUNK / block;
+    let (blocks, device_len) = small_blocks(count, block);
+    let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
+    source.copy_from_host(0, &pattern(device_len, 9)).unwrap();
+    let mut stager = Stager::with_options(&device.context, options(DeviceCopies::Kernel)).unwrap();
+    let mut pool = vec![0u8; count * block];
+    stager
+        .run(to_host(&mut pool, &source).blocks(&blocks))
+        .unwrap();
+    assert_eq!(device.state().modules, 1);
+    let capturing = Stream::new(&device.context).unwrap();
+    capturing
+        .as_stream()
+        .begin_capture(CaptureMode::Global)
+        .unwrap();
+    drop(stager);
+    assert_eq!(device.state().modules, 0, "unloaded");
+    capturing
+        .as_stream()
+        .end_capture()
+        .expect("the capture survives the stager's teardown");
     drop(source);
     device.assert_no_violations();
 }

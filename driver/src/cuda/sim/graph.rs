@@ -17,6 +17,10 @@ use super::super::ffi::{
     CUstreamCaptureMode, CUuserObject, CuResult,
 };
 use super::codes::{self, result};
+
+/// `CU_STREAM_CAPTURE_MODE_GLOBAL` and `_RELAXED`, as the modes are kept.
+const GLOBAL: u32 = 0;
+const RELAXED: u32 = 2;
 use super::registry::{
     Capture, Exec, Graph, HostCall, Kind, Node, OpKind, SendPtr, State, Work, handle, id_of, lock,
 };
@@ -120,6 +124,45 @@ impl State {
         }
     }
 
+    /// A potentially unsafe call (a free, a module unload) from the calling
+    /// thread, in its capture mode (`cuThreadExchangeStreamCaptureMode`):
+    /// global prohibits it while this thread captures in any mode but
+    /// relaxed or any thread captures in global mode; thread-local only
+    /// while this thread captures in a mode but relaxed; relaxed never. A
+    /// prohibited call is refused and invalidates the captures it
+    /// concerns, as the driver does. Captures count on the device of the
+    /// thread's current context only, where the driver counts every one in
+    /// the process: the simulator's tests run side by side, each on its
+    /// own device.
+    pub(super) fn refuse_unsafe_call(&mut self) -> Result<(), u32> {
+        let mode = super::context::thread_capture_mode();
+        let here = std::thread::current().id();
+        let Some(device) = self
+            .contexts
+            .get(&super::registry::current())
+            .map(|c| c.device)
+        else {
+            return Ok(());
+        };
+        let broken: Vec<u64> = self
+            .captures
+            .iter()
+            .filter(|(_, c)| {
+                let own = c.thread == here && c.mode != RELAXED;
+                let global = mode == GLOBAL && c.mode == GLOBAL;
+                self.contexts[&c.ctx].device == device && mode != RELAXED && (own || global)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        if broken.is_empty() {
+            return Ok(());
+        }
+        for capture in broken {
+            self.invalidate_capture(capture);
+        }
+        Err(codes::STREAM_CAPTURE_UNSUPPORTED)
+    }
+
     /// Ends `capture`: its streams leave it.
     fn finish_capture(&mut self, capture: u64) -> Capture {
         let entry = self.captures.remove(&capture).expect("a live capture");
@@ -205,8 +248,8 @@ fn explicit_call(
     result(outcome)
 }
 
-/// `cuStreamBeginCapture_v2`: the stream captures into a new graph. Capture
-/// modes are accepted and not modelled.
+/// `cuStreamBeginCapture_v2`: the stream captures into a new graph. The
+/// mode decides which unsafe calls break it ([`State::refuse_unsafe_call`]).
 ///
 /// # Safety
 ///
@@ -214,7 +257,7 @@ fn explicit_call(
 /// point it stands in for).
 pub(crate) unsafe fn cuStreamBeginCapture_v2(
     stream: CUstream,
-    _mode: CUstreamCaptureMode,
+    mode: CUstreamCaptureMode,
 ) -> CuResult {
     const ENTRY: &str = "cuStreamBeginCapture_v2";
     let mut state = lock();
@@ -237,6 +280,8 @@ pub(crate) unsafe fn cuStreamBeginCapture_v2(
                 origin: stream,
                 streams: std::vec![stream],
                 invalidated: false,
+                mode: mode as u32,
+                thread: std::thread::current().id(),
             },
         );
         let s = state.streams.get_mut(&stream).expect("checked");

@@ -171,7 +171,8 @@ pub(crate) unsafe fn cuModuleGetFunction(
 }
 
 /// `cuModuleUnload`: the module and its functions go. A launch of it
-/// still queued is a violation (the driver would run freed code).
+/// still queued is a violation (the driver would run freed code). Refused
+/// where the thread's capture mode prohibits it.
 ///
 /// # Safety
 ///
@@ -183,6 +184,7 @@ pub(crate) unsafe fn cuModuleUnload(module: CUmodule) -> CuResult {
         let module = state.module(ENTRY, id_of(module))?;
         let (ctx, device) = (state.modules[&module].ctx, state.modules[&module].device);
         state.enter(ctx, ENTRY, true)?;
+        state.refuse_unsafe_call()?;
         let pending = state.modules[&module]
             .launches
             .iter()

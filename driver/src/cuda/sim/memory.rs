@@ -356,13 +356,19 @@ pub(crate) unsafe fn cuMemHostAlloc(
     })())
 }
 
-/// `cuMemFreeHost`.
+/// `cuMemFreeHost`; refused where the thread's capture mode prohibits it
+/// (as every free is).
 ///
 /// # Safety
 ///
 /// Nothing uses the memory after the call.
 pub(crate) unsafe fn cuMemFreeHost(ptr: *mut c_void) -> CuResult {
-    result(lock().free("cuMemFreeHost", Space::Host, ptr.addr()))
+    let mut state = lock();
+    result(
+        state
+            .refuse_unsafe_call()
+            .and_then(|()| state.free("cuMemFreeHost", Space::Host, ptr.addr())),
+    )
 }
 
 /// `cuMemHostGetDevicePointer_v2`: a pinned allocation is mapped at its
@@ -420,13 +426,18 @@ pub(crate) unsafe fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, bytes: usize) -> CuRes
     })())
 }
 
-/// `cuMemFree_v2`.
+/// `cuMemFree_v2`; refused where the thread's capture mode prohibits it.
 ///
 /// # Safety
 ///
 /// Nothing uses the memory after the call.
 pub(crate) unsafe fn cuMemFree_v2(ptr: CUdeviceptr) -> CuResult {
-    result(lock().free("cuMemFree_v2", Space::Device, ptr as usize))
+    let mut state = lock();
+    result(
+        state
+            .refuse_unsafe_call()
+            .and_then(|()| state.free("cuMemFree_v2", Space::Device, ptr as usize)),
+    )
 }
 
 /// `cuMemHostRegister_v2`: recorded (the memory stays the caller's), in the

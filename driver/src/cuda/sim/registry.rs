@@ -234,6 +234,10 @@ pub(super) struct Capture {
     /// Every stream in the capture, the origin first.
     pub(super) streams: Vec<u64>,
     pub(super) invalidated: bool,
+    /// The mode it began in (`CUstreamCaptureMode`) and the thread that
+    /// began it: which threads' unsafe calls break it.
+    pub(super) mode: u32,
+    pub(super) thread: std::thread::ThreadId,
 }
 
 #[derive(Debug)]

@@ -49,7 +49,6 @@ mod ahead;
 mod handoff;
 mod sync;
 
-use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::vec::Vec;
 
@@ -102,8 +101,8 @@ pub(super) struct Lanes {
     kernel_below: usize,
     /// The gather kernel and its scratch, made by the first chunk that
     /// takes them (or why they could not be: `DeviceCopies::Auto` then
-    /// copies instead). Dropped with the lanes, once the streams drained,
-    /// or kept for good ([`Lanes::keep_flags`]).
+    /// copies instead). Dropped by [`Lanes::clear`], once the streams
+    /// drained, or kept for good ([`Lanes::keep_flags`]).
     gather: std::sync::OnceLock<Result<Gather, DriverError>>,
     /// The driver refused batch copies once (`DeviceCopies::Auto`): loop.
     batch_unavailable: AtomicBool,
@@ -119,9 +118,9 @@ pub(super) struct Lanes {
 /// the stager's, which its streams wait on and the copier advances.
 #[derive(Debug)]
 struct Flags {
-    /// Freed with the lanes, unless kept ([`Lanes::keep_flags`]).
-    memory: ManuallyDrop<PinnedBuffer>,
-    kept: bool,
+    /// Freed by [`Lanes::clear`] (or with the lanes), unless kept
+    /// ([`Lanes::keep_flags`]); `None` after either.
+    memory: Option<PinnedBuffer>,
     /// Its address as the device sees it.
     device: CUdeviceptr,
     count: usize,
@@ -132,8 +131,7 @@ impl Flags {
         let memory = PinnedBuffer::new(context, count * size_of::<u32>())?;
         let device = memory.device_ptr()?;
         Ok(Flags {
-            memory: ManuallyDrop::new(memory),
-            kept: false,
+            memory: Some(memory),
             device,
             count,
         })
@@ -142,11 +140,16 @@ impl Flags {
     /// Buffer `buffer`'s counter.
     fn get(&self, buffer: usize) -> &AtomicU32 {
         assert!(buffer < self.count);
+        let memory = self
+            .memory
+            .as_ref()
+            .expect("flags used after the lanes' teardown");
         // SAFETY: in bounds of the zeroed pinned allocation, which is page
-        // aligned (so each `u32` is aligned) and lives as long as `self`;
-        // every access to it, the device's included, is atomic (the
-        // driver's waits only read it).
-        unsafe { AtomicU32::from_ptr(self.memory.raw_ptr().cast::<u32>().add(buffer)) }
+        // aligned (so each `u32` is aligned) and lives while `self.memory`
+        // holds it, as long as the borrow of `self` (only `&mut self` takes
+        // it out); every access to it, the device's included, is atomic
+        // (the driver's waits only read it).
+        unsafe { AtomicU32::from_ptr(memory.raw_ptr().cast::<u32>().add(buffer)) }
     }
 
     fn device_addr(&self, buffer: usize) -> CUdeviceptr {
@@ -172,17 +175,6 @@ impl Gather {
             .map(|_| DeviceBuffer::new(context, chunk))
             .collect::<Result<_, _>>()?;
         Ok(Gather { kernel, scratch })
-    }
-}
-
-impl Drop for Flags {
-    fn drop(&mut self) {
-        if !self.kept {
-            // SAFETY: dropped once, here; the lanes are dropped only after
-            // the streams that wait on the flags drained, or the flags
-            // were kept instead (`Lanes::keep_flags`).
-            unsafe { ManuallyDrop::drop(&mut self.memory) };
-        }
     }
 }
 
@@ -314,21 +306,26 @@ impl Lanes {
         })
     }
 
-    /// Destroys the streams and spare events now (in the caller's capture
-    /// mode), not whenever the last reference goes.
+    /// Destroys the streams and spare events, frees the flags and the
+    /// gather kernel's scratch and unloads it, now (in the caller's
+    /// capture mode), not whenever the last reference goes. Only once the
+    /// streams drained, or what they may still use was kept
+    /// ([`Lanes::keep_flags`]).
     pub(super) fn clear(&mut self) {
         self.streams.clear();
         lock(&self.spare_events).clear();
         lock(&self.spare_lane_events).clear();
+        self.flags.memory = None;
+        self.gather = std::sync::OnceLock::new();
     }
 
     /// Keeps the flags for good, counted: streams that could not be
     /// drained may still wait on them. Keeps the gather kernel's module
     /// and scratch too: they may still hold launches of it.
     pub(super) fn keep_flags(&mut self) {
-        if !self.flags.kept {
+        if let Some(memory) = self.flags.memory.take() {
             crate::cuda::retire::kept_pinned_buffers(1);
-            self.flags.kept = true;
+            core::mem::forget(memory);
         }
         if let Some(Ok(gather)) = self.gather.take() {
             core::mem::forget(gather);

@@ -80,15 +80,35 @@ pub(super) fn chunk_sizes(len: usize, chunk: usize, edge: usize) -> Vec<usize> {
     sizes
 }
 
+/// Chunks split the byte stream at multiples of this (where the chunk size
+/// is one): blocks whose offsets and lengths are multiples of 16 then keep
+/// 16-byte aligned staging offsets in every chunk, and the gather kernel
+/// moves them 16 bytes at a time instead of one.
+const SPLIT_ALIGN: usize = 16;
+
 /// As few chunks of at most `chunk` bytes as hold `len`, of equal size
-/// (within a byte), so that no short chunk trails the others.
+/// (within [`SPLIT_ALIGN`] bytes), so that no short chunk trails the
+/// others. Every chunk but the last is a multiple of [`SPLIT_ALIGN`] when
+/// `chunk` is: the split points fall on it.
 fn equal_chunks(len: usize, chunk: usize) -> impl Iterator<Item = usize> {
     let count = len.div_ceil(chunk);
-    let (each, extra) = match len.checked_div(count) {
-        Some(each) => (each, len % count),
+    let unit = if chunk.is_multiple_of(SPLIT_ALIGN) {
+        SPLIT_ALIGN
+    } else {
+        1
+    };
+    // `units` whole units shared out, `rest` (< unit) bytes on the last
+    // chunk: it has room, as `count * chunk >= len` (with `chunk` a
+    // multiple of `unit`, a chunk of `chunk / unit` units leaves no rest).
+    let (units, rest) = (len / unit, len % unit);
+    let (each, extra) = match units.checked_div(count) {
+        Some(each) => (each, units % count),
         None => (0, 0),
     };
-    (0..count).map(move |index| each + usize::from(index < extra))
+    (0..count).map(move |index| {
+        let last = if index + 1 == count { rest } else { 0 };
+        (each + usize::from(index < extra)) * unit + last
+    })
 }
 
 /// A range of a chunk's driver copy: `len` bytes between `device` and
@@ -205,10 +225,14 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
             let piece = if many { HOST_PIECE } else { take };
             for at in (0..take).step_by(piece.max(1)) {
                 let len = piece.min(take - at);
-                planned.host.push(match layout.direction {
-                    Direction::DeviceToHost => HostCopyArgs::new(host + at, staging + at, len),
-                    Direction::HostToDevice => HostCopyArgs::new(staging + at, host + at, len),
-                });
+                push_host(
+                    &mut planned.host,
+                    match layout.direction {
+                        Direction::DeviceToHost => HostCopyArgs::new(host + at, staging + at, len),
+                        Direction::HostToDevice => HostCopyArgs::new(staging + at, host + at, len),
+                    },
+                    piece,
+                );
             }
             planned.len += take;
             block.device_offset += take;
@@ -223,6 +247,21 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
     chunks
 }
 
+/// Adds `copy` to a chunk's host copies, joined to the last one where it
+/// continues it on both sides and the two stay within `piece` bytes:
+/// blocks next to each other in host memory (a pool's slots, packed in
+/// the staging buffer as they are) make one copy, not one each.
+fn push_host(list: &mut Vec<HostCopyArgs>, copy: HostCopyArgs, piece: usize) {
+    if let Some(last) = list.last_mut() {
+        let continues = last.dst + last.nbytes == copy.dst && last.src + last.nbytes == copy.src;
+        if continues && last.nbytes + copy.nbytes <= piece {
+            last.nbytes += copy.nbytes;
+            return;
+        }
+    }
+    list.push(copy);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,7 +273,7 @@ mod tests {
             assert_eq!(sizes.iter().sum::<usize>(), len, "{len}");
             assert!(sizes.iter().all(|&s| s > 0 && s <= 16 << 20), "{sizes:?}");
             let (min, max) = (sizes.iter().min(), sizes.iter().max());
-            assert!(max.unwrap() - min.unwrap() <= 1, "{sizes:?}");
+            assert!(max.unwrap() - min.unwrap() < 2 * SPLIT_ALIGN, "{sizes:?}");
         }
         let mib = |sizes: Vec<usize>| sizes.iter().map(|s| s >> 20).collect::<Vec<_>>();
         assert_eq!(
@@ -269,6 +308,76 @@ mod tests {
                 assert_eq!(total, len, "{len} {edge}");
                 assert!(sizes.iter().all(|&s| s > 0 && s <= chunk), "{len} {edge}");
             }
+        }
+    }
+
+    /// Before: equal chunks split the stream at any byte, so every block
+    /// after a chunk's first sat at an odd staging offset, and the gather
+    /// kernel copied whole chunks of 4 KiB blocks a byte at a time.
+    #[test]
+    fn chunks_split_aligned_blocks_at_aligned_offsets() {
+        let (block, count) = (4096, 3 * 1024 + 7);
+        let blocks: Vec<Block> = (0..count)
+            .map(|i| Block::new(i * block, (count - 1 - i) * block, block))
+            .collect();
+        let staging = [1 << 20, 64 << 20];
+        let layout = Layout {
+            direction: Direction::DeviceToHost,
+            host: 0,
+            device: 1 << 32,
+            blocks: &blocks,
+            staging: &staging,
+            first: 0,
+        };
+        for (chunk, edge) in [(5 << 20, 5 << 20), (4 << 20, 256 << 10), (1 << 20, 48)] {
+            let sizes = chunk_sizes(count * block, chunk, edge);
+            assert!(
+                sizes[..sizes.len() - 1].iter().all(|s| s % 16 == 0),
+                "{sizes:?}"
+            );
+            for planned in plan(&layout, &sizes) {
+                let base = staging[planned.buffer];
+                for piece in &planned.device {
+                    assert_eq!((piece.staging - base) % 16, 0, "{chunk} {edge}");
+                    assert_eq!(piece.len % 16, 0, "{chunk} {edge}");
+                }
+            }
+        }
+        // A length that is no multiple of 16 ends in a short last chunk.
+        let sizes = chunk_sizes((48 << 20) + 5, 16 << 20, 16 << 20);
+        assert_eq!(sizes.iter().sum::<usize>(), (48 << 20) + 5);
+        assert!(sizes[..2].iter().all(|s| s % 16 == 0), "{sizes:?}");
+        assert!(sizes.iter().all(|&s| s <= 16 << 20), "{sizes:?}");
+    }
+
+    #[test]
+    fn blocks_next_to_each_other_in_host_memory_share_a_host_copy() {
+        // Scattered device blocks into consecutive host slots, one gap.
+        let (block, count) = (4096, 300);
+        let blocks: Vec<Block> = (0..count)
+            .map(|i| {
+                let slot = if i < 200 { i } else { i + 1 };
+                Block::new((count - i) * 2 * block, slot * block, block)
+            })
+            .collect();
+        for direction in [Direction::DeviceToHost, Direction::HostToDevice] {
+            let layout = Layout {
+                direction,
+                host: 1 << 30,
+                device: 1 << 32,
+                blocks: &blocks,
+                staging: &[1 << 20],
+                first: 0,
+            };
+            let chunks = plan(&layout, &[count * block]);
+            let lens: Vec<usize> = chunks[0].host.iter().map(|c| c.nbytes).collect();
+            // 200 blocks: 800 KiB, cut at 512 KiB; then 100 after the gap.
+            assert_eq!(
+                lens,
+                [128 * block, 72 * block, 100 * block],
+                "{direction:?}"
+            );
+            assert_eq!(chunks[0].device.len(), count, "one driver piece a block");
         }
     }
 
