@@ -45,3 +45,60 @@ const _: () = assert!(size_of::<GatherEntry>() == 16);
 const _: () = assert!(align_of::<GatherEntry>() == 8);
 const _: () = assert!(size_of::<GatherTable>() == 4080);
 const _: () = assert!(GATHER_PARAMS_BYTES == 4096);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    /// The entry's `.param` list, as `(name, bytes)`: what the driver
+    /// passes the kernel, read from the image itself.
+    fn params() -> Vec<(&'static str, usize)> {
+        let entry = GATHER_PTX
+            .split(".entry hostcopy_gather(")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .expect("the entry's parameter list");
+        entry
+            .split(',')
+            .map(|param| {
+                let words: Vec<&str> = param.split_whitespace().collect();
+                let name = words.last().expect("a named parameter");
+                let bytes = match words.iter().find(|w| w.starts_with(".u") || *w == &".b8") {
+                    Some(&".u64") => 8,
+                    Some(&".u32") => 4,
+                    Some(&".b8") => {
+                        let (_, len) = name.split_once('[').expect("an array");
+                        len.trim_end_matches(']').parse().expect("its length")
+                    }
+                    other => panic!("parameter type {other:?}"),
+                };
+                (name.split('[').next().unwrap(), bytes)
+            })
+            .collect()
+    }
+
+    /// Before the launch packs `staging`, `count`, `scatter` and the table
+    /// (`crate::cuda::gather`, the simulator reading them back by the same
+    /// types), the image must declare exactly those: a kernel edited apart
+    /// from its Rust layout fails here, not on the device.
+    #[test]
+    fn the_image_declares_the_parameters_the_launch_packs() {
+        assert_eq!(
+            params(),
+            [
+                ("staging", 8),
+                ("count", 4),
+                ("scatter", 4),
+                ("entries", size_of::<GatherTable>()),
+            ]
+        );
+        assert!(GATHER_PTX.contains(".param .align 16 .b8 entries["));
+        assert_eq!(align_of::<GatherTable>(), 16);
+        assert!(GATHER_PTX.contains(&std::format!(
+            ".visible .entry {}(",
+            GATHER_NAME.to_str().unwrap()
+        )));
+        assert!(GATHER_PTX.ends_with('\0'));
+    }
+}

@@ -274,7 +274,10 @@ enum Queueing {
     /// Queuing failed at it: any of its wait and copy may be queued, but no
     /// event. Its buffer is filled all the same for a copy to the device
     /// (which may run once the flag advances): with its own bytes, never
-    /// with what the buffer last carried for another transfer.
+    /// with what the buffer last carried for another transfer. Unless the
+    /// copier failed before it: the only failure of its host side is the
+    /// wait for the buffer's last copy, a context error after which the
+    /// driver runs none of the context's work, this copy included.
     Part,
     /// Never: queuing failed before it.
     Never,
@@ -557,6 +560,9 @@ impl Lanes {
             .map(|entry| entry.offset as usize + entry.len as usize)
             .max()
             .unwrap_or(0);
+        // The plan packs a chunk's pieces within its buffer's `chunk` bytes:
+        // checked, as the scratch and the staging buffer are that long.
+        assert!(span <= self.chunk, "a chunk's pieces span {span} bytes");
         let staging = core::ptr::with_exposed_provenance_mut::<u8>(host);
         // Each device range lies in the transfer's device memory, kept
         // alive by the transfer, and each entry's scratch range in the
@@ -564,8 +570,8 @@ impl Lanes {
         // staging buffer only this stream's work touches (and, for the
         // staging buffer, the copier, in the order the flags and events
         // give); the scratch, the kernel and the staging buffer outlive the
-        // stream's work (dropped with the lanes once the streams drained,
-        // or kept); destinations are disjoint.
+        // stream's work (freed by `Lanes::clear` and the stager once the
+        // streams drained, or kept); destinations are disjoint.
         match direction {
             Direction::DeviceToHost => {
                 // SAFETY: as above: blocks to the scratch.

@@ -102,7 +102,10 @@ pub enum DeviceCopies {
     /// allocated: see [`Kernel`](Self::Kernel)); otherwise
     /// `cuMemcpyBatchAsync` (CUDA 12.8 and later, looked up when the
     /// driver is loaded) where the driver has it, else a loop of
-    /// asynchronous copies, one per block.
+    /// asynchronous copies, one per block. The first chunk for the kernel
+    /// decides for the stager's life: if the kernel or its scratch cannot
+    /// be had then (device memory short, say), every later chunk takes
+    /// the copy engine, and a new stager tries again.
     #[default]
     Auto,
     /// Always `cuMemcpyBatchAsync`: a transfer fails with
