@@ -78,10 +78,11 @@ mod tests {
             .collect()
     }
 
-    /// Before the launch packs `staging`, `count`, `scatter` and the table
-    /// (`crate::cuda::gather`, the simulator reading them back by the same
-    /// types), the image must declare exactly those: a kernel edited apart
-    /// from its Rust layout fails here, not on the device.
+    /// The launch packs `staging` (u64), `count` and `scatter` (u32) and
+    /// the table (`crate::cuda::gather`, the simulator reading them back by
+    /// the same types): the image must declare exactly those, in that
+    /// order, `GATHER_PARAMS_BYTES` in all. A kernel edited apart from
+    /// this layout fails here, not on the device.
     #[test]
     fn the_image_declares_the_parameters_the_launch_packs() {
         assert_eq!(
@@ -93,6 +94,8 @@ mod tests {
                 ("entries", size_of::<GatherTable>()),
             ]
         );
+        let declared: usize = params().iter().map(|&(_, bytes)| bytes).sum();
+        assert_eq!(declared, GATHER_PARAMS_BYTES);
         assert!(GATHER_PTX.contains(".param .align 16 .b8 entries["));
         assert_eq!(align_of::<GatherTable>(), 16);
         assert!(GATHER_PTX.contains(&std::format!(

@@ -393,9 +393,9 @@ pub fn thread_capture_mode() -> u32 {
     CAPTURE_MODE.with(core::cell::Cell::get)
 }
 
-/// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode.
-/// The simulator treats every mode as relaxed otherwise; it keeps the mode
-/// so that a test can see it restored.
+/// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode,
+/// which decides which frees and unloads a capture prohibits
+/// (`State::refuse_unsafe_call`); a test can see it restored.
 ///
 /// # Safety
 ///

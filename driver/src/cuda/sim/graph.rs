@@ -130,27 +130,27 @@ impl State {
     /// relaxed or any thread captures in global mode; thread-local only
     /// while this thread captures in a mode but relaxed; relaxed never. A
     /// prohibited call is refused and invalidates the captures it
-    /// concerns, as the driver does. Captures count on the device of the
-    /// thread's current context only, where the driver counts every one in
-    /// the process: the simulator's tests run side by side, each on its
-    /// own device.
+    /// concerns, as the driver does. Other threads' captures count on the
+    /// device of the thread's current context only, where the driver
+    /// counts every one in the process: the simulator's tests run side by
+    /// side, each on its own device. Only frees and unloads are modelled;
+    /// allocations and loads, as prohibited, are not.
     pub(super) fn refuse_unsafe_call(&mut self) -> Result<(), u32> {
         let mode = super::context::thread_capture_mode();
         let here = std::thread::current().id();
-        let Some(device) = self
+        let device = self
             .contexts
             .get(&super::registry::current())
-            .map(|c| c.device)
-        else {
-            return Ok(());
-        };
+            .map(|c| c.device);
         let broken: Vec<u64> = self
             .captures
             .iter()
             .filter(|(_, c)| {
                 let own = c.thread == here && c.mode != RELAXED;
-                let global = mode == GLOBAL && c.mode == GLOBAL;
-                self.contexts[&c.ctx].device == device && mode != RELAXED && (own || global)
+                let global = mode == GLOBAL
+                    && c.mode == GLOBAL
+                    && Some(self.contexts[&c.ctx].device) == device;
+                mode != RELAXED && (own || global)
             })
             .map(|(&id, _)| id)
             .collect();

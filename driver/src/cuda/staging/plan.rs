@@ -50,17 +50,27 @@ impl Block {
 /// so that the workers share a chunk of a few large blocks evenly.
 const HOST_PIECE: usize = 512 << 10;
 
+/// Host copies of blocks next to each other are joined up to a chunk's
+/// size over this many (and [`HOST_PIECE`]), so that a chunk of a pool's
+/// small slots still leaves every worker of the pool its share: the pool
+/// hands out whole copies.
+const HOST_PARTS: usize = 64;
+
 /// The sizes of the chunks a transfer of `len` bytes is cut into: chunks
 /// of at most `chunk` bytes, the first and last ones growing from `edge`
 /// (`edge`, twice that, ... below `chunk`: as many steps as fit at both
-/// ends), the rest of equal size (within a byte). The small first chunk
+/// ends), the rest of equal size (within [`SPLIT_ALIGN`] bytes). Every
+/// chunk but the last is a multiple of [`SPLIT_ALIGN`] where `chunk` is
+/// (`edge` is rounded down to one). The small first chunk
 /// starts the second stage early (the host copy of a D2H transfer, the
 /// driver's copy of an H2D one); the small last chunk leaves little for it
 /// after the first stage ends. `edge >= chunk`: equal chunks throughout.
 pub(super) fn chunk_sizes(len: usize, chunk: usize, edge: usize) -> Vec<usize> {
     let chunk = chunk.max(1);
+    let unit = split_unit(chunk);
     let mut ramp = Vec::new();
-    let mut size = edge.max(1);
+    // A multiple of the unit, as every split point should be.
+    let mut size = (edge / unit * unit).max(unit);
     while size < chunk {
         ramp.push(size);
         size = size.saturating_mul(2);
@@ -74,10 +84,28 @@ pub(super) fn chunk_sizes(len: usize, chunk: usize, edge: usize) -> Vec<usize> {
         ramp.pop();
     }
     let ends = 2 * ramp.iter().sum::<usize>();
+    // The bytes past the last whole unit go on the very last chunk, so
+    // that every split point falls on a unit.
+    let rest = (len - ends) % unit;
     let mut sizes = ramp.clone();
-    sizes.extend(equal_chunks(len - ends, chunk));
+    sizes.extend(equal_chunks(len - ends - rest, chunk));
     sizes.extend(ramp.iter().rev());
+    match sizes.last_mut() {
+        Some(last) if *last + rest <= chunk => *last += rest,
+        _ if rest > 0 => sizes.push(rest),
+        _ => {}
+    }
     sizes
+}
+
+/// What chunks split at: [`SPLIT_ALIGN`] where `chunk` is a multiple of
+/// it, else any byte.
+fn split_unit(chunk: usize) -> usize {
+    if chunk.is_multiple_of(SPLIT_ALIGN) {
+        SPLIT_ALIGN
+    } else {
+        1
+    }
 }
 
 /// Chunks split the byte stream at multiples of this (where the chunk size
@@ -92,11 +120,7 @@ const SPLIT_ALIGN: usize = 16;
 /// `chunk` is: the split points fall on it.
 fn equal_chunks(len: usize, chunk: usize) -> impl Iterator<Item = usize> {
     let count = len.div_ceil(chunk);
-    let unit = if chunk.is_multiple_of(SPLIT_ALIGN) {
-        SPLIT_ALIGN
-    } else {
-        1
-    };
+    let unit = split_unit(chunk);
     // `units` whole units shared out, `rest` (< unit) bytes on the last
     // chunk: it has room, as `count * chunk >= len` (with `chunk` a
     // multiple of `unit`, a chunk of `chunk / unit` units leaves no rest).
@@ -223,6 +247,7 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
             let host = layout.host + block.host_offset;
             let many = layout.blocks.len() > 1;
             let piece = if many { HOST_PIECE } else { take };
+            let join = HOST_PIECE.min(size.div_ceil(HOST_PARTS));
             for at in (0..take).step_by(piece.max(1)) {
                 let len = piece.min(take - at);
                 push_host(
@@ -231,7 +256,7 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
                         Direction::DeviceToHost => HostCopyArgs::new(host + at, staging + at, len),
                         Direction::HostToDevice => HostCopyArgs::new(staging + at, host + at, len),
                     },
-                    piece,
+                    join,
                 );
             }
             planned.len += take;
@@ -248,13 +273,13 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
 }
 
 /// Adds `copy` to a chunk's host copies, joined to the last one where it
-/// continues it on both sides and the two stay within `piece` bytes:
+/// continues it on both sides and the two stay within `join` bytes:
 /// blocks next to each other in host memory (a pool's slots, packed in
 /// the staging buffer as they are) make one copy, not one each.
-fn push_host(list: &mut Vec<HostCopyArgs>, copy: HostCopyArgs, piece: usize) {
+fn push_host(list: &mut Vec<HostCopyArgs>, copy: HostCopyArgs, join: usize) {
     if let Some(last) = list.last_mut() {
         let continues = last.dst + last.nbytes == copy.dst && last.src + last.nbytes == copy.src;
-        if continues && last.nbytes + copy.nbytes <= piece {
+        if continues && last.nbytes + copy.nbytes <= join {
             last.nbytes += copy.nbytes;
             return;
         }
@@ -343,6 +368,17 @@ mod tests {
                 }
             }
         }
+        // Split points stay on 16 with an edge that is no multiple of it,
+        // and with a middle that is none either.
+        for (len, edge) in [((40 << 20) + 5, 5000), ((24 << 20) + 7, 4 << 20)] {
+            let sizes = chunk_sizes(len, 16 << 20, edge);
+            assert_eq!(sizes.iter().sum::<usize>(), len);
+            assert!(sizes.iter().all(|&s| s > 0 && s <= 16 << 20), "{sizes:?}");
+            assert!(
+                sizes[..sizes.len() - 1].iter().all(|s| s % 16 == 0),
+                "{sizes:?}"
+            );
+        }
         // A length that is no multiple of 16 ends in a short last chunk.
         let sizes = chunk_sizes((48 << 20) + 5, 16 << 20, 16 << 20);
         assert_eq!(sizes.iter().sum::<usize>(), (48 << 20) + 5);
@@ -371,13 +407,21 @@ mod tests {
             };
             let chunks = plan(&layout, &[count * block]);
             let lens: Vec<usize> = chunks[0].host.iter().map(|c| c.nbytes).collect();
-            // 200 blocks: 800 KiB, cut at 512 KiB; then 100 after the gap.
-            assert_eq!(
-                lens,
-                [128 * block, 72 * block, 100 * block],
-                "{direction:?}"
-            );
+            // Joined up to 1/64 of the chunk (19,200 bytes): four blocks a
+            // copy, 50 before the gap and 25 after it.
+            assert_eq!(lens, [4 * block; 75], "{direction:?}");
             assert_eq!(chunks[0].device.len(), count, "one driver piece a block");
+            // A chunk of 64 MiB joins up to `HOST_PIECE`.
+            let many: Vec<Block> = (0..16 << 10)
+                .map(|i| Block::new(2 * i * block, i * block, block))
+                .collect();
+            let layout = Layout {
+                blocks: &many,
+                ..layout
+            };
+            let chunks = plan(&layout, &[many.len() * block]);
+            assert!(chunks[0].host.iter().all(|c| c.nbytes == HOST_PIECE));
+            assert_eq!(chunks[0].host.len(), (64 << 20) / HOST_PIECE);
         }
     }
 
