@@ -326,12 +326,22 @@ def _blocks(blocks: Any) -> Any:
     a numpy array as a fresh C-ordered copy of its own dtype (numpy.array
     copies by default: no other thread holds the copy, so none writes it
     while it is read; an integer dtype is read as it is, any other refused
-    there, never cast), a CPU tensor as its ``tolist()``, anything else as
-    it is."""
+    there, never cast); an array of another library that numpy takes as an
+    integer array (a CPU torch tensor, a jax array: ``__array__``) the same
+    way, without a Python object per block; other arrays (a CUDA tensor, a
+    cupy array, which refuse ``__array__``) as their ``tolist()``; anything
+    else as it is."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(blocks, numpy.ndarray):
         return numpy.array(blocks, order="C")
     if hasattr(blocks, "tolist") and not _is_host_buffer(blocks):
+        if numpy is not None and hasattr(blocks, "__array__"):
+            try:
+                as_array = numpy.asarray(blocks)
+            except (TypeError, ValueError, RuntimeError):
+                as_array = None  # refused (a device array): its tolist()
+            if as_array is not None and as_array.dtype.kind in "iu":
+                return numpy.array(as_array, order="C")
         return blocks.tolist()
     return blocks
 
@@ -726,8 +736,10 @@ def copy_blocks_to_host(
     dtype (``int8``, ``int16``, ``int32``, ``int64``, ``uint8``, ``uint16``,
     ``uint32``, ``uint64``, either byte order, any strides; a float, bool,
     complex, string or object array raises ``TypeError`` naming the dtype,
-    never cast; a CPU tensor is read through its ``tolist()``, so a float
-    tensor is refused by its first block). A field that is negative
+    never cast; a CPU tensor or jax array of an integer dtype is read as
+    such an array, through ``__array__``; any other tensor, a CUDA one
+    included, through its ``tolist()``, so a float tensor is refused by its
+    first block). A field that is negative
     or wider than a word raises ``IntegerOutOfRange`` named
     ``blocks[i].device_offset``, ``.host_offset`` or ``.nbytes``. Any sizes,
     in any order; many small blocks share one
