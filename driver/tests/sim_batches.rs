@@ -264,7 +264,7 @@ fn small_blocks(count: usize, block: usize) -> (Vec<Block>, usize) {
 #[test]
 fn small_blocks_take_the_gather_kernel_one_launch_per_255_blocks() {
     let device = device();
-    let block = scaled(1 << 10, 16);
+    let block = scaled(1 << 10, 64);
     let per_chunk = CHUNK / block;
     let count = 2 * per_chunk;
     let (blocks, device_len) = small_blocks(count, block);
@@ -329,7 +329,7 @@ fn small_blocks_take_the_gather_kernel_one_launch_per_255_blocks() {
 fn a_kernel_that_cannot_load_falls_back_under_auto_and_fails_when_forced() {
     const INVALID_PTX: u32 = 218;
     let device = device();
-    let block = scaled(1 << 10, 16);
+    let block = scaled(1 << 10, 64);
     let count = CHUNK / block;
     let (blocks, device_len) = small_blocks(count, block);
     let device_bytes = pattern(device_len, 8);
@@ -368,7 +368,7 @@ fn a_kernel_that_cannot_load_falls_back_under_auto_and_fails_when_forced() {
 #[test]
 fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
     let device = device();
-    let block = scaled(1 << 10, 16);
+    let block = scaled(1 << 10, 64);
     let count = scaled(3, 1) * CHUNK / block;
     let (blocks, device_len) = small_blocks(count, block);
     let device_bytes = pattern(device_len, 4);
@@ -420,7 +420,7 @@ fn a_stager_dropped_with_launches_queued_unloads_the_kernel_after_them() {
 #[test]
 fn a_stager_dropped_during_a_global_capture_leaves_the_capture_alone() {
     let device = device();
-    let block = scaled(1 << 10, 16);
+    let block = scaled(1 << 10, 64);
     let count = CHUNK / block;
     let (blocks, device_len) = small_blocks(count, block);
     let mut source = DeviceBuffer::new(&device.context, device_len).unwrap();
