@@ -17,13 +17,13 @@ use super::super::ffi::{
     CUstreamCaptureMode, CUuserObject, CuResult,
 };
 use super::codes::{self, result};
+use super::registry::{
+    Capture, Exec, Graph, HostCall, Kind, Node, OpKind, SendPtr, State, Work, handle, id_of, lock,
+};
 
 /// `CU_STREAM_CAPTURE_MODE_GLOBAL` and `_RELAXED`, as the modes are kept.
 const GLOBAL: u32 = 0;
 const RELAXED: u32 = 2;
-use super::registry::{
-    Capture, Exec, Graph, HostCall, Kind, Node, OpKind, SendPtr, State, Work, handle, id_of, lock,
-};
 
 /// A short pause inside calls that are not thread-safe, so that overlapping
 /// calls from two threads overlap long enough to be seen.

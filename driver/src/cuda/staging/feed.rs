@@ -319,7 +319,7 @@ impl Lanes {
         lock(&self.spare_events).clear();
         lock(&self.spare_lane_events).clear();
         self.flags.memory = None;
-        self.gather = std::sync::OnceLock::new();
+        drop(self.gather.take());
     }
 
     /// Keeps the flags for good, counted: streams that could not be

@@ -56,6 +56,12 @@ const HOST_PIECE: usize = 512 << 10;
 /// hands out whole copies.
 const HOST_PARTS: usize = 64;
 
+/// Chunks split the byte stream at multiples of this (where the chunk size
+/// is one): blocks whose offsets and lengths are multiples of 16 then keep
+/// 16-byte aligned staging offsets in every chunk, and the gather kernel
+/// moves them 16 bytes at a time instead of one.
+const SPLIT_ALIGN: usize = 16;
+
 /// The sizes of the chunks a transfer of `len` bytes is cut into: chunks
 /// of at most `chunk` bytes, the first and last ones growing from `edge`
 /// (`edge`, twice that, ... below `chunk`: as many steps as fit at both
@@ -108,31 +114,19 @@ fn split_unit(chunk: usize) -> usize {
     }
 }
 
-/// Chunks split the byte stream at multiples of this (where the chunk size
-/// is one): blocks whose offsets and lengths are multiples of 16 then keep
-/// 16-byte aligned staging offsets in every chunk, and the gather kernel
-/// moves them 16 bytes at a time instead of one.
-const SPLIT_ALIGN: usize = 16;
-
-/// As few chunks of at most `chunk` bytes as hold `len`, of equal size
-/// (within [`SPLIT_ALIGN`] bytes), so that no short chunk trails the
-/// others. Every chunk but the last is a multiple of [`SPLIT_ALIGN`] when
-/// `chunk` is: the split points fall on it.
+/// As few chunks of at most `chunk` bytes as hold `len` (whole units of
+/// `split_unit(chunk)`), of equal size within a unit, so that no short
+/// chunk trails the others; each a whole number of units.
 fn equal_chunks(len: usize, chunk: usize) -> impl Iterator<Item = usize> {
-    let count = len.div_ceil(chunk);
     let unit = split_unit(chunk);
-    // `units` whole units shared out, `rest` (< unit) bytes on the last
-    // chunk: it has room, as `count * chunk >= len` (with `chunk` a
-    // multiple of `unit`, a chunk of `chunk / unit` units leaves no rest).
-    let (units, rest) = (len / unit, len % unit);
+    debug_assert!(len.is_multiple_of(unit));
+    let count = len.div_ceil(chunk);
+    let units = len / unit;
     let (each, extra) = match units.checked_div(count) {
         Some(each) => (each, units % count),
         None => (0, 0),
     };
-    (0..count).map(move |index| {
-        let last = if index + 1 == count { rest } else { 0 };
-        (each + usize::from(index < extra)) * unit + last
-    })
+    (0..count).map(move |index| (each + usize::from(index < extra)) * unit)
 }
 
 /// A range of a chunk's driver copy: `len` bytes between `device` and
@@ -219,6 +213,7 @@ pub(super) struct Layout<'a> {
 /// Cuts checked blocks into chunks of `sizes` (bytes per chunk, summing to
 /// the blocks' total), packing blocks one after the other.
 pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
+    let many = layout.blocks.len() > 1;
     let mut chunks = Vec::with_capacity(sizes.len());
     let mut blocks = layout.blocks.iter().filter(|block| block.len > 0);
     let mut current = blocks.next().copied();
@@ -233,6 +228,7 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
             device: Vec::new(),
             host: Vec::new(),
         };
+        let join = HOST_PIECE.min(size.div_ceil(HOST_PARTS));
         while planned.len < size {
             let Some(block) = current.as_mut() else {
                 break;
@@ -245,9 +241,7 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
                 len: take,
             });
             let host = layout.host + block.host_offset;
-            let many = layout.blocks.len() > 1;
             let piece = if many { HOST_PIECE } else { take };
-            let join = HOST_PIECE.min(size.div_ceil(HOST_PARTS));
             for at in (0..take).step_by(piece.max(1)) {
                 let len = piece.min(take - at);
                 push_host(
