@@ -5,8 +5,10 @@
 # staging tests move blocks of 4 KiB, 4097 bytes and 16 KiB with every
 # DeviceCopies, the kernel's included), the Python GPU tests, the block
 # benchmark from 4 KiB (hostcopy's Auto beside torch) and the Rust batch
-# benchmark (DeviceCopies::Batch, Loop and Kernel side by side).
-# One call: `run54-plan.sh`.
+# benchmark (DeviceCopies::Batch, Loop and Kernel side by side), then the
+# host pool and never-touched rows (`empty_pool.py`: the pool made twice,
+# to tell a new VM's first touch of its memory from the guest kernel's
+# own cost). One call: `run54-plan.sh`.
 set -u
 ROOT=$PWD
 B=$ROOT/target/hostcopy-gpu-bundle
@@ -25,7 +27,9 @@ step() {
     save
 }
 export HOSTCOPY_REQUIRE_GPU=1
-{ date -u; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader; nproc; } > $RES/machine.txt 2>&1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader; nproc;
+  cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag;
+  grep -E "MemTotal|MemFree|^Cached|AnonHugePages" /proc/meminfo; } > $RES/machine.txt 2>&1
 PART=${1:-all}
 cd $B
 if [ $PART != bench ]; then
@@ -47,9 +51,12 @@ export PYTHONPATH=$PY
 cd $PY
 step blocks 120 python3 $B/python/bench/blocks.py --total-mib 256 --repeat 3 --blocks-kib 4,16,64,256
 cd $B
-step bench 280 bin/staged_copy --only batches --runs 3 --max-gib 1 --out $RES
+step bench 200 bin/staged_copy --only batches --runs 3 --max-gib 1 --out $RES
+cd $PY
+step pool 150 python3 $B/python/bench/empty_pool.py --pool-gib 4 64 --sizes-mib 1024 4096 --runs 3
 fi
 echo; cat $RES/machine.txt; printf '%s' "$summary"
 tail -n 14 $RES/blocks.log
+tail -n 22 $RES/pool.log
 grep -i "scattered\|staged, DeviceCopies" $RES/bench.txt 2>/dev/null | head -40
 save

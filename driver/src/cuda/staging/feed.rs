@@ -178,6 +178,46 @@ impl Gather {
     }
 }
 
+/// One chunk's pieces as the gather kernel moves them (`Lanes::gathered`).
+///
+/// Its ranges, which every launch and copy it queues relies on: each
+/// entry's device range lies in the transfer's device memory, kept alive
+/// by the transfer; each entry's scratch range in the buffer's scratch
+/// (`span`, at most the chunk), which like the staging buffer only the
+/// buffer's stream touches (and, for the staging buffer, the copier, in
+/// the order the flags and events give); the scratch, the kernel and the
+/// staging buffer outlive the stream's work (freed by `Lanes::clear` and
+/// the stager once the streams drained, or kept); destinations are
+/// disjoint (blocks checked so when planned).
+struct Gathered<'a> {
+    kernel: &'a GatherKernel,
+    scratch: CUdeviceptr,
+    staging: *mut u8,
+    span: usize,
+    entries: Vec<GatherEntry>,
+}
+
+impl Gathered<'_> {
+    /// The one copy between the scratch and the staging buffer: to the
+    /// host after the kernel packed the scratch, to the device before it
+    /// unpacks it.
+    fn copy(&self, direction: Direction, stream: StreamRef<'_>) -> Result<(), DriverError> {
+        let (scratch, staging, span) = (self.scratch, self.staging, self.span);
+        match direction {
+            // SAFETY: the struct's ranges: the scratch to the staging
+            // buffer, once the stream waited for the buffer's flag.
+            Direction::DeviceToHost => unsafe {
+                stream.copy_device_to_host_raw(staging, scratch, span)
+            },
+            // SAFETY: the struct's ranges: the filled staging buffer to the
+            // scratch.
+            Direction::HostToDevice => unsafe {
+                stream.copy_host_to_device_raw(scratch, staging, span)
+            },
+        }
+    }
+}
+
 /// Use `seq / buffers` of its buffer, as its counter counts (wrapping).
 fn use_of(seq: u64, buffers: usize) -> u32 {
     (seq / buffers as u64) as u32
@@ -411,7 +451,12 @@ impl Lanes {
     }
 
     /// Queues the driver's side of one chunk on `stream`: the wait for its
-    /// buffer, the copy, and the event the copier waits on.
+    /// buffer, the copy, and the event the copier waits on. Through the
+    /// gather kernel, the kernel's launches stay off the buffer's turn:
+    /// to the host, the blocks are packed into the scratch before the
+    /// wait for the staging buffer; to the device, the event follows the
+    /// copy to the scratch, so the copier fills the buffer again while
+    /// the blocks are scattered.
     fn queue_chunk(
         &self,
         direction: Direction,
@@ -425,6 +470,22 @@ impl Lanes {
             // This use's host side has filled it.
             Direction::HostToDevice => use_.wrapping_add(1),
         };
+        let gathered = match planned.device.len() > 1 && self.gathers(planned)? {
+            true => Some(self.gathered(planned)),
+            false => None,
+        };
+        if let Some(gathered) = &gathered
+            && direction == Direction::DeviceToHost
+        {
+            // SAFETY: `gathered`'s ranges (see `Gathered`): the blocks to
+            // the scratch, which the buffer's previous copy out of it has
+            // read before, in stream order.
+            unsafe {
+                gathered
+                    .kernel
+                    .launch(stream, gathered.scratch, &gathered.entries, false)
+            }?;
+        }
         let flag = self.flags.get(planned.buffer);
         if !reached(flag.load(Ordering::Acquire), want) {
             // SAFETY: the flag lies in the stager's pinned memory, which
@@ -433,7 +494,10 @@ impl Lanes {
             // captures.
             unsafe { stream.wait_value32_geq(self.flags.device_addr(planned.buffer), want) }?;
         }
-        self.device_copy(direction, planned, stream)?;
+        match &gathered {
+            Some(gathered) => gathered.copy(direction, stream)?,
+            None => self.device_copy(direction, planned, stream)?,
+        }
         // Not a blocking-sync event: the driver holds only about 220 of
         // those (or of host functions) queued before a call waits for
         // room (run 42: a 16 GiB transfer's call waited 78% of it), and a
@@ -449,6 +513,21 @@ impl Lanes {
             self.return_event(event);
             return Err(error);
         }
+        if let Some(gathered) = &gathered
+            && direction == Direction::HostToDevice
+        {
+            // SAFETY: `gathered`'s ranges: the scratch, filled by the copy
+            // just queued, to the blocks.
+            let scattered = unsafe {
+                gathered
+                    .kernel
+                    .launch(stream, gathered.scratch, &gathered.entries, true)
+            };
+            if let Err(error) = scattered {
+                self.return_event(event);
+                return Err(error);
+            }
+        }
         Ok(event)
     }
 
@@ -459,10 +538,10 @@ impl Lanes {
         }
     }
 
-    /// The driver's side of a chunk: one copy; or for a chunk of several
-    /// pieces, the gather kernel's launches, one batch call gathering (or
-    /// scattering) them, or a loop of copies where the driver has no batch
-    /// copy.
+    /// The driver's side of a chunk the gather kernel does not move: one
+    /// copy; or for a chunk of several pieces, one batch call gathering
+    /// (or scattering) them, or a loop of copies where the driver has no
+    /// batch copy.
     fn device_copy(
         &self,
         direction: Direction,
@@ -471,9 +550,6 @@ impl Lanes {
     ) -> Result<(), Error> {
         use core::sync::atomic::Ordering::Relaxed;
         let pieces = &planned.device[..];
-        if pieces.len() > 1 && self.gathers(planned)? {
-            return self.gather(direction, planned, stream);
-        }
         let batch = match self.device_copies {
             DeviceCopies::Loop => false,
             DeviceCopies::Batch => true,
@@ -529,21 +605,15 @@ impl Lanes {
         }
     }
 
-    /// Queues `planned`'s pieces through the gather kernel: to the host,
-    /// the kernel packs them into the buffer's scratch, then one copy
-    /// moves the scratch to the staging buffer; to the device, the other
-    /// way.
-    fn gather(
-        &self,
-        direction: Direction,
-        planned: &PlannedChunk,
-        stream: StreamRef<'_>,
-    ) -> Result<(), Error> {
+    /// What the gather kernel needs to move `planned`'s pieces (`gathers`
+    /// said it does): to the host, the kernel packs them into the
+    /// buffer's scratch, then one copy moves the scratch to the staging
+    /// buffer; to the device, the other way.
+    fn gathered(&self, planned: &PlannedChunk) -> Gathered<'_> {
         let Some(Ok(gather)) = self.gather.get() else {
             unreachable!("`gathers` made the kernel and its scratch");
         };
         let host = self.staging[planned.buffer];
-        let scratch = gather.scratch[planned.buffer].raw();
         let entries: Vec<GatherEntry> = planned
             .device
             .iter()
@@ -563,30 +633,13 @@ impl Lanes {
         // The plan packs a chunk's pieces within its buffer's `chunk` bytes:
         // checked, as the scratch and the staging buffer are that long.
         assert!(span <= self.chunk, "a chunk's pieces span {span} bytes");
-        let staging = core::ptr::with_exposed_provenance_mut::<u8>(host);
-        // Each device range lies in the transfer's device memory, kept
-        // alive by the transfer, and each entry's scratch range in the
-        // buffer's scratch (`span` is at most the chunk), which like the
-        // staging buffer only this stream's work touches (and, for the
-        // staging buffer, the copier, in the order the flags and events
-        // give); the scratch, the kernel and the staging buffer outlive the
-        // stream's work (freed by `Lanes::clear` and the stager once the
-        // streams drained, or kept); destinations are disjoint.
-        match direction {
-            Direction::DeviceToHost => {
-                // SAFETY: as above: blocks to the scratch.
-                unsafe { gather.kernel.launch(stream, scratch, &entries, false) }?;
-                // SAFETY: as above: the scratch to the staging buffer.
-                unsafe { stream.copy_device_to_host_raw(staging, scratch, span) }?;
-            }
-            Direction::HostToDevice => {
-                // SAFETY: as above: the staging buffer to the scratch.
-                unsafe { stream.copy_host_to_device_raw(scratch, staging, span) }?;
-                // SAFETY: as above: the scratch to the blocks.
-                unsafe { gather.kernel.launch(stream, scratch, &entries, true) }?;
-            }
+        Gathered {
+            kernel: &gather.kernel,
+            scratch: gather.scratch[planned.buffer].raw(),
+            staging: core::ptr::with_exposed_provenance_mut::<u8>(host),
+            span,
+            entries,
         }
-        Ok(())
     }
 
     /// A loop of copies, one per piece.
