@@ -30,6 +30,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
+use crate::prefault::FaultIn;
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
 
 /// Records smaller than this are copied by the calling thread alone: waking
@@ -266,29 +267,31 @@ impl CopyPool {
     /// Makes the pages of every range of `list` (`dst`, `nbytes`; `src`
     /// unused) present, each range as one part, over the active workers
     /// and the calling thread ([`prefault`](crate::prefault)'s
-    /// `MADV_POPULATE_WRITE`, or its touch where the kernel refuses that).
+    /// `MADV_POPULATE_WRITE`, or a zero written to each page, as `how`
+    /// says).
     /// Returns once every part is done.
     ///
     /// # Safety
     ///
     /// Every range is writable through exposed provenance, and no thread
     /// but the pool's reads or writes it until this returns; no two ranges
-    /// overlap.
+    /// overlap; with [`FaultIn::WriteZero`], the ranges' bytes are zero or
+    /// are overwritten before anything reads them.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) unsafe fn prefault_list(&self, list: &[HostCopyArgs]) {
+    pub(crate) unsafe fn prefault_list(&self, list: &[HostCopyArgs], how: FaultIn) {
         match list {
             [] => {}
             // SAFETY: our caller's contract.
-            [one] => unsafe { prefault_part(one) },
+            [one] => unsafe { prefault_part(one, how) },
             _ if self.active() == 0 || list.len() >= u32::MAX as usize => {
                 for args in list {
                     // SAFETY: our caller's contract, range by range.
-                    unsafe { prefault_part(args) };
+                    unsafe { prefault_part(args, how) };
                 }
             }
             // SAFETY: our caller's contract, range by range; `list`
             // outlives the call, which waits for every part.
-            _ => unsafe { self.split(&list[0], Some(list), 0, list.len(), Work::Prefault) },
+            _ => unsafe { self.split(&list[0], Some(list), 0, list.len(), Work::from(how)) },
         }
     }
 
@@ -382,8 +385,20 @@ enum Work {
     Streaming,
     /// Copy with [`Stores::Cached`].
     Cached,
-    /// Make the destination's pages present; no copy.
+    /// Make the destination's pages present with [`FaultIn::Advise`]; no
+    /// copy.
     Prefault,
+    /// The same with [`FaultIn::WriteZero`].
+    PrefaultWrite,
+}
+
+impl From<FaultIn> for Work {
+    fn from(how: FaultIn) -> Work {
+        match how {
+            FaultIn::Advise => Work::Prefault,
+            FaultIn::WriteZero => Work::PrefaultWrite,
+        }
+    }
 }
 
 impl From<Stores> for Work {
@@ -400,11 +415,10 @@ impl From<Stores> for Work {
 /// # Safety
 ///
 /// As for [`CopyPool::prefault_list`].
-unsafe fn prefault_part(args: &HostCopyArgs) {
-    // SAFETY: writable, and accessed by no other thread (our caller).
-    unsafe {
-        crate::prefault::populate_raw(args.dst, args.nbytes, crate::prefault::Populate::Advise)
-    };
+unsafe fn prefault_part(args: &HostCopyArgs, how: FaultIn) {
+    // SAFETY: writable, accessed by no other thread, and with `WriteZero`
+    // to be overwritten (our caller).
+    unsafe { crate::prefault::fault_in(args.dst, args.nbytes, how) };
 }
 
 /// Copies one range with the chosen stores.
@@ -488,7 +502,12 @@ impl Shared {
                     unsafe {
                         match work {
                             w if w == Work::Cached as usize => copy_part(&piece, Stores::Cached),
-                            w if w == Work::Prefault as usize => prefault_part(&piece),
+                            w if w == Work::Prefault as usize => {
+                                prefault_part(&piece, FaultIn::Advise)
+                            }
+                            w if w == Work::PrefaultWrite as usize => {
+                                prefault_part(&piece, FaultIn::WriteZero)
+                            }
                             _ => copy_part(&piece, Stores::Streaming),
                         }
                     };

@@ -12,10 +12,14 @@
 //! `MADV_HUGEPAGE` where [`prefault::advise_huge_pages`] allows it (private
 //! anonymous memory, `madvise` mode; `/proc/self/maps` read once for the
 //! job), and then, chunk by chunk, the ranges of [`MIN_RANGE`] or more
-//! that still sample cold ([`RANGE_SAMPLES`] pages each) are populated (`MADV_POPULATE_WRITE`) in parts of [`PART`] split over the
-//! workers: a chunk before its own host copy at the latest, and later
-//! chunks (up to as many as there are staging buffers ahead) while the
-//! copier would otherwise wait for a chunk's event.
+//! that still sample cold ([`RANGE_SAMPLES`] pages each) are populated in
+//! parts of [`PART`] split over the workers: a chunk before its own host
+//! copy at the latest, and later chunks (up to as many as there are
+//! staging buffers ahead) while the copier would otherwise wait for a
+//! chunk's event. Parts inside the advised huge pages are faulted in by a
+//! zero byte written at each 4 KiB page ([`prefault::write_pages`]: bytes
+//! the chunk's copy overwrites next), the others with
+//! `MADV_POPULATE_WRITE`.
 //!
 //! Smaller ranges (the blocks of a scattered batch) are left to the copy:
 //! a system call per block costs about what its faults do.
@@ -27,8 +31,14 @@
 //! `MADV_HUGEPAGE` (so the advice is given), the same with 1, 2 or 4
 //! threads there; populating it again once present cost 9 to 13 GB/s a
 //! thread on 4 KiB pages (hence the second sample per range) and nothing
-//! measurable on huge pages. On the H200 host (12 threads) the figures
-//! were 40.8 GB/s populated, 76.5 GB/s with huge pages.
+//! measurable on huge pages. On the H200 host (run 55's
+//! `populate-probe.c`, 16 threads, pages the kernel had just freed),
+//! `MADV_POPULATE_WRITE` after `MADV_HUGEPAGE` made 1 to 64 GiB present at
+//! 6 to 9.5 GB/s, a zero written to each of their 4 KiB pages at 31.8
+//! GB/s (1 GiB), 43.8 (4 GiB) and 55.7 (16 GiB), every fault a huge page
+//! both ways; `MADV_POPULATE_WRITE` on 4 KiB pages 3.4 to 3.9 GB/s (the
+//! touch of small pages: 0.8 GB/s against 2.5 on the development VM).
+//! Hence the write where huge pages were advised, the advice elsewhere.
 //!
 //! A chunk's populate and its copy run one after the other on the same
 //! workers: where the copier never waits (its host side slower than the
@@ -41,7 +51,7 @@ use hostcopy_core::HostCopyArgs;
 use super::super::plan::PlannedChunk;
 use crate::cuda::event::Event;
 use crate::parallel::CopyPool;
-use crate::prefault::{self, AnonymousMappings};
+use crate::prefault::{self, AnonymousMappings, FaultIn};
 
 /// Host ranges below this are left to the copy to fault in.
 pub(super) const MIN_RANGE: usize = 64 << 10;
@@ -66,7 +76,13 @@ pub(super) struct Ahead {
     next: usize,
     /// Chunks populated ahead of the one being copied, at most.
     lookahead: usize,
+    /// The spans advised `MADV_HUGEPAGE`, `(start, end)`: their parts are
+    /// faulted in by a zero written to each page.
+    advised: Vec<(usize, usize)>,
+    /// Parts to populate with `MADV_POPULATE_WRITE`.
     parts: Vec<HostCopyArgs>,
+    /// Parts inside `advised`, to fault in by writing.
+    touched: Vec<HostCopyArgs>,
 }
 
 impl Ahead {
@@ -89,17 +105,27 @@ impl Ahead {
             .iter()
             .filter(|&&(_, len)| prefault::may_hold_huge_page(len))
             .collect();
+        let mut advised = Vec::new();
         if !huge.is_empty() {
             let mappings = AnonymousMappings::read();
             for &&(addr, len) in &huge {
-                prefault::advise_huge_pages(addr, len, &mappings);
+                let bytes = prefault::advise_huge_pages(addr, len, &mappings);
+                if let Some(huge) = prefault::huge_page_advice()
+                    && bytes > 0
+                {
+                    // The advice covers the whole huge pages inside.
+                    let start = addr.next_multiple_of(huge);
+                    advised.push((start, start + bytes));
+                }
             }
         }
         Ahead {
             cold: !cold_runs.is_empty(),
             next: 0,
             lookahead,
+            advised,
             parts: Vec::new(),
+            touched: Vec::new(),
         }
     }
 
@@ -133,8 +159,9 @@ impl Ahead {
     /// (before `limit`) as give each worker a part, at least one.
     fn populate(&mut self, workers: &CopyPool, plan: &[PlannedChunk], limit: usize) {
         self.parts.clear();
+        self.touched.clear();
         let participants = workers.active() + 1;
-        while self.next < limit && (self.parts.is_empty() || self.parts.len() < participants) {
+        while self.next < limit && self.parts.len() < participants {
             for range in &plan[self.next].host {
                 // Present already (a destination written in part): populating
                 // present small pages again costs more than checking (on the
@@ -147,12 +174,25 @@ impl Ahead {
             }
             self.next += 1;
         }
-        // SAFETY: each part lies in a chunk's host destination, which the
-        // transfer's owner keeps valid and writable until the job is done
-        // (its contract, checked when planned); destinations are disjoint,
-        // and only the copier writes them, one chunk after another, after
-        // this call returns (a chunk's copy comes after its populate).
-        unsafe { workers.prefault_list(&self.parts) };
+        let advised = &self.advised;
+        let inside = |part: &HostCopyArgs| {
+            advised
+                .iter()
+                .any(|&(start, end)| start <= part.dst && part.dst + part.nbytes <= end)
+        };
+        self.touched
+            .extend(self.parts.iter().filter(|part| inside(part)));
+        self.parts.retain(|part| !inside(part));
+        // SAFETY: (both calls) each part lies in a chunk's host
+        // destination, which the transfer's owner keeps valid and writable
+        // until the job is done (its contract, checked when planned);
+        // destinations are disjoint, and only the copier writes them, one
+        // chunk after another, after this call returns (a chunk's copy
+        // comes after its populate, and overwrites every byte of its
+        // ranges, the zeros written here among them).
+        unsafe { workers.prefault_list(&self.touched, FaultIn::WriteZero) };
+        // SAFETY: as above.
+        unsafe { workers.prefault_list(&self.parts, FaultIn::Advise) };
     }
 }
 
