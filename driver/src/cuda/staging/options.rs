@@ -85,10 +85,10 @@ pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 /// Below this mean block length a chunk's blocks are moved by hostcopy's
 /// gather kernel under [`DeviceCopies::Auto`]; from it on, by the copy
 /// engine (the default of [`StagingOptionsBuilder::kernel_below`]).
-/// Measured on the H200 host (run 53, 1 GiB of scattered blocks, staged,
+/// Measured on the H200 host (run 55, 1 GiB of scattered blocks, staged,
 /// the kernel beside `cuMemcpyBatchAsync`, GB/s D2H / H2D): 4 KiB blocks
-/// 15.2 / 12.6 against 7.0 / 3.9; 16 KiB 41.2 / 35.6 against 18.3 / 22.1;
-/// 64 KiB 48.5 / 46.3 against 50.2 / 48.4. So the kernel below 32 KiB,
+/// 36.7 / 35.6 against 4.9 / 4.9; 16 KiB 47.0 / 44.9 against 27.8 / 26.1;
+/// 64 KiB 49.4 / 47.7 against 50.1 / 51.8. So the kernel below 32 KiB,
 /// the copy engine from 64 KiB.
 pub const KERNEL_BELOW: usize = 32 << 10;
 
