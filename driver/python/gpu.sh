@@ -26,6 +26,12 @@ if [ "${#wheel[@]}" -ne 1 ]; then
     exit 2
 fi
 "$python" -m pip install --quiet --no-index --no-deps --target "$target" "${wheel[0]}" || exit 2
+# Packages the benchmarks compare with (fastsafetensors), where the bundle
+# brought them: python/other-wheels beside this script.
+other=("$here"/other-wheels/*.whl)
+if [ "${#other[@]}" -gt 0 ]; then
+    "$python" -m pip install --quiet --no-index --no-deps --target "$target" "${other[@]}" || exit 2
+fi
 export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
 export HOSTCOPY_REQUIRE_GPU="${HOSTCOPY_REQUIRE_GPU:-1}"
 # From the install folder, never the source tree (whose hostcopy/ has no

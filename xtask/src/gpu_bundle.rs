@@ -84,7 +84,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 fn bundle(out: &Path) -> Result<u64, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace");
     let _ = fs::remove_dir_all(out);
-    for dir in ["bin", "python/tests", "python/bench", "python/wheels"] {
+    for dir in ["bin", "python/tests", "python/bench", "python/wheels", "python/other-wheels"] {
         fs::create_dir_all(out.join(dir)).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     println!("gpu-bundle: building (profile gpu-bundle)");
@@ -114,6 +114,7 @@ fn bundle(out: &Path) -> Result<u64, String> {
     }
     // The Python package's abi3 wheel (maturin); gpu.sh installs it offline.
     command::run(Command::new(root.join("driver/python/build-wheel.sh")).arg(out.join("python/wheels")))?;
+    other_wheels(&out.join("python/other-wheels"));
     let steps: String = STEPS.iter().map(|(name, limit, command)| format!("{name}\t{limit}\t{command}\n")).collect();
     fs::write(out.join("steps"), steps).map_err(|e| e.to_string())?;
     fs::write(out.join("MANIFEST"), manifest(out)?).map_err(|e| e.to_string())?;
@@ -122,6 +123,29 @@ fn bundle(out: &Path) -> Result<u64, String> {
         return Err(format!("the bundle is {size} bytes, over the {SIZE_LIMIT}-byte limit of a GPU call"));
     }
     Ok(size)
+}
+
+/// Wheels of other projects the benchmarks compare with and the GPU host
+/// lacks, for its Python (CPython 3.12, x86-64 Linux). Optional: where pip
+/// cannot fetch one, the bundle is built without it and the benchmark prints
+/// that it has no row for that package.
+const OTHER_WHEELS: &[&str] = &["fastsafetensors==0.5.0"];
+
+fn other_wheels(folder: &Path) {
+    let platforms = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"];
+    for wheel in OTHER_WHEELS {
+        let mut pip = Command::new("python3");
+        pip.args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"])
+            .args(["--python-version", "3.12", "--implementation", "cp"])
+            .args(platforms.iter().flat_map(|platform| ["--platform", platform]))
+            .arg("-d")
+            .arg(folder)
+            .arg(wheel);
+        match command::run(&mut pip) {
+            Ok(_) => println!("gpu-bundle: {wheel} in python/other-wheels"),
+            Err(error) => println!("gpu-bundle: without {wheel} (its benchmark row is left out): {error}"),
+        }
+    }
 }
 
 fn cargo(root: &Path) -> Command {
@@ -170,7 +194,7 @@ fn manifest(out: &Path) -> Result<String, String> {
     let rustc = command::run(Command::new("rustc").arg("--version"));
     let mut text = format!("hostcopy GPU bundle\nrevision: {}", revision.map(|o| o.stdout).unwrap_or_default());
     text += &rustc.map(|o| o.stdout).unwrap_or_default();
-    for dir in ["bin", "python/wheels"] {
+    for dir in ["bin", "python/wheels", "python/other-wheels"] {
         for entry in fs::read_dir(out.join(dir)).map_err(|e| e.to_string())?.flatten() {
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             text += &format!("{dir}/{}: {len} bytes\n", entry.file_name().to_string_lossy());
