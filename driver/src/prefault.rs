@@ -33,8 +33,11 @@
 //!   whole huge pages they advised in by writing a zero byte at the start
 //!   of each 4 KiB page of the range (crate-internal): only to memory that
 //!   is zero already (a new buffer) or whose bytes the transfer's copy
-//!   overwrites next. Reading first would map the kernel's shared huge
-//!   zero page, whose write fault splits it into small pages; and on the
+//!   overwrites next. A stager's chunk that this has not reached by its
+//!   turn is faulted in by its copy's own stores instead
+//!   ([`PrefaultCounts::faulted_by_copy_bytes`]). Reading first would map
+//!   the kernel's shared huge zero page, whose write fault splits it into
+//!   small pages; and on the
 //!   H200 host (run 55) `MADV_POPULATE_WRITE` took huge pages at 6 to 9.5
 //!   GB/s over 16 threads, the writes at 32 to 56 GB/s.
 //! - [`is_resident`]: `mincore` on a sample of the range's pages (at most
@@ -89,6 +92,10 @@ pub struct PrefaultCounts {
     pub touched_ranges: u64,
     /// Bytes advised `MADV_HUGEPAGE`.
     pub huge_advised_bytes: u64,
+    /// Bytes inside advised huge pages that a stager's copy faulted in
+    /// itself (a chunk its prefault had not reached: the workers' first
+    /// stores into each huge page fault it in, cache-warm for the copy).
+    pub faulted_by_copy_bytes: u64,
 }
 
 static RESIDENCY_CHECKS: AtomicU64 = AtomicU64::new(0);
@@ -96,6 +103,7 @@ static POPULATED_RANGES: AtomicU64 = AtomicU64::new(0);
 static POPULATED_BYTES: AtomicU64 = AtomicU64::new(0);
 static TOUCHED_RANGES: AtomicU64 = AtomicU64::new(0);
 static HUGE_ADVISED_BYTES: AtomicU64 = AtomicU64::new(0);
+static FAULTED_BY_COPY_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// The process's prefault counts so far.
 pub fn counts() -> PrefaultCounts {
@@ -105,7 +113,14 @@ pub fn counts() -> PrefaultCounts {
         populated_bytes: POPULATED_BYTES.load(Ordering::Relaxed),
         touched_ranges: TOUCHED_RANGES.load(Ordering::Relaxed),
         huge_advised_bytes: HUGE_ADVISED_BYTES.load(Ordering::Relaxed),
+        faulted_by_copy_bytes: FAULTED_BY_COPY_BYTES.load(Ordering::Relaxed),
     }
+}
+
+/// Counts `bytes` of advised huge pages left to a copy to fault in.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn count_faulted_by_copy(bytes: usize) {
+    FAULTED_BY_COPY_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
 /// The page size (4 KiB where it cannot be asked).

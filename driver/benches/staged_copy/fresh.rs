@@ -91,12 +91,13 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
             ));
         }
         report.notes.push(format!(
-            "never-touched {}: prefault populated {} MiB in {} ranges ({} touched), advised {} MiB MADV_HUGEPAGE",
+            "never-touched {}: prefault populated {} MiB in {} ranges ({} touched), advised {} MiB MADV_HUGEPAGE, {} MiB faulted in by the copy",
             size(bytes),
             (after.populated_bytes - before.populated_bytes) >> 20,
             after.populated_ranges - before.populated_ranges,
             after.touched_ranges - before.touched_ranges,
             (after.huge_advised_bytes - before.huge_advised_bytes) >> 20,
+            (after.faulted_by_copy_bytes - before.faulted_by_copy_bytes) >> 20,
         ));
         match HostBuffer::new(bytes) {
             Ok(mut host) => {

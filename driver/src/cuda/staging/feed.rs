@@ -50,6 +50,7 @@ mod handoff;
 mod sync;
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use hostcopy_core::HostCopyArgs;
 use std::vec::Vec;
 
 use self::ahead::Ahead;
@@ -718,13 +719,14 @@ impl Copier {
             match job.direction {
                 Direction::DeviceToHost => match job.wait_queued(index) {
                     Queueing::Whole(event) => {
+                        let fused = match ahead.as_mut() {
+                            Some(ahead) if error.is_none() && ahead.cold() => {
+                                ahead.before_copy(&self.workers, &job.plan, index, &event)
+                            }
+                            _ => None,
+                        };
                         if error.is_none()
-                            && let Some(ahead) = ahead.as_mut().filter(|ahead| ahead.cold())
-                        {
-                            ahead.before_copy(&self.workers, &job.plan, index, &event);
-                        }
-                        if error.is_none()
-                            && let Err(failed) = self.host_side(job, planned, Some(&event))
+                            && let Err(failed) = self.host_side(job, planned, Some(&event), fused)
                         {
                             error = Some(failed);
                         }
@@ -750,7 +752,7 @@ impl Copier {
                 Direction::HostToDevice => {
                     if job.wait_begun(index)
                         && error.is_none()
-                        && let Err(failed) = self.host_side(job, planned, None)
+                        && let Err(failed) = self.host_side(job, planned, None, None)
                     {
                         error = Some(failed);
                     }
@@ -783,12 +785,15 @@ impl Copier {
 
     /// One chunk's host side: to the host once its driver side is queued,
     /// after its copy (`event`, always given); to the device once its
-    /// queuing has begun, after the buffer's previous copy.
+    /// queuing has begun, after the buffer's previous copy. `fused`: the
+    /// chunk's host copies cut where the prefault wants its pages faulted
+    /// in by the copy itself, copied with cached stores ([`Ahead`]).
     fn host_side(
         &mut self,
         job: &Job,
         planned: &PlannedChunk,
         event: Option<&Event>,
+        fused: Option<&[HostCopyArgs]>,
     ) -> Result<(), Error> {
         debug_assert!(event.is_some() || job.direction == Direction::HostToDevice);
         let wait = match job.direction {
@@ -803,13 +808,18 @@ impl Copier {
             // buffer's stream, or was that copy.
             self.lanes.return_event(seen);
         }
-        // SAFETY: the ranges were checked when planned: the host memory
-        // lies in what the transfer's owner keeps valid until the job is
-        // done (its contract), the staging range in a staging buffer no
-        // driver copy touches now (the one that used it last has
-        // completed, and the next waits for this chunk's flag), and no
-        // destination overlaps another range, as `copy_list` asks.
-        unsafe { self.workers.copy_list(&planned.host, job.stores) };
+        let (list, stores) = match fused {
+            Some(list) => (list, Stores::Cached),
+            None => (&planned.host[..], job.stores),
+        };
+        // SAFETY: the ranges were checked when planned (a fused list is the
+        // chunk's own copies, cut): the host memory lies in what the
+        // transfer's owner keeps valid until the job is done (its
+        // contract), the staging range in a staging buffer no driver copy
+        // touches now (the one that used it last has completed, and the
+        // next waits for this chunk's flag), and no destination overlaps
+        // another range, as `copy_list` asks.
+        unsafe { self.workers.copy_list(list, stores) };
         Ok(())
     }
 }
