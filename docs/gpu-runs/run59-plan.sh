@@ -3,7 +3,9 @@
 # never-touched rows side by side on one machine: `staged_copy_ahead`
 # (the code before, commit 14e0ed7: each chunk populated before its copy)
 # against `staged_copy` (a chunk the prefault has not reached faulted in
-# by its own copy), alternating, twice each. One call: `run59-plan.sh`.
+# by its own copy), alternating, twice each; the model file warm with
+# fastsafetensors read buffered beside its default O_DIRECT. One call:
+# `run59-plan.sh`.
 set -u
 ROOT=$PWD
 B=$ROOT/target/hostcopy-gpu-bundle
@@ -25,7 +27,7 @@ export HOSTCOPY_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 { date -u; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader; nproc;
   grep -E "MemTotal|MemFree|^Cached|AnonHugePages" /proc/meminfo; } > $RES/machine.txt 2>&1
 PY=/tmp/pyhc
-python3 -m pip install -q --no-index --no-deps --target $PY $B/python/wheels/hostcopy-*.whl > $RES/pip.log 2>&1
+python3 -m pip install -q --no-index --no-deps --target $PY $B/python/wheels/hostcopy-*.whl $B/python/other-wheels/*.whl > $RES/pip.log 2>&1
 export PYTHONPATH=$PY
 cd $B
 step staging 200 bin/gpu_staging --test-threads=1
@@ -42,8 +44,11 @@ for round in 1 2; do
         step $v$round 90 bin/$v --only fresh --runs 3 --max-gib 4 --out $RES/$v$round
     done
 done
+cd $PY
+step safetensors 120 python3 $B/python/bench/safetensors_load.py --repeat 3 --no-cold
 echo; cat $RES/machine.txt; printf '%s' "$summary"
 for round in 1 2; do for v in staged_copy_ahead staged_copy; do
     echo "-- $v, round $round"; grep "never-touched vec" -A15 $RES/$v$round/bench.txt | grep "prefault\|HostBuffer"
 done; done
+tail -n 12 $RES/safetensors.log
 save
