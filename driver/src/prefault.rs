@@ -92,9 +92,9 @@ pub struct PrefaultCounts {
     pub touched_ranges: u64,
     /// Bytes advised `MADV_HUGEPAGE`.
     pub huge_advised_bytes: u64,
-    /// Bytes inside advised huge pages that a stager's copy faulted in
-    /// itself (a chunk its prefault had not reached: the workers' first
-    /// stores into each huge page fault it in, cache-warm for the copy).
+    /// Bytes a stager's copy wrote into advised huge pages of a chunk its
+    /// prefault had not reached, with cached stores: the copy's own first
+    /// store into each huge page faulted it in (where another had not).
     pub faulted_by_copy_bytes: u64,
 }
 

@@ -50,10 +50,9 @@ mod handoff;
 mod sync;
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use hostcopy_core::HostCopyArgs;
 use std::vec::Vec;
 
-use self::ahead::Ahead;
+use self::ahead::{Ahead, FaultInCopy};
 use self::handoff::{FeederThread, Handoff, Outcome};
 use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
@@ -786,14 +785,14 @@ impl Copier {
     /// One chunk's host side: to the host once its driver side is queued,
     /// after its copy (`event`, always given); to the device once its
     /// queuing has begun, after the buffer's previous copy. `fused`: the
-    /// chunk's host copies cut where the prefault wants its pages faulted
-    /// in by the copy itself, copied with cached stores ([`Ahead`]).
+    /// lists that replace the chunk's host copies where its pages are
+    /// faulted in by the copy itself ([`FaultInCopy`]).
     fn host_side(
         &mut self,
         job: &Job,
         planned: &PlannedChunk,
         event: Option<&Event>,
-        fused: Option<&[HostCopyArgs]>,
+        fused: Option<FaultInCopy<'_>>,
     ) -> Result<(), Error> {
         debug_assert!(event.is_some() || job.direction == Direction::HostToDevice);
         let wait = match job.direction {
@@ -808,18 +807,34 @@ impl Copier {
             // buffer's stream, or was that copy.
             self.lanes.return_event(seen);
         }
-        let (list, stores) = match fused {
-            Some(list) => (list, Stores::Cached),
-            None => (&planned.host[..], job.stores),
-        };
-        // SAFETY: the ranges were checked when planned (a fused list is the
-        // chunk's own copies, cut): the host memory lies in what the
-        // transfer's owner keeps valid until the job is done (its
-        // contract), the staging range in a staging buffer no driver copy
-        // touches now (the one that used it last has completed, and the
-        // next waits for this chunk's flag), and no destination overlaps
-        // another range, as `copy_list` asks.
-        unsafe { self.workers.copy_list(list, stores) };
+        // The three copies below: the ranges were checked when planned (a
+        // fault-in copy's two lists are this chunk's own copies, cut, each
+        // byte in one of them: `Ahead::before_copy` was given this chunk):
+        // the host memory lies in what the transfer's owner keeps valid
+        // until the job is done (its contract), the staging range in a
+        // staging buffer no driver copy touches now (the one that used it
+        // last has completed, and the next waits for this chunk's flag),
+        // and no destination overlaps another range, as `copy_list` asks.
+        match fused {
+            Some(fused) => {
+                debug_assert_eq!(
+                    fused
+                        .cached
+                        .iter()
+                        .chain(fused.rest)
+                        .map(|c| c.nbytes)
+                        .sum::<usize>(),
+                    planned.host.iter().map(|c| c.nbytes).sum::<usize>(),
+                );
+                // SAFETY: as above.
+                unsafe { self.workers.copy_list(fused.cached, Stores::Cached) };
+                crate::prefault::count_faulted_by_copy(fused.cached.iter().map(|c| c.nbytes).sum());
+                // SAFETY: as above.
+                unsafe { self.workers.copy_list(fused.rest, job.stores) };
+            }
+            // SAFETY: as above.
+            None => unsafe { self.workers.copy_list(&planned.host, job.stores) },
+        }
         Ok(())
     }
 }

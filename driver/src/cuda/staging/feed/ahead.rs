@@ -22,12 +22,15 @@
 //!
 //! A chunk the prefault has not reached by its own turn (the copier never
 //! waits where its host side is slower than the link, as it is into fresh
-//! memory) is not populated first: its ranges outside advised huge pages
-//! are, and its copy list, cut at [`PART`] multiples of the destination,
-//! is copied with cached stores, so that each worker's first store into a
-//! huge page faults it in and the kernel's zeroing leaves it in that
-//! worker's cache for the copy's stores: one pass over the memory instead
-//! of two (a populate, then a streaming copy).
+//! memory), some of whose cold ranges lie in advised huge pages of
+//! [`PART`] bytes, is not populated first: its cold ranges outside them
+//! are, and its copies are cut at [`PART`] multiples of the destination
+//! ([`FaultInCopy`]); the parts inside advised huge pages are copied with
+//! cached stores, so that each worker's first store into a huge page
+//! faults it in and the kernel's zeroing leaves it in that worker's cache
+//! for the copy's stores: one pass over the memory instead of two (a
+//! populate, then a streaming copy). Any other chunk is populated, then
+//! copied as planned.
 //!
 //! Smaller ranges (the blocks of a scattered batch) are left to the copy:
 //! a system call per block costs about what its faults do.
@@ -48,7 +51,8 @@
 //! touch of small pages: 0.8 GB/s against 2.5 on the development VM).
 //! Hence the write where huge pages were advised, the advice elsewhere.
 //!
-//! Either way the kernel's zeroing of each huge page is the workers' work:
+//! Either way the kernel's zeroing of each huge page is the workers' work
+//! (an estimate from the pool rows, not a measurement of the transfer):
 //! on the H200 host `HostBuffer::new` faults huge pages in at 53 GB/s over
 //! 16 threads (run 57), about 3.3 GB/s a thread, so 1 GiB of fresh
 //! destination is some 300 ms of one core's time before a byte is copied,
@@ -94,8 +98,26 @@ pub(super) struct Ahead {
     parts: Vec<HostCopyArgs>,
     /// Parts inside `advised`, to fault in by writing.
     touched: Vec<HostCopyArgs>,
-    /// The copy list of a chunk faulted in by its own copy.
-    fused: Vec<HostCopyArgs>,
+    /// Whether a chunk not populated ahead may be faulted in by its copy:
+    /// the huge page is [`PART`], so one part is one worker's fault.
+    fuse: bool,
+    /// A chunk faulted in by its copy: its parts inside advised huge
+    /// pages, and the others ([`FaultInCopy`]).
+    fused_cached: Vec<HostCopyArgs>,
+    fused_rest: Vec<HostCopyArgs>,
+}
+
+/// The host copies of a chunk whose pages its copy faults in, in place of
+/// its planned ones (the same bytes, cut at [`PART`] multiples of the
+/// destination): `cached`, the parts inside advised huge pages, to copy
+/// with cached stores, so that each worker's first store into a huge page
+/// faults it in and the kernel's zeroing leaves it in that worker's cache
+/// for the copy's stores (one pass over the memory instead of a populate
+/// and a streaming copy); `rest`, the others, copied as the job copies.
+#[derive(Debug)]
+pub(super) struct FaultInCopy<'a> {
+    pub(super) cached: &'a [HostCopyArgs],
+    pub(super) rest: &'a [HostCopyArgs],
 }
 
 impl Ahead {
@@ -139,7 +161,9 @@ impl Ahead {
             advised,
             parts: Vec::new(),
             touched: Vec::new(),
-            fused: Vec::new(),
+            fuse: prefault::huge_page_advice() == Some(PART),
+            fused_cached: Vec::new(),
+            fused_rest: Vec::new(),
         }
     }
 
@@ -150,31 +174,24 @@ impl Ahead {
 
     /// Before chunk `index`'s host copy: populates later chunks while
     /// `event` (its driver copy) has not completed. If the chunk itself was
-    /// not populated ahead, its ranges outside the advised huge pages are
-    /// populated now, and the copy list returned (its host copies cut at
-    /// [`PART`] multiples of the destination) is to be copied with cached
-    /// stores in place of the chunk's own: each worker's first store into
-    /// a part faults its huge page in, the kernel's zeroing leaves the page
-    /// in that worker's cache, and the copy's stores then meet it there
-    /// (one pass over memory instead of a populate's and the copy's).
-    /// `None`: copy the chunk as planned.
+    /// not populated ahead and some of its cold ranges lie in advised huge
+    /// pages, its cold ranges outside them are populated now and the copy
+    /// lists returned replace the chunk's own ([`FaultInCopy`]); otherwise
+    /// it is populated now and copied as planned (`None`).
     pub(super) fn before_copy(
         &mut self,
         workers: &CopyPool,
         plan: &[PlannedChunk],
         index: usize,
         event: &Event,
-    ) -> Option<&[HostCopyArgs]> {
+    ) -> Option<FaultInCopy<'_>> {
         if !self.cold {
             return None;
         }
         let mut fused = false;
-        if self.next <= index {
-            self.next = index + 1;
+        if self.next <= index && self.fuse {
             self.parts.clear();
-            self.fused.clear();
             for range in &plan[index].host {
-                split_into_parts(range, &mut self.fused);
                 if range.nbytes >= MIN_RANGE
                     && !prefault::is_resident_sampled(range.dst, range.nbytes, RANGE_SAMPLES)
                 {
@@ -182,27 +199,42 @@ impl Ahead {
                 }
             }
             let advised = &self.advised;
-            let inside = |part: &HostCopyArgs| inside(advised, part);
-            let by_copy: usize = self
+            let left: usize = self
                 .parts
                 .iter()
-                .filter(|part| inside(part))
+                .filter(|part| inside(advised, part))
                 .map(|part| part.nbytes)
                 .sum();
-            fused = by_copy > 0;
-            prefault::count_faulted_by_copy(by_copy);
-            self.parts.retain(|part| !inside(part));
-            // SAFETY: each part lies in the chunk's host destination, which
-            // the transfer's owner keeps valid and writable until the job is
-            // done (its contract, checked when planned); only the copier
-            // writes it, after this call returns. Contents are kept.
-            unsafe { workers.prefault_list(&self.parts, FaultIn::Advise) };
+            if left > 0 {
+                fused = true;
+                self.next = index + 1;
+                self.parts.retain(|part| !inside(advised, part));
+                cut_for_fault_in(
+                    &plan[index].host,
+                    advised,
+                    &mut self.fused_cached,
+                    &mut self.fused_rest,
+                );
+                // SAFETY: each part lies in the chunk's host destination,
+                // which the transfer's owner keeps valid and writable until
+                // the job is done (its contract, checked when planned); the
+                // destinations are disjoint, so no two parts overlap; only
+                // the copier writes them, after this call returns.
+                // Contents are kept.
+                unsafe { workers.prefault_list(&self.parts, FaultIn::Advise) };
+            }
+        }
+        while self.next <= index {
+            self.populate(workers, plan, index + 1);
         }
         let limit = (index + 1 + self.lookahead).min(plan.len());
         while self.next < limit && matches!(event.query(), Ok(false)) {
             self.populate(workers, plan, limit);
         }
-        fused.then_some(&self.fused[..])
+        fused.then_some(FaultInCopy {
+            cached: &self.fused_cached,
+            rest: &self.fused_rest,
+        })
     }
 
     /// Populates the ranges of chunks from `next` on, as many chunks
@@ -262,6 +294,48 @@ fn inside(advised: &[(usize, usize)], part: &HostCopyArgs) -> bool {
         .any(|&(start, end)| start <= part.dst && part.dst + part.nbytes <= end)
 }
 
+/// Cuts a chunk's host copies for [`FaultInCopy`]: copies that continue
+/// each other on both sides are joined first (a batch's pieces of a pool's
+/// slots: otherwise several workers would meet in one huge page), then cut
+/// where the destination crosses a multiple of [`PART`]; parts inside an
+/// `advised` span go to `cached`, the others to `rest` (both cleared
+/// first). Together they hold every byte of `host` once.
+fn cut_for_fault_in(
+    host: &[HostCopyArgs],
+    advised: &[(usize, usize)],
+    cached: &mut Vec<HostCopyArgs>,
+    rest: &mut Vec<HostCopyArgs>,
+) {
+    cached.clear();
+    rest.clear();
+    let mut parts = Vec::new();
+    let mut run: Option<HostCopyArgs> = None;
+    for copy in host.iter().filter(|copy| copy.nbytes > 0) {
+        match run.as_mut() {
+            Some(last)
+                if last.dst + last.nbytes == copy.dst && last.src + last.nbytes == copy.src =>
+            {
+                last.nbytes += copy.nbytes;
+            }
+            _ => {
+                if let Some(last) = run.replace(*copy) {
+                    split_into_parts(&last, &mut parts);
+                }
+            }
+        }
+    }
+    if let Some(last) = run {
+        split_into_parts(&last, &mut parts);
+    }
+    for part in parts {
+        if inside(advised, &part) {
+            cached.push(part);
+        } else {
+            rest.push(part);
+        }
+    }
+}
+
 /// Cuts `copy` where its destination crosses a multiple of [`PART`] (the
 /// source moving with it).
 fn split_into_parts(copy: &HostCopyArgs, parts: &mut Vec<HostCopyArgs>) {
@@ -276,9 +350,108 @@ fn split_into_parts(copy: &HostCopyArgs, parts: &mut Vec<HostCopyArgs>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{PART, split_into_parts};
+    use super::{PART, cut_for_fault_in, split_into_parts};
+    use crate::parallel::{CopyPool, Stores};
     use hostcopy_core::HostCopyArgs;
+    use std::vec;
     use std::vec::Vec;
+
+    /// Ragged copies of a chunk: pieces continuing each other on both
+    /// sides (a batch's 512 KiB pieces of one block), an empty one, one
+    /// whose source is not congruent to its destination modulo the part,
+    /// one ending on a part boundary, one crossing three.
+    fn ragged(dst: usize, src: usize) -> Vec<HostCopyArgs> {
+        let half = PART / 4;
+        vec![
+            HostCopyArgs::new(dst + PART - 3 * half, src, half),
+            HostCopyArgs::new(dst + PART - 2 * half, src + half, half),
+            HostCopyArgs::new(dst + PART - half, src + 2 * half, half),
+            HostCopyArgs::new(dst + 5 * PART, src + 3 * half, 0),
+            HostCopyArgs::new(dst + 2 * PART + 4096, src + 3 * half + 100, PART - 4096),
+            HostCopyArgs::new(dst + 4 * PART - 12_345, src + 7 * PART, 2 * PART + 20_000),
+        ]
+    }
+
+    #[test]
+    fn a_copy_that_faults_in_covers_every_byte_once_in_parts_within_huge_pages() {
+        let (dst, src) = (64 * PART, 1 << 40);
+        let host = ragged(dst, src);
+        // Advised: the second, third and fourth huge pages from `dst`.
+        let advised = [(dst + PART, dst + 4 * PART)];
+        let (mut cached, mut rest) = (Vec::new(), Vec::new());
+        cut_for_fault_in(&host, &advised, &mut cached, &mut rest);
+        for part in &cached {
+            assert!(advised[0].0 <= part.dst && part.dst + part.nbytes <= advised[0].1);
+        }
+        let mut parts: Vec<_> = cached.iter().chain(&rest).copied().collect();
+        for part in &parts {
+            assert!(part.nbytes > 0);
+            assert_eq!(
+                part.dst / PART,
+                (part.dst + part.nbytes - 1) / PART,
+                "{part:?}"
+            );
+            // Each part moves its bytes as every copy it overlaps does.
+            let delta = part.src.wrapping_sub(part.dst);
+            let overlapped: Vec<_> = host
+                .iter()
+                .filter(|c| c.dst < part.dst + part.nbytes && part.dst < c.dst + c.nbytes)
+                .collect();
+            assert!(!overlapped.is_empty(), "{part:?}");
+            assert!(
+                overlapped
+                    .iter()
+                    .all(|c| c.src.wrapping_sub(c.dst) == delta),
+                "{part:?}"
+            );
+        }
+        // The parts tile the copies: the same bytes, none twice.
+        parts.sort_by_key(|part| part.dst);
+        assert!(parts.windows(2).all(|w| w[0].dst + w[0].nbytes <= w[1].dst));
+        let total = |list: &[HostCopyArgs]| list.iter().map(|c| c.nbytes).sum::<usize>();
+        assert_eq!(total(&parts), total(&host));
+        // The three pieces continuing each other became one part.
+        assert_eq!(
+            parts[0],
+            HostCopyArgs::new(dst + PART - 3 * (PART / 4), src, 3 * (PART / 4))
+        );
+    }
+
+    #[test]
+    fn the_cut_lists_copy_what_the_planned_ones_copy() {
+        // Small enough for Miri: parts of at most PART, copies a few KiB.
+        let len = 64 << 10;
+        let source: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        let (mut planned, mut cut) = (vec![0u8; len], vec![0u8; len]);
+        let copies = |dst: &mut Vec<u8>| {
+            let (d, s) = (
+                dst.as_mut_ptr().expose_provenance(),
+                source.as_ptr().expose_provenance(),
+            );
+            vec![
+                HostCopyArgs::new(d, s + 4096, 8192),
+                HostCopyArgs::new(d + 8192, s + 12_288, 8192),
+                HostCopyArgs::new(d + 20_000, s, 30_000),
+                HostCopyArgs::new(d + 50_000, s + 50_000, 0),
+            ]
+        };
+        let pool = CopyPool::new(2);
+        let host = copies(&mut planned);
+        // SAFETY: the records lie in `source` and `planned`, alive and
+        // unaliased for the call; destinations disjoint.
+        unsafe { pool.copy_list(&host, Stores::Streaming) };
+        let host = copies(&mut cut);
+        let start = host[0].dst;
+        let (mut cached, mut rest) = (Vec::new(), Vec::new());
+        cut_for_fault_in(&host, &[(start, start + 16_384)], &mut cached, &mut rest);
+        assert!(!cached.is_empty() && !rest.is_empty());
+        // SAFETY: as above: the same bytes, cut.
+        unsafe {
+            pool.copy_list(&cached, Stores::Cached);
+            pool.copy_list(&rest, Stores::Streaming);
+        }
+        assert!(cut == planned);
+    }
 
     #[test]
     fn parts_end_on_multiples_of_the_part_size_and_cover_the_range() {
