@@ -37,9 +37,10 @@ use hostcopy_core::{HostCopyArgs, hostcopy_fn};
 /// workers costs more than they would save.
 pub const PARALLEL_THRESHOLD: usize = 1 << 20;
 
-/// Smallest part a record is split into. Measured on the H200 host (run
-/// 37 against run 36): with 64 KiB parts a 4 MiB staged chunk is copied
-/// out in 121 us, with 256 KiB parts in 231 us (against 78 us on the link).
+/// Smallest part a record is split into. Measured on the H200 host: with
+/// 64 KiB parts a 4 MiB staged chunk is copied out in 121 us, with 256 KiB
+/// parts in 231 us, against 78 us on the link (docs/design-record.md, "A
+/// pool of copy workers for each chunk's host copy").
 const MIN_PART: usize = 64 << 10;
 
 /// Most worker threads a pool starts: [`CopyWorkers::start`] and
@@ -57,9 +58,11 @@ static WORKERS: OnceLock<CopyWorkers> = OnceLock::new();
 
 /// How a copy's bytes are written.
 ///
-/// Measured on the H200 host (GPU_RUNS.md, run 9), 1 GiB host to device
-/// through the CUDA layer's stager with its default options: cached stores
-/// 53.2 GB/s (96% of pinned H2D), streaming stores 41.5 GB/s (75%). The DMA
+/// Measured on the H200 host, 1 GiB host to device through the CUDA
+/// layer's stager with its default options: cached stores 53.2 GB/s (96% of
+/// pinned H2D), streaming stores 41.5 GB/s (75%) (docs/design-record.md,
+/// "Non-temporal stores in `hostcopy_fn`; cached stores into staging
+/// buffers"). The DMA
 /// engine reads the staging buffer right after the host copy wrote it;
 /// lines still in the host's cache reach it faster than lines the streaming
 /// stores sent to memory. The stager's default is [`Stores::Cached`].

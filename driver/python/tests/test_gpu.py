@@ -298,9 +298,10 @@ time.sleep(0.05)
 def test_daemon_threads_copying_at_exit_let_the_process_end_cleanly():
     # Before: SIGSEGV at exit in 10 runs of 10 (the driver unmapped the
     # pinned staging buffers under a copy), or an abort (pthread_exit
-    # unwinding into the extension); then SIGSEGV in 4 runs of 8 (run 47:
-    # that unwind, of a thread asking for the GIL as the interpreter
-    # finalised). Now the exit handler closes every stager first, and a
+    # unwinding into the extension); then SIGSEGV in 4 runs of 8 (that
+    # unwind, of a thread asking for the GIL as the interpreter finalised:
+    # docs/design-record.md, "Threads that come back at exit park before
+    # asking for the GIL"). Now the exit handler closes every stager first, and a
     # thread that comes back after it parks before asking for the GIL.
     import subprocess
 

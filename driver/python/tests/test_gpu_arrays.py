@@ -258,7 +258,8 @@ def test_torch_a_copy_during_a_graph_capture_is_refused_and_the_capture_survives
 
 def test_torch_host_memory_is_refused_for_a_non_blocking_copy_and_numpy_memory_viewed_by_torch_is_not():
     # torch frees a CPU tensor's memory under a live reference on resize_,
-    # set_ and share_memory_ (GPU_RUNS.md, the storage probe): a Transfer
+    # set_ and share_memory_ (docs/design-record.md, "A torch CPU tensor is
+    # refused as the host side of a non-blocking copy"): a Transfer
     # cannot keep it. A numpy array torch views (from_numpy) it can.
     torch = _gpu_or_skip()
     expected = pattern(SIZE, 31)

@@ -321,7 +321,9 @@ class Tensor(HostArray):
 def test_a_torch_cpu_tensor_as_the_host_side_of_a_non_blocking_copy_is_refused_naming_why(sim, numpy, device, stager):
     # torch frees a CPU tensor's memory under a live reference on resize_,
     # set_, share_memory_, .data = and a resizing out= (measured with torch
-    # 2.11, GPU_RUNS.md): a Transfer holding the tensor cannot keep it.
+    # 2.11; docs/design-record.md, "A torch CPU tensor is refused as the
+    # host side of a non-blocking copy"): a Transfer holding the tensor
+    # cannot keep it.
     data = pattern(4096, 21)
     source = sim.array(device, data)
     host = Tensor(numpy.zeros(4096, numpy.uint8))

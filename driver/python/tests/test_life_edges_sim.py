@@ -321,7 +321,9 @@ def test_a_thread_that_comes_back_without_the_gil_once_the_interpreter_finalises
     # interpreter then finalises, and a finaliser lets the GIL go. Python
     # before 3.14 ends a thread that takes the GIL then with pthread_exit,
     # a forced unwind through this extension's frames: SIGSEGV on the H200
-    # host in 4 runs of 8 of the daemon-thread exit script (run 47). Such a
+    # host in 4 runs of 8 of the daemon-thread exit script
+    # (docs/design-record.md, "Threads that come back at exit park before
+    # asking for the GIL"). Such a
     # thread never asks: it parks (still there when the finaliser looks),
     # and the process exits cleanly.
     code, out, err = run(
