@@ -2,8 +2,8 @@
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
 # its version against the workspace's, rustfmt and clippy on the extension
 # crate, then a fresh virtual environment with maturin, pytest, numpy and
-# uvloop, `pip install` of this folder, its types (mypy, tests/typing), and
-# pytest.
+# uvloop, `pip install` of this folder, its types (mypy, tests/typing), its
+# API reference (Sphinx, docs/, warnings as errors), and pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -60,6 +60,10 @@ echo "--- types: stubtest on hostcopy._native, mypy --strict on a user's script,
 "$venv/bin/python" -m mypy.stubtest --allowlist "$here/tests/typing/stubtest-allowlist.txt" hostcopy._native
 "$venv/bin/mypy" --strict "$here/tests/typing/user_script.py"
 "$venv/bin/python" "$here/tests/typing/user_script.py" >/dev/null
+
+echo "--- the API reference: Sphinx from the installed package's docstrings, warnings as errors"
+"$venv/bin/python" -m pip install --quiet sphinx
+"$venv/bin/python" -m sphinx -W --keep-going -q -b html "$here/docs" "$(dirname "$venv")/docs-html"
 
 echo "--- pytest"
 status=0

@@ -8,7 +8,7 @@ tensor), and back, with the GIL released for the whole copy::
     hostcopy.copy_to_host(numpy_array, cuda_tensor)
     hostcopy.copy_to_device(cuda_tensor, numpy_array)
 
-A transfer keeps both arrays alive, not their storage: do not resize_ or
+A transfer keeps both arrays alive, not their storage: do not ``resize_`` or
 free the storage of either side while a transfer runs (a torch tensor's
 ``resize_()``, a cuda.core Buffer's ``close()``), from any thread.
 

@@ -708,7 +708,7 @@ def copy_to_device(
     next reads the new bytes. The bytes are written behind the array
     library's back: a torch tensor's version counter does not move (do not
     overwrite a tensor autograd saved), and jax arrays, being immutable,
-    are refused as destinations. As for ``copy_to_host``: do not resize_ or
+    are refused as destinations. As for ``copy_to_host``: do not ``resize_`` or
     free the storage of either side while a transfer runs.
     """
     return _stager_for(dst, "dst").copy_to_device(
@@ -750,7 +750,7 @@ def copy_blocks_to_host(
     ``second``). Blocks may read overlapping device bytes.
 
     ``stream`` and ``blocking`` work as for ``copy_to_host``, and as
-    there: do not resize_ or free the storage of either side while a
+    there: do not ``resize_`` or free the storage of either side while a
     transfer runs.
     """
     return _stager_for(src, "src").copy_blocks_to_host(dst, src, blocks, stream=stream, blocking=blocking)
@@ -767,7 +767,7 @@ def copy_blocks_to_device(
     """Copies many scattered blocks of host memory ``src`` into GPU memory
     ``dst`` in one call (a KV-cache restore): the mirror of
     ``copy_blocks_to_host``. Here no two blocks may write the same device
-    bytes; they may read overlapping host bytes. Do not resize_ or free
+    bytes; they may read overlapping host bytes. Do not ``resize_`` or free
     the storage of either side while a transfer runs.
     """
     return _stager_for(dst, "dst").copy_blocks_to_device(dst, src, blocks, stream=stream, blocking=blocking)
