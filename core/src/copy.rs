@@ -49,9 +49,10 @@ pub(crate) mod non_temporal {
     use core::ptr;
 
     /// One cache line per step: the unit the write-combining buffers flush.
-    /// On the GPU host (BENCHMARKS.md) two lines per step copied at the same
-    /// speed, and adding a non-temporal prefetch of the source made it 5 to
-    /// 20% slower: the hardware prefetcher does better alone.
+    /// On the GPU host two lines per step copied at the same speed, and
+    /// adding a non-temporal prefetch of the source made it 5 to 20% slower:
+    /// the hardware prefetcher does better alone (docs/design-record.md,
+    /// "Non-temporal stores in `hostcopy_fn`").
     const LINE: usize = 64;
 
     /// Copies `n` bytes with streaming stores, then fences.

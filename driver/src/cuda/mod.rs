@@ -36,7 +36,8 @@
 //!
 //! Every host function of a context runs on one driver thread, in order,
 //! whatever its stream: a long copy delays the host functions of every other
-//! stream of the context. Measured on an H200 host (BENCHMARKS.md): a 200 ms
+//! stream of the context. Measured on an H200 host (docs/design-record.md,
+//! "A copier thread completes each chunk, not a host function"): a 200 ms
 //! host function on one stream delayed a host function on another stream of
 //! the same context by 200 ms. Another context has a thread of its own: two
 //! GPUs' contexts ran single-thread `hostcopy_fn` pipelines side by side at
