@@ -34,8 +34,9 @@ echo "--- fresh virtual environment in $venv"
     exit 1
 }
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-# uvloop: the await tests run under it as well as under asyncio.
-"$venv/bin/python" -m pip install --quiet maturin pytest numpy uvloop
+# uvloop: the await tests run under it as well as under asyncio. safetensors:
+# its own reader is what tests/test_safetensors_parity.py compares with.
+"$venv/bin/python" -m pip install --quiet maturin pytest numpy uvloop safetensors
 
 # With the simulated driver (`--features simulator`), so that the launch and
 # staging paths run here without a GPU; HOSTCOPY_REQUIRE_SIM makes a wheel
