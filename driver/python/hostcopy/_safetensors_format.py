@@ -5,34 +5,45 @@ A file is an 8-byte little-endian header length ``N``, ``N`` bytes of a
 UTF-8 JSON object ``{name: {"dtype", "shape", "data_offsets": [begin,
 end]}, "__metadata__": {str: str}}`` (the metadata optional), then the data
 region: every tensor's bytes, ``begin`` and ``end`` relative to the
-region's start. The checks are those of safetensors' own reader
-(``safetensors/src/tensor.rs``, ``SafeTensors::read_metadata`` and
-``Metadata::validate``), so a file it refuses is refused here too:
+region's start. A file is accepted exactly when safetensors' own reader
+(0.8: ``safetensors/src/tensor.rs``, ``SafeTensors::read_metadata``)
+accepts it, with the same tensors and metadata:
 
-- the header: at most 100,000,000 bytes, inside the file, UTF-8, a JSON
-  object; each tensor an object with a known ``dtype``, a ``shape`` of
-  non-negative integers and two non-negative integer ``data_offsets``
-  (other fields are ignored, as serde does); ``__metadata__`` null or an
-  object of strings;
+- the header: at most 100,000,000 bytes, inside the file, UTF-8, one JSON
+  value as serde_json reads it (below) with only JSON whitespace around
+  it (safetensors pads with spaces; no padding is needed);
+- that value an object. ``__metadata__`` at most once, null or an object
+  of strings (a key given twice: its last value). Every other key names a
+  tensor (a name given twice: its last entry, though every entry must
+  read): an object with a known ``dtype``, a ``shape`` of integers in
+  ``0 .. 2**64`` and ``data_offsets``, two such integers, each field once
+  (other fields are read as JSON and ignored), or serde's other form of
+  that struct, the array ``[dtype, shape, data_offsets]``. A dtype is its
+  name, or serde's enum form ``{"F32": null}``;
 - the tensors, ordered by ``(begin, end)``, cover the data region
   exactly: the first begins at 0, each begins where the one before ended
   (a gap or an overlap is refused), and the last ends at the end of the
   file (bytes past it are refused, as a tensor past the file is);
-- each tensor's byte length is its element count times its dtype's
-  size (a sub-byte dtype's bits must fill whole bytes).
+- each tensor's byte length is its element count times its dtype's size
+  (a sub-byte dtype's bits must fill whole bytes), counted in 64 bits.
 
-A tensor's field given twice is refused, as serde refuses a repeated
-field; NaN and Infinity are not JSON, as serde says. Stricter than
-safetensors: a tensor's name or a metadata key given twice is refused
-(safetensors keeps the last one silently).
+JSON as serde_json reads it (``src/de.rs``, ``src/read.rs``), where
+Python's ``json`` differs: objects and arrays nest at most 127 deep; NaN
+and Infinity are not JSON; a ``\\u`` escape of a UTF-16 surrogate must be
+a leading one followed by a trailing one (no lone halves); a number is an
+integer only as a u64 or a negative i64, anything else (``-0``, ``1.0``,
+``1e2``, ``18446744073709551616``) is a float and no size, and a number
+beyond the float range (``1e999``, 400 digits) is refused wherever it is.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import struct
-from typing import Any, BinaryIO, NamedTuple, Optional, Sequence
+from typing import Any, BinaryIO, NamedTuple, Optional, Sequence, Union
 
 from ._errors import SafetensorsError
 
@@ -138,55 +149,201 @@ def _fail(filename: str, reason: str, message: str, tensor: Optional[str] = None
     return SafetensorsError(f"{where}{message}", filename=filename, reason=reason, tensor=tensor)
 
 
-_WORD = 1 << 64  # safetensors reads sizes and offsets as usize
+# JSON as serde_json reads it. Python's json reads the text (its grammar is
+# serde_json's: the same literals, numbers, escapes, control characters
+# and whitespace); its hooks give numbers serde_json's types and range, and
+# two checks add serde_json's surrogate rule (``_check_surrogates``) and
+# its nesting limit (``_check_nesting``).
+
+#: The most objects and arrays open at once: serde_json's recursion limit
+#: (``remaining_depth`` starts at 128, is decremented on entering one, and
+#: refuses at 0).
+MAX_NESTING = 127
+
+_U64_MAX = (1 << 64) - 1
+_I64_MIN = -(1 << 63)
+_I32_MAX = (1 << 31) - 1
+_POW10 = [float(f"1e{exponent}") for exponent in range(309)]  # serde_json's POW10 table
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _WORD
+class _NotSerdeJson(ValueError):
+    """Text that Python's ``json`` reads and serde_json refuses."""
 
 
-class _Object(dict):  # type: ignore[type-arg]
-    """A JSON object that remembers the first key it was given twice
-    (``json`` keeps the last silently; serde refuses a repeated field)."""
+def _serde_f64(text: str) -> float:
+    """The float serde_json makes of a JSON number's text, as safetensors
+    builds it (without the ``float_roundtrip`` feature: ``parse_integer``,
+    ``parse_decimal``, ``parse_exponent``, ``f64_from_parts``): the digits
+    that fit a u64 are kept and later ones dropped (an integer's then count
+    as powers of ten), and the result is one multiplication or division by
+    a power of ten. Raises ``_NotSerdeJson`` where serde_json says "number
+    out of range", as it does for an infinite result."""
+    positive = not text.startswith("-")
+    mantissa, _, exponent_text = text.lstrip("-").replace("E", "e").partition("e")
+    integer, _, fraction = mantissa.partition(".")
+    significand = exponent = 0
+    dropping = False
+    for digit in integer:
+        dropping = dropping or significand * 10 + int(digit) > _U64_MAX
+        if dropping:
+            exponent += 1
+        else:
+            significand = significand * 10 + int(digit)
+    for digit in fraction:
+        if significand * 10 + int(digit) > _U64_MAX:
+            break  # this digit and every later one dropped
+        significand = significand * 10 + int(digit)
+        exponent -= 1
+    if exponent_text:
+        negative_exponent = exponent_text.startswith("-")
+        digits = exponent_text.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > 10 or int(digits) > _I32_MAX:  # past serde_json's i32
+            if significand and not negative_exponent:
+                raise _NotSerdeJson(f"number out of range: {text[:40]}")
+            return 0.0 if positive else -0.0
+        exponent += -int(digits) if negative_exponent else int(digits)
+        exponent = max(-_I32_MAX - 1, min(_I32_MAX, exponent))  # serde_json adds saturating
+    value = float(significand)
+    while True:
+        if abs(exponent) < len(_POW10):
+            if exponent >= 0:
+                value *= _POW10[exponent]
+                if math.isinf(value):
+                    raise _NotSerdeJson(f"number out of range: {text[:40]}")
+            else:
+                value /= _POW10[-exponent]
+            break
+        if value == 0.0:
+            break
+        if exponent >= 0:
+            raise _NotSerdeJson(f"number out of range: {text[:40]}")
+        value /= 1e308
+        exponent += 308
+    return value if positive else -value
 
-    repeated: Optional[str] = None
+
+def _integer(text: str) -> Union[int, float]:
+    """A JSON integer as serde_json reads it: a u64, a negative i64, or else
+    a float (``-0`` among them), which is no size."""
+    if len(text) <= 20 and text != "-0":
+        value = int(text)
+        if _I64_MIN <= value <= _U64_MAX:
+            return value
+    return _serde_f64(text)
 
 
-def _object(pairs: list[tuple[str, Any]]) -> _Object:
-    document = _Object(pairs)
-    if len(document) != len(pairs):
-        seen: set[str] = set()
-        for name, _ in pairs:
-            if name in seen:
-                document.repeated = name
-                break
-            seen.add(name)
+def _float(text: str) -> float:
+    """A JSON number with a fraction or an exponent: a float, refused
+    where serde_json's is out of range."""
+    value = float(text)
+    if abs(value) < 1e300:
+        # serde_json's float is at most this one (it drops digits) times
+        # (1 + 3 ulp) (it rounds three times): finite too.
+        return value
+    return _serde_f64(text)
+
+
+def _not_a_number(name: str) -> None:
+    raise _NotSerdeJson(f"{name} is not JSON")
+
+
+def _check_surrogates(document: Any) -> None:
+    """Python's json keeps a lone surrogate escape (``"\\\\ud800"``) as a
+    code point; serde_json refuses it. Both join a leading one and the
+    trailing one after it, so a surrogate code point left in a key or a
+    string is a lone escape."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise _NotSerdeJson(f"{value[:40]!r} has a lone UTF-16 surrogate escape")
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, tuple):
+            for pair in value:
+                pending.extend(pair)
+
+
+def _read_json(text: str) -> Any:
+    """The header's JSON value, read as serde_json reads it but for the
+    nesting limit (``_check_nesting``). Objects are tuples of their ``(key,
+    value)`` pairs, in order, so that a key given twice is seen and an
+    object is told from an array (a list)."""
+    document = json.loads(
+        text, object_pairs_hook=tuple, parse_int=_integer, parse_float=_float, parse_constant=_not_a_number
+    )
+    if _SURROGATE_ESCAPE.search(text):  # else no string holds a surrogate
+        _check_surrogates(document)
     return document
 
 
-def _repeated(value: Any) -> Optional[str]:
-    """The key a JSON object was given twice, if any."""
-    return value.repeated if isinstance(value, _Object) else None
+def _check_nesting(filename: str, value: Any, level: int) -> None:
+    """serde_json refuses objects and arrays nested past ``MAX_NESTING``,
+    wherever they are. In a header safetensors would otherwise accept,
+    only a value it ignores (a tensor's unknown field, at nesting ``level``
+    if it is an object or an array) can nest deeper than 3: every other
+    value must be of a type that nests no deeper."""
+    pending = [(value, level)]
+    while pending:
+        value, level = pending.pop()
+        if isinstance(value, (list, tuple)):
+            if level > MAX_NESTING:
+                raise _fail(
+                    filename,
+                    "invalid_header",
+                    f"the header is not JSON: objects and arrays nest past serde_json's limit of {MAX_NESTING}",
+                )
+            items = value if isinstance(value, list) else [item for _, item in value]
+            pending.extend((item, level + 1) for item in items)
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
+# The header's meaning, as serde derives safetensors' structs from it.
+
+_FIELDS = ("dtype", "shape", "data_offsets")
+_INFO_LEVEL = 2  # a tensor's object, inside the header's
+_INT_ONLY = {int}
+
+
+def _are_counts(value: Any) -> bool:
+    """A JSON array of integers serde reads as usizes (64-bit ones): no
+    float (serde_json's ``-0``, ``1.0``, ``2**64``), bool or negative."""
+    return (
+        type(value) is list
+        and set(map(type, value)) <= _INT_ONLY
+        and (not value or (min(value) >= 0 and max(value) <= _U64_MAX))
+    )
 
 
 def _tensor_info(filename: str, name: str, entry: Any) -> TensorInfo:
-    def bad(message: str) -> SafetensorsError:
-        return _fail(filename, "invalid_tensor_info", f"tensor {name!r}: {message}", name)
-
-    if not isinstance(entry, dict):
-        raise bad(f"expected an object with dtype, shape and data_offsets, got {type(entry).__name__}")
-    if _repeated(entry) is not None:
-        raise bad(f"field {_repeated(entry)!r} given twice")
-    for field in ("dtype", "shape", "data_offsets"):
-        if field not in entry:
-            raise bad(f"missing field {field!r}")
-    dtype_name, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if isinstance(entry, tuple):
+        fields = dict(entry)
+        if len(entry) != len(_FIELDS) or len(fields) != len(_FIELDS):  # a field missing, twice, or unknown
+            seen = set()
+            for key, value in entry:
+                if key in seen and key in _FIELDS:
+                    raise _bad_info(filename, name, f"field {key!r} given twice")
+                seen.add(key)
+                if key not in _FIELDS:
+                    _check_nesting(filename, value, _INFO_LEVEL + 1)
+        try:
+            dtype_name, shape, offsets = fields["dtype"], fields["shape"], fields["data_offsets"]
+        except KeyError as missing:
+            raise _bad_info(filename, name, f"missing field {missing}") from None
+    elif isinstance(entry, list) and len(entry) == len(_FIELDS):
+        dtype_name, shape, offsets = entry  # serde reads a struct from the array of its fields too
+    else:
+        raise _bad_info(
+            filename,
+            name,
+            f"expected an object with dtype, shape and data_offsets (or the array of the three), got {entry!r:.80}",
+        )
+    if isinstance(dtype_name, tuple) and len(dtype_name) == 1 and dtype_name[0][1] is None:
+        dtype_name = dtype_name[0][0]  # serde's form of an enum's unit variant: {"F32": null}
     if not isinstance(dtype_name, str):
-        raise bad(f"dtype must be a string, got {dtype_name!r}")
+        raise _bad_info(filename, name, f"dtype must be a string, got {dtype_name!r:.80}")
     dtype = DTYPES.get(dtype_name)
     if dtype is None:
         raise _fail(
@@ -195,11 +352,31 @@ def _tensor_info(filename: str, name: str, entry: Any) -> TensorInfo:
             f"tensor {name!r}: unknown dtype {dtype_name!r} (the format knows {', '.join(DTYPES)})",
             name,
         )
-    if not isinstance(shape, list) or not all(_is_count(extent) for extent in shape):
-        raise bad(f"shape must be a list of non-negative integers, got {shape!r}")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(offset) for offset in offsets):
-        raise bad(f"data_offsets must be two non-negative integers [begin, end], got {offsets!r}")
+    if not _are_counts(shape):
+        raise _bad_info(filename, name, f"shape must be a list of integers in 0 .. 2**64, got {shape!r:.80}")
+    if not _are_counts(offsets) or len(offsets) != 2:
+        raise _bad_info(
+            filename, name, f"data_offsets must be two integers [begin, end] in 0 .. 2**64, got {offsets!r:.80}"
+        )
     return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+
+def _bad_info(filename: str, name: str, message: str) -> SafetensorsError:
+    return _fail(filename, "invalid_tensor_info", f"tensor {name!r}: {message}", name)
+
+
+def _metadata(filename: str, value: Any) -> Optional[dict[str, str]]:
+    if value is None:
+        return None
+    if not isinstance(value, tuple) or not all(type(text) is str for _, text in value):
+        raise _fail(
+            filename, "invalid_metadata", f"__metadata__ must be null or an object of strings, got {value!r:.80}"
+        )
+    return dict(value)  # a key given twice: its last value, as serde's HashMap keeps
+
+
+def _data_order(info: TensorInfo) -> tuple[int, int]:
+    return info.begin, info.end
 
 
 def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
@@ -226,31 +403,31 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
             "invalid_header_length",
             f"header length {length} reaches past the end of the {file_size}-byte file",
         )
-    text = raw[_LENGTH.size : _LENGTH.size + length]
     try:
-        document = json.loads(text.decode("utf-8"), object_pairs_hook=_object, parse_constant=_refuse_constant)
+        text = raw[_LENGTH.size : _LENGTH.size + length].decode("utf-8")
     except UnicodeDecodeError as error:
         raise _fail(filename, "invalid_header", f"the header is not UTF-8: {error}") from None
-    except (ValueError, RecursionError) as error:  # json.JSONDecodeError, NaN and Infinity, nesting too deep
+    try:
+        document = _read_json(text)
+    except (ValueError, RecursionError) as error:  # json.JSONDecodeError, _NotSerdeJson, past Python's own nesting
         raise _fail(filename, "invalid_header", f"the header is not JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise _fail(filename, "invalid_header", f"the header must be a JSON object, got {type(document).__name__}")
-    twice = _repeated(document)
-    if twice is not None:
-        raise _fail(filename, "duplicate_name", f"the header names {twice!r} twice", twice)
-    metadata = document.pop("__metadata__", None)
-    if metadata is not None and (
-        not isinstance(metadata, dict)
-        or _repeated(metadata) is not None
-        or not all(isinstance(value, str) for value in metadata.values())
-    ):
-        raise _fail(
-            filename, "invalid_metadata", f"__metadata__ must be an object of strings, each key once, got {metadata!r}"
-        )
-    tensors = sorted(
-        (_tensor_info(filename, name, entry) for name, entry in document.items()),
-        key=lambda info: (info.begin, info.end),
-    )
+    if not isinstance(document, tuple):
+        kind = "an array" if isinstance(document, list) else type(document).__name__
+        raise _fail(filename, "invalid_header", f"the header must be a JSON object, got {kind}")
+    metadata: Optional[dict[str, str]] = None
+    metadata_seen = False
+    entries: dict[str, TensorInfo] = {}
+    for name, entry in document:
+        if name == "__metadata__":
+            if metadata_seen:
+                raise _fail(filename, "invalid_metadata", "the header gives __metadata__ twice")
+            metadata_seen = True
+            metadata = _metadata(filename, entry)
+        else:
+            # A name given twice: its last entry, as serde's HashMap keeps
+            # (every entry is read, so each must be a tensor's).
+            entries[name] = _tensor_info(filename, name, entry)
+    tensors = sorted(entries.values(), key=_data_order)
     start = 0
     for info in tensors:
         if info.begin != start or info.end < info.begin:
@@ -271,10 +448,10 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
         count = 1
         for extent in info.shape:
             count *= extent
-            if count >= _WORD:  # safetensors multiplies in usize, in the shape's order
+            if count > _U64_MAX:  # safetensors multiplies in usize, in the shape's order
                 break
         bits = count * info.dtype.bits
-        if count >= _WORD or bits >= _WORD:
+        if bits > _U64_MAX:
             raise _fail(
                 filename,
                 "validation_overflow",

@@ -35,11 +35,13 @@ What differs from safetensors, and how:
   so its address is aligned as torch's allocator aligns any tensor.
 - **Empty tensors** (a 0 in the shape) are fresh ``torch.empty`` tensors,
   as safetensors makes them.
-- **Checks** are safetensors' own (``hostcopy._safetensors_format`` lists
-  them) and come before any device memory is allocated; a file either
+- **Checks** are safetensors' own, JSON as serde_json reads it included
+  (``hostcopy._safetensors_format`` lists them): a file safetensors
   refuses raises ``SafetensorsError`` (a ``ValueError``) with a
-  ``reason``. A name given twice in the header is refused here and not
-  there.
+  ``reason``, before any device memory is allocated, and a file it reads
+  is read with the same tensors and metadata (a name given twice: its
+  last entry, as there). ``tests/test_safetensors_parity.py`` compares
+  the two readers on a generated corpus.
 
 ``safe_open`` is the lazy form, safetensors' context manager with
 ``keys()``, ``offset_keys()``, ``metadata()`` and ``get_tensor(name)``,

@@ -112,9 +112,16 @@ def test_a_header_that_is_not_an_object(tmp_path):
     refused(header_bytes([1, 2]), "invalid_header", tmp_path)
 
 
-def test_a_name_given_twice(tmp_path):
-    text = b'{"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}'
-    refused(struct.pack("<Q", len(text)) + text + b"\x00", "duplicate_name", tmp_path, tensor="a")
+def test_a_name_given_twice_is_its_last_entry_as_in_safetensors():
+    text = b'{"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "a": {"dtype": "I8", "shape": [1], "data_offsets": [0, 1]}}'
+    data = struct.pack("<Q", len(text)) + text + b"\x00"
+    (info,) = parse_header(data, len(data)).tensors
+    assert (info.name, info.dtype.name) == ("a", "I8")
+
+
+def test_a_name_given_twice_needs_every_entry_to_be_a_tensors(tmp_path):
+    text = b'{"a": {"dtype": "U9", "shape": [1], "data_offsets": [0, 1]}, "a": ["I8", [1], [0, 1]]}'
+    refused(struct.pack("<Q", len(text)) + text + b"\x00", "unknown_dtype", tmp_path, tensor="a")
 
 
 def test_a_field_of_a_tensor_given_twice(tmp_path):
@@ -123,9 +130,84 @@ def test_a_field_of_a_tensor_given_twice(tmp_path):
     assert "'dtype' given twice" in str(error)
 
 
-def test_a_metadata_key_given_twice(tmp_path):
+def test_an_unknown_field_given_twice_is_ignored_twice():
+    text = b'{"a": {"x": 1, "dtype": "U8", "x": [2], "shape": [1], "data_offsets": [0, 1]}}'
+    data = struct.pack("<Q", len(text)) + text + b"\x00"
+    assert parse_header(data, len(data)).tensors[0].name == "a"
+
+
+def test_a_metadata_key_given_twice_is_its_last_value_as_in_safetensors():
     text = b'{"__metadata__": {"k": "1", "k": "2"}}'
+    data = struct.pack("<Q", len(text)) + text
+    assert parse_header(data, len(data)).metadata == {"k": "2"}
+
+
+def test_metadata_given_twice(tmp_path):
+    text = b'{"__metadata__": {"k": "1"}, "__metadata__": null}'
     refused(struct.pack("<Q", len(text)) + text, "invalid_metadata", tmp_path)
+
+
+def test_a_tensor_as_the_array_of_its_fields_reads_as_serde_reads_it(tmp_path):
+    text = b'{"a": ["U8", [1], [0, 1]], "b": {"dtype": {"I8": null}, "shape": [], "data_offsets": [1, 2]}}'
+    data = struct.pack("<Q", len(text)) + text + b"xy"
+    assert [(info.name, info.dtype.name, info.shape) for info in parse_header(data, len(data)).tensors] == [
+        ("a", "U8", (1,)),
+        ("b", "I8", ()),
+    ]
+    text = b'{"a": ["U8", [1], [0, 1], 0]}'
+    refused(struct.pack("<Q", len(text)) + text + b"x", "invalid_tensor_info", tmp_path, tensor="a")
+    text = b'{"a": {"dtype": {"U8": {}}, "shape": [1], "data_offsets": [0, 1]}}'
+    refused(struct.pack("<Q", len(text)) + text + b"x", "invalid_tensor_info", tmp_path, tensor="a")
+
+
+# JSON that Python's json reads and serde_json (so safetensors) refuses.
+
+TENSOR = '"dtype": "U8", "shape": [1], "data_offsets": [0, 1]'
+
+
+def header_text(text: str, data: bytes = b"x") -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('{"\\ud800": {%s}}' % TENSOR, "invalid_header"),
+        ('{"__metadata__": {"k": "a\\udc00"}, "t": {%s}}' % TENSOR, "invalid_header"),
+        ('{"t": {"dtype": "U8", "shape": [-0], "data_offsets": [0, 0]}}', "invalid_tensor_info"),
+        ('{"t": {"dtype": "U8", "shape": [1], "data_offsets": [-0, 1]}}', "invalid_tensor_info"),
+        ('{"t": {%s, "x": 1e999}}' % TENSOR, "invalid_header"),
+        ('{"t": {%s, "x": %s}}' % (TENSOR, "9" * 400), "invalid_header"),
+        ('{"t": {%s, "x": %s}}' % (TENSOR, "[" * 200 + "]" * 200), "invalid_header"),
+    ],
+    ids=[
+        "lone-surrogate-in-a-name",
+        "lone-surrogate-in-a-metadata-value",
+        "minus-zero-extent",
+        "minus-zero-offset",
+        "1e999-ignored",
+        "400-digits-ignored",
+        "nested-200-deep-ignored",
+    ],
+)
+def test_json_that_serde_json_refuses_is_refused(tmp_path, text, reason):
+    refused(header_text(text), reason, tmp_path, tensor="t" if reason == "invalid_tensor_info" else None)
+
+
+def test_the_same_json_within_serde_jsons_rules_is_read():
+    for text in (
+        '{"\\ud800\\udc00": {%s}}' % TENSOR,
+        '{"t": {%s, "x": [-0, 1e308, %s, "\\ud83d\\ude00"]}}' % (TENSOR, "9" * 300),
+        '{"t": {%s, "x": %s}}' % (TENSOR, "[" * 125 + "]" * 125),
+    ):
+        data = header_text(text)
+        assert len(parse_header(data, len(data)).tensors) == 1, text
+
+
+def test_nesting_one_past_serde_jsons_limit_is_refused(tmp_path):
+    # The header's object, the tensor's, then 126 arrays: 128 open at once.
+    refused(header_text('{"t": {%s, "x": %s}}' % (TENSOR, "[" * 126 + "]" * 126)), "invalid_header", tmp_path)
 
 
 def test_nan_is_not_json(tmp_path):
