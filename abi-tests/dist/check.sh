@@ -1,18 +1,20 @@
 #!/bin/sh
 # Uses hostcopy's dist archives the way C vendors and firmware authors do,
-# with nothing of the workspace in reach but the README and the sample
-# sources here. The README's commands for them are code blocks marked
+# with nothing of the workspace in reach but the documents and the sample
+# sources here. The commands for them (docs/c-and-firmware.md; the README's
+# first C program) are code blocks marked
 # `<!-- checked: NAME -->`; each runs here exactly as written
 # (readme-block.sh prints one), in a fresh folder that holds the archives,
 # app.c, vendor.c and the firmware's main.c, startup.c and board.ld:
+#   - first-c, first-c-build: the README's first C program, built and run;
 #   - pkg-config: programs linked shared and static, run from another folder
 #     (the shared one through the .pc's run-time search path);
-#   - cmake, cmake-lists: the README's CMakeLists.txt, built, installed, run
+#   - cmake, cmake-lists: the guide's CMakeLists.txt, built, installed, run
 #     from the build folder and from the install folder moved elsewhere;
 #   - embed: two shared libraries that each embed libhostcopy.a keep their
 #     own hostcopy_rejected count and export no hostcopy_* (and, built
-#     without the README's flag, they do share it: the check can fail);
-#   - embed-cmake: the README's CMake line for the same, in CMakeLists.txt;
+#     without the guide's flag, they do share it: the check can fail);
+#   - embed-cmake: the guide's CMake line for the same, in CMakeLists.txt;
 #   - firmware, firmware-nomem: the thumbv7em firmware, linked and run under
 #     qemu-system-arm, with the archive's memcpy and with newlib's.
 # Besides: the header as C99, C11, C++11 and C++17 (gcc and clang, -Wall
@@ -27,7 +29,8 @@ set -eu
 
 [ $# -ge 1 ] || { echo "usage: $0 ARCHIVE.tar.gz..." >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
-readme=$here/../../README.md
+readme=$here/../../docs/c-and-firmware.md
+front=$here/../../README.md
 work=$(mktemp -d "${TMPDIR:-/tmp}/hostcopy-dist-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 
@@ -52,9 +55,10 @@ quietly() {
 needs_hostcopy_so() {
     readelf -d "$1" | grep -q 'NEEDED.*\[libhostcopy\.so\.'
 }
-# Runs the README block NAME with sh -eu in the current folder.
+# Runs the block NAME of docs/c-and-firmware.md (or of FILE) with sh -eu
+# in the current folder.
 run_block() {
-    block=$(sh "$here/readme-block.sh" "$readme" "$1") || fail "README.md has no block '$1'"
+    block=$(sh "$here/readme-block.sh" "${2:-$readme}" "$1") || fail "${2:-$readme} has no block '$1'"
     quietly sh -euc "$block"
 }
 # The triple of an archive hostcopy-VERSION-TRIPLE.tar.gz.
@@ -127,7 +131,12 @@ for lib in */lib/libhostcopy.a */lib/libhostcopy.so.*.*.*; do
 done
 ok "$soname"
 
-check "README pkg-config: shared and static programs, run from another folder"
+check "README first-c: the first C program, built against the archive and run"
+sh "$here/readme-block.sh" "$front" first-c >readme/first.c || fail "README.md has no block 'first-c'"
+(cd readme && run_block first-c-build "$front")
+ok "$(tail -n 1 out.txt)"
+
+check "guide pkg-config: shared and static programs, run from another folder"
 (cd readme && run_block pkg-config)
 needs_hostcopy_so readme/app || fail "app does not load libhostcopy.so"
 needs_hostcopy_so readme/app-static && fail "app-static loads libhostcopy.so"
@@ -135,20 +144,20 @@ readelf -d readme/app | grep -Eq '(RUNPATH|RPATH).*/lib\]' || fail "app has no r
 (cd / && env -u LD_LIBRARY_PATH "$work/readme/app" >"$work/out.txt" 2>&1) || fail "app from /: $(cat out.txt)"
 ok "$(cat out.txt)"
 
-check "README cmake: its CMakeLists.txt built, installed, run from the build and the moved install folder"
-sh "$here/readme-block.sh" "$readme" cmake-lists >readme/CMakeLists.txt || fail "README.md has no block 'cmake-lists'"
+check "guide cmake: its CMakeLists.txt built, installed, run from the build and the moved install folder"
+sh "$here/readme-block.sh" "$readme" cmake-lists >readme/CMakeLists.txt || fail "docs/c-and-firmware.md has no block 'cmake-lists'"
 (cd readme && run_block cmake)
 needs_hostcopy_so readme/installed/bin/app || fail "the installed app does not load libhostcopy.so"
 mv readme/installed moved
 (cd / && "$work/moved/bin/app" >"$work/out.txt" 2>&1) || fail "installed app, moved, from /: $(cat out.txt)"
 ok "$(cat out.txt)"
 
-check "README embed: two shared libraries with hostcopy inside keep their own count"
-vendor_libraries() { # FLAG-FILTER: builds libvendor_a.so and libvendor_b.so from the README's block
+check "guide embed: two shared libraries with hostcopy inside keep their own count"
+vendor_libraries() { # FLAG-FILTER: builds libvendor_a.so and libvendor_b.so from the guide's block
     for v in a b; do
         rm -rf "embed-$v" && mkdir "embed-$v"
         { echo "#define VENDOR_REJECT vendor_${v}_reject"; cat src/vendor.c; } >"embed-$v/vendor.c"
-        block=$(sh "$here/readme-block.sh" "$readme" embed) || fail "README.md has no block 'embed'"
+        block=$(sh "$here/readme-block.sh" "$readme" embed) || fail "docs/c-and-firmware.md has no block 'embed'"
         (cd "embed-$v" && export PKG_CONFIG_PATH="$work/$host/lib/pkgconfig" && quietly sh -euc "$(echo "$block" | $1)")
         mv "embed-$v/libvendor.so" "libvendor_$v.so"
     done
@@ -166,10 +175,10 @@ vendor_libraries "sed s/-Wl,--exclude-libs,libhostcopy.a//"
 grep -q '^shared' out.txt || fail "without --exclude-libs the libraries should share hostcopy: $(cat out.txt)"
 ok "$result; without the flag: $(cat out.txt)"
 
-check "CMake: hostcopy::hostcopy_static, the README's embed line, another major version refused"
-sh "$here/readme-block.sh" "$readme" embed-cmake >embed.cmake || fail "README.md has no block 'embed-cmake'"
+check "CMake: hostcopy::hostcopy_static, the guide's embed line, another major version refused"
+sh "$here/readme-block.sh" "$readme" embed-cmake >embed.cmake || fail "docs/c-and-firmware.md has no block 'embed-cmake'"
 while IFS= read -r line; do
-    grep -Fxq "$line" src/CMakeLists.txt || fail "src/CMakeLists.txt lacks the README's line: $line"
+    grep -Fxq "$line" src/CMakeLists.txt || fail "src/CMakeLists.txt lacks the guide's line: $line"
 done <embed.cmake
 quietly cmake -S src -B build-cmake -DCMAKE_PREFIX_PATH="$work/$host" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_FLAGS="$warnings"
@@ -199,14 +208,14 @@ if [ -n "$firmware" ]; then
     text_size() {
         arm-none-eabi-size "$1" | awk 'NR == 2 { print $1 }'
     }
-    check "README firmware: linked with the archive's memcpy, run under qemu-system-arm"
+    check "guide firmware: linked with the archive's memcpy, run under qemu-system-arm"
     (cd readme && run_block firmware)
     [ "$(memcpy_class readme/firmware.elf)" = W ] || fail "firmware.elf's memcpy is not the archive's"
     quietly qemu_m4 readme/firmware.elf
     default_text=$(text_size readme/firmware.elf)
     ok "$(cat out.txt), text $default_text bytes"
 
-    check "README firmware-nomem: linked with newlib's memcpy, run under qemu-system-arm"
+    check "guide firmware-nomem: linked with newlib's memcpy, run under qemu-system-arm"
     (cd readme && rm -f firmware.elf && run_block firmware-nomem)
     [ "$(memcpy_class readme/firmware.elf)" = T ] || fail "firmware.elf's memcpy is not newlib's"
     if arm-none-eabi-nm readme/firmware.elf | grep -q compiler_builtins; then

@@ -104,6 +104,11 @@ mod pool;
 pub mod prefault;
 
 pub use error::{PackError, PoolError, Side};
+#[doc(hidden)]
+pub use error::{PackErrorKind, PoolErrorKind};
+#[cfg(feature = "std")]
+#[doc(hidden)]
+pub use host_buffer::HostBufferErrorKind;
 #[cfg(feature = "std")]
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub use host_buffer::{HostBuffer, HostBufferError};
@@ -119,3 +124,15 @@ pub use pool::{PoolRecord, RecordPool};
 #[cfg(target_has_atomic = "ptr")]
 pub use hostcopy_core::hostcopy_rejected;
 pub use hostcopy_core::{ABI_VERSION, HOST_COPY_FN, HostCopyArgs, HostFn, hostcopy_fn};
+
+/// The README's Rust blocks, compiled (and where they need no GPU, run) as
+/// doctests.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
+/// The Rust guide's blocks, compiled (and where they need no GPU, run) as
+/// doctests.
+#[cfg(all(doctest, feature = "cudarc"))]
+#[doc = include_str!("../../docs/rust.md")]
+pub struct RustGuideDoctests;

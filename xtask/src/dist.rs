@@ -24,8 +24,9 @@
 //! `CARGO_TARGET_<TRIPLE>_LINKER`); the pkg-config and CMake files come from
 //! `xtask/dist/`; the version is the workspace's (see [`version`]).
 //! `--check` runs `abi-tests/dist/check.sh` on the archives of this machine,
-//! aarch64 and ppc64le Linux and thumbv7em: the README's commands for C
-//! vendors and C firmware as written, and more (see the script).
+//! aarch64 and ppc64le Linux and thumbv7em: the commands of
+//! `docs/c-and-firmware.md` and the README's first C program as written,
+//! and more (see the script).
 //!
 //! Not cargo-c (`cargo cinstall`, as rustls-ffi uses): Debian 12's package
 //! (0.9.14) embeds cargo 0.66, which cannot read edition-2024 manifests;
@@ -54,7 +55,7 @@ cargo xtask dist [--target TRIPLE]... [--check]
 
   --check       also package aarch64 and ppc64le Linux and
                 thumbv7em-none-eabihf, and run abi-tests/dist/check.sh:
-                the README's C commands as written (pkg-config, CMake,
+                docs/c-and-firmware.md's commands as written (pkg-config, CMake,
                 a shared library embedding the static one, a firmware
                 under qemu-system-arm), the header as C99 to C++17
                 (pedantic, -Werror), the cross programs under qemu-user";
@@ -114,7 +115,7 @@ fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Vec<String> 
         }
     }
     if check && errors.is_empty() {
-        // This machine's archive first: the script runs the README's commands on it.
+        // This machine's archive first: the script runs the documents' C commands on it.
         let script = workspace.root.join("abi-tests/dist/check.sh");
         let status = Command::new("sh").arg(&script).args(&archives).status();
         if !status.as_ref().is_ok_and(|s| s.success()) {
