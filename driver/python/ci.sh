@@ -2,8 +2,9 @@
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
 # its version against the workspace's, rustfmt and clippy on the extension
 # crate, then a fresh virtual environment with maturin, pytest, numpy and
-# uvloop, `pip install` of this folder, its types (mypy, tests/typing), its
-# API reference (Sphinx, docs/, warnings as errors), and pytest.
+# uvloop, `pip install` of this folder, its sdist (twine check), its types
+# (mypy, tests/typing), its API reference (Sphinx, docs/, warnings as
+# errors), and pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -48,6 +49,11 @@ echo "--- fresh virtual environment in $venv"
 echo "--- pip install driver/python, with the simulated driver (maturin builds the abi3 extension, debug)"
 MATURIN_PEP517_ARGS="--features simulator --profile dev" "$venv/bin/python" -m pip install --quiet "$here"
 export HOSTCOPY_REQUIRE_SIM=1
+
+echo "--- the sdist as a package index takes it: maturin sdist (no compile), twine check --strict (metadata, the readme renders)"
+"$venv/bin/python" -m pip install --quiet twine
+"$venv/bin/maturin" sdist --out "$(dirname "$venv")/sdist"
+"$venv/bin/twine" check --strict "$(dirname "$venv")"/sdist/*.tar.gz
 
 # From outside the source tree, so that `import hostcopy` finds the installed
 # package (and mypy its installed files), through the venv's scripts
