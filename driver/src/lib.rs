@@ -136,3 +136,8 @@ pub struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "cudarc"))]
 #[doc = include_str!("../../docs/rust.md")]
 pub struct RustGuideDoctests;
+
+/// The tuning guide's Rust blocks, compiled and run as doctests.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../../docs/tuning.md")]
+pub struct TuningGuideDoctests;
