@@ -108,6 +108,72 @@ impl fmt::Display for PackError {
 
 impl core::error::Error for PackError {}
 
+impl PackError {
+    /// The variant, as [`PackErrorKind`]: for the Python binding, which
+    /// ships with this crate and maps every variant to a class of its own
+    /// without a wildcard arm.
+    #[doc(hidden)]
+    pub const fn kind(&self) -> PackErrorKind {
+        match *self {
+            PackError::OutOfBounds {
+                side,
+                offset,
+                nbytes,
+                len,
+            } => PackErrorKind::OutOfBounds {
+                side,
+                offset,
+                nbytes,
+                len,
+            },
+            PackError::Overlap { dst, src, nbytes } => PackErrorKind::Overlap { dst, src, nbytes },
+            PackError::AddressOverflow { side, addr, nbytes } => {
+                PackErrorKind::AddressOverflow { side, addr, nbytes }
+            }
+            PackError::NullWithLength { side, nbytes } => {
+                PackErrorKind::NullWithLength { side, nbytes }
+            }
+            PackError::NotHostAccessible { side, addr } => {
+                PackErrorKind::NotHostAccessible { side, addr }
+            }
+        }
+    }
+}
+
+/// [`PackError`]'s variants with their fields, without `#[non_exhaustive]`:
+/// a variant added to `PackError` gets one here too (its `kind` has no
+/// wildcard arm), so that the Python binding, which matches this without
+/// one, fails to compile until it maps it. Not part of the crate's API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum PackErrorKind {
+    OutOfBounds {
+        side: Side,
+        offset: usize,
+        nbytes: usize,
+        len: usize,
+    },
+    Overlap {
+        dst: usize,
+        src: usize,
+        nbytes: usize,
+    },
+    AddressOverflow {
+        side: Side,
+        addr: usize,
+        nbytes: usize,
+    },
+    NullWithLength {
+        side: Side,
+        nbytes: usize,
+    },
+    NotHostAccessible {
+        side: Side,
+        addr: usize,
+    },
+}
+
 /// Why a [`RecordPool`](crate::RecordPool) could not hand out or take back a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -147,3 +213,28 @@ impl fmt::Display for PoolError {
 }
 
 impl core::error::Error for PoolError {}
+
+impl PoolError {
+    /// The variant, as [`PoolErrorKind`] (see [`PackError::kind`]).
+    #[doc(hidden)]
+    pub const fn kind(&self) -> PoolErrorKind {
+        match *self {
+            PoolError::Exhausted { capacity } => PoolErrorKind::Exhausted { capacity },
+            PoolError::NotFromThisPool { user_data } => {
+                PoolErrorKind::NotFromThisPool { user_data }
+            }
+            PoolError::NotHeld { index } => PoolErrorKind::NotHeld { index },
+        }
+    }
+}
+
+/// [`PoolError`]'s variants with their fields, exhaustive (see
+/// [`PackErrorKind`]). Not part of the crate's API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum PoolErrorKind {
+    Exhausted { capacity: usize },
+    NotFromThisPool { user_data: usize },
+    NotHeld { index: usize },
+}

@@ -79,6 +79,31 @@ impl core::fmt::Display for HostBufferError {
     }
 }
 
+impl HostBufferError {
+    /// The variant, as [`HostBufferErrorKind`] (see
+    /// [`PackError::kind`](crate::PackError::kind)).
+    #[doc(hidden)]
+    pub fn kind(&self) -> HostBufferErrorKind<'_> {
+        match self {
+            HostBufferError::Map { len, error } => HostBufferErrorKind::Map { len: *len, error },
+            HostBufferError::Unsupported => HostBufferErrorKind::Unsupported,
+        }
+    }
+}
+
+/// [`HostBufferError`]'s variants with their fields, exhaustive (see
+/// [`PackErrorKind`](crate::PackErrorKind)). Not part of the crate's API.
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(missing_docs)]
+pub enum HostBufferErrorKind<'a> {
+    Map {
+        len: usize,
+        error: &'a std::io::Error,
+    },
+    Unsupported,
+}
+
 impl std::error::Error for HostBufferError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {

@@ -4,7 +4,7 @@ use core::ffi::{CStr, c_char};
 use core::fmt;
 
 use super::ffi::{self, CuResult};
-use crate::error::{PackError, PoolError};
+use crate::error::{PackError, PackErrorKind, PoolError, PoolErrorKind};
 
 /// A `CUresult` other than `CUDA_SUCCESS`, with the driver's name for it;
 /// or the driver could not be loaded at all.
@@ -365,6 +365,117 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The variant, as [`ErrorKind`]: for the Python binding, which ships
+    /// with this crate and maps every variant to a class of its own without
+    /// a wildcard arm.
+    #[doc(hidden)]
+    pub const fn kind(&self) -> ErrorKind {
+        match *self {
+            Error::Driver(error) => ErrorKind::Driver(error),
+            Error::Pool(error) => ErrorKind::Pool(error.kind()),
+            Error::Pack(error) => ErrorKind::Pack(error.kind()),
+            Error::Capturing => ErrorKind::Capturing,
+            Error::DeviceOutOfBounds {
+                offset,
+                nbytes,
+                len,
+            } => ErrorKind::DeviceOutOfBounds {
+                offset,
+                nbytes,
+                len,
+            },
+            Error::ForeignNode => ErrorKind::ForeignNode,
+            Error::ScopeOpen => ErrorKind::ScopeOpen,
+            Error::NoCurrentContext => ErrorKind::NoCurrentContext,
+            Error::NotPrimaryContext { device } => ErrorKind::NotPrimaryContext { device },
+            Error::NotDeviceMemory { addr } => ErrorKind::NotDeviceMemory { addr },
+            Error::ContextMismatch { expected, found } => {
+                ErrorKind::ContextMismatch { expected, found }
+            }
+            Error::BlockOutOfBounds {
+                index,
+                side,
+                offset,
+                nbytes,
+                len,
+            } => ErrorKind::BlockOutOfBounds {
+                index,
+                side,
+                offset,
+                nbytes,
+                len,
+            },
+            Error::InvalidOption {
+                option,
+                value,
+                min,
+                max,
+            } => ErrorKind::InvalidOption {
+                option,
+                value,
+                min,
+                max,
+            },
+            Error::BlocksOverlap { first, second } => ErrorKind::BlocksOverlap { first, second },
+            Error::OrderNotKept => ErrorKind::OrderNotKept,
+            Error::ReadOnlyDevice => ErrorKind::ReadOnlyDevice,
+        }
+    }
+}
+
+/// [`Error`]'s variants with their fields (and those of the errors it
+/// wraps), without `#[non_exhaustive]`: a variant added to `Error` gets
+/// one here too (its `kind` has no wildcard arm), so that the Python
+/// binding, which matches this without one, fails to compile until it
+/// maps it. Not part of the crate's API.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum ErrorKind {
+    Driver(DriverError),
+    Pool(PoolErrorKind),
+    Pack(PackErrorKind),
+    Capturing,
+    DeviceOutOfBounds {
+        offset: usize,
+        nbytes: usize,
+        len: usize,
+    },
+    ForeignNode,
+    ScopeOpen,
+    NoCurrentContext,
+    NotPrimaryContext {
+        device: usize,
+    },
+    NotDeviceMemory {
+        addr: usize,
+    },
+    ContextMismatch {
+        expected: usize,
+        found: usize,
+    },
+    BlockOutOfBounds {
+        index: usize,
+        side: BlockSide,
+        offset: usize,
+        nbytes: usize,
+        len: usize,
+    },
+    InvalidOption {
+        option: &'static str,
+        value: usize,
+        min: usize,
+        max: usize,
+    },
+    BlocksOverlap {
+        first: usize,
+        second: usize,
+    },
+    OrderNotKept,
+    ReadOnlyDevice,
+}
+
 impl core::error::Error for Error {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
@@ -372,6 +483,66 @@ impl core::error::Error for Error {
             Error::Pool(error) => Some(error),
             Error::Pack(error) => Some(error),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Side;
+
+    #[test]
+    fn kind_keeps_the_variant_and_its_numbers() {
+        let cases = [
+            (
+                Error::BlockOutOfBounds {
+                    index: 3,
+                    side: BlockSide::Host,
+                    offset: 8,
+                    nbytes: 16,
+                    len: 20,
+                },
+                ErrorKind::BlockOutOfBounds {
+                    index: 3,
+                    side: BlockSide::Host,
+                    offset: 8,
+                    nbytes: 16,
+                    len: 20,
+                },
+            ),
+            (
+                Error::Pack(PackError::NullWithLength {
+                    side: Side::Dst,
+                    nbytes: 5,
+                }),
+                ErrorKind::Pack(PackErrorKind::NullWithLength {
+                    side: Side::Dst,
+                    nbytes: 5,
+                }),
+            ),
+            (
+                Error::Pool(PoolError::NotHeld { index: 7 }),
+                ErrorKind::Pool(PoolErrorKind::NotHeld { index: 7 }),
+            ),
+            (
+                Error::Driver(DriverError::from_code(700)),
+                ErrorKind::Driver(DriverError::from_code(700)),
+            ),
+            (
+                Error::ContextMismatch {
+                    expected: 0,
+                    found: 1,
+                },
+                ErrorKind::ContextMismatch {
+                    expected: 0,
+                    found: 1,
+                },
+            ),
+            (Error::ReadOnlyDevice, ErrorKind::ReadOnlyDevice),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error:?}");
         }
     }
 }

@@ -84,6 +84,8 @@ mod stream;
 
 pub use context::{Context, SavedCurrent, driver_version};
 pub use device::{DeviceBuffer, DeviceMemory, DeviceView};
+#[doc(hidden)]
+pub use error::ErrorKind;
 pub use error::{
     BlockSide, CUDA_ERROR_INSUFFICIENT_DRIVER, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_STUB_LIBRARY,
     DriverError, Error,
