@@ -43,7 +43,7 @@ import math
 import os
 import re
 import struct
-from typing import Any, BinaryIO, NamedTuple, Optional, Sequence, Union
+from typing import Any, BinaryIO, Iterable, NamedTuple, Optional, Sequence, Union
 
 from ._errors import SafetensorsError
 
@@ -151,9 +151,11 @@ def _fail(filename: str, reason: str, message: str, tensor: Optional[str] = None
 
 # JSON as serde_json reads it. Python's json reads the text (its grammar is
 # serde_json's: the same literals, numbers, escapes, control characters
-# and whitespace); its hooks give numbers serde_json's types and range, and
-# two checks add serde_json's surrogate rule (``_check_surrogates``) and
-# its nesting limit (``_check_nesting``).
+# and whitespace), with hooks that keep a key given twice (``_object``) and
+# give numbers serde_json's types and range (``_integer``, ``_float``);
+# ``_check_surrogates`` adds serde_json's surrogate rule, and
+# ``_check_ignored`` its nesting limit and the range of integers where the
+# hooks leave them to it.
 
 #: The most objects and arrays open at once: serde_json's recursion limit
 #: (``remaining_depth`` starts at 128, is decremented on entering one, and
@@ -249,8 +251,23 @@ def _not_a_number(name: str) -> None:
     raise _NotSerdeJson(f"{name} is not JSON")
 
 
+class _Pairs(tuple):  # type: ignore[type-arg]
+    """A JSON object with a key given twice: its ``(key, value)`` pairs,
+    in order (a dict would keep one of them)."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> Union[dict[str, Any], _Pairs]:
+    """A JSON object: a dict, or ``_Pairs`` where a key comes twice."""
+    unique = dict(pairs)
+    return unique if len(unique) == len(pairs) else _Pairs(pairs)
+
+
+def _pairs(value: Union[dict[str, Any], _Pairs]) -> Iterable[tuple[str, Any]]:
+    return value.items() if isinstance(value, dict) else value
+
+
 def _check_surrogates(document: Any) -> None:
-    """Python's json keeps a lone surrogate escape (``"\\\\ud800"``) as a
+    """Python's json keeps a lone surrogate escape (``"\\ud800"``) as a
     code point; serde_json refuses it. Both join a leading one and the
     trailing one after it, so a surrogate code point left in a key or a
     string is a lone escape."""
@@ -262,41 +279,51 @@ def _check_surrogates(document: Any) -> None:
                 raise _NotSerdeJson(f"{value[:40]!r} has a lone UTF-16 surrogate escape")
         elif isinstance(value, list):
             pending.extend(value)
-        elif isinstance(value, tuple):
-            for pair in value:
+        elif isinstance(value, (dict, _Pairs)):
+            for pair in _pairs(value):
                 pending.extend(pair)
 
 
 def _read_json(text: str) -> Any:
     """The header's JSON value, read as serde_json reads it but for the
-    nesting limit (``_check_nesting``). Objects are tuples of their ``(key,
-    value)`` pairs, in order, so that a key given twice is seen and an
-    object is told from an array (a list)."""
+    nesting limit and the range of integers safetensors ignores
+    (``_check_ignored``). An object is a dict, or ``_Pairs`` where a key
+    comes twice."""
+    # Python's int reads -0 as 0, serde_json as a float: only then is a
+    # call per integer worth its time.
+    parse_int = _integer if "-0" in text else int
     document = json.loads(
-        text, object_pairs_hook=tuple, parse_int=_integer, parse_float=_float, parse_constant=_not_a_number
+        text, object_pairs_hook=_object, parse_int=parse_int, parse_float=_float, parse_constant=_not_a_number
     )
     if _SURROGATE_ESCAPE.search(text):  # else no string holds a surrogate
         _check_surrogates(document)
     return document
 
 
-def _check_nesting(filename: str, value: Any, level: int) -> None:
-    """serde_json refuses objects and arrays nested past ``MAX_NESTING``,
-    wherever they are. In a header safetensors would otherwise accept,
-    only a value it ignores (a tensor's unknown field, at nesting ``level``
-    if it is an object or an array) can nest deeper than 3: every other
-    value must be of a type that nests no deeper."""
+def _check_ignored(filename: str, value: Any, level: int) -> None:
+    """A value safetensors ignores (a tensor's unknown field, at nesting
+    ``level`` if it is an object or an array) is read by serde_json all
+    the same: it refuses objects and arrays nested past ``MAX_NESTING``,
+    and integers past the float range (Python's int has no range). Every
+    other value must be of a type (a size, a string, a dtype, a tensor's
+    fields) that neither nests deeper than 3 nor is such an integer, so
+    only ignored values need this check."""
     pending = [(value, level)]
     while pending:
         value, level = pending.pop()
-        if isinstance(value, (list, tuple)):
+        if type(value) is int and not _I64_MIN <= value <= _U64_MAX:
+            try:
+                _serde_f64(str(value))
+            except _NotSerdeJson as error:
+                raise _fail(filename, "invalid_header", f"the header is not JSON: {error}") from None
+        elif isinstance(value, (list, dict, _Pairs)):
             if level > MAX_NESTING:
                 raise _fail(
                     filename,
                     "invalid_header",
                     f"the header is not JSON: objects and arrays nest past serde_json's limit of {MAX_NESTING}",
                 )
-            items = value if isinstance(value, list) else [item for _, item in value]
+            items = value if isinstance(value, list) else [item for _, item in _pairs(value)]
             pending.extend((item, level + 1) for item in items)
 
 
@@ -304,30 +331,30 @@ def _check_nesting(filename: str, value: Any, level: int) -> None:
 
 _FIELDS = ("dtype", "shape", "data_offsets")
 _INFO_LEVEL = 2  # a tensor's object, inside the header's
-_INT_ONLY = {int}
 
 
 def _are_counts(value: Any) -> bool:
     """A JSON array of integers serde reads as usizes (64-bit ones): no
     float (serde_json's ``-0``, ``1.0``, ``2**64``), bool or negative."""
-    return (
-        type(value) is list
-        and set(map(type, value)) <= _INT_ONLY
-        and (not value or (min(value) >= 0 and max(value) <= _U64_MAX))
-    )
+    if type(value) is not list:
+        return False
+    for item in value:
+        if type(item) is not int or not 0 <= item <= _U64_MAX:
+            return False
+    return True
 
 
 def _tensor_info(filename: str, name: str, entry: Any) -> TensorInfo:
-    if isinstance(entry, tuple):
-        fields = dict(entry)
-        if len(entry) != len(_FIELDS) or len(fields) != len(_FIELDS):  # a field missing, twice, or unknown
+    if isinstance(entry, (dict, _Pairs)):
+        if len(entry) != len(_FIELDS) or isinstance(entry, _Pairs):  # a field missing, twice, or unknown
             seen = set()
-            for key, value in entry:
+            for key, value in _pairs(entry):
                 if key in seen and key in _FIELDS:
                     raise _bad_info(filename, name, f"field {key!r} given twice")
                 seen.add(key)
                 if key not in _FIELDS:
-                    _check_nesting(filename, value, _INFO_LEVEL + 1)
+                    _check_ignored(filename, value, _INFO_LEVEL + 1)
+        fields = entry if isinstance(entry, dict) else dict(entry)
         try:
             dtype_name, shape, offsets = fields["dtype"], fields["shape"], fields["data_offsets"]
         except KeyError as missing:
@@ -340,8 +367,8 @@ def _tensor_info(filename: str, name: str, entry: Any) -> TensorInfo:
             name,
             f"expected an object with dtype, shape and data_offsets (or the array of the three), got {entry!r:.80}",
         )
-    if isinstance(dtype_name, tuple) and len(dtype_name) == 1 and dtype_name[0][1] is None:
-        dtype_name = dtype_name[0][0]  # serde's form of an enum's unit variant: {"F32": null}
+    if type(dtype_name) is dict and len(dtype_name) == 1 and None in dtype_name.values():
+        (dtype_name,) = dtype_name  # serde's form of an enum's unit variant: {"F32": null}
     if not isinstance(dtype_name, str):
         raise _bad_info(filename, name, f"dtype must be a string, got {dtype_name!r:.80}")
     dtype = DTYPES.get(dtype_name)
@@ -368,11 +395,11 @@ def _bad_info(filename: str, name: str, message: str) -> SafetensorsError:
 def _metadata(filename: str, value: Any) -> Optional[dict[str, str]]:
     if value is None:
         return None
-    if not isinstance(value, tuple) or not all(type(text) is str for _, text in value):
+    if not isinstance(value, (dict, _Pairs)) or not all(type(text) is str for _, text in _pairs(value)):
         raise _fail(
             filename, "invalid_metadata", f"__metadata__ must be null or an object of strings, got {value!r:.80}"
         )
-    return dict(value)  # a key given twice: its last value, as serde's HashMap keeps
+    return dict(_pairs(value))  # a key given twice: its last value, as serde's HashMap keeps
 
 
 def _data_order(info: TensorInfo) -> tuple[int, int]:
@@ -411,13 +438,13 @@ def parse_header(raw: bytes, file_size: int, filename: str = "") -> Header:
         document = _read_json(text)
     except (ValueError, RecursionError) as error:  # json.JSONDecodeError, _NotSerdeJson, past Python's own nesting
         raise _fail(filename, "invalid_header", f"the header is not JSON: {error}") from None
-    if not isinstance(document, tuple):
+    if not isinstance(document, (dict, _Pairs)):
         kind = "an array" if isinstance(document, list) else type(document).__name__
         raise _fail(filename, "invalid_header", f"the header must be a JSON object, got {kind}")
     metadata: Optional[dict[str, str]] = None
     metadata_seen = False
     entries: dict[str, TensorInfo] = {}
-    for name, entry in document:
+    for name, entry in _pairs(document):
         if name == "__metadata__":
             if metadata_seen:
                 raise _fail(filename, "invalid_metadata", "the header gives __metadata__ twice")
