@@ -46,7 +46,9 @@ from ._errors import (
     BlocksOverlap,
     CudaError,
     CudaUnavailable,
+    Error,
     ForeignNode,
+    HostMemoryError,
     IntegerOutOfRange,
     InvalidOption,
     MemoryNotHeld,
@@ -56,14 +58,18 @@ from ._errors import (
     NotHostAccessible,
     NotPrimaryContext,
     NullWithLength,
+    OrderNotKept,
     OutOfBounds,
     Overlap,
     PackError,
     ReadOnlyBuffer,
+    ReadOnlyDevice,
     RecordPoolError,
     SafetensorsError,
     ScopeOpen,
+    StagerClosed,
     StreamCapturing,
+    TransferError,
     WrongDevice,
 )
 from ._memory import empty
@@ -71,6 +77,7 @@ from ._staging import (
     Stager,
     StagerOptions,
     Transfer,
+    _is_cuda_core_buffer,
     copy_blocks_to_device,
     copy_blocks_to_host,
     copy_to_device,
@@ -115,7 +122,9 @@ __all__ = [
     "BlocksOverlap",
     "CudaError",
     "CudaUnavailable",
+    "Error",
     "ForeignNode",
+    "HostMemoryError",
     "IntegerOutOfRange",
     "InvalidOption",
     "MemoryNotHeld",
@@ -125,14 +134,18 @@ __all__ = [
     "NotHostAccessible",
     "NotPrimaryContext",
     "NullWithLength",
+    "OrderNotKept",
     "OutOfBounds",
     "Overlap",
     "PackError",
     "ReadOnlyBuffer",
+    "ReadOnlyDevice",
     "RecordPoolError",
     "SafetensorsError",
     "ScopeOpen",
+    "StagerClosed",
     "StreamCapturing",
+    "TransferError",
     "WrongDevice",
 ]
 
@@ -179,13 +192,6 @@ def _word(name: str, value: object) -> int:
             max=_WORD_MAX,
         )
     return value
-
-
-def _is_cuda_core_buffer(obj: Any) -> bool:
-    # Looked up on the type so that no property runs (Buffer.is_host_accessible
-    # calls the driver when the buffer has no memory resource).
-    kind = type(obj)
-    return all(hasattr(kind, name) for name in ("handle", "size", "memory_resource", "is_host_accessible"))
 
 
 def _region(obj: Any, side: str, writable: bool) -> tuple[int, int | None, bool]:

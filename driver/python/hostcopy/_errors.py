@@ -1,17 +1,25 @@
 """The exceptions hostcopy raises. Each carries the numbers that make it.
 
+Every class derives from ``hostcopy.Error`` (``except hostcopy.Error``
+catches whatever hostcopy raises for a reason of its own) and keeps a
+built-in base (``ValueError``, ``TypeError``, ``RuntimeError``,
+``MemoryError``), so code that catches those keeps working.
+
 Packing's refusals are ``PackError`` subclasses, named as the variants of
-the Rust ``hostcopy_driver::PackError``. The CUDA layer's errors
-(``hostcopy_driver::cuda::Error``) each have a class (src/errors.rs maps
-them, one arm per variant): ``Driver`` is ``CudaUnavailable`` or
+the Rust ``hostcopy_driver::PackError``; a batch's refusals and memory a
+transfer cannot use are ``TransferError`` subclasses. src/errors.rs maps
+every variant of the Rust crate's errors to one of these classes (the
+classes are fetched once, when the native module loads), without a
+wildcard arm: ``cuda::Error``'s ``Driver`` is ``CudaUnavailable`` or
 ``CudaError``, ``Pool`` ``RecordPoolError``, ``Pack`` a ``PackError``,
 ``Capturing`` ``StreamCapturing``, ``DeviceOutOfBounds`` ``OutOfBounds``,
-``ContextMismatch`` ``WrongDevice``, and ``ForeignNode``, ``ScopeOpen``,
-``NoCurrentContext``, ``NotPrimaryContext``, ``NotDeviceMemory``,
-``BlockOutOfBounds``, ``BlocksOverlap`` and ``InvalidOption`` the class of
-the same name. A ``RuntimeError`` that is none of these comes from a
-variant newer than this package. ``SafetensorsError`` is Python's own:
-a model file ``hostcopy.safetensors`` refuses.
+``ContextMismatch`` ``WrongDevice``, and the others the class of the same
+name; ``HostBufferError`` is ``HostMemoryError``. ``SafetensorsError`` is
+Python's own: a model file ``hostcopy.safetensors`` refuses.
+
+From the interpreter's exit handler on, the native module raises each
+class's built-in base instead, with the same message (making a class's
+instance runs this module's Python code, which may no longer run then).
 """
 
 from __future__ import annotations
@@ -19,19 +27,35 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 
-class PackError(ValueError):
-    """A record could not be packed: the base of every refusal.
+class Error(Exception):
+    """The base of every exception hostcopy raises: ``except hostcopy.Error``.
 
-    Subclasses mirror ``hostcopy_driver::PackError``'s variants and add
-    those only Python can meet; each has the fields named in its docstring
-    as attributes, declared below for type checkers (the native module and
-    ``__init__.py`` pass them as keyword arguments).
+    Each class's fields, named in its docstring, are attributes, passed
+    as keyword arguments (declared on each class for type checkers); a
+    field the case does not give keeps the class's default.
     """
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
         for name, value in fields.items():
             setattr(self, name, value)
+
+
+class PackError(Error, ValueError):
+    """A record could not be packed, or an argument of a copy is refused: the
+    base of every such refusal.
+
+    Subclasses mirror ``hostcopy_driver::PackError``'s variants and add
+    those only Python can meet (``NotContiguous``, ``ReadOnlyBuffer``,
+    ``IntegerOutOfRange``), which transfers raise too.
+    """
+
+
+class TransferError(Error, ValueError):
+    """A transfer refused before anything is queued, for a reason of the
+    transfer itself: a batch's blocks (``BlockOutOfBounds``,
+    ``BlocksOverlap``), device memory it cannot use (``OrderNotKept``,
+    ``ReadOnlyDevice``), a closed stager (``StagerClosed``)."""
 
 
 class OutOfBounds(PackError):
@@ -51,13 +75,17 @@ class Overlap(PackError):
     nbytes: int
 
 
-class BlockOutOfBounds(OutOfBounds):
+class BlockOutOfBounds(TransferError):
     """Block ``index`` of a batch lies outside the ``side`` memory (``"host"`` or ``"device"``): ``offset + nbytes`` is past its ``len``."""
 
     index: int
+    side: str
+    offset: int
+    nbytes: int
+    len: int
 
 
-class BlocksOverlap(PackError):
+class BlocksOverlap(TransferError):
     """Blocks ``first`` and ``second`` of a batch (``first < second``) write some of the same bytes."""
 
     first: int
@@ -116,36 +144,55 @@ class IntegerOutOfRange(PackError):
     max: int
 
 
-class CudaUnavailable(RuntimeError):
+class OrderNotKept(TransferError):
+    """Device memory whose owner orders its use on a stream of its own (the
+    Rust layer's cudarc memory), given to a transfer that cannot keep that
+    order. The package never hands the layer such memory."""
+
+
+class ReadOnlyDevice(TransferError):
+    """Device memory lent for reading only given as a destination (``side``).
+    The package never hands the layer such memory."""
+
+    side: str = ""
+
+
+class StagerClosed(TransferError):
+    """The stager is closed (``close()``, or its ``with`` block ended), or
+    the interpreter is exiting: transfers and new stagers are refused."""
+
+
+class HostMemoryError(Error, MemoryError):
+    """``hostcopy.empty`` could not map the memory (``nbytes``, ``errno``:
+    what ``mmap`` said, or ``None`` where this platform has no ``mmap``)."""
+
+    nbytes: int = 0
+    errno: Optional[int] = None
+
+
+class CudaUnavailable(Error, RuntimeError):
     """The NVIDIA driver (libcuda.so.1) could not be loaded or initialized: launch functions need it."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
 
-
-class CudaError(RuntimeError):
+class CudaError(Error, RuntimeError):
     """A driver call failed (``function``, ``code``, ``name``, e.g. ``CUDA_ERROR_INVALID_HANDLE``)."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.function: str = fields.get("function", "")
-        self.code: int = fields.get("code", 0)
-        self.name: str = fields.get("name", "")
+    function: str = ""
+    code: int = 0
+    name: str = ""
 
 
-class NotDeviceMemory(ValueError):
+class NotDeviceMemory(Error, ValueError):
     """The device side of a transfer is not GPU memory (``side``, ``addr``): host memory
     (a CPU tensor or numpy array through DLPack, a buffer-protocol object), or
     an address the driver does not know as device memory. ``addr`` is 0 where
     it could not be read."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.side: str = fields.get("side", "")
-        self.addr: int = fields.get("addr", 0)
+    side: str = ""
+    addr: int = 0
 
 
-class MemoryNotHeld(TypeError):
+class MemoryNotHeld(Error, TypeError):
     """Host memory that a ``blocking=False`` transfer cannot keep for its
     copies (``side``): a torch CPU tensor, or a numpy array or memoryview
     over one (``t.numpy()``) or over a DLPack export (``numpy.from_dlpack``).
@@ -155,28 +202,21 @@ class MemoryNotHeld(TypeError):
     the transfer would write or read freed memory. A blocking copy of the
     same memory is fine."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.side: str = fields.get("side", "")
+    side: str = ""
 
 
-class WrongDevice(ValueError):
+class WrongDevice(Error, ValueError):
     """Memory or a stream of one device given to a stager or call of another (``expected``, ``found``: device ordinals)."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.expected: int = fields.get("expected", 0)
-        self.found: int = fields.get("found", 0)
+    expected: int = 0
+    found: int = 0
 
 
-class StreamCapturing(RuntimeError):
+class StreamCapturing(Error, RuntimeError):
     """The stream is capturing a graph: a staged transfer cannot become part of it."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
 
-
-class InvalidOption(ValueError):
+class InvalidOption(Error, ValueError):
     """A ``Stager`` option the Rust layer cannot work with: outside ``min..=max``,
     or not an integer (``operator.index`` refuses it, or it is a ``bool``).
     Raised before any driver call, so without a GPU too.
@@ -188,62 +228,47 @@ class InvalidOption(ValueError):
     ``buffers``: 1 to 64, ``workers``: 0 to 1024).
     """
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.option: str = fields.get("option", "")
-        self.value: Any = fields.get("value")
-        self.min: int = fields.get("min", 0)
-        self.max: int = fields.get("max", 0)
+    option: str = ""
+    value: Any = None
+    min: int = 0
+    max: int = 0
 
 
-class NoCurrentContext(RuntimeError):
+class NoCurrentContext(Error, RuntimeError):
     """No CUDA context is current on the calling thread, so the null stream (0)
     names none: pass a stream, or make a device current first (cuda.core's
     ``Device.set_current()``, torch's first CUDA call)."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
 
-
-class NotPrimaryContext(ValueError):
+class NotPrimaryContext(Error, ValueError):
     """A stream of a context of ``device`` (an ordinal) that is not the device's
     primary context: hostcopy works in primary contexts, the ones cuda.core,
     torch, cupy and the CUDA runtime use."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.device: int = fields.get("device", 0)
+    device: int = 0
 
 
-class ForeignNode(ValueError):
+class ForeignNode(Error, ValueError):
     """A graph node given to a graph (or an executable of a graph) it does not belong to."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
 
-
-class ScopeOpen(RuntimeError):
+class ScopeOpen(Error, RuntimeError):
     """A launch scope of the Rust layer is open on the stream: until it returns,
     the stream can neither begin a capture nor join one."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
 
-
-class RecordPoolError(RuntimeError):
+class RecordPoolError(Error, RuntimeError):
     """A record pool of the Rust layer refused: every one of its ``capacity``
     slots is held; or (a bug to report) ``user_data`` is not a slot of the
     pool, or slot ``index`` was released twice. The attributes the case
     does not give are ``None``."""
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.capacity: Optional[int] = fields.get("capacity")
-        self.user_data: Optional[int] = fields.get("user_data")
-        self.index: Optional[int] = fields.get("index")
+    capacity: Optional[int] = None
+    user_data: Optional[int] = None
+    index: Optional[int] = None
 
 
-class SafetensorsError(ValueError):
+class SafetensorsError(Error, ValueError):
     """A safetensors file that ``hostcopy.safetensors`` refuses, as
     safetensors' own reader would (``filename``, ``reason``, and ``tensor``:
     the tensor's name, or ``None`` for the file as a whole). Raised before
@@ -264,8 +289,6 @@ class SafetensorsError(ValueError):
     ``"trailing_bytes"`` (bytes past the last tensor).
     """
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.filename: str = fields.get("filename", "")
-        self.reason: str = fields.get("reason", "")
-        self.tensor: Optional[str] = fields.get("tensor")
+    filename: str = ""
+    reason: str = ""
+    tensor: Optional[str] = None

@@ -28,7 +28,9 @@ def empty(shape: Union[SupportsIndex, Iterable[SupportsIndex]], dtype: Any = Non
     GIL released; its bytes are zero and its address is page-aligned. It is
     not pinned (no driver call, no registration, nothing locked: the kernel
     may still swap it out), and it is freed when the last array over it
-    goes. ``MemoryError`` if the mapping is refused.
+    goes. ``HostMemoryError`` (a ``MemoryError``) if the mapping is refused;
+    ``TypeError`` for a dtype of no bytes or one holding Python objects
+    (``object``, or a structured dtype with an ``object`` field).
     """
     np: Any = sys.modules.get("numpy")
     if np is None:
@@ -48,6 +50,10 @@ def empty(shape: Union[SupportsIndex, Iterable[SupportsIndex]], dtype: Any = Non
         raise ValueError(f"negative dimensions are not allowed: {dims}")
     if kind.itemsize == 0:
         raise TypeError(f"dtype {kind} has no bytes")
+    if kind.hasobject:
+        # Zeroed bytes are null references, and no one would free the
+        # objects stored there: the memory is freed as bytes.
+        raise TypeError(f"dtype {kind} holds Python object references: hostcopy.empty makes plain bytes")
     raw = np.asarray(_native.PageableMemory(math.prod(dims) * kind.itemsize))
     # numpy lays the array out as numpy.empty would (a subarray dtype adds
     # its dimensions); its base is `raw`, whose base is the memory.

@@ -11,7 +11,7 @@
 # `--features simulator` (ci.sh's, which stubtest checks).
 
 from types import TracebackType
-from typing import Any, Generator, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, TypedDict, Union, final, type_check_only
+from typing import Any, Generator, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, TypedDict, Union, final, overload, type_check_only
 
 from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
 
@@ -53,6 +53,7 @@ __all__ = [
     "sim_fail_call",
     "sim_fail_context",
     "sim_take_violations",
+    "sim_error_samples",
     "SimDeviceArray",
     "SimStream",
     "SimGraph",
@@ -182,6 +183,35 @@ class Stager:
         """The options in force, a fresh dict each read: what
         ``hostcopy.Stager.options`` returns."""
     def close(self) -> None: ...
+    @overload
+    def device_to_host(
+        self,
+        dst: HostMemory,
+        dst_offset: SupportsIndex,
+        src: int,
+        src_len: int,
+        src_owner: object,
+        src_offset: SupportsIndex,
+        nbytes: Optional[SupportsIndex],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[True],
+    ) -> None: ...
+    @overload
+    def device_to_host(
+        self,
+        dst: HostMemory,
+        dst_offset: SupportsIndex,
+        src: int,
+        src_len: int,
+        src_owner: object,
+        src_offset: SupportsIndex,
+        nbytes: Optional[SupportsIndex],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[False],
+    ) -> Transfer: ...
+    @overload
     def device_to_host(
         self,
         dst: HostMemory,
@@ -195,6 +225,35 @@ class Stager:
         order_before: Optional[int],
         blocking: bool,
     ) -> Optional[Transfer]: ...
+    @overload
+    def host_to_device(
+        self,
+        dst: int,
+        dst_len: int,
+        dst_owner: object,
+        dst_offset: SupportsIndex,
+        src: HostMemory,
+        src_offset: SupportsIndex,
+        nbytes: Optional[SupportsIndex],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[True],
+    ) -> None: ...
+    @overload
+    def host_to_device(
+        self,
+        dst: int,
+        dst_len: int,
+        dst_owner: object,
+        dst_offset: SupportsIndex,
+        src: HostMemory,
+        src_offset: SupportsIndex,
+        nbytes: Optional[SupportsIndex],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[False],
+    ) -> Transfer: ...
+    @overload
     def host_to_device(
         self,
         dst: int,
@@ -208,6 +267,31 @@ class Stager:
         order_before: Optional[int],
         blocking: bool,
     ) -> Optional[Transfer]: ...
+    @overload
+    def device_to_host_blocks(
+        self,
+        dst: HostMemory,
+        src: int,
+        src_owner: object,
+        src_nbytes: int,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[True],
+    ) -> None: ...
+    @overload
+    def device_to_host_blocks(
+        self,
+        dst: HostMemory,
+        src: int,
+        src_owner: object,
+        src_nbytes: int,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[False],
+    ) -> Transfer: ...
+    @overload
     def device_to_host_blocks(
         self,
         dst: HostMemory,
@@ -219,6 +303,31 @@ class Stager:
         order_before: Optional[int],
         blocking: bool,
     ) -> Optional[Transfer]: ...
+    @overload
+    def host_to_device_blocks(
+        self,
+        dst: int,
+        dst_owner: object,
+        dst_nbytes: int,
+        src: HostMemory,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[True],
+    ) -> None: ...
+    @overload
+    def host_to_device_blocks(
+        self,
+        dst: int,
+        dst_owner: object,
+        dst_nbytes: int,
+        src: HostMemory,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
+        wait_for: Sequence[int],
+        order_before: Optional[int],
+        blocking: Literal[False],
+    ) -> Transfer: ...
+    @overload
     def host_to_device_blocks(
         self,
         dst: int,
@@ -281,6 +390,9 @@ def sim_drain(ordinal: int) -> None: ...
 def sim_fail_call(entry: str, ordinal: int, nth: int, code: int) -> None: ...
 def sim_fail_context(ordinal: int, code: int) -> None: ...
 def sim_take_violations(ordinal: int) -> list[str]: ...
+def sim_error_samples() -> list[tuple[str, BaseException]]:
+    """One error of every variant of the Rust crate's errors, as raised:
+    ``(variant, exception)`` pairs."""
 @final
 class SimDeviceArray:
     def __new__(cls, ordinal: int, nbytes: int, stream: Optional[int] = None) -> Self: ...

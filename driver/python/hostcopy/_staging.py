@@ -22,8 +22,9 @@ naming it (``nbytes``, ``blocks[3].host_offset``). The native module
 recognises them (src/integers.rs, src/blocks.rs).
 
 What each bad argument of a copy raises; a call refused so copies nothing
-(every class is in ``hostcopy``; all but ``TypeError``, ``MemoryNotHeld``
-(a ``TypeError``) and ``StreamCapturing`` are ``ValueError`` subclasses):
+(every class is in ``hostcopy`` and a ``hostcopy.Error``; all but
+``TypeError``, ``MemoryNotHeld`` (a ``TypeError``) and ``StreamCapturing``
+are ``ValueError`` subclasses):
 
 - ``TypeError``: ``nbytes``, an offset or a block field that is no integer
   (``float``, ``str``, ``bool``); ``blocks`` that are no triples (``"123"``,
@@ -43,7 +44,7 @@ What each bad argument of a copy raises; a call refused so copies nothing
 - ``NotContiguous``: a strided side. ``ReadOnlyBuffer``: a destination that
   is read-only or not proven writable (above).
 - ``WrongDevice``: memory or a stream of another device than the stager's;
-  ``StreamCapturing``: a ``stream`` capturing a graph; ``ValueError``: a
+  ``StreamCapturing``: a ``stream`` capturing a graph; ``StagerClosed``: a
   closed stager.
 """
 
@@ -52,7 +53,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Optional, Sequence, SupportsIndex, TypedDict, Union
+from typing import Any, Literal, Optional, Sequence, SupportsIndex, TypedDict, Union, overload
 
 from . import _native
 from ._errors import MemoryNotHeld, NotContiguous, NotDeviceMemory, ReadOnlyBuffer, StreamCapturing
@@ -98,6 +99,11 @@ def _contiguous(shape: tuple[int, ...], strides: Optional[tuple[int, ...]], item
 
 
 def _is_cuda_core_buffer(obj: Any) -> bool:
+    """A cuda.core ``Buffer``, or an object shaped as one (``handle``,
+    ``size``, ``memory_resource``): what packing and transfers read of it.
+    Looked up on the type, so that no property runs (a Buffer's
+    ``is_host_accessible`` calls the driver when it has no memory
+    resource)."""
     kind = type(obj)
     return all(hasattr(kind, name) for name in ("handle", "size", "memory_resource"))
 
@@ -333,6 +339,14 @@ def _blocks(blocks: Any) -> Any:
     else as it is."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(blocks, numpy.ndarray):
+        if blocks.dtype.kind in "Mm":
+            # numpy exports no buffer of datetime64 or timedelta64 (its
+            # ValueError would say nothing of blocks): refused here, as the
+            # native module refuses every other non-integer dtype.
+            raise TypeError(
+                f"blocks: an array of dtype {blocks.dtype}: blocks are integers (int8 to int64, "
+                "uint8 to uint64), and other dtypes are refused, not cast"
+            )
         return numpy.array(blocks, order="C")
     if hasattr(blocks, "tolist") and not _is_host_buffer(blocks):
         if numpy is not None and hasattr(blocks, "__array__"):
@@ -470,7 +484,7 @@ class Stager:
 
     def close(self) -> None:
         """Waits for every transfer in flight, then frees the staging buffers.
-        Later transfers raise ``ValueError``; ``wait()`` on an earlier
+        Later transfers raise ``StagerClosed`` (a ``ValueError``); ``wait()`` on an earlier
         ``Transfer`` returns how it ended."""
         self._native.close()
 
@@ -479,6 +493,45 @@ class Stager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @overload
+    def copy_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> None: ...
+
+    @overload
+    def copy_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Transfer: ...
+
+    @overload
+    def copy_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Optional[Transfer]: ...
 
     def copy_to_host(
         self,
@@ -508,6 +561,45 @@ class Stager:
             bool(blocking),
         )
 
+    @overload
+    def copy_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> None: ...
+
+    @overload
+    def copy_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Transfer: ...
+
+    @overload
+    def copy_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Optional[Transfer]: ...
+
     def copy_to_device(
         self,
         dst: Any,
@@ -536,6 +628,39 @@ class Stager:
             bool(blocking),
         )
 
+    @overload
+    def copy_blocks_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+    ) -> None: ...
+
+    @overload
+    def copy_blocks_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+    ) -> Transfer: ...
+
+    @overload
+    def copy_blocks_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+    ) -> Optional[Transfer]: ...
+
     def copy_blocks_to_host(
         self,
         dst: Any,
@@ -553,6 +678,39 @@ class Stager:
         return self._native.device_to_host_blocks(
             host, device.ptr, device.owner, device.nbytes, triples, device.streams, consumer, bool(blocking)
         )
+
+    @overload
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+    ) -> None: ...
+
+    @overload
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+    ) -> Transfer: ...
+
+    @overload
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+    ) -> Optional[Transfer]: ...
 
     def copy_blocks_to_device(
         self,
@@ -622,6 +780,45 @@ def _device_of(obj: Any, side: str) -> int:
     )
 
 
+@overload
+def copy_to_host(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> None: ...
+
+
+@overload
+def copy_to_host(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Transfer: ...
+
+
+@overload
+def copy_to_host(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Optional[Transfer]: ...
+
+
 def copy_to_host(
     dst: Any,
     src: Any,
@@ -689,6 +886,45 @@ def copy_to_host(
     )
 
 
+@overload
+def copy_to_device(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> None: ...
+
+
+@overload
+def copy_to_device(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Transfer: ...
+
+
+@overload
+def copy_to_device(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Optional[Transfer]: ...
+
+
 def copy_to_device(
     dst: Any,
     src: Any,
@@ -714,6 +950,39 @@ def copy_to_device(
     return _stager_for(dst, "dst").copy_to_device(
         dst, src, nbytes, stream=stream, blocking=blocking, dst_offset=dst_offset, src_offset=src_offset
     )
+
+
+@overload
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+) -> None: ...
+
+
+@overload
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+) -> Transfer: ...
+
+
+@overload
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+) -> Optional[Transfer]: ...
 
 
 def copy_blocks_to_host(
@@ -754,6 +1023,39 @@ def copy_blocks_to_host(
     transfer runs.
     """
     return _stager_for(src, "src").copy_blocks_to_host(dst, src, blocks, stream=stream, blocking=blocking)
+
+
+@overload
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+) -> None: ...
+
+
+@overload
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+) -> Transfer: ...
+
+
+@overload
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+) -> Optional[Transfer]: ...
 
 
 def copy_blocks_to_device(

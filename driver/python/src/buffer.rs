@@ -9,6 +9,8 @@
 use core::ffi::{c_char, c_int, c_void};
 
 use pyo3::exceptions::PyTypeError;
+
+use crate::errors::{Class, error};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -157,9 +159,9 @@ fn checked_export(obj: &Bound<'_, PyAny>, writable: bool, side: &str) -> PyResul
                 "{side} uses indirect (suboffset) buffers: a copy moves one contiguous run of bytes"
             )
         };
-        return Err(crate::packing::error(
+        return Err(error(
             obj.py(),
-            "NotContiguous",
+            Class::NotContiguous,
             message,
             [
                 ("side", side.into_pyobject(obj.py())?.into_any()),
@@ -187,7 +189,7 @@ pub(crate) fn read_only(py: Python<'_>, side: &str, len: usize, what: &str) -> P
         ])
     };
     match fields() {
-        Ok(fields) => crate::packing::error(py, "ReadOnlyBuffer", message, fields),
+        Ok(fields) => error(py, Class::ReadOnlyBuffer, message, fields),
         Err(failure) => failure,
     }
 }

@@ -10,6 +10,8 @@
 use core::ffi::{CStr, c_void};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+
+use crate::errors::{Class, error};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
@@ -235,9 +237,9 @@ pub(crate) fn dlpack_host_memory(
             "{side} is strided (shape {:?}, strides {:?} in elements): a transfer moves one contiguous run of bytes",
             tensor.shape, tensor.strides
         );
-        return Err(crate::packing::error(
+        return Err(error(
             py,
-            "NotContiguous",
+            Class::NotContiguous,
             message,
             [
                 ("side", side.into_pyobject(py)?.into_any()),
@@ -267,9 +269,9 @@ pub(crate) fn dlpack_host_memory(
                 "{side}, a DLPack tensor of {} bytes, {why}; a destination must be writable",
                 tensor.nbytes
             );
-            return Err(crate::packing::error(
+            return Err(error(
                 py,
-                "ReadOnlyBuffer",
+                Class::ReadOnlyBuffer,
                 message,
                 [
                     ("side", side.into_pyobject(py)?.into_any()),
@@ -307,9 +309,9 @@ pub(crate) fn dlpack_device_destination(capsule: &Bound<'_, PyAny>, side: &str) 
         }
         _ => return Ok(()),
     };
-    Err(crate::packing::error(
+    Err(error(
         py,
-        "ReadOnlyBuffer",
+        Class::ReadOnlyBuffer,
         format!(
             "{side}, a DLPack tensor of {} bytes of GPU memory, {why}; a destination must be writable",
             tensor.nbytes

@@ -1,62 +1,196 @@
-//! The CUDA layer's errors (`hostcopy_driver::cuda::Error`) as the
-//! package's exception classes (defined in `hostcopy/_errors.py`): one
-//! class per variant, each with the variant's numbers as attributes.
+//! The package's exception classes (defined in `hostcopy/_errors.py`) as
+//! every file of the binding raises them, and the one mapping from the Rust
+//! crate's errors to them.
 //!
-//! | Rust | Python |
-//! |---|---|
-//! | `Driver` | `CudaUnavailable` (no usable driver), `CudaError` |
-//! | `Pool` | `RecordPoolError` |
-//! | `Pack` | the `PackError` subclass of the same name |
-//! | `Capturing` | `StreamCapturing` |
-//! | `DeviceOutOfBounds` | `OutOfBounds` |
-//! | `ForeignNode` | `ForeignNode` |
-//! | `ScopeOpen` | `ScopeOpen` |
-//! | `NoCurrentContext` | `NoCurrentContext` |
-//! | `NotPrimaryContext` | `NotPrimaryContext` |
-//! | `NotDeviceMemory` | `NotDeviceMemory` |
-//! | `ContextMismatch` | `WrongDevice` |
-//! | `BlockOutOfBounds` | `BlockOutOfBounds` |
-//! | `BlocksOverlap` | `BlocksOverlap` |
-//! | `InvalidOption` | `InvalidOption` |
-//! | `OrderNotKept`, `ReadOnlyDevice` | `RuntimeError` (cudarc's memory only, which the package never hands the layer) |
+//! The classes are fetched once, when the extension module loads
+//! ([`load`]), into a table indexed by [`Class`]: a class the Python half
+//! lacks fails the import, and a name misspelt here fails to compile.
+//!
+//! The mapping matches the crate's errors through their `kind()`
+//! (`hostcopy_driver::cuda::ErrorKind`, `PackErrorKind`, `PoolErrorKind`,
+//! `HostBufferErrorKind`), which are exhaustive where the errors
+//! themselves are `#[non_exhaustive]` for the crate's other users: no arm
+//! is a wildcard, so a variant added to the crate fails to compile here
+//! until it has a class. Each class carries the variant's numbers as
+//! attributes; `hostcopy/_errors.py` documents which.
 
-use hostcopy_driver::PoolError;
-use hostcopy_driver::cuda::{BlockSide, DriverError, Error};
-use pyo3::exceptions::PyRuntimeError;
+use hostcopy_driver::cuda::{BlockSide, DriverError, Error, ErrorKind};
+use hostcopy_driver::{HostBufferError, HostBufferErrorKind, PackErrorKind, PoolErrorKind, Side};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
 
-use crate::packing::{error, out_of_bounds, pack_error};
+/// Declares [`Class`] and the names its variants have in
+/// `hostcopy._errors`, one for one.
+macro_rules! classes {
+    ($($name:ident),* $(,)?) => {
+        /// A class of `hostcopy._errors`, by the name it has there.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Class {
+            $($name),*
+        }
 
-/// `failure` of the call `operation` (a Python-level name, such as
-/// `"copy_to_host"`), with `side` naming the device side where the error
-/// is about device memory.
+        /// Every class's name in `hostcopy._errors`, in [`Class`]'s order.
+        const NAMES: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+// The bases `Error`, `PackError` and `TransferError` are raised only as
+// the classes below them.
+classes!(
+    OutOfBounds,
+    Overlap,
+    AddressOverflow,
+    NullWithLength,
+    NotHostAccessible,
+    NotContiguous,
+    ReadOnlyBuffer,
+    IntegerOutOfRange,
+    BlockOutOfBounds,
+    BlocksOverlap,
+    OrderNotKept,
+    ReadOnlyDevice,
+    StagerClosed,
+    CudaUnavailable,
+    CudaError,
+    NotDeviceMemory,
+    WrongDevice,
+    StreamCapturing,
+    InvalidOption,
+    NoCurrentContext,
+    NotPrimaryContext,
+    ForeignNode,
+    ScopeOpen,
+    RecordPoolError,
+    HostMemoryError,
+);
+
+/// A class as loaded: itself, and its first base that Python defines
+/// (`ValueError`, `TypeError`, `RuntimeError`, `MemoryError`), raised
+/// instead where no Python code may run.
+struct Loaded {
+    class: Py<PyType>,
+    builtin: Py<PyType>,
+}
+
+static CLASSES: PyOnceLock<Vec<Loaded>> = PyOnceLock::new();
+
+/// Fetches every class from `hostcopy._errors`: called when the extension
+/// module loads, so that a raise never looks a class up.
+pub(crate) fn load(py: Python<'_>) -> PyResult<()> {
+    classes(py).map(drop)
+}
+
+fn classes(py: Python<'_>) -> PyResult<&Vec<Loaded>> {
+    CLASSES.get_or_try_init(py, || {
+        let module = py.import("hostcopy._errors")?;
+        NAMES
+            .iter()
+            .map(|name| {
+                let class = module.getattr(*name)?.cast_into::<PyType>()?;
+                let builtin = builtin_base(&class)?;
+                Ok(Loaded {
+                    class: class.unbind(),
+                    builtin: builtin.unbind(),
+                })
+            })
+            .collect()
+    })
+}
+
+/// The first class of `class`'s method resolution order that Python
+/// itself defines: made and raised without running any Python code.
+fn builtin_base<'py>(class: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyType>> {
+    for base in class.getattr("__mro__")?.try_iter()? {
+        let base = base?.cast_into::<PyType>()?;
+        if base.getattr("__module__")?.extract::<String>()? == "builtins" {
+            return Ok(base);
+        }
+    }
+    Ok(class.clone())
+}
+
+/// An exception of `class` with `message` and the given attributes.
+///
+/// The class's `__init__` is Python code (see `life::python_code`): from
+/// the exit handler on, its built-in base carries the message instead.
+pub(crate) fn error<'py, const N: usize>(
+    py: Python<'py>,
+    class: Class,
+    message: String,
+    fields: [(&str, Bound<'py, PyAny>); N],
+) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let loaded = &classes(py)?[class as usize];
+        let kwargs = PyDict::new(py);
+        for (key, value) in fields {
+            kwargs.set_item(key, value)?;
+        }
+        let class = loaded.class.bind(py);
+        match crate::life::python_code(|| class.call((message.as_str(),), Some(&kwargs))) {
+            Some(made) => Ok(PyErr::from_value(made?)),
+            None => {
+                let base = loaded.builtin.bind(py);
+                Ok(PyErr::from_value(
+                    base.call1((message,))
+                        .unwrap_or_else(|_| base.clone().into_any()),
+                ))
+            }
+        }
+    };
+    build().unwrap_or_else(|failure| failure)
+}
+
+fn int(py: Python<'_>, value: usize) -> PyResult<Bound<'_, PyAny>> {
+    Ok(value.into_pyobject(py)?.into_any())
+}
+
+fn text<'py>(py: Python<'py>, value: &str) -> PyResult<Bound<'py, PyAny>> {
+    Ok(value.into_pyobject(py)?.into_any())
+}
+
+/// The CUDA layer's `failure` of the call `operation` (a Python-level name,
+/// such as `"copy_to_host"`), with `side` naming the device side where the
+/// error is about device memory.
 pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: Error) -> PyErr {
     let build = || -> PyResult<PyErr> {
-        let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
-        let text = |value: &str| value.into_pyobject(py).map(|v| v.into_any());
         let message = failure.to_string();
-        Ok(match failure {
-            Error::Driver(driver) => driver_error(py, operation, driver),
-            Error::Pack(packing) => pack_error(py, packing)?,
-            Error::DeviceOutOfBounds {
+        Ok(match failure.kind() {
+            ErrorKind::Driver(driver) => driver_error(py, operation, driver),
+            ErrorKind::Pack(packing) => pack_kind(py, message, packing)?,
+            ErrorKind::Pool(pool) => {
+                let (field, value) = match pool {
+                    PoolErrorKind::Exhausted { capacity } => ("capacity", capacity),
+                    PoolErrorKind::NotFromThisPool { user_data } => ("user_data", user_data),
+                    PoolErrorKind::NotHeld { index } => ("index", index),
+                };
+                error(
+                    py,
+                    Class::RecordPoolError,
+                    message,
+                    [(field, int(py, value)?)],
+                )
+            }
+            ErrorKind::DeviceOutOfBounds {
                 offset,
                 nbytes,
                 len,
             } => out_of_bounds(py, message, side, offset, nbytes, len)?,
-            Error::NotDeviceMemory { addr } => error(
+            ErrorKind::NotDeviceMemory { addr } => error(
                 py,
-                "NotDeviceMemory",
+                Class::NotDeviceMemory,
                 message,
-                [("side", text(side)?), ("addr", int(addr)?)],
+                [("side", text(py, side)?), ("addr", int(py, addr)?)],
             ),
-            Error::ContextMismatch { expected, found } => error(
+            ErrorKind::ContextMismatch { expected, found } => error(
                 py,
-                "WrongDevice",
+                Class::WrongDevice,
                 message,
-                [("expected", int(expected)?), ("found", int(found)?)],
+                [("expected", int(py, expected)?), ("found", int(py, found)?)],
             ),
-            Error::Capturing => error(py, "StreamCapturing", message, []),
-            Error::BlockOutOfBounds {
+            ErrorKind::Capturing => error(py, Class::StreamCapturing, message, []),
+            ErrorKind::BlockOutOfBounds {
                 index,
                 side: block_side,
                 offset,
@@ -69,56 +203,47 @@ pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: 
                 };
                 error(
                     py,
-                    "BlockOutOfBounds",
+                    Class::BlockOutOfBounds,
                     message,
                     [
-                        ("index", int(index)?),
-                        ("side", text(block_side)?),
-                        ("offset", int(offset)?),
-                        ("nbytes", int(nbytes)?),
-                        ("len", int(len)?),
+                        ("index", int(py, index)?),
+                        ("side", text(py, block_side)?),
+                        ("offset", int(py, offset)?),
+                        ("nbytes", int(py, nbytes)?),
+                        ("len", int(py, len)?),
                     ],
                 )
             }
-            Error::BlocksOverlap { first, second } => error(
+            ErrorKind::BlocksOverlap { first, second } => error(
                 py,
-                "BlocksOverlap",
+                Class::BlocksOverlap,
                 message,
-                [("first", int(first)?), ("second", int(second)?)],
+                [("first", int(py, first)?), ("second", int(py, second)?)],
             ),
-            Error::Pool(pool) => {
-                let (field, value) = match pool {
-                    PoolError::Exhausted { capacity } => ("capacity", capacity),
-                    PoolError::NotFromThisPool { user_data } => ("user_data", user_data),
-                    PoolError::NotHeld { index } => ("index", index),
-                    // `PoolError` is `#[non_exhaustive]`: a variant added
-                    // later is still a `RecordPoolError`, without numbers.
-                    _ => return Ok(error(py, "RecordPoolError", message, [])),
-                };
-                error(py, "RecordPoolError", message, [(field, int(value)?)])
-            }
-            Error::ForeignNode => error(py, "ForeignNode", message, []),
-            Error::ScopeOpen => error(py, "ScopeOpen", message, []),
-            Error::NoCurrentContext => error(py, "NoCurrentContext", message, []),
-            Error::NotPrimaryContext { device } => {
-                error(py, "NotPrimaryContext", message, [("device", int(device)?)])
-            }
-            Error::InvalidOption {
+            ErrorKind::ForeignNode => error(py, Class::ForeignNode, message, []),
+            ErrorKind::ScopeOpen => error(py, Class::ScopeOpen, message, []),
+            ErrorKind::NoCurrentContext => error(py, Class::NoCurrentContext, message, []),
+            ErrorKind::NotPrimaryContext { device } => error(
+                py,
+                Class::NotPrimaryContext,
+                message,
+                [("device", int(py, device)?)],
+            ),
+            ErrorKind::InvalidOption {
                 option,
                 value,
                 min,
                 max,
-            } => invalid_option(py, message, option, int(value)?, min, max)?,
+            } => invalid_option(py, message, option, int(py, value)?, min, max)?,
             // Refusals of cudarc's memory, which the package never hands
-            // the layer: no class of their own.
-            Error::OrderNotKept | Error::ReadOnlyDevice => {
-                PyRuntimeError::new_err(format!("{operation}: {message}"))
-            }
-            // `Error` is `#[non_exhaustive]`: every variant of this version
-            // has its arm above, so this one is reached only by a variant
-            // added to hostcopy-driver after this binding was written, until
-            // it gets its own class.
-            _ => PyRuntimeError::new_err(format!("{operation}: {message}")),
+            // the layer.
+            ErrorKind::OrderNotKept => error(py, Class::OrderNotKept, message, []),
+            ErrorKind::ReadOnlyDevice => error(
+                py,
+                Class::ReadOnlyDevice,
+                message,
+                [("side", text(py, side)?)],
+            ),
         })
     };
     build().unwrap_or_else(|failure| failure)
@@ -130,7 +255,7 @@ pub(crate) fn driver_error(py: Python<'_>, operation: &str, failure: DriverError
     if failure.is_driver_missing() {
         return error(
             py,
-            "CudaUnavailable",
+            Class::CudaUnavailable,
             format!("{failure}. Packing and HOST_COPY_FN work without a driver."),
             [],
         );
@@ -138,14 +263,123 @@ pub(crate) fn driver_error(py: Python<'_>, operation: &str, failure: DriverError
     let fields = || -> PyResult<_> {
         Ok([
             ("code", failure.code().into_pyobject(py)?.into_any()),
-            ("name", failure.name().into_pyobject(py)?.into_any()),
-            ("function", operation.into_pyobject(py)?.into_any()),
+            ("name", text(py, failure.name())?),
+            ("function", text(py, operation)?),
         ])
     };
     match fields() {
-        Ok(fields) => error(py, "CudaError", format!("{operation}: {failure}"), fields),
+        Ok(fields) => error(
+            py,
+            Class::CudaError,
+            format!("{operation}: {failure}"),
+            fields,
+        ),
         Err(failure) => failure,
     }
+}
+
+fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Dst => "dst",
+        Side::Src => "src",
+    }
+}
+
+/// A packing refusal as the `PackError` subclass of the variant's name.
+pub(crate) fn pack_error(py: Python<'_>, failure: hostcopy_driver::PackError) -> PyErr {
+    pack_kind(py, failure.to_string(), failure.kind()).unwrap_or_else(|failure| failure)
+}
+
+fn pack_kind(py: Python<'_>, message: String, failure: PackErrorKind) -> PyResult<PyErr> {
+    let side = |value: Side| text(py, side_name(value));
+    Ok(match failure {
+        PackErrorKind::OutOfBounds {
+            side: s,
+            offset,
+            nbytes,
+            len,
+        } => out_of_bounds(py, message, side_name(s), offset, nbytes, len)?,
+        PackErrorKind::Overlap { dst, src, nbytes } => error(
+            py,
+            Class::Overlap,
+            message,
+            [
+                ("dst", int(py, dst)?),
+                ("src", int(py, src)?),
+                ("nbytes", int(py, nbytes)?),
+            ],
+        ),
+        PackErrorKind::AddressOverflow {
+            side: s,
+            addr,
+            nbytes,
+        } => error(
+            py,
+            Class::AddressOverflow,
+            message,
+            [
+                ("side", side(s)?),
+                ("addr", int(py, addr)?),
+                ("nbytes", int(py, nbytes)?),
+            ],
+        ),
+        PackErrorKind::NullWithLength { side: s, nbytes } => error(
+            py,
+            Class::NullWithLength,
+            message,
+            [("side", side(s)?), ("nbytes", int(py, nbytes)?)],
+        ),
+        PackErrorKind::NotHostAccessible { side: s, addr } => error(
+            py,
+            Class::NotHostAccessible,
+            message,
+            [("side", side(s)?), ("addr", int(py, addr)?)],
+        ),
+    })
+}
+
+/// `hostcopy.HostMemoryError` (a `MemoryError`): `hostcopy.empty` could
+/// not map `nbytes` bytes.
+pub(crate) fn host_buffer_error(py: Python<'_>, failure: &HostBufferError) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let message = format!("hostcopy.empty: {failure}");
+        Ok(match failure.kind() {
+            HostBufferErrorKind::Map { len, error: os } => error(
+                py,
+                Class::HostMemoryError,
+                message,
+                [
+                    ("nbytes", int(py, len)?),
+                    ("errno", os.raw_os_error().into_pyobject(py)?.into_any()),
+                ],
+            ),
+            HostBufferErrorKind::Unsupported => error(py, Class::HostMemoryError, message, []),
+        })
+    };
+    build().unwrap_or_else(|failure| failure)
+}
+
+/// `hostcopy.OutOfBounds`: `nbytes` bytes at `offset` of the `len`-byte
+/// buffer on `side`.
+pub(crate) fn out_of_bounds(
+    py: Python<'_>,
+    message: String,
+    side: &str,
+    offset: usize,
+    nbytes: usize,
+    len: usize,
+) -> PyResult<PyErr> {
+    Ok(error(
+        py,
+        Class::OutOfBounds,
+        message,
+        [
+            ("side", text(py, side)?),
+            ("offset", int(py, offset)?),
+            ("nbytes", int(py, nbytes)?),
+            ("len", int(py, len)?),
+        ],
+    ))
 }
 
 /// `hostcopy.InvalidOption`: `value` (an int as given, or the object that
@@ -158,16 +392,47 @@ pub(crate) fn invalid_option(
     min: usize,
     max: usize,
 ) -> PyResult<PyErr> {
-    let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
     Ok(error(
         py,
-        "InvalidOption",
+        Class::InvalidOption,
         message,
         [
-            ("option", option.into_pyobject(py)?.into_any()),
+            ("option", text(py, option)?),
             ("value", value),
-            ("min", int(min)?),
-            ("max", int(max)?),
+            ("min", int(py, min)?),
+            ("max", int(py, max)?),
         ],
     ))
+}
+
+/// The error of every call in a child forked after CUDA was used.
+pub(crate) fn forked(py: Python<'_>) -> PyErr {
+    error(
+        py,
+        Class::CudaUnavailable,
+        String::from(
+            "this process was forked after hostcopy used CUDA, and CUDA cannot be used in such \
+             a child (nor can the parent's stagers, whose threads it lacks): start worker \
+             processes with multiprocessing's 'spawn' or 'forkserver' method, or fork before \
+             the first transfer",
+        ),
+        [],
+    )
+}
+
+/// `hostcopy.StagerClosed` (a `ValueError`): a transfer or stager refused
+/// because the stager is closed, or the interpreter is exiting.
+pub(crate) fn closed(py: Python<'_>) -> PyErr {
+    let message = if crate::life::exiting() {
+        "the stager is closed: the interpreter is exiting"
+    } else {
+        "the stager is closed"
+    };
+    error(py, Class::StagerClosed, String::from(message), [])
+}
+
+/// What a call refused for `life::python_code`'s reason raises: from the
+/// exit handler on, where no hostcopy class can be made.
+pub(crate) fn exiting() -> PyErr {
+    PyValueError::new_err("refused: the interpreter is exiting")
 }

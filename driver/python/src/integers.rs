@@ -11,7 +11,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
-use crate::packing::error;
+use crate::errors::{Class, error};
 
 /// `value` as a `usize`, for the argument `name` (`"nbytes"`,
 /// `"blocks[3].host_offset"`, made only for an error): `TypeError` if it
@@ -32,7 +32,7 @@ pub(crate) fn word(value: &Bound<'_, PyAny>, name: impl FnOnce() -> String) -> P
             // takes over.
             unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Index(value.as_ptr())) }.ok()
         };
-        crate::life::python_code(index).ok_or_else(crate::life::exiting_error)?
+        crate::life::python_code(index).ok_or_else(crate::errors::exiting)?
     };
     let Some(integer) = integer else {
         return Err(PyTypeError::new_err(format!(
@@ -60,7 +60,7 @@ pub(crate) fn out_of_range<'py>(
     );
     Ok(error(
         py,
-        "IntegerOutOfRange",
+        Class::IntegerOutOfRange,
         message,
         [
             ("name", name.into_pyobject(py)?.into_any()),

@@ -92,6 +92,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<awaiting::Wakeup>()?;
     #[cfg(feature = "simulator")]
     sim::register(m)?;
+    errors::load(m.py())?;
     life::install(m)?;
     Ok(())
 }

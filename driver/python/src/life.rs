@@ -35,8 +35,6 @@ use std::time::{Duration, Instant};
 use hostcopy_driver::cuda::staging::Stager;
 use pyo3::prelude::*;
 
-use crate::packing::error;
-
 /// A stager's state as the Python `Stager` holds it: `None` once closed.
 pub(crate) type Slot = Mutex<Option<Stager>>;
 
@@ -113,21 +111,6 @@ pub(crate) fn abandoned() -> bool {
     forked() || GAVE_UP.load(Ordering::Relaxed)
 }
 
-/// The error of every stager call in a forked child.
-pub(crate) fn forked_error(py: Python<'_>) -> PyErr {
-    error(
-        py,
-        "CudaUnavailable",
-        String::from(
-            "this process was forked after hostcopy used CUDA, and CUDA cannot be used in such \
-             a child (nor can the parent's stagers, whose threads it lacks): start worker \
-             processes with multiprocessing's 'spawn' or 'forkserver' method, or fork before \
-             the first transfer",
-        ),
-        [],
-    )
-}
-
 /// Runs `f` without the GIL, like `py.detach`, in a thread that must never
 /// ask for the GIL once the interpreter finalises (Python before 3.14 ends
 /// it then with `pthread_exit`, a forced unwind that crashes the process in
@@ -178,11 +161,6 @@ pub(crate) fn python_code<T>(f: impl FnOnce() -> T) -> Option<T> {
         return None;
     }
     Some(f())
-}
-
-/// What a call refused for [`python_code`]'s reason raises.
-pub(crate) fn exiting_error() -> PyErr {
-    pyo3::exceptions::PyValueError::new_err("refused: the interpreter is exiting")
 }
 
 /// Parks the calling thread until the process ends: what Python 3.14 does

@@ -1,134 +1,11 @@
-//! Packing through `hostcopy-driver`'s checks, and its errors as the
-//! package's exception classes (defined in `hostcopy/_errors.py`).
+//! Packing through `hostcopy-driver`'s checks (its refusals mapped by
+//! `crate::errors`).
 
-use hostcopy_driver::{PackError, RawRegion, Record, Side};
+use hostcopy_driver::{RawRegion, Record};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 
-/// An exception of class `name` from `hostcopy._errors`, with `message` and
-/// the given attributes.
-pub(crate) fn error<'py, const N: usize>(
-    py: Python<'py>,
-    name: &str,
-    message: String,
-    fields: [(&str, Bound<'py, PyAny>); N],
-) -> PyErr {
-    let build = || -> PyResult<PyErr> {
-        let class = py.import("hostcopy._errors")?.getattr(name)?;
-        let kwargs = PyDict::new(py);
-        for (key, value) in fields {
-            kwargs.set_item(key, value)?;
-        }
-        // The class's `__init__` is Python code (see `life::python_code`):
-        // from the exit handler on, its built-in base carries the message.
-        match crate::life::python_code(|| class.call((message.as_str(),), Some(&kwargs))) {
-            Some(made) => Ok(PyErr::from_value(made?)),
-            None => {
-                let base = builtin_base(&class)?;
-                Ok(PyErr::from_value(base.call1((message,)).unwrap_or(base)))
-            }
-        }
-    };
-    build().unwrap_or_else(|failure| failure)
-}
-
-/// The first class of `class`'s method resolution order that Python
-/// itself defines (`ValueError`, `TypeError`, `RuntimeError`): made and
-/// raised without running any Python code.
-fn builtin_base<'py>(class: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    for base in class.getattr("__mro__")?.try_iter()? {
-        let base = base?;
-        if base.getattr("__module__")?.extract::<String>()? == "builtins" {
-            return Ok(base);
-        }
-    }
-    Ok(class.clone())
-}
-
-/// `hostcopy.OutOfBounds`: `nbytes` bytes at `offset` of the `len`-byte
-/// buffer on `side`.
-pub(crate) fn out_of_bounds(
-    py: Python<'_>,
-    message: String,
-    side: &str,
-    offset: usize,
-    nbytes: usize,
-    len: usize,
-) -> PyResult<PyErr> {
-    let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
-    Ok(error(
-        py,
-        "OutOfBounds",
-        message,
-        [
-            ("side", side.into_pyobject(py)?.into_any()),
-            ("offset", int(offset)?),
-            ("nbytes", int(nbytes)?),
-            ("len", int(len)?),
-        ],
-    ))
-}
-
-fn side_name(side: Side) -> &'static str {
-    match side {
-        Side::Dst => "dst",
-        Side::Src => "src",
-    }
-}
-
-/// A [`PackError`] as the exception class of the same name.
-pub(crate) fn pack_error(py: Python<'_>, failure: PackError) -> PyResult<PyErr> {
-    let message = failure.to_string();
-    let int = |value: usize| value.into_pyobject(py).map(|v| v.into_any());
-    let side = |value: Side| side_name(value).into_pyobject(py).map(|v| v.into_any());
-    Ok(match failure {
-        PackError::OutOfBounds {
-            side: s,
-            offset,
-            nbytes,
-            len,
-        } => out_of_bounds(py, message, side_name(s), offset, nbytes, len)?,
-        PackError::Overlap { dst, src, nbytes } => error(
-            py,
-            "Overlap",
-            message,
-            [
-                ("dst", int(dst)?),
-                ("src", int(src)?),
-                ("nbytes", int(nbytes)?),
-            ],
-        ),
-        PackError::AddressOverflow {
-            side: s,
-            addr,
-            nbytes,
-        } => error(
-            py,
-            "AddressOverflow",
-            message,
-            [
-                ("side", side(s)?),
-                ("addr", int(addr)?),
-                ("nbytes", int(nbytes)?),
-            ],
-        ),
-        PackError::NullWithLength { side: s, nbytes } => error(
-            py,
-            "NullWithLength",
-            message,
-            [("side", side(s)?), ("nbytes", int(nbytes)?)],
-        ),
-        PackError::NotHostAccessible { side: s, addr } => error(
-            py,
-            "NotHostAccessible",
-            message,
-            [("side", side(s)?), ("addr", int(addr)?)],
-        ),
-        // A variant added to the driver crate later: still the base class,
-        // still its message.
-        _ => error(py, "PackError", message, []),
-    })
-}
+use crate::errors::pack_error;
 
 /// A region as the Python half describes it: address, length (`None` for a
 /// bare integer address, whose length the caller answers for) and whether
@@ -167,6 +44,6 @@ pub(crate) fn pack_regions<'py>(
     let packed = unsafe { Record::from_raw_regions(dst, dst_offset, src, src_offset, nbytes) };
     match packed {
         Ok(record) => Ok(PyBytes::new(py, &record.args().to_bytes())),
-        Err(failure) => Err(pack_error(py, failure)?),
+        Err(failure) => Err(pack_error(py, failure)),
     }
 }

@@ -1,7 +1,6 @@
 //! The memory of `hostcopy.empty`: a [`HostBuffer`] that numpy views.
 
-use hostcopy_driver::{HostBuffer, HostBufferError};
-use pyo3::exceptions::{PyMemoryError, PyOSError};
+use hostcopy_driver::HostBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -26,14 +25,8 @@ impl PageableMemory {
     /// released: 1 GiB takes tens of milliseconds).
     #[new]
     fn new(py: Python<'_>, nbytes: usize) -> PyResult<Self> {
-        let mut buffer = crate::life::detach(py, || HostBuffer::new(nbytes)).map_err(
-            |failure| match failure {
-                HostBufferError::Map { len, error } => PyMemoryError::new_err(format!(
-                    "hostcopy.empty: mapping {len} bytes failed: {error}"
-                )),
-                other => PyOSError::new_err(format!("hostcopy.empty: {other}")),
-            },
-        )?;
+        let mut buffer = crate::life::detach(py, || HostBuffer::new(nbytes))
+            .map_err(|failure| crate::errors::host_buffer_error(py, &failure))?;
         // Through `&mut`: Python writes through this address.
         let addr = buffer.as_mut_ptr().expose_provenance();
         Ok(PageableMemory { buffer, addr })

@@ -268,7 +268,124 @@ impl SimGraph {
     }
 }
 
+/// One error of every variant of the Rust crate's errors, as the binding
+/// raises it: `(variant, exception)` pairs, for the test that none is a
+/// plain `RuntimeError` and every one a `hostcopy.Error`. The driver's
+/// error is a real one of the simulator (device `usize::MAX` does not
+/// exist), so install it first. A variant added to the crate fails to
+/// compile in `errors.rs` until it is mapped: add it here too.
+#[pyfunction]
+fn sim_error_samples(py: Python<'_>) -> PyResult<Vec<(String, PyErr)>> {
+    use hostcopy_driver::cuda::BlockSide;
+    use hostcopy_driver::{HostBufferError, PackError, PoolError, Side};
+    let driver = match Context::primary(usize::MAX) {
+        Err(failure) => failure,
+        Ok(_) => return Err(PyRuntimeError::new_err("device usize::MAX exists")),
+    };
+    let layer = [
+        Error::Driver(driver),
+        Error::Pool(PoolError::Exhausted { capacity: 4 }),
+        Error::Pool(PoolError::NotFromThisPool { user_data: 0x10 }),
+        Error::Pool(PoolError::NotHeld { index: 2 }),
+        Error::Pack(PackError::OutOfBounds {
+            side: Side::Src,
+            offset: 8,
+            nbytes: 16,
+            len: 12,
+        }),
+        Error::Pack(PackError::Overlap {
+            dst: 0x1000,
+            src: 0x1008,
+            nbytes: 16,
+        }),
+        Error::Pack(PackError::AddressOverflow {
+            side: Side::Dst,
+            addr: usize::MAX,
+            nbytes: 2,
+        }),
+        Error::Pack(PackError::NullWithLength {
+            side: Side::Dst,
+            nbytes: 8,
+        }),
+        Error::Pack(PackError::NotHostAccessible {
+            side: Side::Src,
+            addr: 0x2000,
+        }),
+        Error::Capturing,
+        Error::DeviceOutOfBounds {
+            offset: 4,
+            nbytes: 8,
+            len: 10,
+        },
+        Error::ForeignNode,
+        Error::ScopeOpen,
+        Error::NoCurrentContext,
+        Error::NotPrimaryContext { device: 1 },
+        Error::NotDeviceMemory { addr: 0x3000 },
+        Error::ContextMismatch {
+            expected: 0,
+            found: 1,
+        },
+        Error::BlockOutOfBounds {
+            index: 3,
+            side: BlockSide::Host,
+            offset: 0,
+            nbytes: 64,
+            len: 32,
+        },
+        Error::BlockOutOfBounds {
+            index: 1,
+            side: BlockSide::Device,
+            offset: 0,
+            nbytes: 64,
+            len: 32,
+        },
+        Error::InvalidOption {
+            option: "chunk",
+            value: 0,
+            min: 4096,
+            max: 1 << 30,
+        },
+        Error::BlocksOverlap {
+            first: 0,
+            second: 2,
+        },
+        Error::OrderNotKept,
+        Error::ReadOnlyDevice,
+    ];
+    let mut samples: Vec<(String, PyErr)> = layer
+        .into_iter()
+        .map(|failure| {
+            let name = format!("{:?}", failure.kind());
+            let name = name.split([' ', '(', '{']).next().unwrap_or_default();
+            let name = match failure {
+                Error::Pack(packing) => format!("Pack::{:?}", packing.kind()),
+                Error::Pool(pool) => format!("Pool::{:?}", pool.kind()),
+                _ => name.to_owned(),
+            };
+            let name = name.split([' ', '{']).next().unwrap_or_default().to_owned();
+            (
+                name,
+                crate::errors::layer_error(py, "sample", "device", failure),
+            )
+        })
+        .collect();
+    for failure in [
+        HostBufferError::Map {
+            len: 1 << 40,
+            error: std::io::Error::from_raw_os_error(12),
+        },
+        HostBufferError::Unsupported,
+    ] {
+        let name = format!("HostBufferError::{:?}", failure.kind());
+        let name = name.split([' ', '{']).next().unwrap_or_default().to_owned();
+        samples.push((name, crate::errors::host_buffer_error(py, &failure)));
+    }
+    Ok(samples)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sim_error_samples, m)?)?;
     m.add_function(wrap_pyfunction!(sim_install, m)?)?;
     m.add_function(wrap_pyfunction!(sim_new_device, m)?)?;
     m.add_function(wrap_pyfunction!(sim_make_current, m)?)?;

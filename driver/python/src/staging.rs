@@ -33,7 +33,7 @@ use pyo3::types::{PyBool, PyDict};
 use crate::awaiting::{Registration, Waiter, Wakeup};
 use crate::blocks::to_blocks;
 use crate::buffer::HostMemory;
-use crate::errors::{invalid_option, layer_error};
+use crate::errors::{self, closed, invalid_option, layer_error, out_of_bounds};
 use crate::integers::word;
 use crate::life::{self, Slot};
 
@@ -167,14 +167,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn closed() -> PyErr {
-    if life::exiting() {
-        PyValueError::new_err("the stager is closed: the interpreter is exiting")
-    } else {
-        PyValueError::new_err("the stager is closed")
-    }
-}
-
 impl PyStager {
     /// Runs `f` on the stager (`None` once closed) with the GIL released and the thread's current
     /// context kept.
@@ -186,7 +178,7 @@ impl PyStager {
     ) -> PyResult<T> {
         if life::forked() {
             // The lock may be held by a thread the fork left behind.
-            return Err(life::forked_error(py));
+            return Err(errors::forked(py));
         }
         let shared = &self.shared;
         life::detach(py, || {
@@ -207,7 +199,7 @@ impl PyStager {
             Some(stager) => start(stager, context).map(Some),
             None => Ok(None),
         })?;
-        started.ok_or_else(closed)
+        started.ok_or_else(|| closed(py))
     }
 
     /// A staged transfer in `direction` between `nbytes` bytes of device memory at
@@ -297,7 +289,7 @@ fn count_option(
     } else {
         // An `__index__` may be Python code (see `life::python_code`).
         let index = py.import("operator")?.getattr("index")?;
-        life::python_code(|| index.call1((value,))).ok_or_else(life::exiting_error)?
+        life::python_code(|| index.call1((value,))).ok_or_else(crate::errors::exiting)?
     };
     // The range is asked of the builder itself, with a value no range
     // holds, so that the binding does not restate the bounds; an option it
@@ -393,7 +385,7 @@ impl PyStager {
     ) -> PyResult<Self> {
         if life::exiting() {
             // Before the options, whose `__index__` may be Python code.
-            return Err(closed());
+            return Err(closed(py));
         }
         type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
         let counts: [(&'static str, Set, _); 4] = [
@@ -428,10 +420,10 @@ impl PyStager {
             .build()
             .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
         if life::forked() {
-            return Err(life::forked_error(py));
+            return Err(errors::forked(py));
         }
         if life::exiting() {
-            return Err(closed());
+            return Err(closed(py));
         }
         let made = life::detach(py, || {
             crate::keeping_current(|| {
@@ -447,7 +439,7 @@ impl PyStager {
         if !life::register(py, Arc::downgrade(&stager))? {
             // The exit handler ran meanwhile, and did not see this one.
             life::detach(py, || drop(lock(&stager).take()));
-            return Err(closed());
+            return Err(closed(py));
         }
         Ok(PyStager {
             options: InForce {
@@ -537,7 +529,7 @@ impl PyStager {
         let (dst_offset, src_offset, nbytes) = span_arguments(&dst_offset, &src_offset, nbytes)?;
         let (src, nbytes) = device_range(py, src, src_len, src_offset, nbytes, operation, "src")?;
         dst.get().check_writable(py, "dst")?;
-        let host = host_range(py, dst.get(), dst_offset, nbytes, operation, "dst")?;
+        let host = host_range(py, dst.get(), dst_offset, nbytes, "dst")?;
         // SAFETY: `host` lies inside `dst` (`host_range`), checked writable
         // above, and `dst` is held until the transfer finishes: by this call
         // when blocking, by the `Transfer` otherwise. What that keeps
@@ -589,7 +581,7 @@ impl PyStager {
         let operation = "copy_to_device";
         let (dst_offset, src_offset, nbytes) = span_arguments(&dst_offset, &src_offset, nbytes)?;
         let nbytes = nbytes.unwrap_or_else(|| src.get().range().len.saturating_sub(src_offset));
-        let host = host_range(py, src.get(), src_offset, nbytes, operation, "src")?;
+        let host = host_range(py, src.get(), src_offset, nbytes, "src")?;
         let (dst, nbytes) =
             device_range(py, dst, dst_len, dst_offset, Some(nbytes), operation, "dst")?;
         // SAFETY: `host` lies inside `src` (`host_range`), held until the
@@ -748,7 +740,6 @@ fn host_range(
     memory: &HostMemory,
     offset: usize,
     nbytes: usize,
-    operation: &str,
     side: &str,
 ) -> PyResult<HostRange> {
     let whole = memory.range();
@@ -757,16 +748,14 @@ fn host_range(
             addr: whole.addr + offset,
             len: nbytes,
         }),
-        _ => Err(layer_error(
-            py,
-            operation,
-            side,
-            Error::DeviceOutOfBounds {
-                offset,
-                nbytes,
-                len: whole.len,
-            },
-        )),
+        _ => {
+            let len = whole.len;
+            let message = format!(
+                "host range of {nbytes} bytes at offset {offset} is out of bounds \
+                 of a {len}-byte buffer"
+            );
+            Err(out_of_bounds(py, message, side, offset, nbytes, len)?)
+        }
     }
 }
 
@@ -851,7 +840,7 @@ impl Transfer {
     /// released); how it ended. Lets go of the host memory afterwards.
     fn finish(&self, py: Python<'_>) -> PyResult<()> {
         if life::forked() {
-            return Err(life::forked_error(py));
+            return Err(errors::forked(py));
         }
         let state = &self.state;
         let ended = life::detach(py, || crate::keeping_current(|| Ok(state.finish())))
@@ -876,7 +865,7 @@ impl Transfer {
     /// thread of an `await` is finishing it.
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
         if life::forked() {
-            return Err(life::forked_error(py));
+            return Err(errors::forked(py));
         }
         // The transfer's own mutex only, never the stager's: a blocking
         // copy holds that one for as long as it waits.
@@ -898,7 +887,7 @@ impl Transfer {
     fn _notify_when_finished(&self, py: Python<'_>, wakeup: &Wakeup, token: u64) -> PyResult<bool> {
         if life::forked() {
             // The waiter thread is the parent's.
-            return Err(life::forked_error(py));
+            return Err(errors::forked(py));
         }
         if matches!(lock(&self.state.tracked).progress, Progress::Ended(_)) {
             return Ok(true);
@@ -994,10 +983,10 @@ impl Drop for Transfer {
 #[pyfunction]
 pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
     if life::forked() {
-        return Err(life::forked_error(py));
+        return Err(errors::forked(py));
     }
     if life::exiting() {
-        return Err(closed());
+        return Err(closed(py));
     }
     Ok(())
 }

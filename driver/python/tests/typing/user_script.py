@@ -16,7 +16,7 @@ import os
 import struct
 import sys
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 from numpy.typing import NDArray
@@ -133,8 +133,7 @@ def download(stager: hostcopy.Stager, tensor: object, out: NDArray[np.uint8], st
         pending = stager.copy_to_host(
             out, tensor, out.nbytes - half, stream=stream, blocking=False, dst_offset=np.int64(half), src_offset=half
         )
-        assert pending is not None  # blocking=False always hands back a Transfer
-        with pending:
+        with pending:  # blocking=False is typed Transfer
             busy = not pending.done()
     except hostcopy.WrongDevice as error:
         return f"the array is on device {error.found}, the stager on {error.expected}"
@@ -145,17 +144,24 @@ def download(stager: hostcopy.Stager, tensor: object, out: NDArray[np.uint8], st
 
 async def download_awaited(stager: hostcopy.Stager, tensor: object, out: NDArray[np.uint8]) -> None:
     """Copies a CUDA array into ``out`` while the event loop runs other tasks."""
-    pending = stager.copy_to_host(out, tensor, blocking=False)
-    assert pending is not None
+    pending: hostcopy.Transfer = stager.copy_to_host(out, tensor, blocking=False)
     await pending  # the transfer's error, if any, raised here
 
 
 def upload(tensor: object, data: bytes) -> None:
-    """The one-call copies, blocking: ``data`` to the GPU and back."""
+    """The one-call copies, blocking (typed ``None``): ``data`` to the GPU
+    and back; then the same started with ``blocking=False`` (typed
+    ``Transfer``), and one whose ``blocking`` is known only at run time."""
     hostcopy.copy_to_device(tensor, data)
     back = bytearray(len(data))
     hostcopy.copy_to_host(back, tensor)
     assert back == data
+    started: hostcopy.Transfer = hostcopy.copy_to_device(tensor, data, blocking=False)
+    started.wait()
+    wait = os.environ.get("HOSTCOPY_EXAMPLE_BLOCKING") == "1"
+    maybe: Optional[hostcopy.Transfer] = hostcopy.copy_to_host(back, tensor, blocking=wait)
+    if maybe is not None:
+        maybe.wait()
 
 
 def offload(cache: object, pool: NDArray[np.uint8], evicted: NDArray[np.int64], block: int) -> str:
@@ -165,8 +171,7 @@ def offload(cache: object, pool: NDArray[np.uint8], evicted: NDArray[np.int64], 
     try:
         hostcopy.copy_blocks_to_host(pool, cache, blocks)
         restored = hostcopy.copy_blocks_to_device(cache, pool, [(int(d), int(h), int(n)) for d, h, n in blocks], blocking=False)
-        if restored is not None:
-            restored.wait()
+        restored.wait()
     except hostcopy.BlockOutOfBounds as error:
         return f"block {error.index} is outside the {error.side} memory"
     except hostcopy.BlocksOverlap as error:
