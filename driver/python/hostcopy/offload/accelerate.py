@@ -1,0 +1,309 @@
+"""accelerate's CPU offload through hostcopy, without rewriting the program::
+
+    model = accelerate.cpu_offload(model, execution_device="cuda")   # or dispatch_model(model, device_map)
+    handle = hostcopy.offload.accelerate.use_hostcopy(model)
+    model(input_ids)                    # the offloaded layers come through hostcopy
+    handle.remove()                     # back to accelerate's own copies
+
+accelerate puts an ``AlignDevicesHook(offload=True)`` on every module with
+tensors of its own whose weights live in a ``weights_map`` on the CPU; its
+``pre_forward`` moves them one tensor at a time (``.to(device)`` from
+pageable memory) and its ``post_forward`` puts them back on the meta
+device. ``use_hostcopy`` groups those modules (one group per decoder
+layer: each entry of the ``device_map`` that says ``"cpu"``, or else each
+child of a ``ModuleList``), copies each group's weights into one region of
+``hostcopy.empty`` memory, and brings the group in through
+``hostcopy.offload``'s ring before the group's forward.
+
+What stays as accelerate has it:
+
+- the hooks stay accelerate's: each offloading hook is replaced by one
+  that does what it did with ``offload=False`` (inputs and outputs moved
+  to the execution device, ``io_same_device``), while the group's
+  tensors are views of the ring slot during its forward and on the meta
+  device outside it, as before.
+- ``weights_map``: its CPU tensors become views of the host region (same
+  values; the old memory is freed, so host memory is the weights once).
+- ``remove_hook_from_module`` (on any of those modules, or recursively on
+  the model) first gives every module its accelerate hook back, then
+  accelerate detaches as it always does (weights back to their original
+  device, from the weights map).
+- left to accelerate: weights offloaded to disk, tied weights, int8
+  weights with their statistics, modules whose weights map holds another
+  dtype than the module.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Optional, Sequence
+
+from .._staging import Stager
+from ._torch import TorchKit
+from ._weights import Entry, Offloader
+
+
+def _accelerate() -> Any:
+    try:
+        import accelerate.hooks
+        import accelerate.utils
+    except ImportError as missing:
+        raise ImportError(f"hostcopy.offload.accelerate needs accelerate: {missing}") from None
+    return accelerate
+
+
+class _AccelerateKit(TorchKit):
+    """Tensors go in and out of the module's tables as accelerate's own
+    ``set_module_tensor_to_device`` puts them: a new ``Parameter`` over the
+    device view during the forward (one per slot, made once), the meta
+    tensor accelerate left outside it."""
+
+    def device_view(self, buffer: Any, entry: Entry) -> Any:
+        view = super().device_view(buffer, entry)
+        if entry.kind != "parameter":
+            return view
+        meta = entry.resting
+        return type(meta)(view, requires_grad=meta.requires_grad)
+
+    def place(self, entry: Entry, value: Any) -> None:
+        table = entry.owner._parameters if entry.kind == "parameter" else entry.owner._buffers
+        table[entry.name] = value
+
+    def restored(self, entry: Entry) -> Any:
+        return entry.resting
+
+
+class HostcopyHook:
+    """Stands in for one offloading ``AlignDevicesHook``: its ``pre_forward``
+    and ``post_forward`` are the original's with ``offload=False`` (the
+    weights come from the ring); ``detach_hook`` hands every module back to
+    accelerate, then detaches as the original does."""
+
+    def __init__(self, original: Any, on_detach: Callable[[], None]) -> None:
+        self.original = original
+        self.shadow = copy.copy(original)
+        self.shadow.offload = False
+        self.no_grad = getattr(original, "no_grad", False)
+        self._on_detach = on_detach
+
+    def init_hook(self, module: Any) -> Any:
+        return module
+
+    def pre_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.shadow.pre_forward(module, *args, **kwargs)
+
+    def post_forward(self, module: Any, output: Any) -> Any:
+        return self.shadow.post_forward(module, output)
+
+    def detach_hook(self, module: Any) -> Any:
+        self._on_detach()
+        return self.original.detach_hook(module)
+
+    def __repr__(self) -> str:
+        return f"HostcopyHook({self.original!r})"
+
+
+class _Hooked:
+    """One module whose accelerate hook offloads it, and where that hook sits."""
+
+    def __init__(self, name: str, module: Any, hook: Any, sequence: Optional[Any]) -> None:
+        self.name, self.module, self.hook, self.sequence = name, module, hook, sequence
+        self.replacement: Optional[HostcopyHook] = None
+
+    def set(self, hook: Any) -> None:
+        if self.sequence is None:
+            self.module._hf_hook = hook
+        else:
+            hooks = list(self.sequence.hooks)
+            hooks[[i for i, h in enumerate(hooks) if h is self.hook or h is self.replacement][0]] = hook
+            self.sequence.hooks = tuple(hooks)
+
+
+def _offloading_hooks(model: Any) -> list[_Hooked]:
+    acc = _accelerate()
+    align = acc.hooks.AlignDevicesHook
+    sequential = acc.hooks.SequentialHook
+    found = []
+    for name, module in model.named_modules():
+        hook = getattr(module, "_hf_hook", None)
+        if hook is None:
+            continue
+        members = [(h, hook) for h in hook.hooks] if isinstance(hook, sequential) else [(hook, None)]
+        for member, sequence in members:
+            if isinstance(member, align) and member.offload and member.weights_map is not None:
+                found.append(_Hooked(name, module, member, sequence))
+    return found
+
+
+def _weights_table(hook: Any, name: str) -> Optional[tuple[dict[str, Any], str]]:
+    """The dict holding ``name``'s CPU tensor behind ``hook.weights_map``
+    and its key there, or ``None`` (a weight on disk, or a map of an
+    unknown kind)."""
+    weights, prefix = hook.weights_map, ""
+    if hasattr(weights, "dataset") and hasattr(weights, "prefix"):  # PrefixedDataset
+        weights, prefix = weights.dataset, weights.prefix
+    table = getattr(weights, "state_dict", weights)  # OffloadedWeightsLoader keeps a dict
+    if not isinstance(table, dict) or prefix + name not in table:
+        return None
+    return table, prefix + name
+
+
+def _entries(hooked: _Hooked) -> Optional[list[tuple[Entry, dict[str, Any], str]]]:
+    acc = _accelerate()
+    hook, module = hooked.hook, hooked.module
+    if getattr(hook, "tied_params_names", None):
+        return None
+    found = []
+    for name, current in acc.utils.named_module_tensors(
+        module, include_buffers=hook.offload_buffers, recurse=hook.place_submodules, remove_non_persistent=True
+    ):
+        where = _weights_table(hook, name)
+        if where is None:
+            return None
+        value = where[0][where[1]]
+        if value.device.type != "cpu" or value.dtype != current.dtype or tuple(value.shape) != tuple(current.shape):
+            return None
+        if value.dtype.is_floating_point is False and value.element_size() == 1 and "weight" in name:
+            return None  # int8 weights come with statistics accelerate passes along
+        owner, _, leaf = name.rpartition(".")
+        owner_module = module.get_submodule(owner) if owner else module
+        kind = "parameter" if leaf in owner_module._parameters else "buffer"
+        entry = Entry(owner_module, leaf, kind, value, value.numel() * value.element_size())
+        entry.resting = current  # the meta tensor accelerate keeps between forwards
+        found.append((entry, where[0], where[1]))
+    return found
+
+
+def _group_names(model: Any, hooked: Sequence[_Hooked], groups: Optional[Sequence[str]]) -> dict[str, str]:
+    """Each hooked module's group, by module name."""
+    if groups is None:
+        device_map = getattr(model, "hf_device_map", None)
+        if isinstance(device_map, dict) and any(v == "cpu" for v in device_map.values()):
+            groups = [name for name, where in device_map.items() if where == "cpu"]
+    import torch
+
+    lists = {
+        name for name, module in model.named_modules() if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential))
+    }
+    chosen = {}
+    for item in hooked:
+        group = item.name
+        if groups is not None:
+            matches = [g for g in groups if g == "" or item.name == g or item.name.startswith(g + ".")]
+            group = max(matches, key=len) if matches else item.name
+        else:
+            parts = item.name.split(".")
+            for cut in range(len(parts) - 1, 0, -1):
+                if ".".join(parts[: cut - 1]) in lists or (cut == 1 and "" in lists):
+                    group = ".".join(parts[:cut])
+                    break
+        chosen[item.name] = group
+    return chosen
+
+
+class AccelerateOffload:
+    """The handle ``use_hostcopy`` returns: ``remove()`` gives accelerate its
+    hooks back (the layers then move by accelerate's copies again)."""
+
+    def __init__(
+        self,
+        model: Any,
+        groups: Optional[Sequence[str]],
+        prefetch: int,
+        slots: Optional[int],
+        stager: Optional[Stager],
+    ) -> None:
+        self.hooked: list[_Hooked] = []
+        self.skipped: list[str] = []
+        hooked = _offloading_hooks(model)
+        if not hooked:
+            raise ValueError(
+                "no module of this model has an accelerate hook that offloads its weights "
+                "(accelerate.cpu_offload, or dispatch_model / from_pretrained with a device_map placing layers on the CPU)"
+            )
+        devices = {str(item.hook.execution_device) for item in hooked}
+        if len(devices) != 1:
+            raise ValueError(f"the offloaded modules execute on several devices ({sorted(devices)}): one is supported")
+        names = _group_names(model, hooked, groups)
+        order: list[str] = []
+        members: dict[str, list[tuple[Entry, dict[str, Any], str]]] = {}
+        for item in hooked:
+            entries = _entries(item)
+            if entries is None or not entries:
+                self.skipped.append(item.name)
+                continue
+            group = names[item.name]
+            if group not in members:
+                order.append(group)
+                members[group] = []
+            members[group] += entries
+            self.hooked.append(item)
+        if not order:
+            raise ValueError(f"every offloaded module is left to accelerate (on disk, tied or int8): {self.skipped}")
+        self.groups = order
+        roots = [model.get_submodule(name) if name else model for name in order]
+        kit = _AccelerateKit(next(iter(hooked)).hook.execution_device)
+        self.offloader = Offloader(
+            kit,
+            roots,
+            prefetch=prefetch,
+            slots=slots,
+            stager=stager,
+            entries=[[entry for entry, _, _ in members[g]] for g in order],
+            root=model,
+        )
+        # The weights map now reads the host regions: the old tensors go.
+        for index, group in enumerate(order):
+            host = self.offloader.hosts[index]
+            for entry, table, key in members[group]:
+                table[key] = kit.host_view(host, entry)
+        for item in self.hooked:
+            item.replacement = HostcopyHook(item.hook, self.remove)
+            item.set(item.replacement)
+        self._removed = False
+
+    @property
+    def ready_seconds(self) -> float:
+        """Seconds taken to make the host regions and copy the weights in."""
+        return self.offloader.ready_seconds
+
+    @property
+    def host_bytes(self) -> int:
+        """Bytes of host memory the regions hold."""
+        return self.offloader.host_bytes
+
+    def in_flight(self) -> int:
+        """Uploads queued and not yet waited for."""
+        return self.offloader.in_flight()
+
+    def remove(self) -> None:
+        """Gives every module its accelerate hook back and waits for the
+        uploads in flight (idempotent)."""
+        if self._removed:
+            return
+        self._removed = True
+        for item in self.hooked:
+            item.set(item.hook)
+        self.offloader.remove()
+
+
+def use_hostcopy(
+    model: Any,
+    *,
+    groups: Optional[Sequence[str]] = None,
+    prefetch: int = 2,
+    slots: Optional[int] = None,
+    stager: Optional[Stager] = None,
+) -> AccelerateOffload:
+    """Moves the CPU-offloaded layers of ``model`` (after
+    ``accelerate.cpu_offload``, or ``dispatch_model`` /
+    ``from_pretrained(device_map=...)`` placing layers on the CPU) through
+    hostcopy instead of accelerate's per-tensor copies.
+
+    ``groups``: module names whose offloaded submodules form one group
+    each (default: the ``device_map``'s entries on the CPU, else each child
+    of a ``ModuleList`` such as the decoder layers, else each module).
+    ``prefetch``, ``slots``, ``stager``: as ``hostcopy.offload.offload``.
+    The modules left to accelerate are in ``.skipped``.
+    """
+    return AccelerateOffload(model, groups, prefetch, slots, stager)

@@ -1,0 +1,433 @@
+"""The weights offloader's schedule (hostcopy.offload) against the
+simulated driver, without torch: stand-in modules, parameters and events
+around real hostcopy transfers into simulated device memory.
+
+What is pinned down: every forward reads its own group's bytes; uploads
+are queued ``prefetch`` groups ahead, each into a slot whose previous
+reader has left (its stream waits for the event recorded after that
+forward); an exception inside a forward leaves no upload in flight;
+removal puts every tensor and hook back; write-back copies only what a
+forward changed.
+"""
+
+import sys
+
+import pytest
+
+import hostcopy
+from conftest import pattern
+
+torch_was_imported = "torch" in sys.modules
+import hostcopy.offload as offload  # noqa: E402
+from hostcopy.offload import Entry, Offloader  # noqa: E402
+
+
+def test_importing_the_offload_package_imports_no_torch():
+    assert ("torch" in sys.modules) == torch_was_imported
+
+
+class Log:
+    def __init__(self):
+        self.items = []
+
+    def add(self, *item):
+        self.items.append(item)
+
+
+class Event:
+    def __init__(self, name):
+        self.name = name
+
+
+class SimDevice:
+    """``_ring.Device`` over the simulated driver; events are names in the log."""
+
+    def __init__(self, sim, ordinal, log):
+        self.sim, self.ordinal, self.log = sim, ordinal, log
+        self.compute = sim.stream(ordinal)
+        self.count = 0
+
+    def buffer(self, nbytes):
+        return self.sim.native.SimDeviceArray(self.ordinal, nbytes, None)
+
+    def memory(self, buffer):
+        return buffer
+
+    def stream(self):
+        return self.sim.stream(self.ordinal)
+
+    def current_stream(self):
+        return self.compute
+
+    def event(self):
+        self.count += 1
+        return Event(f"event{self.count}")
+
+    def record(self, event, stream):
+        self.log.add("record", event.name, stream.handle)
+
+    def wait(self, stream, event):
+        self.log.add("wait", stream.handle, event.name)
+
+
+class Param:
+    def __init__(self, payload):
+        self.payload = payload
+        self.data = payload
+        self.version = 0
+
+
+class HostView:
+    def __init__(self, host, entry):
+        self.host, self.offset, self.nbytes = host, entry.offset, entry.nbytes
+
+    def read(self):
+        return self.host[self.offset : self.offset + self.nbytes].tobytes()
+
+
+class DeviceView:
+    def __init__(self, sim, ordinal, buffer, entry):
+        self.sim, self.ordinal, self.buffer = sim, ordinal, buffer
+        self.offset, self.nbytes = entry.offset, entry.nbytes
+
+    def read(self):
+        self.sim.drain(self.ordinal)
+        return self.buffer.read()[self.offset : self.offset + self.nbytes]
+
+    def write(self, data):
+        whole = bytearray(self.buffer.read())
+        whole[self.offset : self.offset + len(data)] = data
+        self.buffer.write(bytes(whole))
+
+
+class Handle:
+    def __init__(self, hooks, hook):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self):
+        self.hooks.remove(self.hook)
+
+
+class Module:
+    """A stand-in for a torch module: parameters, forward pre-hooks and
+    forward hooks that torch runs even when the forward raises (inside its
+    ``except`` clause, as ``always_call`` hooks are)."""
+
+    def __init__(self, name, sizes, seed, log, fail=False):
+        self.name, self.log, self.fail = name, log, fail
+        self.params = {f"w{i}": Param(pattern(size, seed + i)) for i, size in enumerate(sizes)}
+        self.pre, self.post = [], []
+        self.seen = []
+        self.change = None
+
+    def __call__(self):
+        for hook in list(self.pre):
+            hook(self, ())
+        try:
+            self.log.add("forward", self.name)
+            self.seen.append({name: p.data.read() for name, p in self.params.items()})
+            if self.change is not None:
+                name, data = self.change
+                self.params[name].data.write(data)
+                self.params[name].version += 1
+            if self.fail:
+                raise ValueError(f"{self.name} failed")
+        except Exception:
+            for hook in list(self.post):
+                hook(self, (), None)
+            raise
+        for hook in list(self.post):
+            hook(self, (), "out")
+
+
+class SimKit:
+    def __init__(self, sim, ordinal, log):
+        self.sim, self.ordinal = sim, ordinal
+        self.device = SimDevice(sim, ordinal, log)
+
+    def entries(self, module, buffers):
+        return [Entry(module, name, "parameter", p, len(p.payload)) for name, p in module.params.items()]
+
+    def fill(self, host, entry):
+        entry.origin = "cpu"
+        host[entry.offset : entry.offset + entry.nbytes] = list(entry.tensor.payload)
+
+    def host_view(self, host, entry):
+        return HostView(host, entry)
+
+    def device_view(self, buffer, entry):
+        return DeviceView(self.sim, self.ordinal, buffer, entry)
+
+    def place(self, entry, value):
+        entry.owner.params[entry.name].data = value
+
+    def restored(self, entry):
+        return entry.resting
+
+    def version(self, entry):
+        return entry.owner.params[entry.name].version
+
+    def refuse_autograd(self, entries, what):
+        pass
+
+    def hook(self, module, before, after):
+        module.pre.append(before)
+        module.post.append(after)
+        return [Handle(module.pre, before), Handle(module.post, after)]
+
+
+SIZES = [(3000, 17, 512), (4096, 1), (100, 2000, 3), (5000,), (8, 8, 8, 8)]
+
+
+def make(sim, device, count=len(SIZES), fail_at=None):
+    log = Log()
+    modules = [Module(f"m{i}", SIZES[i % len(SIZES)], 10 * i, log, fail=i == fail_at) for i in range(count)]
+    return log, modules, SimKit(sim, device, log)
+
+
+def run(modules):
+    for module in modules:
+        module()
+
+
+def assert_each_forward_saw_its_own_bytes(modules, forwards):
+    for module in modules:
+        assert len(module.seen) == forwards
+        for seen in module.seen:
+            assert seen == {name: p.payload for name, p in module.params.items()}
+
+
+def uploads(offloader, log):
+    def on_upload(group, slot):
+        log.add("upload", group, slot.index)
+
+    offloader.ring.on_upload = on_upload
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2, 3])
+def test_each_forward_reads_its_groups_bytes_through_the_ring(sim, numpy, device, prefetch):
+    log, modules, kit = make(sim, device, count=7)
+    off = Offloader(kit, modules, prefetch=prefetch)
+    assert len(off.ring.slots) == prefetch + 1
+    for _ in range(3):
+        run(modules)
+    assert_each_forward_saw_its_own_bytes(modules, 3)
+    # Between forwards, the parameters are views of the host regions.
+    for module in modules:
+        for p in module.params.values():
+            assert isinstance(p.data, HostView) and p.data.read() == p.payload
+    off.remove()
+    sim.assert_no_violations(device)
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_uploads_run_prefetch_groups_ahead_and_wrap_to_the_next_forward(sim, numpy, device, prefetch):
+    log, modules, kit = make(sim, device, count=6)
+    off = Offloader(kit, modules, prefetch=prefetch)
+    uploads(off, log)
+    run(modules)
+    run(modules)
+    events = log.items
+    forwards = [i for i, item in enumerate(events) if item[0] == "forward"]
+    for number, at in enumerate(forwards[len(modules) :]):  # the second forward: prediction learned
+        group = number % len(modules)
+        queued = [item[1] for item in events[:at] if item[0] == "upload"]
+        entered = [item[1] for item in events[:at] if item[0] == "forward"]
+        ahead = queued[len(entered) :]  # uploaded and not yet read (this group first), in order
+        expected = [(group + k) % len(modules) for k in range(prefetch + 1)]
+        assert ahead == expected, (group, ahead)
+    assert off.ring.misses == 1  # only the very first group was not predicted
+    off.remove()
+
+
+def test_a_slot_is_overwritten_only_after_the_forward_that_read_it(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=5)
+    off = Offloader(kit, modules, prefetch=2)
+    uploads(off, log)
+    slots = {slot.index: slot for slot in off.ring.slots}
+    streams = {slot.stream.handle: slot.index for slot in off.ring.slots}
+    free = {slot.free.name: slot.index for slot in off.ring.slots}
+    compute = kit.device.compute.handle
+    for _ in range(3):
+        run(modules)
+    reader = {}  # slot -> the group whose forward read it last, and whether it left
+    last_wait = {}
+    for item in log.items:
+        if item[0] == "wait" and item[1] in streams:
+            assert free.get(item[2]) == streams[item[1]], "a slot stream waits for its own slot's free event"
+            last_wait[streams[item[1]]] = len(reader)
+        elif item[0] == "upload":
+            slot = item[2]
+            previous = reader.get(slot)
+            if previous is not None:
+                group, left = previous
+                assert left, f"slot {slot} overwritten while group {group}'s forward reads it"
+                assert slot in last_wait, "no wait on the slot's free event before its upload"
+            reader[slot] = (item[1], True)
+        elif item[0] == "forward":
+            group = int(item[1][1:])
+            slot = next(s for s, (g, _) in reader.items() if g == group)
+            reader[slot] = (group, False)
+        elif item[0] == "record" and item[2] == compute and item[1] in free:
+            slot = free[item[1]]
+            group, _ = reader[slot]
+            reader[slot] = (group, True)
+    assert slots and off.ring.uploads >= 3 * len(modules) - 2
+    off.remove()
+
+
+def test_an_exception_inside_a_forward_leaves_no_upload_in_flight(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=5, fail_at=2)
+    off = Offloader(kit, modules, prefetch=3)
+    with pytest.raises(ValueError, match="m2 failed"):
+        run(modules)
+    assert off.in_flight() == 0
+    assert all(not slot.in_use for slot in off.ring.slots)
+    for module in modules:
+        for p in module.params.values():
+            assert isinstance(p.data, HostView)
+    sim.drain(device)
+    assert sim.state(device)["queued"] == 0
+    # The offloader keeps working after it.
+    modules[2].fail = False
+    run(modules)
+    assert_each_forward_saw_its_own_bytes(modules[:3], 2)
+    assert_each_forward_saw_its_own_bytes(modules[3:], 1)
+    off.remove()
+    sim.assert_no_violations(device)
+
+
+def test_an_exception_between_groups_drains_through_the_models_hook(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=4)
+    root = Module("model", [], 99, log)
+    off = Offloader(kit, modules, prefetch=2, root=root)
+    for hook in list(root.pre):
+        hook(root, ())
+    run(modules[:2])  # m2 and m3 are queued ahead now
+    assert off.in_flight() > 0
+    try:
+        raise RuntimeError("the model's head failed")
+    except RuntimeError:
+        for hook in list(root.post):
+            hook(root, (), None)
+    assert off.in_flight() == 0
+    off.remove()
+
+
+def test_removal_restores_tensors_and_hooks(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=4)
+    originals = [{name: p for name, p in m.params.items()} for m in modules]
+    off = Offloader(kit, modules, prefetch=2)
+    assert all(len(m.pre) == 1 and len(m.post) == 1 for m in modules)
+    run(modules)
+    off.remove()
+    off.remove()  # idempotent
+    assert all(m.pre == [] and m.post == [] for m in modules)
+    for module, params in zip(modules, originals):
+        assert module.params == params  # the same parameter objects
+        for p in module.params.values():
+            assert p.data.read() == p.payload
+    assert off.in_flight() == 0 and off.ring.slots == []
+    with pytest.raises(RuntimeError, match="removed"):
+        off.ring.enter(0)
+
+
+def test_forwards_out_of_the_predicted_order_still_read_their_bytes(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=6)
+    off = Offloader(kit, modules, prefetch=2)
+    for order in ([0, 1, 2, 3, 4, 5], [0, 3, 1, 5, 2, 4], [5, 4, 3, 2, 1, 0], [2, 2, 0]):
+        for index in order:
+            modules[index]()
+    for module in modules:
+        for seen in module.seen:
+            assert seen == {name: p.payload for name, p in module.params.items()}
+    assert off.ring.misses > 1
+    off.remove()
+    sim.assert_no_violations(device)
+
+
+def test_groups_that_fit_the_ring_are_uploaded_once(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=3)
+    off = Offloader(kit, modules, prefetch=2)
+    for _ in range(4):
+        run(modules)
+    assert off.ring.uploads == 3
+    assert_each_forward_saw_its_own_bytes(modules, 4)
+    off.remove()
+
+
+def test_write_back_copies_only_what_a_forward_changed(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=3)
+    off = Offloader(kit, modules, prefetch=1, write_back=True)
+    new = bytes(reversed(modules[1].params["w1"].payload))
+    modules[1].change = ("w1", new)
+    run(modules)
+    modules[1].change = None
+    host = off.hosts[1]
+    entries = {e.name: e for e in off.entries[1]}
+    w1, w0 = entries["w1"], entries["w0"]
+    assert host[w1.offset : w1.offset + w1.nbytes].tobytes() == new
+    assert host[w0.offset : w0.offset + w0.nbytes].tobytes() == modules[1].params["w0"].payload
+    off.remove()
+
+
+def test_without_write_back_a_forwards_change_is_not_kept(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=4)
+    off = Offloader(kit, modules, prefetch=1)
+    modules[0].change = ("w0", bytes(len(modules[0].params["w0"].payload)))
+    run(modules)
+    e = off.entries[0][0]
+    assert off.hosts[0][e.offset : e.offset + e.nbytes].tobytes() == modules[0].params["w0"].payload
+    off.remove()
+
+
+def test_host_regions_are_pageable_memory_packed_at_the_alignment(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=3)
+    off = Offloader(kit, modules, prefetch=1)
+    for group in off.entries:
+        for entry in group:
+            assert entry.offset % offload.ALIGN == 0
+    for index, host in enumerate(off.hosts):
+        assert isinstance(host.base.base, hostcopy._native.PageableMemory)
+        tensors = sum(e.nbytes for e in off.entries[index])
+        assert tensors <= len(host) < tensors + offload.ALIGN * len(off.entries[index])
+    off.remove()
+
+
+def test_a_tensor_in_two_groups_is_refused(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=2)
+    modules[1].params["w0"] = modules[0].params["w0"]
+    with pytest.raises(ValueError, match="tied"):
+        Offloader(kit, modules, prefetch=1)
+
+
+def test_options_are_checked(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=2)
+    with pytest.raises(ValueError, match="prefetch"):
+        Offloader(kit, modules, prefetch=-1)
+    with pytest.raises(ValueError, match="slots"):
+        Offloader(kit, modules, prefetch=2, slots=2)
+    with pytest.raises(ValueError, match="no groups"):
+        Offloader(kit, [], prefetch=1)
+
+
+def test_a_group_running_inside_another_never_takes_its_slot(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=2)
+    outer, inner = modules
+
+    def outer_calling_inner():
+        for hook in list(outer.pre):
+            hook(outer, ())
+        inner()
+        outer.seen.append({name: p.data.read() for name, p in outer.params.items()})
+        for hook in list(outer.post):
+            hook(outer, (), "out")
+
+    off = Offloader(kit, modules, prefetch=0, slots=1)
+    with pytest.raises(RuntimeError, match="every ring slot"):
+        outer_calling_inner()
+    off.remove()
+    off = Offloader(kit, modules, prefetch=0, slots=2)
+    outer_calling_inner()
+    assert_each_forward_saw_its_own_bytes(modules, 1)
+    off.remove()
