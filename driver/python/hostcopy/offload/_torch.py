@@ -3,6 +3,7 @@ from ``torch.cuda``, tensors as views of host regions and ring slots."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Sequence
 
 from ._weights import Entry
@@ -10,7 +11,7 @@ from ._weights import Entry
 
 def _torch() -> Any:
     try:
-        import torch
+        torch = importlib.import_module("torch")  # typed as Any: torch is optional
     except ImportError as missing:
         raise ImportError(f"hostcopy.offload needs torch for modules and tensors: {missing}") from None
     return torch
@@ -124,8 +125,11 @@ class TorchKit:
         return self._raw(host, entry).view(entry.dtype).view(entry.shape)
 
     def device_view(self, buffer: Any, entry: Entry) -> Any:
-        raw = buffer[entry.offset : entry.offset + entry.nbytes]
-        return raw.view(entry.dtype).view(entry.shape)
+        # Made once per slot and kept: outside inference mode, so that the
+        # view is an ordinary tensor whatever mode its first forward runs in.
+        with self.torch.inference_mode(False):
+            raw = buffer[entry.offset : entry.offset + entry.nbytes]
+            return raw.view(entry.dtype).view(entry.shape)
 
     def place(self, entry: Entry, value: Any) -> None:
         if entry.kind == "parameter":

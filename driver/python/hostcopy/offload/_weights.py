@@ -48,7 +48,9 @@ class Entry:
 class Kit(Protocol):
     """What the offloader needs from an array library."""
 
-    device: Device
+    @property
+    def device(self) -> Device:
+        """The device the groups are brought to."""
 
     def entries(self, module: Any, buffers: bool) -> list[Entry]:
         """The tensors of ``module`` and its submodules, each once."""

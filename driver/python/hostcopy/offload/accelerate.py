@@ -36,6 +36,7 @@ What stays as accelerate has it:
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any, Callable, Optional, Sequence
 
 from .._staging import Stager
@@ -44,9 +45,10 @@ from ._weights import Entry, Offloader
 
 
 def _accelerate() -> Any:
-    try:
-        import accelerate.hooks
-        import accelerate.utils
+    try:  # typed as Any: accelerate is optional
+        accelerate = importlib.import_module("accelerate")
+        importlib.import_module("accelerate.hooks")
+        importlib.import_module("accelerate.utils")
     except ImportError as missing:
         raise ImportError(f"hostcopy.offload.accelerate needs accelerate: {missing}") from None
     return accelerate
@@ -63,7 +65,8 @@ class _AccelerateKit(TorchKit):
         if entry.kind != "parameter":
             return view
         meta = entry.resting
-        return type(meta)(view, requires_grad=meta.requires_grad)
+        with self.torch.inference_mode(False):
+            return type(meta)(view, requires_grad=meta.requires_grad)
 
     def place(self, entry: Entry, value: Any) -> None:
         table = entry.owner._parameters if entry.kind == "parameter" else entry.owner._buffers
@@ -180,8 +183,7 @@ def _group_names(model: Any, hooked: Sequence[_Hooked], groups: Optional[Sequenc
         device_map = getattr(model, "hf_device_map", None)
         if isinstance(device_map, dict) and any(v == "cpu" for v in device_map.values()):
             groups = [name for name, where in device_map.items() if where == "cpu"]
-    import torch
-
+    torch = importlib.import_module("torch")
     lists = {
         name for name, module in model.named_modules() if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential))
     }

@@ -27,6 +27,7 @@ offloaded layer are CPU tensors viewing the host memory (``[..., :length,
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Optional
 
 from .. import _memory, _staging
@@ -34,18 +35,20 @@ from ._torch import DeviceRange, device_range
 
 
 def _modules() -> tuple[Any, Any]:
-    try:
-        import torch
-        from transformers import cache_utils
+    try:  # typed as Any: both are optional
+        torch = importlib.import_module("torch")
+        cache_utils = importlib.import_module("transformers.cache_utils")
     except ImportError as missing:
         raise ImportError(f"hostcopy.offload.transformers needs torch and transformers: {missing}") from None
     return torch, cache_utils
 
 
 torch, cache_utils = _modules()
+_DynamicLayer: Any = cache_utils.DynamicLayer
+_DynamicCache: Any = cache_utils.DynamicCache
 
 
-class HostLayer(cache_utils.DynamicLayer):  # type: ignore[misc,name-defined]
+class HostLayer(_DynamicLayer):  # type: ignore[misc]
     """One full-attention layer's keys and values in host memory."""
 
     is_sliding = False
@@ -142,7 +145,7 @@ class HostLayer(cache_utils.DynamicLayer):  # type: ignore[misc,name-defined]
 
     # the layer API --------------------------------------------------------
 
-    def update(self, key_states: Any, value_states: Any, cache_kwargs: Optional[dict[str, Any]] = None) -> Any:
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("HostLayer is updated through its HostOffloadedCache")
 
     def get_seq_length(self) -> int:
@@ -219,7 +222,7 @@ class _Fetched:
             transfer.wait()
 
 
-class HostOffloadedCache(cache_utils.DynamicCache):  # type: ignore[misc,name-defined]
+class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     """``DynamicCache`` with its full-attention layers in pageable host
     memory, the next layer brought back while the current one runs.
 
@@ -230,24 +233,12 @@ class HostOffloadedCache(cache_utils.DynamicCache):  # type: ignore[misc,name-de
     """
 
     def __init__(self, config: Any = None, *, prefetch: int = 1) -> None:
-        layers: list[Any] = []
-        if config is not None:
-            decoder = config.get_text_config(decoder=True)
-            window = getattr(decoder, "sliding_window", None) or getattr(decoder, "attention_chunk_size", None)
-            types = getattr(decoder, "layer_types", None)
-            if types is None:
-                types = ["sliding_attention" if window is not None else "full_attention"] * decoder.num_hidden_layers
-            if hasattr(decoder, "num_kv_shared_layers"):
-                types = types[: -decoder.num_kv_shared_layers]
-            for kind in types:
-                if kind in ("sliding_attention", "chunked_attention"):
-                    layers.append(cache_utils.DynamicSlidingWindowLayer(sliding_window=window))
-                else:
-                    layers.append(HostLayer())
-        if layers:
-            cache_utils.Cache.__init__(self, layers=layers)
-        else:
-            cache_utils.Cache.__init__(self, layer_class_to_replicate=HostLayer)
+        # DynamicCache reads the config's layer types as this transformers
+        # does; its full-attention layers (plain DynamicLayer) become HostLayer.
+        super().__init__(config=config)
+        self.layers = [HostLayer() if type(layer) is _DynamicLayer else layer for layer in self.layers]
+        if self.layer_class_to_replicate is not None:
+            self.layer_class_to_replicate = HostLayer
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, not {prefetch}")
         self.prefetch_layers = prefetch
@@ -311,15 +302,13 @@ class HostOffloadedCache(cache_utils.DynamicCache):  # type: ignore[misc,name-de
 
     # the cache API ----------------------------------------------------------
 
-    def update(
-        self, key_states: Any, value_states: Any, layer_idx: int, cache_kwargs: Optional[dict[str, Any]] = None
-    ) -> tuple[Any, Any]:
+    def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if self.layer_class_to_replicate is not None:
             while len(self.layers) <= layer_idx:
                 self.layers.append(self.layer_class_to_replicate())
         layer = self.layers[layer_idx]
         if not isinstance(layer, HostLayer):
-            return layer.update(key_states, value_states, cache_kwargs)  # type: ignore[no-any-return]
+            return layer.update(key_states, value_states, *args, **kwargs)  # type: ignore[no-any-return]
         if not layer.is_initialized:
             layer.lazy_initialization(key_states, value_states)
         fetched = self._take(layer_idx)

@@ -1,0 +1,331 @@
+"""Offload in the user's loop, side by side in one process on one GPU: a
+Llama-shaped transformers model (8 decoder layers of about 405 MiB bf16:
+hidden 4096, intermediate 14336, 32 heads / 8 KV heads, a small
+vocabulary; random weights from a config, nothing downloaded), its
+decoder layers kept in host memory, one decode step (one token, no KV
+cache) per forward, in ms per forward:
+
+- ``accelerate.cpu_offload`` on each decoder layer (accelerate's copies,
+  tensor by tensor, from pageable memory);
+- weights pinned once (torch ``pin_memory``) and copied with
+  ``copy_(non_blocking=True)`` into a ring of two GPU buffers, one layer
+  ahead (the field's fix);
+- ``hostcopy.offload.offload(layers)`` (prefetch 2, and 1);
+- the model dispatched with a ``device_map`` placing layers 1..7 on the
+  CPU: accelerate's own hooks, then ``hostcopy.offload.accelerate.use_hostcopy``.
+
+Every path's logits are checked bit-equal to the model run wholly on the
+GPU. Then: the time to make the offloaded weights ready (pool made,
+weights copied in) and host memory held, pinned against hostcopy; a
+prefill of 4,096 tokens offloaded against compute alone and the uploads
+alone; ``generate`` with ``HostOffloadedCache`` against transformers'
+``cache_implementation="offloaded"`` and ``DynamicCache`` (tokens/s, the
+same tokens). A table of ratios last.
+
+Usage: python driver/python/bench/offload_loop.py [--iterations N]
+"""
+
+import argparse
+import copy
+import gc
+import os
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+import accelerate
+from accelerate.hooks import remove_hook_from_module
+
+import hostcopy
+import hostcopy.offload
+import hostcopy.offload.accelerate
+import hostcopy.offload.transformers
+
+GB = 1e9
+LAYERS = 8
+
+
+def config(layers: int = LAYERS):
+    return transformers.LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=1024,
+        max_position_embeddings=8192,
+    )
+
+
+def sync():
+    torch.cuda.synchronize()
+
+
+def per_forward(model, inputs, iterations: int, warmup: int = 1):
+    """Median ms per forward and the last logits."""
+    times = []
+    with torch.inference_mode():
+        for i in range(warmup + iterations):
+            sync()
+            start = time.perf_counter()
+            logits = model(inputs, use_cache=False).logits
+            sync()
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), logits
+
+
+class PinnedRing:
+    """The pinned-buffer fix as the field writes it: each layer's weights in
+    one pinned flat buffer, ``copy_(non_blocking=True)`` on a side stream
+    into one of two GPU buffers, one layer ahead, events both ways."""
+
+    def __init__(self, layers):
+        start = time.perf_counter()
+        self.layers = list(layers)
+        self.tables = []
+        self.pinned = []
+        for layer in self.layers:
+            entries, offset = [], 0
+            for owner in layer.modules():
+                for name, p in owner._parameters.items():
+                    n = p.numel() * p.element_size()
+                    entries.append((owner, name, p.dtype, tuple(p.shape), offset, n))
+                    offset += -(-n // 256) * 256
+            flat = torch.empty(offset, dtype=torch.uint8, pin_memory=True)
+            for owner, name, dtype, shape, at, n in entries:
+                p = owner._parameters[name]
+                flat[at : at + n].copy_(p.detach().reshape(-1).view(torch.uint8))
+                p.data = flat[at : at + n].view(dtype).view(shape)
+            self.tables.append(entries)
+            self.pinned.append(flat)
+        self.ready_seconds = time.perf_counter() - start
+        self.host_bytes = sum(flat.numel() for flat in self.pinned)
+        size = max(flat.numel() for flat in self.pinned)
+        self.slots = [torch.empty(size, dtype=torch.uint8, device="cuda") for _ in range(2)]
+        self.stream = torch.cuda.Stream()
+        self.ready = [torch.cuda.Event() for _ in range(2)]
+        self.free = [torch.cuda.Event() for _ in range(2)]
+        self.issued = set()
+        self.handles = []
+        for i, layer in enumerate(self.layers):
+            self.handles.append(layer.register_forward_pre_hook(lambda m, a, i=i: self.before(i)))
+            self.handles.append(layer.register_forward_hook(lambda m, a, o, i=i: self.after(i), always_call=True))
+
+    def issue(self, i):
+        slot = i % 2
+        self.stream.wait_event(self.free[slot])
+        with torch.cuda.stream(self.stream):
+            self.slots[slot][: self.pinned[i].numel()].copy_(self.pinned[i], non_blocking=True)
+        self.ready[slot].record(self.stream)
+        self.issued.add(i)
+
+    def before(self, i):
+        if i not in self.issued:
+            self.issue(i)
+        self.issued.discard(i)
+        slot = i % 2
+        torch.cuda.current_stream().wait_event(self.ready[slot])
+        for owner, name, dtype, shape, at, n in self.tables[i]:
+            owner._parameters[name].data = self.slots[slot][at : at + n].view(dtype).view(shape)
+        following = (i + 1) % len(self.layers)
+        if following not in self.issued:
+            self.free_pending = True
+        self.next = following
+
+    def after(self, i):
+        slot = i % 2
+        self.free[slot].record(torch.cuda.current_stream())
+        for owner, name, dtype, shape, at, n in self.tables[i]:
+            owner._parameters[name].data = self.pinned[i][at : at + n].view(dtype).view(shape)
+        if self.next not in self.issued:
+            self.issue(self.next)
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+        sync()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--prompt", type=int, default=1024, help="prompt tokens for generate")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("offload_loop: skipped: no GPU")
+        return 0
+    rows, ratios, notes = [], [], []
+    torch.manual_seed(0)
+    build = time.perf_counter()
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config()).to(torch.bfloat16).eval()
+    layers = model.model.layers
+    layer_bytes = sum(p.numel() * p.element_size() for p in layers[0].parameters())
+    weights = layer_bytes * LAYERS
+    print(
+        f"model: {LAYERS} layers of {layer_bytes / 2**20:.0f} MiB ({weights / GB:.2f} GB offloaded), "
+        f"built in {time.perf_counter() - build:.1f} s; torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, accelerate {accelerate.__version__}, hostcopy {hostcopy.__version__}",
+        flush=True,
+    )
+    decode = torch.tensor([[17]], device="cuda")
+    gpu_ms, reference = per_forward(model, decode, args.iterations)
+    reference = reference.clone()
+    rows.append(("model wholly on the GPU (compute alone)", gpu_ms, True))
+    # The weights as a user has them on the CPU (from_pretrained without a device).
+    cpu_layers = [{n: p.detach().to("cpu") for n, p in layer.named_parameters()} for layer in layers]
+
+    def load_cpu_weights():
+        for layer, state in zip(layers, cpu_layers):
+            for name, p in layer.named_parameters():
+                p.data = state[name]
+
+    def load_gpu_weights():
+        for layer, state in zip(layers, cpu_layers):
+            for name, p in layer.named_parameters():
+                p.data = state[name].to("cuda")
+
+    def row(name, ms, logits):
+        equal = torch.equal(logits, reference)
+        rows.append((name, ms, equal))
+        print(f"{name}: {ms:.1f} ms per forward ({weights / (ms / 1e3) / GB:.1f} GB/s of weights), logits equal: {equal}", flush=True)
+        return ms
+
+    # (a) accelerate.cpu_offload on each decoder layer.
+    load_gpu_weights()
+    for layer in layers:
+        accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
+    gc.collect()
+    torch.cuda.empty_cache()
+    acc_ms = row("accelerate.cpu_offload per layer", *per_forward(model, decode, max(2, args.iterations // 4)))
+    for layer in layers:
+        remove_hook_from_module(layer, recurse=True)
+    load_cpu_weights()
+    gc.collect()
+    torch.cuda.empty_cache()
+
+    # (b) pinned once + copy_(non_blocking=True), ring of two.
+    stats0 = torch.cuda.memory.host_memory_stats()
+    ring = PinnedRing(layers)
+    pinned_ms = row("pinned weights + copy_(non_blocking), ring of 2", *per_forward(model, decode, args.iterations))
+    pinned_ready, pinned_host = ring.ready_seconds, ring.host_bytes
+    print(f"pinned: made ready in {pinned_ready:.2f} s ({pinned_ready / (weights / GB):.3f} s/GB), {pinned_host / GB:.2f} GB pinned")
+    # The prefill with the pinned ring, for reference.
+    prefill = torch.randint(0, 1024, (1, 4096), device="cuda")
+    pinned_prefill_ms, _ = per_forward(model, prefill, 3)
+    ring.remove()
+    load_cpu_weights()
+    del ring
+    gc.collect()
+
+    # (c) hostcopy offloader.
+    stats1 = torch.cuda.memory.host_memory_stats()
+    off = hostcopy.offload.offload(layers, prefetch=2, model=model)
+    ready, host = off.ready_seconds, off.host_bytes
+    stats2 = torch.cuda.memory.host_memory_stats()
+    hc_ms = row("hostcopy.offload (prefetch 2)", *per_forward(model, decode, args.iterations))
+    print(f"hostcopy: made ready in {ready:.2f} s ({ready / (weights / GB):.3f} s/GB), host {host / GB:.2f} GB "
+          f"= {host / weights:.3f}x the weights; misses {off.ring.misses}, uploads {off.ring.uploads}")
+    pinned_by_torch = {k: stats2.get(k, 0) - stats1.get(k, 0) for k in stats2 if "alloc" in k and "time" not in k}
+    print(f"torch host allocator during hostcopy setup (pinned_memory deltas): {pinned_by_torch}")
+    # Prefill of 4,096 tokens: offloaded against compute alone and uploads alone.
+    hc_prefill_ms, _ = per_forward(model, prefill, 3)
+    # Uploads alone: every group's region back to back into the ring, no compute.
+    times = []
+    for _ in range(3):
+        sync()
+        start = time.perf_counter()
+        for group in range(LAYERS):
+            slot = off.ring.slots[group % len(off.ring.slots)]
+            off.ring._upload(group, slot)
+        off.ring.drain()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    uploads_ms = statistics.median(times)
+    off.remove()
+    off_p1 = hostcopy.offload.offload(layers, prefetch=1, model=model)
+    row("hostcopy.offload (prefetch 1)", *per_forward(model, decode, args.iterations))
+    off_p1.remove()
+    del off, off_p1
+    gc.collect()
+
+    # compute alone for the prefill: the model wholly on the GPU.
+    load_gpu_weights()
+    compute_prefill_ms, _ = per_forward(model, prefill, 3)
+    print(f"prefill 4096: offloaded {hc_prefill_ms:.1f} ms, pinned ring {pinned_prefill_ms:.1f}, compute alone "
+          f"{compute_prefill_ms:.1f}, uploads alone {uploads_ms:.1f}", flush=True)
+
+    # (d) device_map: layers 1..7 on the CPU, accelerate's hooks, then use_hostcopy.
+    load_cpu_weights()
+    layers[0].cuda()
+    device_map = {"model.embed_tokens": 0, "model.rotary_emb": 0, "model.norm": 0, "lm_head": 0}
+    for i in range(LAYERS):
+        device_map[f"model.layers.{i}"] = 0 if i == 0 else "cpu"
+    dispatched = accelerate.dispatch_model(model, device_map=device_map, main_device=0)
+    offloaded_bytes = layer_bytes * (LAYERS - 1)
+    dm_acc_ms = row("device_map, accelerate's hooks", *per_forward(dispatched, decode, max(2, args.iterations // 4)))
+    handle = hostcopy.offload.accelerate.use_hostcopy(dispatched)
+    dm_hc_ms = row("device_map + use_hostcopy", *per_forward(dispatched, decode, args.iterations))
+    print(f"use_hostcopy: groups {len(handle.groups)}, skipped {handle.skipped}, ready in {handle.ready_seconds:.2f} s "
+          f"({handle.ready_seconds / (offloaded_bytes / GB):.3f} s/GB)")
+    remove_hook_from_module(dispatched, recurse=True)
+    del handle, dispatched
+    gc.collect()
+
+    # generate: host KV cache against transformers' offloaded cache and DynamicCache.
+    load_gpu_weights()
+    torch.cuda.empty_cache()
+    prompt = torch.randint(0, 1024, (1, args.prompt), device="cuda")
+    settings = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False)
+
+    def tokens_per_second(**kwargs):
+        model.generate(prompt, max_new_tokens=2, min_new_tokens=2, do_sample=False, **{k: v() if callable(v) else v for k, v in kwargs.items()})
+        sync()
+        start = time.perf_counter()
+        out = model.generate(prompt, **settings, **{k: v() if callable(v) else v for k, v in kwargs.items()})
+        sync()
+        return args.new_tokens / (time.perf_counter() - start), out
+
+    dyn_tps, dyn_out = tokens_per_second(past_key_values=lambda: transformers.DynamicCache(config=model.config))
+    pinned_before = torch.cuda.memory.host_memory_stats()
+    tf_tps, tf_out = tokens_per_second(cache_implementation="offloaded")
+    pinned_mid = torch.cuda.memory.host_memory_stats()
+    hc_tps, hc_out = tokens_per_second(
+        past_key_values=lambda: hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
+    )
+    pinned_after = torch.cuda.memory.host_memory_stats()
+
+    def grew(a, b):
+        return {k: b[k] - a.get(k, 0) for k in b if "alloc" in k and "time" not in k and b[k] != a.get(k, 0)}
+
+    print(f"generate {args.prompt} + {args.new_tokens} tokens: DynamicCache {dyn_tps:.1f} tok/s, transformers offloaded "
+          f"{tf_tps:.1f} (same tokens: {torch.equal(tf_out, dyn_out)}; torch pinned allocator {grew(pinned_before, pinned_mid)}), "
+          f"HostOffloadedCache {hc_tps:.1f} (same tokens: {torch.equal(hc_out, dyn_out)}; torch pinned allocator "
+          f"{grew(pinned_mid, pinned_after)})")
+
+    print()
+    print("| path | ms per forward | GB/s of weights | logits equal |")
+    print("| --- | ---: | ---: | --- |")
+    for name, ms, equal in rows:
+        rate = "" if "wholly" in name else f"{(offloaded_bytes if 'device_map' in name else weights) / (ms / 1e3) / GB:.1f}"
+        print(f"| {name} | {ms:.1f} | {rate} | {equal} |")
+    print()
+    print("| ratio | value | target |")
+    print("| --- | ---: | --- |")
+    print(f"| hostcopy / pinned ring, time per forward | {hc_ms / pinned_ms:.3f} | <= 1.03 |")
+    print(f"| accelerate.cpu_offload / hostcopy | {acc_ms / hc_ms:.2f} | >= 6.5 |")
+    print(f"| device_map: accelerate's / use_hostcopy | {dm_acc_ms / dm_hc_ms:.2f} | >= 6 |")
+    print(f"| ready, s per GB: hostcopy / pinned | {ready / (weights / GB):.3f} / {pinned_ready / (weights / GB):.3f} | <= 0.15 |")
+    print(f"| host memory / weights, hostcopy | {host / weights:.3f} | <= 1.05 |")
+    print(f"| prefill 4096 / max(compute, uploads) | {hc_prefill_ms / max(compute_prefill_ms, uploads_ms):.3f} | <= 1.1 |")
+    print(f"| generate tok/s: HostOffloadedCache / transformers offloaded | {hc_tps / tf_tps:.2f} | >= 1 |")
+    ok = all(equal for _, _, equal in rows) and torch.equal(hc_out, dyn_out)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""GPU tests of hostcopy.offload with the real torch, transformers and
+accelerate: a small Llama-shaped model built from a config with random
+weights (nothing downloaded), its decoder layers offloaded three ways
+(``hostcopy.offload.offload``, ``accelerate.cpu_offload`` then
+``use_hostcopy``, ``dispatch_model`` with a ``device_map`` then
+``use_hostcopy``): logits bit-equal to the model run wholly on the GPU,
+host regions that are not pinned and no pinned allocation by torch's host
+allocator, hooks that come off, and an exception inside a forward that
+leaves no upload in flight. The host KV cache: ``generate``'s tokens equal
+to ``DynamicCache``'s, with no pinned allocation.
+
+Skipped, with the reason, where torch, transformers, accelerate or a GPU
+is missing; HOSTCOPY_REQUIRE_GPU=1 (the GPU bundle sets it) makes that a
+failure.
+"""
+
+import copy
+import importlib
+import os
+
+import pytest
+
+REQUIRE = os.environ.get("HOSTCOPY_REQUIRE_GPU") == "1"
+
+
+def _need(module: str):
+    try:
+        return importlib.import_module(module)
+    except Exception as missing:  # ImportError, or a CUDA init failure at import
+        if REQUIRE:
+            pytest.fail(f"HOSTCOPY_REQUIRE_GPU=1 but {module} is unusable: {missing}", pytrace=False)
+        pytest.skip(f"{module} is unusable here: {missing}", allow_module_level=True)
+
+
+torch = _need("torch")
+transformers = _need("transformers")
+accelerate = _need("accelerate")
+if not torch.cuda.is_available():
+    if REQUIRE:
+        pytest.fail("HOSTCOPY_REQUIRE_GPU=1 but torch sees no GPU", pytrace=False)
+    pytest.skip("no GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+
+import hostcopy.offload  # noqa: E402
+import hostcopy.offload.accelerate  # noqa: E402
+import hostcopy.offload.transformers  # noqa: E402
+from accelerate.hooks import remove_hook_from_module  # noqa: E402
+
+LAYERS = 4
+
+
+def _config():
+    return transformers.LlamaConfig(
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=1024,
+    )
+
+
+def _model():
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(_config()).to(torch.bfloat16).eval()
+
+
+@pytest.fixture(scope="module")
+def cpu_model():
+    return _model()
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    generator = torch.Generator().manual_seed(1)
+    return torch.randint(0, 512, (2, 24), generator=generator).cuda()
+
+
+@pytest.fixture(scope="module")
+def reference(cpu_model, inputs):
+    model = copy.deepcopy(cpu_model).cuda()
+    with torch.inference_mode():
+        return model(inputs).logits.clone()
+
+
+def _logits(model, inputs):
+    with torch.inference_mode():
+        return model(inputs).logits
+
+
+def _pinned_allocations():
+    """torch's pinned host allocator's allocation counters ({} in a torch without them)."""
+    stats_of = getattr(torch.cuda.memory, "host_memory_stats", None)
+    stats = {} if stats_of is None else stats_of()
+    return {key: value for key, value in stats.items() if "alloc" in key and "current" not in key and "time" not in key}
+
+
+def _not_pinned(address: int) -> None:
+    """The driver does not know ``address`` as pinned memory."""
+    driver = pytest.importorskip("cuda.bindings.driver", reason="cuda.bindings is not installed")
+    error, _ = driver.cuMemHostGetFlags(address)
+    assert error != driver.CUresult.CUDA_SUCCESS, f"{address:#x} is pinned"
+
+
+def _gpu_model_with_layers_on_cpu(cpu_model):
+    model = copy.deepcopy(cpu_model).cuda()
+    model.model.layers.to("cpu")
+    return model
+
+
+def test_offloaded_layers_give_the_gpu_models_logits(cpu_model, inputs, reference):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    params = {name: p for name, p in model.named_parameters()}
+    before = {name: p.detach().clone() for name, p in model.model.layers.named_parameters()}
+    pinned = _pinned_allocations()
+    off = hostcopy.offload.offload(model.model.layers, prefetch=2, model=model)
+    assert off.tensor_bytes <= off.host_bytes <= 1.05 * off.tensor_bytes
+    for _ in range(3):  # the first forward learns the order; the next ones wrap
+        assert torch.equal(_logits(model, inputs), reference)
+    assert off.ring.misses == 1
+    assert _pinned_allocations() == pinned, "torch's host allocator pinned memory"
+    for host in off.hosts:
+        _not_pinned(host.ctypes.data)
+    for layer in model.model.layers:
+        assert all(p.device.type == "cpu" for p in layer.parameters())
+    off.remove()
+    assert {name: p for name, p in model.named_parameters()} == params  # the same Parameter objects
+    for name, p in model.model.layers.named_parameters():
+        assert p.device.type == "cpu" and torch.equal(p, before[name])
+    model.model.layers.cuda()
+    assert torch.equal(_logits(model, inputs), reference)
+
+
+def test_prefetch_depths_and_ring_sizes_give_the_same_logits(cpu_model, inputs, reference):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    for prefetch, slots in ((0, None), (1, None), (3, None), (1, 4)):
+        with hostcopy.offload.offload(model.model.layers, prefetch=prefetch, slots=slots):
+            assert torch.equal(_logits(model, inputs), reference)
+            assert torch.equal(_logits(model, inputs), reference)
+
+
+def test_hooks_come_off(cpu_model):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    hooks = [(dict(layer._forward_pre_hooks), dict(layer._forward_hooks)) for layer in model.model.layers]
+    off = hostcopy.offload.offload(model.model.layers, model=model)
+    assert all(len(layer._forward_pre_hooks) == len(before[0]) + 1 for layer, before in zip(model.model.layers, hooks))
+    off.remove()
+    assert [(dict(layer._forward_pre_hooks), dict(layer._forward_hooks)) for layer in model.model.layers] == hooks
+    assert not model._forward_hooks
+
+
+def test_an_exception_inside_a_forward_leaves_no_upload_in_flight(cpu_model, inputs, reference):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    off = hostcopy.offload.offload(model.model.layers, prefetch=3, model=model)
+    failing = model.model.layers[1].mlp
+    original = failing.forward
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("a failure inside the second decoder layer")
+
+    failing.forward = fail
+    with pytest.raises(RuntimeError, match="second decoder layer"):
+        _logits(model, inputs)
+    assert off.in_flight() == 0
+    assert all(not slot.in_use for slot in off.ring.slots)
+    for layer in model.model.layers:
+        assert all(p.device.type == "cpu" for p in layer.parameters())
+    failing.forward = original
+    assert torch.equal(_logits(model, inputs), reference)
+    off.remove()
+
+
+def test_autograd_through_offloaded_weights_is_refused(cpu_model, inputs):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    with hostcopy.offload.offload(model.model.layers):
+        with pytest.raises(RuntimeError, match="requires grad"):
+            model(inputs)
+
+
+def test_accelerate_cpu_offload_through_hostcopy(cpu_model, inputs, reference):
+    model = copy.deepcopy(cpu_model).cuda()
+    for layer in model.model.layers:
+        accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
+    assert torch.equal(_logits(model, inputs), reference)  # accelerate's own path
+    pinned = _pinned_allocations()
+    handle = hostcopy.offload.accelerate.use_hostcopy(model)
+    assert handle.groups == [f"model.layers.{i}" for i in range(LAYERS)]
+    assert handle.skipped == []
+    for _ in range(2):
+        assert torch.equal(_logits(model, inputs), reference)
+    assert _pinned_allocations() == pinned
+    for host in handle.offloader.hosts:
+        _not_pinned(host.ctypes.data)
+    # Outside a forward the offloaded weights are on the meta device, as accelerate keeps them.
+    assert all(p.device.type == "meta" for p in model.model.layers.parameters())
+    # accelerate's own removal undoes both: the weights back on their device.
+    remove_hook_from_module(model, recurse=True)
+    assert not any(hasattr(m, "_hf_hook") for m in model.modules())
+    assert all(p.device.type == "cuda" for p in model.parameters())
+    assert handle.in_flight() == 0
+    assert torch.equal(_logits(model, inputs), reference)
+
+
+def test_use_hostcopy_removed_gives_accelerate_its_hooks_back(cpu_model, inputs, reference):
+    model = copy.deepcopy(cpu_model).cuda()
+    for layer in model.model.layers:
+        accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
+    hooks = {name: m._hf_hook for name, m in model.named_modules() if hasattr(m, "_hf_hook")}
+    handle = hostcopy.offload.accelerate.use_hostcopy(model)
+    assert {name: m._hf_hook for name, m in model.named_modules() if hasattr(m, "_hf_hook")} != hooks
+    handle.remove()
+    assert {name: m._hf_hook for name, m in model.named_modules() if hasattr(m, "_hf_hook")} == hooks
+    assert torch.equal(_logits(model, inputs), reference)  # accelerate's copies, from the shared host regions
+
+
+def test_dispatch_model_device_map_through_hostcopy(cpu_model, inputs, reference):
+    model = copy.deepcopy(cpu_model)
+    device_map = {"model.embed_tokens": 0, "model.rotary_emb": 0, "model.norm": 0, "lm_head": 0}
+    for i in range(LAYERS):
+        device_map[f"model.layers.{i}"] = 0 if i == 0 else "cpu"
+    model = accelerate.dispatch_model(model, device_map=device_map, main_device=0)
+    assert torch.equal(_logits(model, inputs), reference)
+    handle = hostcopy.offload.accelerate.use_hostcopy(model)
+    assert handle.groups == [f"model.layers.{i}" for i in range(1, LAYERS)]
+    for _ in range(2):
+        assert torch.equal(_logits(model, inputs), reference)
+    # An exception inside an offloaded layer leaves no upload in flight.
+    mlp = model.model.layers[2].mlp
+    original = mlp.forward
+    mlp.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("layer 2 failed"))
+    with pytest.raises(RuntimeError, match="layer 2 failed"):
+        _logits(model, inputs)
+    assert handle.in_flight() == 0
+    mlp.forward = original
+    assert torch.equal(_logits(model, inputs), reference)
+    remove_hook_from_module(model, recurse=True)
+    assert not any(hasattr(m, "_hf_hook") for m in model.modules())
+    assert all(p.device.type == "cpu" for p in model.model.layers[1].parameters())
+
+
+def test_host_kv_cache_generates_dynamic_caches_tokens(cpu_model):
+    model = copy.deepcopy(cpu_model).cuda()
+    generator = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 512, (2, 40), generator=generator).cuda()
+    settings = dict(max_new_tokens=48, do_sample=False, min_new_tokens=48)
+    expected = model.generate(prompt, past_key_values=transformers.DynamicCache(config=model.config), **settings)
+    pinned = _pinned_allocations()
+    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
+    tokens = model.generate(prompt, past_key_values=cache, **settings)
+    assert torch.equal(tokens, expected)
+    assert _pinned_allocations() == pinned
+    assert cache.get_seq_length() == tokens.shape[1] - 1
+    layer = cache.layers[0]
+    assert layer.keys.device.type == "cpu" and layer.keys.shape[-2] == cache.get_seq_length()
+    _not_pinned(layer.host_keys.ctypes.data)
+    cache.drain()
+    # transformers' own offloaded cache, for the same tokens.
+    offloaded = model.generate(prompt, cache_implementation="offloaded", **settings)
+    assert torch.equal(offloaded, expected)
+
+
+def test_host_kv_cache_without_a_config_offloads_every_layer(cpu_model):
+    model = copy.deepcopy(cpu_model).cuda()
+    prompt = torch.arange(7, 7 + 30).reshape(1, 30).cuda()
+    settings = dict(max_new_tokens=20, do_sample=False, min_new_tokens=20)
+    expected = model.generate(prompt, **settings)
+    cache = hostcopy.offload.transformers.HostOffloadedCache(prefetch=2)
+    assert torch.equal(model.generate(prompt, past_key_values=cache, **settings), expected)
+    assert len(cache.layers) == LAYERS
+    assert all(isinstance(layer, hostcopy.offload.transformers.HostLayer) for layer in cache.layers)
