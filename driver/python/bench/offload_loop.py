@@ -26,9 +26,7 @@ Usage: python driver/python/bench/offload_loop.py [--iterations N]
 """
 
 import argparse
-import copy
 import gc
-import os
 import statistics
 import sys
 import time
@@ -42,6 +40,7 @@ import hostcopy
 import hostcopy.offload
 import hostcopy.offload.accelerate
 import hostcopy.offload.transformers
+from hostcopy.offload._torch import device_range
 
 GB = 1e9
 LAYERS = 8
@@ -57,6 +56,12 @@ def config(layers: int = LAYERS):
         vocab_size=1024,
         max_position_embeddings=8192,
     )
+
+
+def host_memory_stats():
+    """torch's pinned host allocator's counters ({} in a torch without them)."""
+    stats = getattr(torch.cuda.memory, "host_memory_stats", None)
+    return {} if stats is None else dict(stats())
 
 
 def sync():
@@ -130,18 +135,14 @@ class PinnedRing:
         torch.cuda.current_stream().wait_event(self.ready[slot])
         for owner, name, dtype, shape, at, n in self.tables[i]:
             owner._parameters[name].data = self.slots[slot][at : at + n].view(dtype).view(shape)
-        following = (i + 1) % len(self.layers)
-        if following not in self.issued:
-            self.free_pending = True
-        self.next = following
+        # One layer ahead, into the other slot once the layer before this one has read it.
+        self.issue((i + 1) % len(self.layers))
 
     def after(self, i):
         slot = i % 2
         self.free[slot].record(torch.cuda.current_stream())
         for owner, name, dtype, shape, at, n in self.tables[i]:
             owner._parameters[name].data = self.pinned[i][at : at + n].view(dtype).view(shape)
-        if self.next not in self.issued:
-            self.issue(self.next)
 
     def remove(self):
         for handle in self.handles:
@@ -152,13 +153,13 @@ class PinnedRing:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=8)
-    parser.add_argument("--prompt", type=int, default=1024, help="prompt tokens for generate")
+    parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("offload_loop: skipped: no GPU")
         return 0
-    rows, ratios, notes = [], [], []
+    rows = []
     torch.manual_seed(0)
     build = time.perf_counter()
     with torch.device("cuda"):
@@ -195,8 +196,8 @@ def main() -> int:
         print(f"{name}: {ms:.1f} ms per forward ({weights / (ms / 1e3) / GB:.1f} GB/s of weights), logits equal: {equal}", flush=True)
         return ms
 
-    # (a) accelerate.cpu_offload on each decoder layer.
-    load_gpu_weights()
+    # (a) accelerate.cpu_offload on each decoder layer (its weights map: the CPU weights).
+    load_cpu_weights()
     for layer in layers:
         accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
     gc.collect()
@@ -209,7 +210,6 @@ def main() -> int:
     torch.cuda.empty_cache()
 
     # (b) pinned once + copy_(non_blocking=True), ring of two.
-    stats0 = torch.cuda.memory.host_memory_stats()
     ring = PinnedRing(layers)
     pinned_ms = row("pinned weights + copy_(non_blocking), ring of 2", *per_forward(model, decode, args.iterations))
     pinned_ready, pinned_host = ring.ready_seconds, ring.host_bytes
@@ -223,10 +223,10 @@ def main() -> int:
     gc.collect()
 
     # (c) hostcopy offloader.
-    stats1 = torch.cuda.memory.host_memory_stats()
+    stats1 = host_memory_stats()
     off = hostcopy.offload.offload(layers, prefetch=2, model=model)
     ready, host = off.ready_seconds, off.host_bytes
-    stats2 = torch.cuda.memory.host_memory_stats()
+    stats2 = host_memory_stats()
     hc_ms = row("hostcopy.offload (prefetch 2)", *per_forward(model, decode, args.iterations))
     print(f"hostcopy: made ready in {ready:.2f} s ({ready / (weights / GB):.3f} s/GB), host {host / GB:.2f} GB "
           f"= {host / weights:.3f}x the weights; misses {off.ring.misses}, uploads {off.ring.uploads}")
@@ -234,15 +234,22 @@ def main() -> int:
     print(f"torch host allocator during hostcopy setup (pinned_memory deltas): {pinned_by_torch}")
     # Prefill of 4,096 tokens: offloaded against compute alone and uploads alone.
     hc_prefill_ms, _ = per_forward(model, prefill, 3)
-    # Uploads alone: every group's region back to back into the ring, no compute.
+    # Uploads alone: every layer's region back to back into the ring's
+    # buffers, each slot on its own stream as the ring queues them, no compute.
     times = []
+    slots = off.ring.slots
     for _ in range(3):
         sync()
         start = time.perf_counter()
-        for group in range(LAYERS):
-            slot = off.ring.slots[group % len(off.ring.slots)]
-            off.ring._upload(group, slot)
-        off.ring.drain()
+        transfers = [
+            hostcopy.copy_to_device(
+                device_range(slots[g % len(slots)].buffer), off.hosts[g], len(off.hosts[g]),
+                stream=slots[g % len(slots)].stream, blocking=False,
+            )
+            for g in range(LAYERS)
+        ]
+        for transfer in transfers:
+            transfer.wait()
         sync()
         times.append((time.perf_counter() - start) * 1e3)
     uploads_ms = statistics.median(times)
@@ -273,7 +280,7 @@ def main() -> int:
     print(f"use_hostcopy: groups {len(handle.groups)}, skipped {handle.skipped}, ready in {handle.ready_seconds:.2f} s "
           f"({handle.ready_seconds / (offloaded_bytes / GB):.3f} s/GB)")
     remove_hook_from_module(dispatched, recurse=True)
-    del handle, dispatched
+    del handle, dispatched, model.hf_device_map
     gc.collect()
 
     # generate: host KV cache against transformers' offloaded cache and DynamicCache.
@@ -291,13 +298,13 @@ def main() -> int:
         return args.new_tokens / (time.perf_counter() - start), out
 
     dyn_tps, dyn_out = tokens_per_second(past_key_values=lambda: transformers.DynamicCache(config=model.config))
-    pinned_before = torch.cuda.memory.host_memory_stats()
+    pinned_before = host_memory_stats()
     tf_tps, tf_out = tokens_per_second(cache_implementation="offloaded")
-    pinned_mid = torch.cuda.memory.host_memory_stats()
+    pinned_mid = host_memory_stats()
     hc_tps, hc_out = tokens_per_second(
         past_key_values=lambda: hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
     )
-    pinned_after = torch.cuda.memory.host_memory_stats()
+    pinned_after = host_memory_stats()
 
     def grew(a, b):
         return {k: b[k] - a.get(k, 0) for k in b if "alloc" in k and "time" not in k and b[k] != a.get(k, 0)}

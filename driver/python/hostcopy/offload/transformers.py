@@ -232,6 +232,9 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     ahead are brought back (default 1: the next one).
     """
 
+    layers: list[Any]
+    layer_class_to_replicate: Any
+
     def __init__(self, config: Any = None, *, prefetch: int = 1) -> None:
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
