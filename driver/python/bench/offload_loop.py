@@ -190,10 +190,10 @@ def main() -> int:
             for name, p in layer.named_parameters():
                 p.data = state[name].to("cuda")
 
-    def row(name, ms, logits):
+    def row(name, ms, logits, moved=weights):
         equal = torch.equal(logits, reference)
         rows.append((name, ms, equal))
-        print(f"{name}: {ms:.1f} ms per forward ({weights / (ms / 1e3) / GB:.1f} GB/s of weights), logits equal: {equal}", flush=True)
+        print(f"{name}: {ms:.1f} ms per forward ({moved / (ms / 1e3) / GB:.1f} GB/s of weights), logits equal: {equal}", flush=True)
         return ms
 
     # (a) accelerate.cpu_offload on each decoder layer (its weights map: the CPU weights).
@@ -274,9 +274,11 @@ def main() -> int:
         device_map[f"model.layers.{i}"] = 0 if i == 0 else "cpu"
     dispatched = accelerate.dispatch_model(model, device_map=device_map, main_device=0)
     offloaded_bytes = layer_bytes * (LAYERS - 1)
-    dm_acc_ms = row("device_map, accelerate's hooks", *per_forward(dispatched, decode, max(2, args.iterations // 4)))
+    dm_acc_ms = row(
+        "device_map, accelerate's hooks", *per_forward(dispatched, decode, max(2, args.iterations // 4)), offloaded_bytes
+    )
     handle = hostcopy.offload.accelerate.use_hostcopy(dispatched)
-    dm_hc_ms = row("device_map + use_hostcopy", *per_forward(dispatched, decode, args.iterations))
+    dm_hc_ms = row("device_map + use_hostcopy", *per_forward(dispatched, decode, args.iterations), offloaded_bytes)
     print(f"use_hostcopy: groups {len(handle.groups)}, skipped {handle.skipped}, ready in {handle.ready_seconds:.2f} s "
           f"({handle.ready_seconds / (offloaded_bytes / GB):.3f} s/GB)")
     remove_hook_from_module(dispatched, recurse=True)
