@@ -102,6 +102,9 @@ mod pool;
 #[cfg(feature = "std")]
 #[cfg_attr(docsrs, doc(cfg(feature = "std")))]
 pub mod prefault;
+#[cfg(feature = "std")]
+#[doc(hidden)]
+pub mod process;
 
 pub use error::{PackError, PoolError, Side};
 #[doc(hidden)]
