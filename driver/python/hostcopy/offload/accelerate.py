@@ -229,11 +229,15 @@ class AccelerateOffload:
         names = _group_names(model, hooked, groups)
         order: list[str] = []
         members: dict[str, list[tuple[Entry, dict[str, Any], str]]] = {}
+        seen: set[int] = set()
         for item in hooked:
             entries = _entries(item)
-            if entries is None or not entries:
-                self.skipped.append(item.name)
+            if entries is not None and not entries:
+                continue  # a hook with nothing to move (buffers not offloaded)
+            if entries is None or any(id(entry.tensor) in seen for entry, _, _ in entries):
+                self.skipped.append(item.name)  # on disk, int8, or tied to a module already taken
                 continue
+            seen.update(id(entry.tensor) for entry, _, _ in entries)
             group = names[item.name]
             if group not in members:
                 order.append(group)

@@ -229,13 +229,22 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     ``config``: the model's config (its layer types decide which layers are
     sliding-window ones, kept on the device as ``DynamicCache`` does);
     without it every layer is offloaded. ``prefetch``: how many layers
-    ahead are brought back (default 1: the next one).
+    ahead are brought back (default 2).
+
+    Streams: the uploads run on a stream of their own, into tensors
+    allocated on that stream, so they wait for nothing the compute stream
+    does (only for the host memory to hold the previous step's positions,
+    which the CPU makes sure of); the compute stream waits for an upload's
+    event before its layer's attention, and the tensors are recorded on it
+    so that torch's allocator keeps them until that attention has run. The
+    writes of new positions run on another stream, after an event recorded
+    on the compute stream once the positions are made.
     """
 
     layers: list[Any]
     layer_class_to_replicate: Any
 
-    def __init__(self, config: Any = None, *, prefetch: int = 1) -> None:
+    def __init__(self, config: Any = None, *, prefetch: int = 2) -> None:
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
         super().__init__(config=config)
@@ -248,14 +257,14 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         self._fetched: dict[int, _Fetched] = {}
         #: Uploads already read by the compute stream, waited for one layer later.
         self._consumed: list[_Fetched] = []
-        self._streams: dict[Any, Any] = {}
+        self._streams: dict[tuple[Any, str], Any] = {}
 
     # streams and events ---------------------------------------------------
 
-    def _side(self, device: Any) -> Any:
-        stream = self._streams.get(device)
+    def _side(self, device: Any, role: str) -> Any:
+        stream = self._streams.get((device, role))
         if stream is None:
-            stream = self._streams[device] = torch.cuda.Stream(device)
+            stream = self._streams[(device, role)] = torch.cuda.Stream(device)
         return stream
 
     def _after_current(self, side: Any, device: Any) -> None:
@@ -270,11 +279,11 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         layer = self.layers[index]
         if index in self._fetched or not layer.is_initialized or layer.length == 0:
             return
-        side = self._side(layer.device)
-        # The new tensors come from torch's allocator on the current
-        # stream: written only after the work queued there now.
-        self._after_current(side, layer.device)
-        keys, values, transfers = layer.read(side)
+        side = self._side(layer.device, "read")
+        # Allocated on the upload stream: no work of the compute stream can
+        # be using their memory, so the upload waits for nothing there.
+        with torch.cuda.stream(side):
+            keys, values, transfers = layer.read(side)
         ready = torch.cuda.Event()
         ready.record(side)
         self._fetched[index] = _Fetched(index, layer.length, keys, values, transfers, ready)
@@ -289,7 +298,11 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
             self._fetch(index)
             fetched = self._fetched.pop(index)
         if fetched is not None:
-            torch.cuda.current_stream(layer.device).wait_event(fetched.ready)
+            current = torch.cuda.current_stream(layer.device)
+            current.wait_event(fetched.ready)
+            if fetched.keys.is_cuda:
+                fetched.keys.record_stream(current)
+                fetched.values.record_stream(current)
         return fetched
 
     def _ahead(self, index: int) -> None:
@@ -325,7 +338,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         for old in self._consumed:
             old.settle()
         self._consumed = [fetched] if fetched is not None else []
-        side = self._side(layer.device)
+        side = self._side(layer.device, "write")
         self._after_current(side, layer.device)
         layer.write(key_states, value_states, side)
         self._ahead(layer_idx)
