@@ -393,3 +393,114 @@ mod tests {
         assert!(process.exiting() && lock(&held).is_some());
     }
 }
+
+#[cfg(all(test, feature = "simulator"))]
+mod sim_tests {
+    use super::*;
+    use crate::cuda::staging::{Stager, StagingOptions, to_host};
+    use crate::cuda::{Context, DeviceBuffer, sim};
+
+    const LEN: usize = 1 << 20;
+
+    /// A stager of a fresh simulated device, as the binding holds it, and
+    /// device memory of `LEN` known bytes.
+    fn stager() -> (usize, Arc<Mutex<Option<Stager>>>, DeviceBuffer, Vec<u8>) {
+        sim::install();
+        let ordinal = sim::new_device();
+        let context = Context::primary(ordinal).unwrap();
+        let options = StagingOptions::builder()
+            .chunk(64 << 10)
+            .buffers(2)
+            .workers(1)
+            .driver_path_below(0)
+            .build()
+            .unwrap();
+        let stager = Stager::with_options(&context, options).unwrap();
+        let expected: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut source = DeviceBuffer::new(&context, LEN).unwrap();
+        source.copy_from_host(0, &expected).unwrap();
+        (
+            ordinal,
+            Arc::new(Mutex::new(Some(stager))),
+            source,
+            expected,
+        )
+    }
+
+    /// A thread copying `source` to the host through `slot`, blocking,
+    /// under the slot's lock (as the binding's blocking copy does).
+    fn copying(
+        slot: &Arc<Mutex<Option<Stager>>>,
+        source: DeviceBuffer,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        let slot = Arc::clone(slot);
+        std::thread::spawn(move || {
+            let mut host = std::vec![0u8; LEN];
+            let mut stager = lock(&slot);
+            stager
+                .as_mut()
+                .expect("open")
+                .run(to_host(&mut host, &source))
+                .unwrap();
+            host
+        })
+    }
+
+    #[test]
+    fn exit_waits_for_a_stagers_copy_in_flight_then_closes_it() {
+        let process = Process::new();
+        let (ordinal, slot, source, expected) = stager();
+        assert!(process.register(Arc::downgrade(&slot) as Weak<dyn AtExit>));
+        sim::hold(ordinal);
+        let copy = copying(&slot, source);
+        std::thread::sleep(Duration::from_millis(30));
+        let releasing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            sim::release(ordinal);
+        });
+        let started = Instant::now();
+        let exit = process.begin_exit();
+        assert!(exit.finish(Duration::from_secs(10), Duration::ZERO));
+        assert!(
+            started.elapsed() >= Duration::from_millis(30),
+            "waited for the device: {:?}",
+            started.elapsed()
+        );
+        assert!(lock(&slot).is_none(), "closed");
+        assert!(!process.abandoned());
+        assert!(
+            copy.join().unwrap() == expected,
+            "the copy in flight completed"
+        );
+        releasing.join().unwrap();
+    }
+
+    #[test]
+    fn exit_gives_up_on_a_device_that_does_not_finish_within_the_grace() {
+        let process = Process::new();
+        let (ordinal, slot, source, expected) = stager();
+        assert!(process.register(Arc::downgrade(&slot) as Weak<dyn AtExit>));
+        sim::hold(ordinal);
+        let copy = copying(&slot, source);
+        std::thread::sleep(Duration::from_millis(30));
+        let started = Instant::now();
+        assert!(
+            !process
+                .begin_exit()
+                .finish(Duration::from_millis(50), Duration::ZERO)
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(process.abandoned() && !process.forked());
+        // The device finishes later: the copy, then the close, complete.
+        sim::release(ordinal);
+        assert!(copy.join().unwrap() == expected);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lock(&slot).is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            lock(&slot).is_none(),
+            "the exit thread closed it once it could"
+        );
+    }
+}
