@@ -178,7 +178,8 @@ def _entries(hooked: _Hooked) -> Optional[list[tuple[Entry, dict[str, Any], str]
 
 
 def _group_names(model: Any, hooked: Sequence[_Hooked], groups: Optional[Sequence[str]]) -> dict[str, str]:
-    """Each hooked module's group, by module name."""
+    """Each hooked module's group, by module name (none for a module
+    outside the groups named)."""
     if groups is None:
         device_map = getattr(model, "hf_device_map", None)
         if isinstance(device_map, dict) and any(v == "cpu" for v in device_map.values()):
@@ -192,7 +193,9 @@ def _group_names(model: Any, hooked: Sequence[_Hooked], groups: Optional[Sequenc
         group = item.name
         if groups is not None:
             matches = [g for g in groups if g == "" or item.name == g or item.name.startswith(g + ".")]
-            group = max(matches, key=len) if matches else item.name
+            if not matches:
+                continue  # outside the groups named: left to accelerate
+            group = max(matches, key=len)
         else:
             parts = item.name.split(".")
             for cut in range(len(parts) - 1, 0, -1):
@@ -231,6 +234,8 @@ class AccelerateOffload:
         members: dict[str, list[tuple[Entry, dict[str, Any], str]]] = {}
         seen: set[int] = set()
         for item in hooked:
+            if item.name not in names:
+                continue
             entries = _entries(item)
             if entries is not None and not entries:
                 continue  # a hook with nothing to move (buffers not offloaded)
@@ -307,8 +312,10 @@ def use_hostcopy(
     hostcopy instead of accelerate's per-tensor copies.
 
     ``groups``: module names whose offloaded submodules form one group
-    each (default: the ``device_map``'s entries on the CPU, else each child
-    of a ``ModuleList`` such as the decoder layers, else each module).
+    each, the other offloaded modules left to accelerate (default: the
+    ``device_map``'s entries on the CPU, else each child of a
+    ``ModuleList`` such as the decoder layers, and each other offloaded
+    module a group of its own).
     ``prefetch``, ``slots``, ``stager``: as ``hostcopy.offload.offload``.
     The modules left to accelerate are in ``.skipped``.
     """
