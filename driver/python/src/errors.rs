@@ -420,6 +420,12 @@ pub(crate) fn forked(py: Python<'_>) -> PyErr {
     )
 }
 
+impl From<crate::life::Forked> for PyErr {
+    fn from(_: crate::life::Forked) -> PyErr {
+        Python::attach(forked)
+    }
+}
+
 /// `hostcopy.StagerClosed` (a `ValueError`): a transfer or stager refused
 /// because the stager is closed, or the interpreter is exiting.
 pub(crate) fn closed(py: Python<'_>) -> PyErr {

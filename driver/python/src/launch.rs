@@ -52,7 +52,7 @@ pub(crate) fn launch_owned(
     parallel: bool,
 ) -> PyResult<bool> {
     let record = record_from_bytes(py, record)?;
-    crate::life::use_cuda(py)?;
+    crate::life::use_cuda()?;
     let launch = move || -> Result<bool, Error> {
         let raw = stream as CUstream;
         // SAFETY: the Python API documents what the caller keeps valid: the
@@ -79,7 +79,7 @@ pub(crate) fn add_host_node(
     parallel: bool,
 ) -> PyResult<usize> {
     let record = record_from_bytes(py, record)?;
-    crate::life::use_cuda(py)?;
+    crate::life::use_cuda()?;
     let add = || -> Result<usize, Error> {
         let context = Context::current()?;
         // SAFETY: the Python API documents the caller's promise: `graph` is

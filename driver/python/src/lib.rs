@@ -54,7 +54,7 @@ fn rejected() -> usize {
 /// Loads the NVIDIA driver now (transfers and launches do it on first use).
 #[pyfunction]
 fn load_driver(py: Python<'_>) -> PyResult<()> {
-    life::use_cuda(py)?;
+    life::use_cuda()?;
     crate::life::detach(py, hostcopy_driver::cuda::driver_version)
         .map(drop)
         .map_err(|failure| errors::driver_error(py, "load_driver", failure))

@@ -70,12 +70,17 @@ pub(crate) fn register(py: Python<'_>, slot: Weak<Slot>) -> PyResult<bool> {
     Ok(process().register(slot as Weak<dyn AtExit>))
 }
 
+/// A call refused because this process is a child forked after hostcopy
+/// used CUDA (`CudaUnavailable`, made by `crate::errors`).
+#[derive(Debug)]
+pub(crate) struct Forked;
+
 /// Refuses a call that would use CUDA in a child forked after hostcopy
-/// used it (`CudaUnavailable`), and otherwise notes that CUDA is used:
-/// every entry point that makes a driver call asks this first.
-pub(crate) fn use_cuda(py: Python<'_>) -> PyResult<()> {
+/// used it, and otherwise notes that CUDA is used: every entry point that
+/// makes a driver call asks this first.
+pub(crate) fn use_cuda() -> Result<(), Forked> {
     if forked() {
-        return Err(crate::errors::forked(py));
+        return Err(Forked);
     }
     process().note_cuda_used();
     Ok(())

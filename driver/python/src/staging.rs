@@ -419,7 +419,7 @@ impl PyStager {
         let options = options
             .build()
             .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
-        life::use_cuda(py)?;
+        life::use_cuda()?;
         if life::exiting() {
             return Err(closed(py));
         }
@@ -994,7 +994,7 @@ pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> PyResult<usize> {
     check_usable(py)?;
-    life::use_cuda(py)?;
+    life::use_cuda()?;
     life::detach(py, || {
         crate::keeping_current(|| DeviceView::device_holding(ptr))
     })
@@ -1009,7 +1009,7 @@ pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> Py
 #[pyfunction]
 pub(crate) fn stream_capturing(py: Python<'_>, handle: usize) -> PyResult<bool> {
     check_usable(py)?;
-    life::use_cuda(py)?;
+    life::use_cuda()?;
     life::detach(py, || {
         crate::keeping_current(|| {
             let raw = handle as CUstream;
