@@ -1,8 +1,9 @@
 //! `cargo xtask gpu-bundle`: builds what runs on a GPU host that has no Rust
 //! toolchain (the GPU test binaries, the examples, the benchmark, the
-//! Python package's wheel and its GPU tests) into one folder with `run.sh`
-//! (`xtask/scripts/gpu-run.sh`), which runs each of [`STEPS`] and prints a
-//! summary table last.
+//! Python package's wheel, its GPU tests and benchmarks) into one folder
+//! with `run.sh` (`xtask/scripts/gpu-run.sh`), which runs each of [`STEPS`]
+//! and prints a summary table last, and the newest run plan
+//! (`xtask/gpu-runs/runNN-plan.sh`, the highest NN) as it is.
 //!
 //! The binaries open `libcuda.so.1` at run time (nothing links it): built
 //! here, they load the GPU host's driver there.
@@ -18,7 +19,8 @@ usage: cargo xtask gpu-bundle [--out DIR]
 
 Builds the GPU test binaries (cudarc's among them), the staged_d2h and
 kv_offload examples, the staged_copy benchmark (profile `gpu-bundle`) and the Python wheel
-(driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh.
+(driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh, the
+Python GPU tests and benchmarks, and the newest xtask/gpu-runs/runNN-plan.sh.
 On the GPU host:
     sh DIR/run.sh        # results in $OUT, or DIR/out";
 
@@ -44,12 +46,21 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
     ("driver/python/tests/test_gpu_arrays.py", "python/tests/test_gpu_arrays.py"),
     ("driver/python/tests/test_gpu_safetensors.py", "python/tests/test_gpu_safetensors.py"),
+    ("driver/python/tests/test_gpu_offload.py", "python/tests/test_gpu_offload.py"),
+    ("driver/python/tests/test_safetensors_parity.py", "python/tests/test_safetensors_parity.py"),
+    // test_readme_sim.py reads its documents three folders above itself:
+    // under python/readme/ they keep their places in the repository.
+    ("driver/python/tests/test_readme_sim.py", "python/readme/driver/python/tests/test_readme_sim.py"),
+    ("README.md", "python/readme/README.md"),
+    ("docs/python.md", "python/readme/docs/python.md"),
+    ("driver/python/README.md", "python/readme/driver/python/README.md"),
     ("driver/python/bench/staged_d2h.py", "python/bench/staged_d2h.py"),
     ("driver/python/bench/one_call.py", "python/bench/one_call.py"),
     ("driver/python/bench/blocks.py", "python/bench/blocks.py"),
     ("driver/python/bench/safetensors_load.py", "python/bench/safetensors_load.py"),
     ("driver/python/bench/async_lag.py", "python/bench/async_lag.py"),
     ("driver/python/bench/empty_pool.py", "python/bench/empty_pool.py"),
+    ("driver/python/bench/offload_loop.py", "python/bench/offload_loop.py"),
 ];
 
 /// The bundle must travel to the GPU host in one call.
@@ -112,6 +123,12 @@ fn bundle(out: &Path) -> Result<u64, String> {
     for (from, to) in FILES {
         copy(&root.join(from), &out.join(to))?;
     }
+    let runs = root.join("xtask/gpu-runs");
+    let names = fs::read_dir(&runs).map_err(|e| format!("{}: {e}", runs.display()))?;
+    if let Some(plan) = newest_plan(names.flatten().map(|entry| entry.file_name().to_string_lossy().into_owned())) {
+        copy(&runs.join(&plan), &out.join(&plan))?;
+        println!("gpu-bundle: {plan} (the newest run plan) in the bundle");
+    }
     // The Python package's abi3 wheel (maturin); gpu.sh installs it offline.
     command::run(Command::new(root.join("driver/python/build-wheel.sh")).arg(out.join("python/wheels")))?;
     other_wheels(&out.join("python/other-wheels"));
@@ -148,6 +165,13 @@ fn other_wheels(folder: &Path) {
     }
 }
 
+/// The file name of the newest run plan among `names`: `runNN-plan.sh` with
+/// the highest NN (by number, so run100 follows run99).
+fn newest_plan(names: impl Iterator<Item = String>) -> Option<String> {
+    let number = |name: &str| name.strip_prefix("run")?.strip_suffix("-plan.sh")?.parse::<u32>().ok();
+    names.filter_map(|name| Some((number(&name)?, name))).max().map(|(_, name)| name)
+}
+
 fn cargo(root: &Path) -> Command {
     let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cargo.current_dir(root).arg("--quiet");
@@ -175,6 +199,9 @@ fn json_string(line: &str, key: &str) -> Option<String> {
 }
 
 fn copy(from: &Path, to: &Path) -> Result<(), String> {
+    if let Some(folder) = to.parent() {
+        fs::create_dir_all(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+    }
     fs::copy(from, to).map(drop).map_err(|e| format!("copy {} to {}: {e}", from.display(), to.display()))
 }
 
@@ -235,6 +262,39 @@ mod tests {
             let program = command.split_whitespace().next().unwrap();
             let file = FILES.iter().any(|(_, to)| to == &program);
             assert!(file || bundled.contains(&program), "step {name} runs {program}");
+        }
+    }
+
+    #[test]
+    fn the_newest_plan_is_the_highest_number() {
+        let names =
+            ["run59-plan.sh", "run100-plan.sh", "run99-plan.sh", "run47-exit-diag.sh", "README.md", "runx-plan.sh"];
+        assert_eq!(newest_plan(names.iter().map(|n| n.to_string())).as_deref(), Some("run100-plan.sh"));
+        assert_eq!(newest_plan(["diary.md".to_owned()].into_iter()), None);
+    }
+
+    /// Every test file and benchmark that gpu.sh runs is copied into the
+    /// bundle, and every file the bundle copies exists.
+    #[test]
+    fn the_bundle_holds_what_gpu_sh_runs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for (from, _) in FILES {
+            assert!(root.join(from).is_file(), "{from} is not in the workspace");
+        }
+        let bundled = |to: &str| FILES.iter().any(|(_, bundle)| *bundle == to);
+        let gpu_sh = include_str!("../../driver/python/gpu.sh");
+        let tests: Vec<&str> =
+            gpu_sh.split("\"$here/tests/").skip(1).map(|rest| &rest[..rest.find('"').unwrap()]).collect();
+        assert!(tests.len() >= 6, "gpu.sh names its test files as \"$here/tests/NAME\": {tests:?}");
+        for test in tests {
+            let readme = format!("python/readme/driver/python/tests/{test}");
+            assert!(bundled(&format!("python/tests/{test}")) || bundled(&readme), "gpu.sh runs tests/{test}");
+        }
+        let benches: Vec<&str> =
+            gpu_sh.lines().filter_map(|line| line.strip_prefix("run_bench ")?.split_whitespace().next()).collect();
+        assert!(benches.contains(&"offload_loop"), "gpu.sh runs its benchmarks as `run_bench NAME LOG`: {benches:?}");
+        for bench in benches {
+            assert!(bundled(&format!("python/bench/{bench}.py")), "gpu.sh runs bench/{bench}.py");
         }
     }
 }
