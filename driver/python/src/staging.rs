@@ -144,18 +144,33 @@ impl Drop for StagerShared {
         let Some(stager) = lock(&self.stager).take() else {
             return;
         };
-        if life::exiting() {
-            // The interpreter may begin to finalise at any moment, and a
-            // thread that asks for the GIL then is ended mid-call (see
-            // `life`): closed here as it is, the GIL neither asked for (the
-            // waiter thread) nor let go (a dealloc keeps it, as every call
-            // does from the exit handler on).
+        // SAFETY: reads the thread's Python thread state, if any (a
+        // thread-local slot of the runtime); callable with or without the
+        // GIL, before, during and after finalisation.
+        if unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null() {
+            // A thread Python does not know: the waiter thread, dropping
+            // the registration that held the last reference. It holds no
+            // GIL, so there is nothing to let go of, and it must never
+            // ask for it: a thread that asks as finalisation begins blocks
+            // in the interpreter, or is ended there mid-call (see `life`),
+            // and `life::exiting()` read first cannot rule that out (the
+            // flag may be set just after; this thread is not counted).
+            // Closed here, without Python.
             drop(stager);
             return;
         }
-        // Attached already (a dealloc), or briefly (the waiter thread); as
-        // the interpreter shuts down, the closure, stager and all, is
-        // dropped on this thread as it is.
+        // A Python thread: the dealloc of the `Stager` or of a `Transfer`,
+        // which holds the GIL (nothing else drops the last reference on a
+        // Python thread), so the attach below never waits for it.
+        if life::exiting() {
+            // The interpreter may begin to finalise at any moment: closed
+            // here with the GIL kept, as every call keeps it from the exit
+            // handler on.
+            drop(stager);
+            return;
+        }
+        // Attached already; as the interpreter shuts down, the closure,
+        // stager and all, is dropped on this thread as it is.
         Python::try_attach(move |py| life::detach(py, move || drop(stager)));
     }
 }
@@ -939,9 +954,13 @@ impl Drop for Transfer {
             // Its copies ran, or run, in the parent (forked), or on a
             // device the exit handler gave up on: nothing to wait for.
             // Finishing it, or dropping the stager through it, would wait
-            // for threads that never answer; its state, the stager's with
-            // it, is left as it is.
+            // for threads that never answer. The rule: whatever an
+            // abandoned transfer touches is leaked, never dropped. Its
+            // state (the stager's with it) and its host memory are left
+            // as they are: a copier the handler gave up on may still
+            // write that memory, which must not go back to the allocator.
             core::mem::forget(Arc::clone(&self.state));
+            core::mem::forget(lock(&self.host).take());
             return;
         }
         // Python drops a pyclass with the GIL held.

@@ -108,6 +108,38 @@ def test_exit_is_bounded_by_the_grace_even_with_a_transfer_held_in_a_global():
     assert code != "timeout", "exit hung past the 5 s grace: finalization drops the global Transfer, which waits for good"
 
 
+def test_a_transfer_dropped_after_the_exit_handler_gave_up_keeps_its_destination_for_good():
+    # The exit handler gives up on a device that does not finish within
+    # the grace. A Transfer dropped afterwards (finalisation dropping a
+    # global) leaves its state alone, and its destination array with it:
+    # the copier may still write it once the device goes on. Released,
+    # the array's memory would go back to the allocator, and the late
+    # copy would write whatever was allocated there next.
+    code, out, err = run(
+        """
+        import gc, weakref
+        stager = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0)
+        dst = numpy.zeros(SIZE, numpy.uint8)
+        alive = weakref.ref(dst)
+        native.sim_hold(device)                   # the device does not finish within the grace
+        pending = stager.copy_to_host(dst, source, blocking=False)
+        del dst
+        atexit._run_exitfuncs()                   # hostcopy's exit handler: waits 5 s, gives up
+        del pending
+        gc.collect()
+        print("destination kept:", alive() is not None, flush=True)
+        later = [numpy.zeros(SIZE, numpy.uint8) for _ in range(4)]
+        native.sim_release(device)                # the copier writes now
+        time.sleep(1)
+        print("later arrays written:", sum(int(array.any()) for array in later), flush=True)
+        """,
+        timeout=30,
+    )
+    assert code != "timeout", (out, err)
+    assert "destination kept: True" in out, (out, err[-2000:])
+    assert "later arrays written: 0" in out, (out, err[-2000:])
+
+
 def test_a_stager_made_while_the_exit_handler_runs_is_closed_too():
     # A stager is registered for the exit handler under the lock the
     # handler takes, and refused once it has run: one made by another
@@ -312,6 +344,38 @@ def test_dropping_the_last_reference_to_a_stager_does_not_wait_with_the_gil_held
     assert "refused" in out, (out, err)
     assert code != "timeout", "del stager waited for the device with the GIL held: the releasing thread never ran"
     assert "dropped" in out, (out, err)
+
+
+def test_a_stager_whose_last_reference_the_await_thread_drops_is_closed_without_the_gil():
+    # The Stager and an awaited Transfer are dropped while the copy is
+    # held: the registration queued with the stager's waiter thread holds
+    # the last reference. Once the copy ends that thread closes the stager
+    # where it is, without asking for the GIL (which it would wait for, or
+    # be ended inside, as the interpreter finalises): here the main thread
+    # keeps the GIL throughout, and the stager's streams still go.
+    code, out, err = run(
+        """
+        sys.setswitchinterval(100)        # the main thread keeps the GIL when asked for it
+        stager = hostcopy.Stager(device, chunk=256 << 10, buffers=2, workers=1, driver_path_below=0)
+        dst = numpy.empty(SIZE, numpy.uint8)
+        native.sim_hold(device)
+        pending = stager.copy_to_host(dst, source, blocking=False)
+        wakeup = native.Wakeup()
+        print("registered:", pending._notify_when_finished(wakeup, 1) is False, flush=True)
+        del pending, stager
+        print("streams before:", native.sim_device_state(device)["streams"], flush=True)
+        native.sim_release(device)
+        until = time.perf_counter() + 3
+        while native.sim_device_state(device)["streams"] and time.perf_counter() < until:
+            pass                          # Python code: the GIL is never let go
+        print("streams after:", native.sim_device_state(device)["streams"], flush=True)
+        """,
+        timeout=30,
+    )
+    assert code == 0, (code, err[-2000:])
+    assert "registered: True" in out, (out, err)
+    assert "streams before: 0" not in out, (out, err)
+    assert "streams after: 0" in out, ("the await thread waited for the GIL to close the stager", out, err)
 
 
 def test_a_thread_that_comes_back_without_the_gil_once_the_interpreter_finalises_parks_instead_of_crashing():
