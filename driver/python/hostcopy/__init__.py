@@ -58,6 +58,7 @@ from ._errors import (
     NotHostAccessible,
     NotPrimaryContext,
     NullWithLength,
+    OffloadError,
     OrderNotKept,
     OutOfBounds,
     Overlap,
@@ -70,6 +71,7 @@ from ._errors import (
     StagerClosed,
     StreamCapturing,
     TransferError,
+    WorkerStartError,
     WrongDevice,
 )
 from ._memory import empty
@@ -134,6 +136,7 @@ __all__ = [
     "NotHostAccessible",
     "NotPrimaryContext",
     "NullWithLength",
+    "OffloadError",
     "OrderNotKept",
     "OutOfBounds",
     "Overlap",
@@ -146,6 +149,7 @@ __all__ = [
     "StagerClosed",
     "StreamCapturing",
     "TransferError",
+    "WorkerStartError",
     "WrongDevice",
 ]
 

@@ -3,7 +3,7 @@
 Every class derives from ``hostcopy.Error`` (``except hostcopy.Error``
 catches whatever hostcopy raises for a reason of its own) and keeps a
 built-in base (``ValueError``, ``TypeError``, ``RuntimeError``,
-``MemoryError``), so code that catches those keeps working.
+``MemoryError``, ``OSError``), so code that catches those keeps working.
 
 Packing's refusals are ``PackError`` subclasses, named as the variants of
 the Rust ``hostcopy_driver::PackError``; a batch's refusals and memory a
@@ -14,7 +14,8 @@ wildcard arm: ``cuda::Error``'s ``Driver`` is ``CudaUnavailable`` or
 ``CudaError``, ``Pool`` ``RecordPoolError``, ``Pack`` a ``PackError``,
 ``Capturing`` ``StreamCapturing``, ``DeviceOutOfBounds`` ``OutOfBounds``,
 ``ContextMismatch`` ``WrongDevice``, and the others the class of the same
-name; ``HostBufferError`` is ``HostMemoryError``. ``SafetensorsError`` is
+name; ``HostBufferError`` is ``HostMemoryError``, and
+``parallel::StartError`` ``WorkerStartError``. ``SafetensorsError`` is
 Python's own: a model file ``hostcopy.safetensors`` refuses.
 
 From the interpreter's exit handler on, the native module raises each
@@ -266,6 +267,23 @@ class RecordPoolError(Error, RuntimeError):
     capacity: Optional[int] = None
     user_data: Optional[int] = None
     index: Optional[int] = None
+
+
+class WorkerStartError(Error, OSError):
+    """``set_parallel_workers`` could not start every worker thread it
+    asked for (``started``: the workers running, which the pool keeps;
+    ``errno``: what the system said, or ``None``)."""
+
+    started: int = 0
+
+
+class OffloadError(Error, RuntimeError):
+    """``hostcopy.offload`` cannot run a forward as asked: a group entered
+    while its own forward runs, every ring slot read by a running forward,
+    an offloader used after ``remove()``, a parameter that requires grad
+    while autograd is on (a backward pass would read a ring slot that later
+    groups overwrote), or a ``HostLayer`` updated directly instead of
+    through its ``HostOffloadedCache``."""
 
 
 class SafetensorsError(Error, ValueError):

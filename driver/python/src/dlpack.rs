@@ -92,8 +92,9 @@ struct Tensor {
 }
 
 /// Reads the tensor of an unconsumed `"dltensor"` or `"dltensor_versioned"`
-/// capsule.
-fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// capsule given as `side`.
+fn tensor_of(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<Tensor> {
+    let py = capsule.py();
     let capsule = capsule
         .cast::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("__dlpack__() did not return a capsule"))?;
@@ -165,20 +166,40 @@ fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             expected = expected.saturating_mul(extent);
         }
     }
-    let addr = usize::try_from(tensor.byte_offset)
+    let addr = match usize::try_from(tensor.byte_offset)
         .ok()
         .and_then(|offset| (tensor.data as usize).checked_add(offset))
         .filter(|addr| addr.checked_add(nbytes).is_some())
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "a DLPack tensor at {:#x} + byte_offset {} of {nbytes} bytes passes the end of the address space",
+    {
+        Some(addr) => addr,
+        None => {
+            let message = format!(
+                "{side}: a DLPack tensor at {:#x} + byte_offset {} of {nbytes} bytes passes the end of the address space",
                 tensor.data as usize, tensor.byte_offset
-            ))
-        })?;
+            );
+            return Err(error(
+                py,
+                Class::AddressOverflow,
+                message,
+                [
+                    ("side", side.into_pyobject(py)?.into_any()),
+                    ("addr", (tensor.data as usize).into_pyobject(py)?.into_any()),
+                    ("nbytes", nbytes.into_pyobject(py)?.into_any()),
+                ],
+            ));
+        }
+    };
     if tensor.data.is_null() && nbytes > 0 {
-        return Err(PyValueError::new_err(format!(
-            "a DLPack tensor of {nbytes} bytes at a null data pointer"
-        )));
+        let message = format!("{side}: a DLPack tensor of {nbytes} bytes at a null data pointer");
+        return Err(error(
+            py,
+            Class::NullWithLength,
+            message,
+            [
+                ("side", side.into_pyobject(py)?.into_any()),
+                ("nbytes", nbytes.into_pyobject(py)?.into_any()),
+            ],
+        ));
     }
     Ok(Tensor {
         addr,
@@ -194,12 +215,17 @@ fn tensor_of(capsule: &Bound<'_, PyAny>) -> PyResult<Tensor> {
 
 /// `(address, nbytes, device_type, device_id, c_contiguous)` of the tensor
 /// in a `"dltensor"` or `"dltensor_versioned"` capsule. `device_type` is
-/// DLPack's: 1 CPU, 2 CUDA, 3 CUDA host (pinned), 13 CUDA managed.
+/// DLPack's: 1 CPU, 2 CUDA, 3 CUDA host (pinned), 13 CUDA managed. A
+/// tensor past the end of the address space raises
+/// `hostcopy.AddressOverflow`, one of bytes at a null pointer
+/// `hostcopy.NullWithLength`, each naming `side`.
 #[pyfunction]
+#[pyo3(signature = (capsule, side="device"))]
 pub(crate) fn dlpack_region(
     capsule: &Bound<'_, PyAny>,
+    side: &str,
 ) -> PyResult<(usize, usize, i32, i32, bool)> {
-    let tensor = tensor_of(capsule)?;
+    let tensor = tensor_of(capsule, side)?;
     Ok((
         tensor.addr,
         tensor.nbytes,
@@ -225,7 +251,7 @@ pub(crate) fn dlpack_host_memory(
     side: &str,
 ) -> PyResult<crate::buffer::HostMemory> {
     let py = capsule.py();
-    let tensor = tensor_of(&capsule)?;
+    let tensor = tensor_of(&capsule, side)?;
     if !matches!(tensor.device_type, DL_CPU | DL_CUDA_HOST) {
         return Err(PyTypeError::new_err(format!(
             "{side} is not host memory (DLPack device type {}, device {}); host memory is expected here",
@@ -298,7 +324,7 @@ pub(crate) fn dlpack_host_memory(
 #[pyfunction]
 pub(crate) fn dlpack_device_destination(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<()> {
     let py = capsule.py();
-    let tensor = tensor_of(capsule)?;
+    let tensor = tensor_of(capsule, side)?;
     let why = match tensor.flags {
         Some(flags) if flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0 => {
             "is marked read-only by its producer"

@@ -64,6 +64,7 @@ classes!(
     ScopeOpen,
     RecordPoolError,
     HostMemoryError,
+    WorkerStartError,
 );
 
 /// A class as loaded: itself, and its first base that Python defines
@@ -355,6 +356,35 @@ pub(crate) fn host_buffer_error(py: Python<'_>, failure: &HostBufferError) -> Py
             ),
             HostBufferErrorKind::Unsupported => error(py, Class::HostMemoryError, message, []),
         })
+    };
+    build().unwrap_or_else(|failure| failure)
+}
+
+/// `hostcopy.WorkerStartError` (an `OSError`): the copy worker pool
+/// started only `started` of the `workers` threads asked for, and keeps
+/// those.
+pub(crate) fn worker_start_error(
+    py: Python<'_>,
+    workers: usize,
+    started: usize,
+    failure: &std::io::Error,
+) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        Ok(error(
+            py,
+            Class::WorkerStartError,
+            format!(
+                "starting {workers} copy workers: thread {started} could not start ({failure}); \
+                 the pool runs with {started}"
+            ),
+            [
+                ("started", int(py, started)?),
+                (
+                    "errno",
+                    failure.raw_os_error().into_pyobject(py)?.into_any(),
+                ),
+            ],
+        ))
     };
     build().unwrap_or_else(|failure| failure)
 }

@@ -22,9 +22,16 @@ pub(crate) fn set_parallel_workers(py: Python<'_>, workers: usize) -> PyResult<(
         Err(StartError::AlreadyStarted { .. }) => CopyWorkers::get().ok_or_else(|| {
             PyOSError::new_err("the copy worker pool reported itself running but is not")
         })?,
-        Err(error) => {
+        Err(StartError::Spawn { started, error }) => {
+            return Err(crate::errors::worker_start_error(
+                py, workers, started, &error,
+            ));
+        }
+        // `StartError` is non-exhaustive: a reason the crate adds later
+        // still raises an `OSError`, with its own message.
+        Err(other) => {
             return Err(PyOSError::new_err(format!(
-                "starting {workers} copy workers: {error}"
+                "starting {workers} copy workers: {other}"
             )));
         }
     };

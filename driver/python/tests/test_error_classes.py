@@ -3,12 +3,18 @@ built-in base; every variant of the Rust crate's errors reaches Python as
 a class of its own (src/errors.rs maps them without a wildcard arm), never
 a plain ``RuntimeError``."""
 
+import ctypes
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 import hostcopy
 from hostcopy import _errors, _native
+from hostcopy.offload._ring import Ring
 
-BUILTIN_BASES = (ValueError, TypeError, RuntimeError, MemoryError)
+BUILTIN_BASES = (ValueError, TypeError, RuntimeError, MemoryError, OSError)
 
 
 def exported_classes() -> list[type[BaseException]]:
@@ -58,6 +64,8 @@ def test_the_built_in_bases_are_kept():
         (hostcopy.StreamCapturing, RuntimeError),
         (hostcopy.HostMemoryError, MemoryError),
         (hostcopy.SafetensorsError, ValueError),
+        (hostcopy.OffloadError, RuntimeError),
+        (hostcopy.WorkerStartError, OSError),
     ]:
         assert issubclass(cls, base) and issubclass(cls, hostcopy.Error), cls
 
@@ -129,3 +137,137 @@ def test_a_closed_stager_raises_stager_closed(sim):
     stager.close()
     with pytest.raises(hostcopy.StagerClosed, match="the stager is closed"):
         stager.copy_to_host(bytearray(64), source)
+
+
+class DlDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DlDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DlManagedTensor(ctypes.Structure):
+    """``DLManagedTensor``: its ``DLTensor`` first, then the producer's fields."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DlDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DlDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+def unversioned_capsule(data: int, nbytes: int, device_type: int = 1):
+    """A ``"dltensor"`` capsule of ``nbytes`` one-byte elements at ``data``
+    (no destructor: the structure is Python's, kept by the capsule's
+    holder through the returned tuple)."""
+    shape = (ctypes.c_int64 * 1)(nbytes)
+    managed = DlManagedTensor(data, DlDevice(device_type, 0), 1, DlDataType(1, 8, 1), shape, None, 0, None, None)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(managed), b"dltensor", None), (managed, shape)
+
+
+def test_a_dlpack_tensor_past_the_end_of_the_address_space_raises_address_overflow():
+    capsule, _kept = unversioned_capsule(2**64 - 16, 64)
+    with pytest.raises(hostcopy.AddressOverflow) as raised:
+        _native.dlpack_host_memory(capsule, False, "src")
+    assert (raised.value.side, raised.value.addr, raised.value.nbytes) == ("src", 2**64 - 16, 64)
+    with pytest.raises(hostcopy.AddressOverflow) as raised:
+        _native.dlpack_region(capsule)
+    assert raised.value.side == "device"
+
+
+def test_a_dlpack_tensor_of_bytes_at_a_null_pointer_raises_null_with_length():
+    capsule, _kept = unversioned_capsule(0, 64)
+    with pytest.raises(hostcopy.NullWithLength) as raised:
+        _native.dlpack_host_memory(capsule, False, "dst")
+    assert (raised.value.side, raised.value.nbytes) == ("dst", 64)
+    with pytest.raises(hostcopy.NullWithLength) as raised:
+        _native.dlpack_region(capsule, "src")
+    assert raised.value.side == "src"
+    empty, _kept_empty = unversioned_capsule(0, 0)
+    assert _native.dlpack_region(empty)[:2] == (0, 0), "an empty tensor may have no data pointer"
+
+
+class RingDevice:
+    """``_ring.Device`` whose buffers and streams are plain objects."""
+
+    def buffer(self, nbytes):
+        return bytearray(nbytes)
+
+    def memory(self, buffer):
+        return buffer
+
+    def stream(self):
+        return object()
+
+    def current_stream(self):
+        return "compute"
+
+    def event(self):
+        return object()
+
+    def record(self, event, stream):
+        pass
+
+    def wait(self, stream, event):
+        pass
+
+
+class Finished:
+    def wait(self):
+        pass
+
+
+class UploadsOnly:
+    """A stager stand-in whose uploads end at once."""
+
+    def copy_to_device(self, dst, src, nbytes, **options):
+        return Finished()
+
+
+def test_the_offloaders_refusals_are_offload_errors():
+    ring = Ring(RingDevice(), [bytearray(16) for _ in range(2)], prefetch=0, slots=1, stager=UploadsOnly())
+    ring.enter(0)
+    with pytest.raises(hostcopy.OffloadError, match="entered twice"):
+        ring.enter(0)
+    with pytest.raises(hostcopy.OffloadError, match="every ring slot"):
+        ring.enter(1)
+    with pytest.raises(hostcopy.OffloadError, match="not in a forward"):
+        ring.write_back(1, [(0, 4)])
+    ring.leave(0)
+    ring.close()
+    with pytest.raises(hostcopy.OffloadError, match="removed"):
+        ring.enter(0)
+
+
+def test_a_worker_thread_that_cannot_start_raises_worker_start_error():
+    # The address space is capped just above what the process maps, so
+    # the worker threads' stacks cannot all be mapped.
+    script = textwrap.dedent(
+        """
+        import resource
+        import hostcopy
+        mapped = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize:")).split()[1]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (24 << 20), resource.RLIM_INFINITY))
+        try:
+            hostcopy.set_parallel_workers(256)
+            print("started all", flush=True)
+        except hostcopy.Error as error:
+            started, active = hostcopy.parallel_workers()
+            print(type(error).__name__, isinstance(error, OSError), error.started == started, error.errno, flush=True)
+        """
+    )
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc/self/status")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("WorkerStartError True True"), (done.stdout, done.stderr[-2000:])

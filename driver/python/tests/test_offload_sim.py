@@ -10,7 +10,12 @@ removal puts every tensor and hook back; write-back copies only what a
 forward changed.
 """
 
+import contextlib
+import importlib.util
+import itertools
+import pathlib
 import sys
+import types
 
 import pytest
 
@@ -20,6 +25,7 @@ from conftest import pattern
 torch_was_imported = "torch" in sys.modules
 import hostcopy.offload as offload  # noqa: E402
 from hostcopy.offload import Entry, Offloader  # noqa: E402
+from hostcopy.offload._ring import Ring  # noqa: E402
 
 
 def test_importing_the_offload_package_imports_no_torch():
@@ -431,3 +437,233 @@ def test_a_group_running_inside_another_never_takes_its_slot(sim, numpy, device)
     outer_calling_inner()
     assert_each_forward_saw_its_own_bytes(modules, 1)
     off.remove()
+
+
+# -- a group whose entry fails ---------------------------------------------
+
+
+class RingDevice:
+    """``_ring.Device`` whose buffers and streams are plain objects."""
+
+    def buffer(self, nbytes):
+        return bytearray(nbytes)
+
+    def memory(self, buffer):
+        return buffer
+
+    def stream(self):
+        return object()
+
+    def current_stream(self):
+        return "compute"
+
+    def event(self):
+        return object()
+
+    def record(self, event, stream):
+        pass
+
+    def wait(self, stream, event):
+        pass
+
+
+class Finished:
+    def wait(self):
+        pass
+
+
+class FailingUploads:
+    """A stager stand-in whose upload number ``fail_at`` raises (a
+    ``CudaError``, a closed stager, a ``KeyboardInterrupt``)."""
+
+    def __init__(self, fail_at):
+        self.calls, self.fail_at = 0, fail_at
+
+    def copy_to_device(self, dst, src, nbytes, **options):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise KeyboardInterrupt("upload interrupted")
+        return Finished()
+
+
+def test_a_group_whose_entry_fails_is_not_left_entered():
+    # Group 0's own upload goes; the prefetch of group 1, queued inside
+    # enter(0), raises. Left in the active groups with its slot in use,
+    # group 0 would be refused as nested by every later forward.
+    stager = FailingUploads(fail_at=2)
+    ring = Ring(RingDevice(), [bytearray(16) for _ in range(4)], prefetch=2, stager=stager)
+    with pytest.raises(KeyboardInterrupt):
+        ring.enter(0)
+    assert not any(slot.in_use for slot in ring.slots)
+    slot = ring.enter(0)
+    assert slot.group == 0 and slot.in_use
+    ring.leave(0)
+    ring.close()
+
+
+# -- the KV cache's order of operations, with stand-ins for torch ----------
+
+
+class FakeTensor:
+    """A CUDA tensor as the KV cache uses it; ``contiguous()`` of a view
+    logs the copy kernel it would queue on the current stream."""
+
+    def __init__(self, log, name, shape, contiguous=True):
+        self.log, self.name, self.shape = log, name, tuple(shape)
+        self._contiguous = contiguous
+        self.dtype, self.device, self.is_cuda = "float16", "cuda:0", True
+
+    def contiguous(self):
+        if self._contiguous:
+            return self
+        self.log.append(("contiguous", self.name))
+        return FakeTensor(self.log, f"{self.name} contiguous", self.shape)
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return 0x10000
+
+    def numel(self):
+        count = 1
+        for extent in self.shape:
+            count *= extent
+        return count
+
+    def record_stream(self, stream):
+        pass
+
+    def view(self, dtype):
+        return self
+
+    def __getitem__(self, index):
+        return self
+
+
+class FakeStream:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def wait_event(self, event):
+        self.log.append(("wait_event", self.name, event.name))
+
+
+class FakeEvent:
+    def __init__(self, log, count):
+        self.log, self.name = log, f"event{count}"
+
+    def record(self, stream):
+        self.log.append(("record", stream.name, self.name))
+
+
+class FakeTransfer:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def wait(self):
+        self.log.append(("wait", self.name))
+
+
+class FakeStaging:
+    def __init__(self, log):
+        self.log = log
+
+    def copy_blocks_to_host(self, host, device, blocks, *, stream, blocking):
+        self.log.append(("copy_to_host", device.owner.name, stream.name))
+        return FakeTransfer(self.log, f"write of {device.owner.name}")
+
+    def copy_blocks_to_device(self, device, host, blocks, *, stream, blocking):
+        self.log.append(("copy_to_device", stream.name))
+        return FakeTransfer(self.log, "read")
+
+
+def fake_torch(log):
+    torch = types.ModuleType("torch")
+    compute = FakeStream(log, "compute")
+    streams, events = itertools.count(1), itertools.count(1)
+    torch.cuda = types.SimpleNamespace(
+        Stream=lambda device: FakeStream(log, f"stream{next(streams)}"),
+        Event=lambda: FakeEvent(log, next(events)),
+        current_stream=lambda device: compute,
+        stream=lambda stream: contextlib.nullcontext(),
+    )
+    torch.empty = lambda shape, dtype=None, device=None: FakeTensor(log, "empty", shape)
+    torch.from_numpy = lambda array: FakeTensor(log, "host", array.shape)
+    torch.cat = lambda tensors, dim: FakeTensor(log, "cat", tensors[-1].shape)
+    return torch
+
+
+def fake_cache_utils():
+    cache_utils = types.ModuleType("transformers.cache_utils")
+
+    class DynamicLayer:
+        is_sliding = False
+
+        def __init__(self):
+            self.keys, self.values, self.is_initialized = None, None, False
+
+    class DynamicCache:
+        def __init__(self, config=None):
+            self.layers, self.layer_class_to_replicate = [], DynamicLayer
+
+    cache_utils.DynamicLayer, cache_utils.DynamicCache = DynamicLayer, DynamicCache
+    return cache_utils
+
+
+@pytest.fixture
+def kv_cache(monkeypatch):
+    """hostcopy.offload.transformers loaded over stand-ins for torch,
+    transformers and the copies (under its own name: the real module
+    stays unimported), and the log of what it did."""
+    log = []
+    cache_utils = fake_cache_utils()
+    transformers = types.ModuleType("transformers")
+    transformers.cache_utils = cache_utils
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(log))
+    monkeypatch.setitem(sys.modules, "transformers", transformers)
+    monkeypatch.setitem(sys.modules, "transformers.cache_utils", cache_utils)
+    path = pathlib.Path(offload.__file__).with_name("transformers.py")
+    spec = importlib.util.spec_from_file_location("hostcopy.offload._transformers_with_stand_ins", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "_staging", FakeStaging(log))
+    return module, log
+
+
+def test_new_positions_are_made_contiguous_before_the_event_their_copy_to_the_host_waits_for(kv_cache):
+    # The prefill's keys and values are transposed views: .contiguous()
+    # queues a copy kernel on the compute stream. The copy to the host
+    # waits for an event recorded on the compute stream: recorded before
+    # that kernel, it would let the copy read the new tensor unfilled.
+    module, log = kv_cache
+    cache = module.HostOffloadedCache(prefetch=1)
+    keys = FakeTensor(log, "keys", (1, 2, 5, 4), contiguous=False)
+    values = FakeTensor(log, "values", (1, 2, 5, 4), contiguous=False)
+    cache.update(keys, values, 0)
+    copies = [entry for entry in log if entry[0] == "copy_to_host"]
+    assert [entry[1] for entry in copies] == ["keys contiguous", "values contiguous"], log
+    write_stream = copies[0][2]
+    (waited,) = [entry[2] for entry in log if entry[:2] == ("wait_event", write_stream)]
+    recorded = log.index(("record", "compute", waited))
+    assert log.index(("contiguous", "keys")) < recorded, log
+    assert log.index(("contiguous", "values")) < recorded, log
+    assert recorded < log.index(copies[0]), log
+
+
+def test_a_layers_keys_and_values_are_shown_only_once_its_writes_to_the_host_have_landed(kv_cache):
+    module, log = kv_cache
+    cache = module.HostOffloadedCache(prefetch=1)
+    cache.update(FakeTensor(log, "keys", (1, 2, 5, 4)), FakeTensor(log, "values", (1, 2, 5, 4)), 0)
+    layer = cache.layers[0]
+    assert not [entry for entry in log if entry[0] == "wait"], "the writes are still in flight"
+    assert layer.keys is not None
+    assert [entry for entry in log if entry[0] == "wait"] == [("wait", "write of keys"), ("wait", "write of values")]
+    assert layer.get_seq_length() == 5 and layer.values is not None
+    assert len([entry for entry in log if entry[0] == "wait"]) == 2, "waited for once"
+
+
+def test_a_host_layer_updated_directly_raises_offload_error(kv_cache):
+    module, log = kv_cache
+    with pytest.raises(hostcopy.OffloadError):
+        module.HostLayer().update(FakeTensor(log, "keys", (1, 1, 1, 1)), FakeTensor(log, "values", (1, 1, 1, 1)))

@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from .. import _staging
+from .._errors import OffloadError
 
 
 class Device(Protocol):
@@ -154,7 +155,7 @@ class Ring:
         uploads queued."""
         self._check_open()
         if group in self._active:
-            raise RuntimeError(f"group {group} entered twice (its forward called from within itself)")
+            raise OffloadError(f"group {group} entered twice (its forward called from within itself)")
         slot = self._holding(group)
         if slot is None:
             # Not predicted: what was queued ahead stays valid where it
@@ -165,7 +166,7 @@ class Ring:
                 other.reserved = False
             slot = self._free_slot()
             if slot is None:
-                raise RuntimeError(
+                raise OffloadError(
                     f"every ring slot is read by a running forward ({len(self.slots)} slots): "
                     "give the offloader more slots than groups that run nested in one another"
                 )
@@ -177,11 +178,18 @@ class Ring:
         slot.in_use = True
         slot.last_used = next(self._clock)
         self._active[group] = slot
-        if self._previous is not None and self._previous != group:
-            self._next[self._previous] = group
-        self._previous = group
-        self._top_up(group)
-        self.device.wait(self.device.current_stream(), slot.ready)
+        try:
+            if self._previous is not None and self._previous != group:
+                self._next[self._previous] = group
+            self._previous = group
+            self._top_up(group)
+            self.device.wait(self.device.current_stream(), slot.ready)
+        except BaseException:
+            # No forward runs, and no leave() comes: the group is not
+            # entered, or its next forward would be refused as nested.
+            self._active.pop(group, None)
+            slot.in_use = False
+            raise
         return slot
 
     def leave(self, group: int, failed: bool = False) -> None:
@@ -272,7 +280,7 @@ class Ring:
         (blocking: the bytes are in when this returns)."""
         slot = self._active.get(group)
         if slot is None:
-            raise RuntimeError(f"group {group} is not in a forward")
+            raise OffloadError(f"group {group} is not in a forward")
         copy = _staging.copy_to_host if self.stager is None else self.stager.copy_to_host
         stream = self.device.current_stream()
         for offset, nbytes in ranges:
@@ -318,4 +326,4 @@ class Ring:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this offloader was removed")
+            raise OffloadError("this offloader was removed")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Sequence
 
+from .._errors import OffloadError
 from ._weights import Entry
 
 
@@ -152,7 +153,7 @@ class TorchKit:
             return
         for entry in entries:
             if entry.kind == "parameter" and entry.owner._parameters[entry.name].requires_grad:
-                raise RuntimeError(
+                raise OffloadError(
                     f"{what}: parameter {entry.name!r} requires grad and autograd is on: a backward pass would "
                     "read the ring slot after later groups overwrote it. Run the forward under torch.no_grad() "
                     "or torch.inference_mode(), or requires_grad_(False) on the offloaded modules"

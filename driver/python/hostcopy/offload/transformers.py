@@ -22,7 +22,8 @@ ones, contiguous, of the same dtype.
 Sliding-window layers (small by construction) stay on the device as
 ``DynamicCache`` keeps them. ``layer.keys`` / ``layer.values`` of an
 offloaded layer are CPU tensors viewing the host memory (``[..., :length,
-:]``).
+:]``), made when read, once the layer's writes to the host have
+landed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import importlib
 from typing import Any, Optional
 
 from .. import _memory, _staging
+from .._errors import OffloadError
 from ._torch import DeviceRange, device_range
 
 
@@ -49,18 +51,53 @@ _DynamicCache: Any = cache_utils.DynamicCache
 
 
 class HostLayer(_DynamicLayer):  # type: ignore[misc]
-    """One full-attention layer's keys and values in host memory."""
+    """One full-attention layer's keys and values in host memory.
+
+    ``keys`` / ``values`` are made when read, after this layer's writes
+    to the host have landed: a reader never sees bytes still in flight.
+    """
 
     is_sliding = False
+    # Class defaults: the base class's __init__ assigns keys and values.
+    _keys: Any = None
+    _values: Any = None
+    #: The views no longer match the host memory (made again when read).
+    _stale = False
 
     def __init__(self) -> None:
+        #: The device to host writes of the latest update, until waited for
+        #: (first: reading ``keys`` waits for them).
+        self.writes: list[Any] = []
         super().__init__()
         self.length = 0
         self.capacity = 0
         self.host_keys: Any = None
         self.host_values: Any = None
-        #: The device to host writes of the latest update, until waited for.
-        self.writes: list[Any] = []
+
+    @property
+    def keys(self) -> Any:
+        self._expose()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: Any) -> None:
+        self._keys = value
+
+    @property
+    def values(self) -> Any:
+        self._expose()
+        return self._values
+
+    @values.setter
+    def values(self, value: Any) -> None:
+        self._values = value
+
+    def _expose(self) -> None:
+        """Waits for the writes in flight, then makes the views if they are stale."""
+        if self.writes:
+            self.settle()
+        if self._stale:
+            self._views()
 
     def lazy_initialization(self, key_states: Any, value_states: Any = None) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -92,6 +129,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
 
     def _views(self) -> None:
         """``keys`` / ``values``: CPU tensors over the host memory."""
+        self._stale = False
         if self.host_keys is None:
             self.keys = torch.empty((self.batch, self.heads, 0, self.head_dim), dtype=self.dtype)
             self.values = torch.empty((self.batch, self.heads, 0, self.value_dim), dtype=self.dtype)
@@ -113,12 +151,16 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         return blocks
 
     def write(self, key_states: Any, value_states: Any, stream: Any) -> None:
-        """Queues the new positions' copy to the host (after the work on
-        ``stream``, which must have made them)."""
+        """Queues the new positions' copy to the host on ``stream``, after
+        the work queued so far on the current stream (which made them)."""
         count = key_states.shape[-2]
         self._grow(self.length + count)
+        # Made contiguous before the event is recorded: for a view (the
+        # prefill's transposed states) .contiguous() queues a copy kernel
+        # on the current stream, which the copy to the host must follow.
         keys = key_states.contiguous()
         values = value_states.contiguous()
+        _after_current(stream, self.device)
         for host, device, dim in ((self.host_keys, keys, self.head_dim), (self.host_values, values, self.value_dim)):
             self.writes.append(
                 _staging.copy_blocks_to_host(
@@ -126,7 +168,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
                 )
             )
         self.length += count
-        self._views()
+        self._stale = True  # made when read, once these writes have landed
 
     def read(self, stream: Any) -> tuple[Any, Any, list[Any]]:
         """Queues the cached positions' copy to new contiguous device
@@ -146,7 +188,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     # the layer API --------------------------------------------------------
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("HostLayer is updated through its HostOffloadedCache")
+        raise OffloadError("HostLayer is updated through its HostOffloadedCache")
 
     def get_seq_length(self) -> int:
         return self.length
@@ -201,6 +243,13 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
 
     def prefetch(self) -> None:
         """Brought back by its cache, one layer ahead."""
+
+
+def _after_current(side: Any, device: Any) -> None:
+    """Makes ``side`` wait for the work queued so far on ``device``'s current stream."""
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    side.wait_event(event)
 
 
 class _Fetched:
@@ -266,11 +315,6 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         if stream is None:
             stream = self._streams[(device, role)] = torch.cuda.Stream(device)
         return stream
-
-    def _after_current(self, side: Any, device: Any) -> None:
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(device))
-        side.wait_event(event)
 
     def _host_layers(self) -> list[int]:
         return [i for i, layer in enumerate(self.layers) if isinstance(layer, HostLayer)]
@@ -338,9 +382,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         for old in self._consumed:
             old.settle()
         self._consumed = [fetched] if fetched is not None else []
-        side = self._side(layer.device, "write")
-        self._after_current(side, layer.device)
-        layer.write(key_states, value_states, side)
+        layer.write(key_states, value_states, self._side(layer.device, "write"))
         self._ahead(layer_idx)
         return keys, values
 
