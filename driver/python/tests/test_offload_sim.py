@@ -334,7 +334,7 @@ def test_removal_restores_tensors_and_hooks(sim, numpy, device):
         for p in module.params.values():
             assert p.data.read() == p.payload
     assert off.in_flight() == 0 and off.ring.slots == []
-    with pytest.raises(RuntimeError, match="removed"):
+    with pytest.raises(hostcopy.OffloadError, match="removed"):
         off.ring.enter(0)
 
 
@@ -430,7 +430,7 @@ def test_a_group_running_inside_another_never_takes_its_slot(sim, numpy, device)
             hook(outer, (), "out")
 
     off = Offloader(kit, modules, prefetch=0, slots=1)
-    with pytest.raises(RuntimeError, match="every ring slot"):
+    with pytest.raises(hostcopy.OffloadError, match="every ring slot"):
         outer_calling_inner()
     off.remove()
     off = Offloader(kit, modules, prefetch=0, slots=2)
