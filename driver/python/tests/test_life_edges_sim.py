@@ -365,7 +365,7 @@ def test_a_stager_whose_last_reference_the_await_thread_drops_is_closed_without_
         del pending, stager
         print("streams before:", native.sim_device_state(device)["streams"], flush=True)
         native.sim_release(device)
-        until = time.perf_counter() + 3
+        until = time.perf_counter() + 10
         while native.sim_device_state(device)["streams"] and time.perf_counter() < until:
             pass                          # Python code: the GIL is never let go
         print("streams after:", native.sim_device_state(device)["streams"], flush=True)
