@@ -142,7 +142,7 @@ impl HostBuffer {
                 // are a few small pages each.
                 let start = buffer.ptr.as_ptr().expose_provenance();
                 sys::advise_huge(start, len);
-                how = FaultIn::WriteZero;
+                how = FaultIn::Write;
             }
             populate_parallel(&mut buffer, threads.max(1), how);
         }
@@ -192,8 +192,7 @@ impl HostBuffer {
 /// (aligned to huge pages, so that no two threads fault one huge page).
 fn populate_parallel(memory: &mut [u8], threads: usize, how: FaultIn) {
     let fault_in = move |part: &mut [u8]| {
-        // SAFETY: `part` is borrowed exclusively for the call, and a new
-        // buffer's bytes are zero (what `WriteZero` writes).
+        // SAFETY: `part` is borrowed exclusively for the call.
         unsafe { prefault::fault_in(part.as_mut_ptr().expose_provenance(), part.len(), how) }
     };
     let align = prefault::huge_page_advice().unwrap_or(prefault::page_size());

@@ -270,7 +270,7 @@ impl CopyPool {
     /// Makes the pages of every range of `list` (`dst`, `nbytes`; `src`
     /// unused) present, each range as one part, over the active workers
     /// and the calling thread ([`prefault`](crate::prefault)'s
-    /// `MADV_POPULATE_WRITE`, or a zero written to each page, as `how`
+    /// `MADV_POPULATE_WRITE`, or a write that keeps the byte at each page, as `how`
     /// says).
     /// Returns once every part is done.
     ///
@@ -278,8 +278,7 @@ impl CopyPool {
     ///
     /// Every range is writable through exposed provenance, and no thread
     /// but the pool's reads or writes it until this returns; no two ranges
-    /// overlap; with [`FaultIn::WriteZero`], the ranges' bytes are zero or
-    /// are overwritten before anything reads them.
+    /// overlap.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) unsafe fn prefault_list(&self, list: &[HostCopyArgs], how: FaultIn) {
         match list {
@@ -391,7 +390,7 @@ enum Work {
     /// Make the destination's pages present with [`FaultIn::Advise`]; no
     /// copy.
     Prefault,
-    /// The same with [`FaultIn::WriteZero`].
+    /// The same with [`FaultIn::Write`].
     PrefaultWrite,
 }
 
@@ -399,7 +398,7 @@ impl From<FaultIn> for Work {
     fn from(how: FaultIn) -> Work {
         match how {
             FaultIn::Advise => Work::Prefault,
-            FaultIn::WriteZero => Work::PrefaultWrite,
+            FaultIn::Write => Work::PrefaultWrite,
         }
     }
 }
@@ -419,8 +418,7 @@ impl From<Stores> for Work {
 ///
 /// As for [`CopyPool::prefault_list`].
 unsafe fn prefault_part(args: &HostCopyArgs, how: FaultIn) {
-    // SAFETY: writable, accessed by no other thread, and with `WriteZero`
-    // to be overwritten (our caller).
+    // SAFETY: writable and accessed by no other thread (our caller).
     unsafe { crate::prefault::fault_in(args.dst, args.nbytes, how) };
 }
 
@@ -509,7 +507,7 @@ impl Shared {
                                 prefault_part(&piece, FaultIn::Advise)
                             }
                             w if w == Work::PrefaultWrite as usize => {
-                                prefault_part(&piece, FaultIn::WriteZero)
+                                prefault_part(&piece, FaultIn::Write)
                             }
                             _ => copy_part(&piece, Stores::Streaming),
                         }

@@ -30,16 +30,17 @@
 //!   by the transfer, so no page is made present that the copy would not
 //!   have made present.
 //! - The stagers' prefault and [`HostBuffer`](crate::HostBuffer) fault
-//!   whole huge pages they advised in by writing a zero byte at the start
-//!   of each 4 KiB page of the range (crate-internal): only to memory that
-//!   is zero already (a new buffer) or whose bytes the transfer's copy
-//!   overwrites next. A stager's chunk that this has not reached by its
-//!   turn is faulted in by its copy's own stores instead
+//!   whole huge pages they advised in by a write at the start of each 4 KiB
+//!   page of the range that keeps its byte (crate-internal; an atomic
+//!   `fetch_or(0)`, which faults as a write): no byte changes, so a chunk
+//!   prefaulted and then never copied (its transfer failed first) leaves
+//!   the destination as it was. A stager's chunk that this has not reached
+//!   by its turn is faulted in by its copy's own stores instead
 //!   ([`PrefaultCounts::faulted_by_copy_bytes`]). Reading first would map
 //!   the kernel's shared huge zero page, whose write fault splits it into
-//!   small pages; and on the
-//!   H200 host (run 55) `MADV_POPULATE_WRITE` took huge pages at 6 to 9.5
-//!   GB/s over 16 threads, the writes at 32 to 56 GB/s.
+//!   small pages; and `MADV_POPULATE_WRITE` took huge pages at 6 to 9.5
+//!   GB/s over 16 threads on the H200 host, the writes at 32 to 56 GB/s
+//!   (BENCHMARKS.md, "Fresh destinations and host pools").
 //! - [`is_resident`]: `mincore` on a sample of the range's pages (at most
 //!   [`SAMPLES`] one-page calls): whether it looks present already, so that
 //!   memory that is pays only those calls.
@@ -241,40 +242,42 @@ pub(crate) enum FaultIn {
     /// `MADV_POPULATE_WRITE` (the touch where the kernel refuses it);
     /// contents kept.
     Advise,
-    /// A zero written at the start of each page ([`write_pages`]).
-    WriteZero,
+    /// A write at the start of each page that keeps its byte
+    /// ([`write_pages`]); contents kept.
+    Write,
 }
 
 /// Faults `addr..addr + len` in as `how` says.
 ///
 /// # Safety
 ///
-/// As for [`populate_raw`]; with [`FaultIn::WriteZero`], as for
-/// [`write_pages`].
+/// As for [`populate_raw`] and [`write_pages`].
 pub(crate) unsafe fn fault_in(addr: usize, len: usize, how: FaultIn) {
     match how {
         // SAFETY: our caller's contract.
         FaultIn::Advise => unsafe { populate_raw(addr, len, Populate::Advise) },
         // SAFETY: our caller's contract.
-        FaultIn::WriteZero => unsafe { write_pages(addr, len) },
+        FaultIn::Write => unsafe { write_pages(addr, len) },
     };
 }
 
-/// Makes the pages of `addr..addr + len` present by writing a zero byte
-/// at the first address of each page in the range: one write fault per
-/// page, which for memory advised `MADV_HUGEPAGE` is one per huge page.
-/// The touch reads first, and a read of a never-touched huge page maps
-/// the kernel's shared zero page, whose write fault then splits it into
-/// small pages; `MADV_POPULATE_WRITE` takes huge pages but walks them
-/// slowly (on the H200 host, run 55: 6 to 9.5 GB/s over 16 threads, this
-/// write 32 to 56 GB/s).
+/// Makes the pages of `addr..addr + len` present by a write that keeps
+/// the byte at the first address of each page (an atomic `fetch_or(0)`):
+/// one write fault per page, which for memory advised `MADV_HUGEPAGE` is
+/// one per huge page. A plain read-then-write would read first, and a
+/// read of a never-touched huge page maps the kernel's shared zero page,
+/// whose write fault then splits it into small pages; an atomic
+/// read-modify-write faults as a write. `MADV_POPULATE_WRITE` takes huge
+/// pages but walks them slowly (BENCHMARKS.md, "Fresh destinations and
+/// host pools": 6 to 9.5 GB/s over 16 threads, this write 32 to 56).
+///
+/// No byte changes: a transfer whose chunk is prefaulted and then never
+/// copied (it failed before) leaves the destination as it was.
 ///
 /// # Safety
 ///
-/// `addr..addr + len` is writable through exposed provenance, no other
-/// thread reads or writes it during the call, and its bytes are zero or
-/// are to be overwritten before anything reads them (a fresh mapping, a
-/// transfer's destination before its copy).
+/// `addr..addr + len` is writable through exposed provenance, and no
+/// other thread reads or writes it during the call.
 pub(crate) unsafe fn write_pages(addr: usize, len: usize) -> Populated {
     if len == 0 || cfg!(miri) {
         return Populated::Nothing;
@@ -285,10 +288,12 @@ pub(crate) unsafe fn write_pages(addr: usize, len: usize) -> Populated {
     let page = page_size();
     let mut at = addr;
     while at < addr + len {
+        let byte = core::ptr::with_exposed_provenance_mut::<u8>(at);
         // SAFETY: `at` lies in the range, writable and accessed by no other
-        // thread (our caller), whose bytes may be overwritten. Volatile, so
-        // the compiler keeps the write.
-        unsafe { core::ptr::with_exposed_provenance_mut::<u8>(at).write_volatile(0) };
+        // thread during the call (our caller), so an atomic view of the
+        // byte aliases no other access; a `u8` has no alignment to keep.
+        // Or-ing zero writes the byte's own value back.
+        unsafe { core::sync::atomic::AtomicU8::from_ptr(byte) }.fetch_or(0, Ordering::Relaxed);
         at = (at & !(page - 1)) + page;
     }
     Populated::Touched
@@ -537,13 +542,16 @@ mod tests {
 
     #[test]
     #[cfg_attr(miri, ignore = "mincore and madvise are system calls")]
-    fn writing_pages_faults_in_the_range_and_writes_zeros_at_its_pages_only() {
+    fn writing_pages_faults_in_the_range_and_changes_no_byte() {
         let page = page_size();
         let mut memory = HostBuffer::unpopulated(512 * page).unwrap();
-        memory.fill(0xa5);
+        let pattern = |index: usize| (index as u8 ^ (index / 4096) as u8) | 1;
+        for (index, byte) in memory.iter_mut().enumerate() {
+            *byte = pattern(index);
+        }
         let mut fresh = HostBuffer::unpopulated(512 * page).unwrap();
         // From inside a page to inside another: the first byte of the
-        // range, then the first of each later page, are written.
+        // range, then the first of each later page, are written back.
         let (start, end) = (page + 17, 200 * page + 33);
         for buffer in [&mut memory, &mut fresh] {
             let addr = buffer.as_mut_ptr().expose_provenance();
@@ -555,8 +563,7 @@ mod tests {
         assert!(!is_resident(&fresh[300 * page..]));
         assert!(fresh.iter().all(|&byte| byte == 0));
         for (index, &byte) in memory.iter().enumerate() {
-            let written = (start..end).contains(&index) && (index == start || index % page == 0);
-            assert_eq!(byte, if written { 0 } else { 0xa5 }, "byte {index}");
+            assert_eq!(byte, pattern(index), "byte {index}");
         }
     }
 

@@ -13,8 +13,8 @@ mod sim_support;
 use std::sync::Mutex;
 
 use hostcopy_driver::HostBuffer;
-use hostcopy_driver::cuda::DeviceBuffer;
 use hostcopy_driver::cuda::staging::{self, Block, Stager, StagingOptions, to_host};
+use hostcopy_driver::cuda::{DeviceBuffer, sim};
 use hostcopy_driver::prefault;
 use sim_support::{device, pattern, scaled};
 
@@ -193,4 +193,58 @@ fn the_option_defaults_to_on_and_can_be_turned_off() {
     assert!(StagingOptions::default().prefault());
     let off = StagingOptions::builder().prefault(false).build().unwrap();
     assert!(!off.prefault());
+}
+
+/// A transfer to the host that fails after the prefault reached later
+/// chunks: those chunks are never copied, and every byte of theirs is as
+/// it was. Before, the prefault wrote a zero at the start of each page
+/// inside the huge pages it advised, and bytes no copy wrote changed.
+#[test]
+#[cfg_attr(miri, ignore = "mincore and madvise are system calls")]
+fn a_failed_transfer_leaves_every_byte_it_did_not_copy_as_it_was() {
+    let _one = one_at_a_time();
+    let device = device();
+    let len = 3 * CHUNK;
+    let source_bytes = pattern(len, 7);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &source_bytes).unwrap();
+    let mut stager = stager(&device, true);
+    let mut host = HostBuffer::unpopulated(len).unwrap();
+    // Bytes at the start of a few pages of each chunk, away from the pages
+    // a residency sample asks about (a range's first, middle and last), so
+    // that every chunk still samples cold; each differs from the source's.
+    // Nothing else of it is read before the transfer: a read would map the
+    // kernel's zero page, and the destination would sample present.
+    let page = prefault::page_size();
+    let marks: Vec<usize> = (3 * page..len).step_by(256 << 10).collect();
+    for &at in &marks {
+        host[at] = !source_bytes[at];
+    }
+    let before = |at: usize| match marks.binary_search(&at) {
+        Ok(_) => !source_bytes[at],
+        Err(_) => 0,
+    };
+    // The device runs nothing until released, so the copier prefaults the
+    // later chunks while the first chunk's copy is not done; then its wait
+    // for that copy fails: the chunk is skipped, and so are the later ones.
+    sim::hold(device.ordinal);
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 999);
+    // SAFETY: `host` and `source` outlive the transfer, finished below,
+    // and nothing touches them before.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host[..], &source)) }.unwrap();
+    let arrived = pending.wait_arrived();
+    sim::release(device.ordinal);
+    let finished = stager.finish_pending(pending);
+    assert!(arrived.is_err() && finished.is_err(), "{finished:?}");
+    let changed: Vec<usize> = (0..len)
+        .filter(|&at| host[at] != before(at) && host[at] != source_bytes[at])
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "{} bytes no copy wrote changed, the first at {:?}",
+        changed.len(),
+        changed.first()
+    );
+    drop(stager);
+    device.assert_no_violations();
 }

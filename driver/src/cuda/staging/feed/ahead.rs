@@ -16,8 +16,9 @@
 //! parts of [`PART`] split over the workers, for later chunks (up to as
 //! many as there are staging buffers ahead) while the copier would
 //! otherwise wait for a chunk's event. Parts inside the advised huge pages
-//! are faulted in by a zero byte written at each 4 KiB page
-//! ([`prefault::write_pages`]: bytes the chunk's copy overwrites next),
+//! are faulted in by a write at each 4 KiB page that keeps its byte
+//! ([`prefault::write_pages`]: a chunk prefaulted but never copied, after
+//! its transfer failed, is left as it was),
 //! the others with `MADV_POPULATE_WRITE`.
 //!
 //! A chunk the prefault has not reached by its own turn (the copier never
@@ -92,7 +93,7 @@ pub(super) struct Ahead {
     /// Chunks populated ahead of the one being copied, at most.
     lookahead: usize,
     /// The spans advised `MADV_HUGEPAGE`, `(start, end)`: their parts are
-    /// faulted in by a zero written to each page.
+    /// faulted in by a write to each page that keeps its byte.
     advised: Vec<(usize, usize)>,
     /// Parts to populate with `MADV_POPULATE_WRITE`.
     parts: Vec<HostCopyArgs>,
@@ -265,10 +266,8 @@ impl Ahead {
         // destination, which the transfer's owner keeps valid and writable
         // until the job is done (its contract, checked when planned);
         // destinations are disjoint, and only the copier writes them, one
-        // chunk after another, after this call returns (a chunk's copy
-        // comes after its populate, and overwrites every byte of its
-        // ranges, the zeros written here among them).
-        unsafe { workers.prefault_list(&self.touched, FaultIn::WriteZero) };
+        // chunk after another, after this call returns. Contents are kept.
+        unsafe { workers.prefault_list(&self.touched, FaultIn::Write) };
         // SAFETY: as above.
         unsafe { workers.prefault_list(&self.parts, FaultIn::Advise) };
     }
