@@ -453,6 +453,65 @@ fn an_upload_whose_queuing_fails_mid_chunk_never_sends_another_transfers_bytes()
     device.assert_no_violations();
 }
 
+/// An upload whose copier fails to wait for a buffer's previous copy
+/// without a context error: the later chunks' copies are queued already
+/// and run once their flags advance, so the copier fills each buffer with
+/// its own chunk's bytes once it sees the previous copy complete. Before,
+/// it skipped them, and the device received what the buffers last
+/// carried (an earlier chunk's bytes).
+#[test]
+fn an_upload_whose_copier_wait_fails_never_sends_stale_staging_bytes() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    // Two uses of each of the 3 staging buffers.
+    let len = 6 * CHUNK;
+    let earlier = pattern(len, 61);
+    let later = pattern(len, 62);
+    let mut target = DeviceBuffer::new(&device.context, len).unwrap();
+    target.copy_from_host(0, &earlier).unwrap();
+    // The copier's first wait: chunk 3's, for buffer 0's copy of chunk 0.
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 999);
+    let failed = stager.run(to_device(&mut target, &later));
+    assert!(
+        matches!(failed, Err(Error::Driver(e)) if e.code() == 999),
+        "{failed:?}"
+    );
+    let mut back = vec![0u8; len];
+    target.copy_to_host(0, &mut back).unwrap();
+    for chunk in 0..6 {
+        let range = chunk * CHUNK..(chunk + 1) * CHUNK;
+        assert!(
+            back[range.clone()] == later[range.clone()]
+                || back[range.clone()] == earlier[range.clone()],
+            "chunk {chunk}'s device range received bytes of neither the transfer nor what it held"
+        );
+    }
+    // The stager works on.
+    stager.run(to_device(&mut target, &earlier)).unwrap();
+    target.copy_to_host(0, &mut back).unwrap();
+    assert!(back == earlier);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// A device or driver without stream memory waits, which every staged
+/// transfer queues, is refused when the stager is made, with an error
+/// that says so: before, the stager was made and its first transfer
+/// failed after queuing part of itself.
+#[test]
+fn a_device_without_stream_memory_waits_is_refused_when_the_stager_is_made() {
+    let device = device();
+    sim::refuse_stream_memory_waits(device.ordinal);
+    let made = Stager::with_options(&device.context, options(Stores::Streaming));
+    assert!(
+        matches!(made, Err(Error::StreamMemoryWaitsUnsupported { device: d }) if d == device.ordinal),
+        "{made:?}"
+    );
+    let message = made.unwrap_err().to_string();
+    assert!(message.contains("stream memory waits"), "{message}");
+    device.assert_no_violations();
+}
+
 #[test]
 fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_freed() {
     let device = device();

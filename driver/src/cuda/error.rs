@@ -256,6 +256,15 @@ pub enum Error {
     /// the destination of a transfer. Refused before anything is ordered
     /// or queued.
     ReadOnlyDevice,
+    /// The device, or its driver, refuses stream memory waits
+    /// (`cuStreamWaitValue32_v2`), which every staged transfer queues: a
+    /// [`Stager`](crate::cuda::staging::Stager) cannot work there, and
+    /// none is made. Pinned memory needs no stager (a stream's own
+    /// copies); pageable memory takes the driver's own copies.
+    StreamMemoryWaitsUnsupported {
+        /// The device's ordinal.
+        device: usize,
+    },
 }
 
 /// The memory a block of a batched transfer is checked against.
@@ -360,6 +369,11 @@ impl fmt::Display for Error {
             Error::ReadOnlyDevice => f.write_str(
                 "the device memory was lent for reading only: lend it for writing \
                  (CudarcMemory::write) to copy into it",
+            ),
+            Error::StreamMemoryWaitsUnsupported { device } => write!(
+                f,
+                "device {device} or its driver refuses stream memory waits (cuStreamWaitValue32), \
+                 which staged transfers need: copy with the driver's own calls there"
             ),
         }
     }

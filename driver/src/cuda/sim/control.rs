@@ -190,6 +190,18 @@ pub fn refuse_batch_copies(ordinal: usize) {
     lock().devices[ordinal].refuses_batch_copies = true;
 }
 
+/// From now on the stream memory wait (`cuStreamWaitValue32_v2`) returns
+/// `CUDA_ERROR_NOT_SUPPORTED` (801) with no effect for device `ordinal`'s
+/// contexts, as a device or platform without stream memory operations
+/// does.
+///
+/// # Panics
+///
+/// If there is no such device.
+pub fn refuse_stream_memory_waits(ordinal: usize) {
+    lock().devices[ordinal].refuses_stream_memory_waits = true;
+}
+
 /// From now on, a driver call that queues work on device `ordinal` (a
 /// copy, a batch, a kernel launch, a host function, a memory wait, an
 /// event record) first waits while the context holds `ops` ops not

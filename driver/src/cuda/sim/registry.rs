@@ -166,6 +166,9 @@ pub(super) struct Device {
     /// `refuse_batch_copies`: the batch copy answers
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     pub(super) refuses_batch_copies: bool,
+    /// `refuse_stream_memory_waits`: `cuStreamWaitValue32_v2` answers
+    /// `CUDA_ERROR_NOT_SUPPORTED`.
+    pub(super) refuses_stream_memory_waits: bool,
 }
 
 /// An injected failure: the `remaining`-th next call of `entry` fails.

@@ -313,10 +313,10 @@ pub(crate) unsafe fn cuStreamWaitValue32_v2(
     result((|| {
         let stream = state.stream_call(ENTRY, stream)?;
         state.refuse_if_capturing(stream)?;
-        if flags != CU_STREAM_WAIT_VALUE_GEQ {
+        let device = state.streams[&stream].device;
+        if flags != CU_STREAM_WAIT_VALUE_GEQ || state.devices[device].refuses_stream_memory_waits {
             return Err(codes::NOT_SUPPORTED);
         }
-        let device = state.streams[&stream].device;
         let addr = usize::try_from(addr).unwrap_or(usize::MAX);
         if state.pinned_flag(addr).is_none() {
             state.violation(

@@ -25,8 +25,9 @@
 //! Each staging buffer has a counter in pinned memory, [`Flags`]: how many
 //! of the buffer's uses have had their host side made. Chunk `s` is use
 //! `s / buffers` of buffer `s % buffers`. The copier advances the counter
-//! once per use, in order, also for a use it skips (after an error, or a
-//! chunk the caller could not queue), so every wait the driver was given
+//! once per use, in order, also for a use it skips (a chunk to the host
+//! after an error, a chunk the caller never queued, a chunk whose buffer
+//! the driver answers no poll about), so every wait the driver was given
 //! ends. A chunk to the host is queued behind a wait until the counter has
 //! counted every earlier use (skipped when it already has); a chunk to the
 //! device behind a wait until it has counted the chunk's own use (its
@@ -71,7 +72,7 @@ use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::{CopyPool, Stores};
 
 /// `CUDA_ERROR_NOT_SUPPORTED`: what a forced batch copy returns where the
-/// driver has none.
+/// driver has none, and a stream memory wait where the device has none.
 const CUDA_ERROR_NOT_SUPPORTED: u32 = 801;
 
 // A block's offset and length in a staging buffer fit the kernel's u32s.
@@ -314,10 +315,7 @@ enum Queueing {
     /// Queuing failed at it: any of its wait and copy may be queued, but no
     /// event. Its buffer is filled all the same for a copy to the device
     /// (which may run once the flag advances): with its own bytes, never
-    /// with what the buffer last carried for another transfer. Unless the
-    /// copier failed before it: the only failure of its host side is the
-    /// wait for the buffer's last copy, a context error after which the
-    /// driver runs none of the context's work, this copy included.
+    /// with what the buffer last carried for another transfer.
     Part,
     /// Never: queuing failed before it.
     Never,
@@ -331,11 +329,33 @@ impl Lanes {
         streams: Vec<Stream>,
         staging: Vec<usize>,
         options: &StagingOptions,
-    ) -> Result<Lanes, DriverError> {
+    ) -> Result<Lanes, Error> {
         assert_eq!(streams.len(), staging.len());
+        let flags = Flags::new(context, streams.len())?;
+        // Every staged transfer queues waits on the flags: a device or
+        // driver that refuses them is refused here, before any transfer
+        // could queue half of itself. The wait is met at once (0 >= 0).
+        // SAFETY: the flag lies in the pinned memory just made, which
+        // outlives the stream's work (freed only once the stream is
+        // drained, with the lanes); the stream is the stager's own.
+        let probe = unsafe {
+            streams[0]
+                .as_stream()
+                .wait_value32_geq(flags.device_addr(0), 0)
+        };
+        match probe {
+            // Run before the stager is returned: it holds no queued work.
+            Ok(()) => streams[0].as_stream().synchronize()?,
+            Err(error) if error.code() == CUDA_ERROR_NOT_SUPPORTED => {
+                return Err(Error::StreamMemoryWaitsUnsupported {
+                    device: context.ordinal(),
+                });
+            }
+            Err(error) => return Err(error.into()),
+        }
         Ok(Lanes {
             context: context.clone(),
-            flags: Flags::new(context, streams.len())?,
+            flags,
             streams,
             staging,
             chunk: options.chunk,
@@ -747,13 +767,16 @@ impl Copier {
                 // call queuing it would then wait for room forever. A
                 // chunk queued in part is filled all the same: its copy
                 // may run once the flag advances (the caller drains the
-                // streams before any other use of the buffer).
+                // streams before any other use of the buffer). After an
+                // error too: every chunk whose queuing began has its copy
+                // queued, perhaps in part, and that copy runs once the flag
+                // advances, so the buffer must carry the chunk's own bytes,
+                // never what it last carried.
                 Direction::HostToDevice => {
                     if job.wait_begun(index)
-                        && error.is_none()
                         && let Err(failed) = self.host_side(job, planned, None, None)
                     {
-                        error = Some(failed);
+                        error.get_or_insert(failed);
                     }
                 }
             }
@@ -799,8 +822,22 @@ impl Copier {
             Direction::DeviceToHost => event,
             Direction::HostToDevice => self.last[planned.buffer].as_ref(),
         };
-        if let Some(wait) = wait {
-            wait.synchronize()?;
+        let mut met = None;
+        if let Some(wait) = wait
+            && let Err(failed) = wait.synchronize()
+        {
+            // A failed wait need not be a context error, after which the
+            // driver runs none of the context's work. To the host, the
+            // chunk is skipped: the destination keeps its bytes. To the
+            // device, the copy waited for may run on, and this chunk's copy,
+            // queued behind its flag, runs once the flag advances: so the
+            // buffer is filled with the chunk's own bytes once the copy
+            // that last read it is seen complete, by polling; the chunk is
+            // skipped only where the driver answers no poll either.
+            if job.direction == Direction::DeviceToHost || !seen_complete(wait) {
+                return Err(failed.into());
+            }
+            met = Some(failed.into());
         }
         if let Some(seen) = self.last[planned.buffer].take() {
             // Complete: it came before the copy just waited for, on the
@@ -835,7 +872,20 @@ impl Copier {
             // SAFETY: as above.
             None => unsafe { self.workers.copy_list(&planned.host, job.stores) },
         }
-        Ok(())
+        met.map_or(Ok(()), Err)
+    }
+}
+
+/// Polls `event` until it reports complete (`true`), or until a poll
+/// fails (`false`): after a failed wait, whether the work before it has
+/// run after all.
+fn seen_complete(event: &Event) -> bool {
+    loop {
+        match event.query() {
+            Ok(true) => return true,
+            Ok(false) => std::thread::sleep(core::time::Duration::from_micros(20)),
+            Err(_) => return false,
+        }
     }
 }
 

@@ -85,14 +85,20 @@ const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
 
 impl Stager {
     /// A stager on `context` with the default options.
-    pub fn new(context: &Context) -> Result<Stager, DriverError> {
+    ///
+    /// Refused with [`Error::StreamMemoryWaitsUnsupported`] where the
+    /// device or its driver refuses stream memory waits, which every
+    /// staged transfer queues.
+    pub fn new(context: &Context) -> Result<Stager, Error> {
         Self::with_options(context, StagingOptions::default())
     }
 
     /// A stager on `context` with `options`: allocates the staging buffers
     /// and their flags, creates their streams, and starts the workers and
     /// the copier thread.
-    pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, DriverError> {
+    ///
+    /// Refused as [`new`](Self::new) is.
+    pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, Error> {
         let _relaxed = RelaxedCapture::new();
         let mut streams = Vec::with_capacity(options.buffers);
         let mut buffers = Vec::with_capacity(options.buffers);
@@ -118,7 +124,7 @@ impl Stager {
         // Prefault as far ahead as chunks can be in flight.
         let prefault = options.prefault.then_some(options.buffers);
         let copier = CopierThread::spawn(&lanes, &workers, prefault)
-            .map_err(|_| DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY))?;
+            .map_err(|_| Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY)))?;
         let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let stager = Stager {
             context: context.clone(),
