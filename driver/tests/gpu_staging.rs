@@ -225,7 +225,7 @@ fn beside_a_capture(context: &Context) -> Result<(), Failed> {
 
     capturing.as_stream().begin_capture(CaptureMode::Global)?;
     // Made during the capture: allocation, streams, events, then transfers.
-    let made = Stager::new(context).map_err(hostcopy_driver::cuda::Error::from);
+    let made = Stager::new(context);
     let mut host = vec![0u8; len];
     let during = made.and_then(|mut stager| {
         stager.run(to_host(&mut host, &source))?;

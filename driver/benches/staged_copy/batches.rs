@@ -414,7 +414,7 @@ fn scattered(
     let stream = Stream::new(context)?;
     let with_copies = |copies| -> Result<Stager, Error> {
         let options = StagingOptions::builder().device_copies(copies).build()?;
-        Ok(Stager::with_options(context, options)?)
+        Stager::with_options(context, options)
     };
     let mut batch_stager = with_copies(DeviceCopies::Batch)?;
     let mut loop_stager = with_copies(DeviceCopies::Loop)?;
