@@ -145,10 +145,9 @@ impl DeviceInUse {
     /// uses it. (Borrowed memory has no share to keep: its owner answers
     /// for it.)
     pub(crate) fn keep(self) {
-        if self.0.is_some() {
-            super::retire::kept_device_allocation();
+        if let Some(share) = self.0 {
+            super::retire::keep(share, super::retire::Kept::DeviceAllocation);
         }
-        core::mem::forget(self.0);
     }
 }
 

@@ -40,12 +40,27 @@ pub fn leaked() -> Leaked {
     }
 }
 
-/// `count` pinned buffers kept.
-pub(crate) fn kept_pinned_buffers(count: usize) {
-    BUFFERS.fetch_add(count, Ordering::Relaxed);
+/// What a value given to [`keep`] is counted as in [`Leaked`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// A pinned buffer (a staging buffer, the flags, a buffer of a pinned
+    /// copy): [`Leaked::buffers`].
+    PinnedBuffer,
+    /// A device allocation: [`Leaked::device_buffers`].
+    DeviceAllocation,
+    /// Counted through what it holds, or not at all (a kernel's module
+    /// and scratch beside the flags that are counted).
+    Uncounted,
 }
 
-/// One device allocation kept.
-pub(crate) fn kept_device_allocation() {
-    DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+/// Keeps `value` for the rest of the process, counted as `what`: never
+/// dropped, so nothing it owns is freed, reused or handed back. The one
+/// place the layer leaks on purpose.
+pub(crate) fn keep<T>(value: T, what: Kept) {
+    match what {
+        Kept::PinnedBuffer => BUFFERS.fetch_add(1, Ordering::Relaxed),
+        Kept::DeviceAllocation => DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed),
+        Kept::Uncounted => 0,
+    };
+    core::mem::forget(value);
 }

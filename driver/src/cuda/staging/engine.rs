@@ -1,17 +1,12 @@
-//! What the fronts ask of the engine: a transfer in flight ([`InFlight`]),
-//! who queues its chunks ([`Queuing`]), and the two calls every front is
-//! made of ([`Engine`]): start a checked, planned transfer, and finish it.
+//! What the fronts ask of the engine: who queues a transfer's chunks
+//! ([`Queuing`]), and the two calls every front is made of ([`Engine`]):
+//! start a checked, planned transfer ([`InFlight`]), and finish it.
 //! The [`Stager`](super::Stager) is the engine; the scope and the pending
 //! transfer hold what it started and give it back to be finished.
 
-use std::sync::Arc;
-use std::vec::Vec;
-
-use super::feed::Job;
+use super::in_flight::InFlight;
 use super::spec::TransferSpec;
-use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
-use crate::cuda::event::Event;
 
 /// When the caller of a transfer waits: that decides only whether a
 /// single transfer below the crossover may take the driver's path, which
@@ -23,19 +18,6 @@ pub(super) enum Queuing {
     /// Later (a scope's transfer, a pending one): the driver's path only
     /// when it would not wait for other work.
     AtOnce,
-}
-
-/// A planned transfer whose driver side is queued whole, in the copier's
-/// hands for its host side.
-#[derive(Debug)]
-pub(super) struct InFlight {
-    pub(super) job: Arc<Job>,
-    /// Recorded after the transfer's last chunk on each stream it used.
-    pub(super) events: Vec<Event>,
-    /// The number of the next `wait_for` event when it started.
-    pub(super) order_upto: u64,
-    /// The device allocation the queued copies use.
-    pub(super) device: DeviceInUse,
 }
 
 /// The engine's calls, which every front is made of.

@@ -68,6 +68,7 @@ use crate::cuda::ffi::CUdeviceptr;
 use crate::cuda::gather::GatherKernel;
 use crate::cuda::kernels::GatherEntry;
 use crate::cuda::pinned::PinnedBuffer;
+use crate::cuda::retire::{self, Kept};
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::{CopyPool, Stores};
 
@@ -387,11 +388,10 @@ impl Lanes {
     /// and scratch too: they may still hold launches of it.
     pub(super) fn keep_flags(&mut self) {
         if let Some(memory) = self.flags.memory.take() {
-            crate::cuda::retire::kept_pinned_buffers(1);
-            core::mem::forget(memory);
+            retire::keep(memory, Kept::PinnedBuffer);
         }
         if let Some(Ok(gather)) = self.gather.take() {
-            core::mem::forget(gather);
+            retire::keep(gather, Kept::Uncounted);
         }
     }
 

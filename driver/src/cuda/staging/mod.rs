@@ -167,6 +167,7 @@ pub mod cudarc;
 mod driver_path;
 mod engine;
 mod feed;
+mod in_flight;
 mod options;
 mod pending;
 mod plan;

@@ -9,8 +9,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::engine::InFlight;
-use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
+use super::in_flight::InFlight;
+use crate::cuda::capture::{self, capture_graph};
 use crate::cuda::error::Error;
 use crate::cuda::stream::StreamRef;
 
@@ -19,12 +19,13 @@ use crate::cuda::stream::StreamRef;
 /// on the stager that started it.
 ///
 /// Dropped unfinished, it waits for its copies (as a Python `Transfer`
-/// does), then lets go of the device memory. The host memory is touched
-/// only by the stager's copier thread, which finishes its part of every
-/// transfer, after an error too, so nothing touches it once the drop
-/// returns. If the wait for the driver's copies fails (a context error),
-/// they may still run: the drop keeps the device memory for good, counted
-/// in [`leaked`](super::leaked). Only [`Stager::finish_pending`](super::Stager::finish_pending) also
+/// does), then lets go of the device memory: the rule of every transfer
+/// in flight, written once. The host memory is touched only by the
+/// stager's copier thread, which finishes its part of every transfer,
+/// after an error too, so nothing touches it once the drop returns. If
+/// the wait for the driver's copies fails (a context error), they may
+/// still run: the drop keeps the device memory for good, counted in
+/// [`leaked`](super::leaked). Only [`Stager::finish_pending`](super::Stager::finish_pending) also
 /// drains the stager's streams after an error and reports it.
 #[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
 #[derive(Debug)]
@@ -63,25 +64,7 @@ impl PendingTransfer {
 
     /// Whether the transfer's bytes have arrived, without waiting.
     pub fn is_finished(&self) -> Result<bool, Error> {
-        let Some(in_flight) = &self.in_flight else {
-            return Ok(true);
-        };
-        {
-            let done = in_flight.job.done_now();
-            if !done.finished {
-                return Ok(false);
-            }
-            if let Some(error) = done.error {
-                return Err(error);
-            }
-        }
-        let _relaxed = RelaxedCapture::new();
-        for event in &in_flight.events {
-            if !event.query()? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        self.in_flight.as_ref().map_or(Ok(true), InFlight::poll)
     }
 
     /// Waits until the transfer's bytes have arrived, or it failed, without
@@ -93,17 +76,7 @@ impl PendingTransfer {
     /// which reports the same error (and drains the stager's streams after
     /// one).
     pub fn wait_arrived(&self) -> Result<(), Error> {
-        let Some(in_flight) = &self.in_flight else {
-            return Ok(());
-        };
-        let _relaxed = RelaxedCapture::new();
-        if let Some(error) = in_flight.job.wait_done().error {
-            return Err(error);
-        }
-        for event in &in_flight.events {
-            event.synchronize()?;
-        }
-        Ok(())
+        self.in_flight.as_ref().map_or(Ok(()), InFlight::wait)
     }
 
     /// Makes work queued on `stream` from now on wait for this transfer:
@@ -114,7 +87,7 @@ impl PendingTransfer {
         let Some(in_flight) = &self.in_flight else {
             return Ok(());
         };
-        for event in &in_flight.events {
+        for event in in_flight.events() {
             event.context().expect_same(stream.context())?;
         }
         // The check and the waits in one hold of the lock: the stream
@@ -123,31 +96,9 @@ impl PendingTransfer {
         if capture_graph(&locked, stream.context(), stream.raw())?.is_some() {
             return Err(Error::Capturing);
         }
-        for event in &in_flight.events {
+        for event in in_flight.events() {
             stream.wait_event_locked(&locked, event)?;
         }
         Ok(())
-    }
-}
-
-impl Drop for PendingTransfer {
-    fn drop(&mut self) {
-        let Some(in_flight) = self.in_flight.take() else {
-            return;
-        };
-        let _relaxed = RelaxedCapture::new();
-        // The copier touches the host memory no more once it is done with
-        // the job, which it always finishes, after an error too.
-        let failed = in_flight.job.wait_done().error.is_some();
-        if failed
-            || !in_flight
-                .events
-                .iter()
-                .all(|event| event.synchronize().is_ok())
-        {
-            // Its driver copies may still run: keep the device memory for
-            // good, counted.
-            in_flight.device.keep();
-        }
     }
 }

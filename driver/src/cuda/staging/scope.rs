@@ -13,7 +13,8 @@ use core::fmt;
 use core::marker::PhantomData;
 use std::vec::Vec;
 
-use super::engine::{Engine, InFlight, Queuing};
+use super::engine::{Engine, Queuing};
+use super::in_flight::InFlight;
 use super::spec::TransferSpec;
 use crate::cuda::error::Error;
 

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::vec::Vec;
 
 use super::driver_path::{self, PinnedTransferError};
-use super::engine::{Engine, InFlight, Queuing};
+use super::engine::{Engine, Queuing};
 use super::feed::{CopierThread, Job, Lanes};
+use super::in_flight::InFlight;
 use super::options::{StagingOptions, Stores};
 use super::pending::{self, PendingTransfer};
 use super::plan::{Block, Layout, chunk_sizes, plan};
@@ -27,6 +28,7 @@ use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
 use crate::cuda::error::{DriverError, Error};
 use crate::cuda::event::Event;
 use crate::cuda::pinned::PinnedBuffer;
+use crate::cuda::retire::{self, Kept};
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::CopyPool;
 
@@ -530,8 +532,7 @@ impl Stager {
         if !was_queued || self.undrained.is_none() {
             return Err(PinnedTransferError::new(error, Some(pinned)));
         }
-        crate::cuda::retire::kept_pinned_buffers(1);
-        core::mem::forget(pinned);
+        retire::keep(pinned, Kept::PinnedBuffer);
         self.release(device);
         Err(PinnedTransferError::new(error, None))
     }
@@ -760,12 +761,7 @@ impl Engine for Stager {
         let job = Arc::new(Job::new(direction, planned, stores));
         let device = memory.memory_in_use();
         match self.lanes.queue_job(&job) {
-            Ok(events) => Ok(Some(InFlight {
-                job,
-                events,
-                order_upto: self.next_order,
-                device,
-            })),
+            Ok(events) => Ok(Some(InFlight::new(job, events, self.next_order, device))),
             Err(error) => {
                 // What was queued runs, the chunk that failed perhaps in
                 // part: wait until the copier has made its host sides and
@@ -781,22 +777,11 @@ impl Engine for Stager {
 
     fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
-        let InFlight {
-            job,
-            events,
-            order_upto,
-            device,
-        } = in_flight;
-        let error = job.wait_done().error.take();
-        let mut result = error.map_or(Ok(()), Err);
-        // After the first error the drain waits for the rest.
-        if result.is_ok() {
-            result = events
-                .iter()
-                .try_for_each(Event::synchronize)
-                .map_err(Error::from);
-        }
+        let result = in_flight.wait();
+        let order_upto = in_flight.order_upto();
+        let (events, device) = in_flight.settle();
         if result.is_err() {
+            // The drain waits for whatever the error left queued.
             self.drain();
         } else {
             self.lanes.return_lane_events(events);
@@ -824,15 +809,16 @@ impl Drop for Stager {
         if self.undrained.is_some() {
             if let Some(bounce) = self.bounce.take() {
                 // A small transfer's copy may still touch it.
-                crate::cuda::retire::kept_pinned_buffers(1);
-                core::mem::forget(bounce);
+                retire::keep(bounce, Kept::PinnedBuffer);
             }
-            crate::cuda::retire::kept_pinned_buffers(self.buffers.len());
+            for buffer in self.buffers.drain(..) {
+                retire::keep(ManuallyDrop::into_inner(buffer), Kept::PinnedBuffer);
+            }
             // The streams may still wait on the flags.
             match Arc::get_mut(&mut self.lanes) {
                 Some(lanes) => lanes.keep_flags(),
                 // Not reached (the copier is joined); kept whole if it were.
-                None => core::mem::forget(Arc::clone(&self.lanes)),
+                None => retire::keep(Arc::clone(&self.lanes), Kept::Uncounted),
             }
         } else {
             // Freed here, in the relaxed mode: no queued copy touches it.

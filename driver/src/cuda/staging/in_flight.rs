@@ -1,0 +1,111 @@
+//! A staged transfer in flight: what a front holds between starting a
+//! transfer and its end, with the one wait and the one drop rule every
+//! front shares (a scope's handle, a pending transfer, a blocking call).
+
+use std::sync::Arc;
+use std::vec::Vec;
+
+use super::feed::Job;
+use crate::cuda::capture::RelaxedCapture;
+use crate::cuda::device::DeviceInUse;
+use crate::cuda::error::Error;
+use crate::cuda::event::Event;
+
+/// A planned transfer whose driver side is queued whole, in the copier's
+/// hands for its host side.
+///
+/// Dropped before the engine settles it, it waits until the copier is
+/// done with its host memory and its driver copies have run; if that wait
+/// fails (a context error), the copies may still run, and the device
+/// memory is kept for good, counted in [`leaked`](super::leaked).
+#[derive(Debug)]
+pub(super) struct InFlight {
+    job: Arc<Job>,
+    /// Recorded after the transfer's last chunk on each stream it used.
+    events: Vec<Event>,
+    /// The number of the next `wait_for` event when it started.
+    order_upto: u64,
+    /// The device allocation the queued copies use; `None` once settled.
+    device: Option<DeviceInUse>,
+}
+
+impl InFlight {
+    pub(super) fn new(
+        job: Arc<Job>,
+        events: Vec<Event>,
+        order_upto: u64,
+        device: DeviceInUse,
+    ) -> InFlight {
+        InFlight {
+            job,
+            events,
+            order_upto,
+            device: Some(device),
+        }
+    }
+
+    /// Whether the bytes have arrived, without waiting; the first error.
+    pub(super) fn poll(&self) -> Result<bool, Error> {
+        {
+            let done = self.job.done_now();
+            if !done.finished {
+                return Ok(false);
+            }
+            if let Some(error) = done.error {
+                return Err(error);
+            }
+        }
+        let _relaxed = RelaxedCapture::new();
+        for event in &self.events {
+            if !event.query()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits until the copier is done with the transfer's host memory
+    /// (which it always finishes, after an error too) and its driver
+    /// copies have run; the first error. After one, the copies queued
+    /// after it may still run: only a drain of the streams tells.
+    pub(super) fn wait(&self) -> Result<(), Error> {
+        let _relaxed = RelaxedCapture::new();
+        if let Some(error) = self.job.wait_done().error {
+            return Err(error);
+        }
+        for event in &self.events {
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// The events recorded after its last chunks, which a stream waits on
+    /// to be ordered after it.
+    pub(super) fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The number of the next `wait_for` event when it started.
+    pub(super) fn order_upto(&self) -> u64 {
+        self.order_upto
+    }
+
+    /// Hands its events and its device memory to the engine, which has
+    /// waited for it and decides whether the memory may go.
+    pub(super) fn settle(mut self) -> (Vec<Event>, DeviceInUse) {
+        let device = self.device.take().expect("settled once, by value");
+        (core::mem::take(&mut self.events), device)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let Some(device) = self.device.take() else {
+            return;
+        };
+        if self.wait().is_err() {
+            // Its driver copies may still run.
+            device.keep();
+        }
+    }
+}
