@@ -434,6 +434,9 @@ impl Error {
             Error::BlocksOverlap { first, second } => ErrorKind::BlocksOverlap { first, second },
             Error::OrderNotKept => ErrorKind::OrderNotKept,
             Error::ReadOnlyDevice => ErrorKind::ReadOnlyDevice,
+            Error::StreamMemoryWaitsUnsupported { device } => {
+                ErrorKind::StreamMemoryWaitsUnsupported { device }
+            }
         }
     }
 }
@@ -488,6 +491,9 @@ pub enum ErrorKind {
     },
     OrderNotKept,
     ReadOnlyDevice,
+    StreamMemoryWaitsUnsupported {
+        device: usize,
+    },
 }
 
 impl core::error::Error for Error {
@@ -554,6 +560,10 @@ mod tests {
                 },
             ),
             (Error::ReadOnlyDevice, ErrorKind::ReadOnlyDevice),
+            (
+                Error::StreamMemoryWaitsUnsupported { device: 2 },
+                ErrorKind::StreamMemoryWaitsUnsupported { device: 2 },
+            ),
         ];
         for (error, kind) in cases {
             assert_eq!(error.kind(), kind, "{error:?}");
