@@ -28,15 +28,12 @@
 //! Every row's bytes are checked after its runs (the program stops at the
 //! first wrong byte), so no wrong fast path is reported.
 
-use core::ffi::{c_int, c_uint};
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::staging::{
     Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
 };
-use hostcopy_driver::cuda::{
-    CUdeviceptr, CUstream, Context, DeviceBuffer, Error, PinnedBuffer, Stream,
-};
+use hostcopy_driver::cuda::{CUdeviceptr, Context, DeviceBuffer, Error, PinnedBuffer, Stream};
 
 use crate::machine::host_available;
 use crate::paths::{self, Direction, Timed, timed};
@@ -151,99 +148,20 @@ fn random_blocks(rng: &mut XorShift, total: usize, len: usize, device_len: usize
 }
 
 // ---------------------------------------------------------------------
-// The driver's batch copy, from libcuda.
+// The driver's batch copy, through the layer.
 
-/// `CUmemLocation` (cuda.h): a location type and an id; all zero: no hint.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct MemLocation {
-    kind: c_uint,
-    id: c_int,
-}
-
-/// `CUmemcpyAttributes` (cuda.h, CUDA 12.8): how the copies an entry
-/// applies to behave.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct MemcpyAttributes {
-    src_access_order: c_uint,
-    src_loc_hint: MemLocation,
-    dst_loc_hint: MemLocation,
-    flags: c_uint,
-}
-
-// The layout cuda.h gives it: six 4-byte fields.
-const _: () = assert!(core::mem::size_of::<MemcpyAttributes>() == 24);
-
-/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`: sources read in stream order.
-const SRC_ACCESS_ORDER_STREAM: c_uint = 1;
-
-/// `cuMemcpyBatchAsync_v2` (CUDA 13's prototype), `CUresult` as `c_uint`.
-type BatchV2 = unsafe extern "C" fn(
-    *mut CUdeviceptr,
-    *mut CUdeviceptr,
-    *mut usize,
-    usize,
-    *mut MemcpyAttributes,
-    *mut usize,
-    usize,
-    CUstream,
-) -> c_uint;
-
-/// `cuMemcpyBatchAsync` (CUDA 12.8's prototype): `failIdx` before the
-/// stream.
-type BatchV1 = unsafe extern "C" fn(
-    *mut CUdeviceptr,
-    *mut CUdeviceptr,
-    *mut usize,
-    usize,
-    *mut MemcpyAttributes,
-    *mut usize,
-    usize,
-    *mut usize,
-    CUstream,
-) -> c_uint;
-
-/// The driver's batch copy, looked up in libcuda (kept loaded for the
-/// rest of the process).
+/// The driver's batch copy (`cuMemcpyBatchAsync`), through the layer's
+/// [`StreamRef::copy_batch`](hostcopy_driver::cuda::StreamRef::copy_batch).
 #[derive(Clone, Copy)]
-enum BatchCopy {
-    V2(BatchV2),
-    V1(BatchV1),
-}
+struct BatchCopy;
 
 impl BatchCopy {
-    /// The batch copy of the library the layer opens, by its CUDA 13 name
-    /// first; `Err` says why there is none.
+    /// The batch copy, where the rows can use it; `Err` says why not.
     fn open(options: &Options) -> Result<BatchCopy, String> {
         if options.simulated {
-            return Err("--simulated: the raw driver call is not simulated".into());
+            return Err("--simulated: the simulator's batch copy takes pinned memory only".into());
         }
-        let name = std::env::var("HOSTCOPY_LIBCUDA").unwrap_or_else(|_| {
-            if cfg!(windows) {
-                "nvcuda.dll".to_string()
-            } else {
-                "libcuda.so.1".to_string()
-            }
-        });
-        // SAFETY: loading the NVIDIA driver runs its initializers, which
-        // expect nothing of the caller; the layer has loaded it already
-        // (this adds a reference).
-        let library = unsafe { libloading::Library::new(&name) }
-            .map_err(|error| format!("{name}: {error}"))?;
-        // Never unloaded: the function pointers below stay valid.
-        let library: &'static libloading::Library = Box::leak(Box::new(library));
-        // SAFETY: `BatchV2` is `cuMemcpyBatchAsync_v2`'s C prototype in
-        // cuda.h (CUDA 13), with `CUresult` as an unsigned int.
-        if let Ok(symbol) = unsafe { library.get::<BatchV2>(b"cuMemcpyBatchAsync_v2\0") } {
-            return Ok(BatchCopy::V2(*symbol));
-        }
-        // SAFETY: `BatchV1` is `cuMemcpyBatchAsync`'s C prototype in cuda.h
-        // (CUDA 12.8 and 12.9), `CUresult` as above.
-        match unsafe { library.get::<BatchV1>(b"cuMemcpyBatchAsync\0") } {
-            Ok(symbol) => Ok(BatchCopy::V1(*symbol)),
-            Err(_) => Err("the driver has no cuMemcpyBatchAsync (CUDA 12.8 on)".into()),
-        }
+        Ok(BatchCopy)
     }
 
     /// Copies `sizes[i]` bytes from `srcs[i]` to `dsts[i]`, every `i`, in
@@ -252,10 +170,8 @@ impl BatchCopy {
     ///
     /// # Safety
     ///
-    /// For every `i`, one side of copy `i` is device memory of the
-    /// stream's context and the other host memory; `dsts[i]` is writable
-    /// and `srcs[i]` readable for `sizes[i]` bytes, and nothing else
-    /// touches them until this returns; no two destinations overlap.
+    /// As for [`StreamRef::copy_batch`](hostcopy_driver::cuda::StreamRef::copy_batch),
+    /// until this returns.
     unsafe fn copy(
         self,
         stream: &Stream,
@@ -263,57 +179,15 @@ impl BatchCopy {
         srcs: &mut [CUdeviceptr],
         sizes: &mut [usize],
     ) -> Result<(), String> {
-        assert!(dsts.len() == srcs.len() && srcs.len() == sizes.len());
-        // The raw call goes to the calling thread's current context.
-        stream
-            .context()
-            .make_current()
-            .map_err(|error| error.to_string())?;
-        let mut attributes = MemcpyAttributes {
-            src_access_order: SRC_ACCESS_ORDER_STREAM,
-            ..MemcpyAttributes::default()
-        };
-        let mut first_copy = [0usize];
-        let raw = stream.as_stream().raw();
-        // SAFETY: the three arrays hold `dsts.len()` elements and the one
-        // attributes entry its index, all alive for the call (the driver
-        // reads them only during it); the copies' ranges are our caller's,
-        // who keeps them untouched until the stream is synchronized below;
-        // `raw` is a stream of the layer, alive while `stream` is, and not
-        // the legacy default stream (which the batch copy refuses).
-        let code = unsafe {
-            match self {
-                BatchCopy::V2(f) => f(
-                    dsts.as_mut_ptr(),
-                    srcs.as_mut_ptr(),
-                    sizes.as_mut_ptr(),
-                    dsts.len(),
-                    &mut attributes,
-                    first_copy.as_mut_ptr(),
-                    1,
-                    raw,
-                ),
-                BatchCopy::V1(f) => {
-                    let mut failed = 0usize;
-                    f(
-                        dsts.as_mut_ptr(),
-                        srcs.as_mut_ptr(),
-                        sizes.as_mut_ptr(),
-                        dsts.len(),
-                        &mut attributes,
-                        first_copy.as_mut_ptr(),
-                        1,
-                        &mut failed,
-                        raw,
-                    )
-                }
-            }
-        };
+        // SAFETY: our caller's ranges, untouched until the stream is
+        // synchronized below.
+        let queued = unsafe { stream.as_stream().copy_batch(dsts, srcs, sizes) };
         let synchronized = stream.as_stream().synchronize();
-        if code != 0 {
-            return Err(format!("cuMemcpyBatchAsync refused: CUDA error {code}"));
+        match queued {
+            Ok(true) => synchronized.map_err(|error| error.to_string()),
+            Ok(false) => Err("the driver has no cuMemcpyBatchAsync (CUDA 12.8 on)".into()),
+            Err(error) => Err(format!("cuMemcpyBatchAsync refused: {error}")),
         }
-        synchronized.map_err(|error| error.to_string())
     }
 }
 

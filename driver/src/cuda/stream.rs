@@ -252,11 +252,12 @@ impl<'a> StreamRef<'a> {
     /// # Safety
     ///
     /// For every `i`: one side of copy `i` is device memory of the stream's
-    /// context and the other pinned host memory; `dsts[i]` is writable and
-    /// `srcs[i]` readable for `sizes[i]` bytes, and stay so (the
-    /// destination untouched, the source unchanged) until the copy has
-    /// finished in stream order; no two destinations overlap.
-    pub(crate) unsafe fn copy_batch(
+    /// context and the other host memory (pinned, or pageable, which the
+    /// driver stages itself); `dsts[i]` is writable and `srcs[i]` readable
+    /// for `sizes[i]` bytes, and stay so (the destination untouched, the
+    /// source unchanged) until the copy has finished in stream order; no
+    /// two destinations overlap.
+    pub unsafe fn copy_batch(
         &self,
         dsts: &mut [CUdeviceptr],
         srcs: &mut [CUdeviceptr],
