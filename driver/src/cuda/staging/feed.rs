@@ -163,7 +163,9 @@ impl Flags {
 /// where the kernel packs a chunk's blocks (or unpacks them), moved to or
 /// from the staging buffer by one copy on the buffer's stream. The kernel
 /// touches device memory only: host memory reached from the kernel moved
-/// small blocks no faster than the copy engine's own copies (run 52).
+/// small blocks no faster than the copy engine's own copies
+/// (docs/design-record.md, "A gather kernel through device scratch for
+/// blocks below 32 KiB").
 #[derive(Debug)]
 struct Gather {
     kernel: GatherKernel,
@@ -520,7 +522,9 @@ impl Lanes {
         }
         // Not a blocking-sync event: the driver holds only about 220 of
         // those (or of host functions) queued before a call waits for
-        // room (run 42: a 16 GiB transfer's call waited 78% of it), and a
+        // room (a 16 GiB transfer's call waited 78% of it:
+        // docs/design-record.md, "A copier thread completes each chunk, not
+        // a host function"), and a
         // plain one waits as the context schedules (spinning while cores
         // are free: the workers idle while the copier waits).
         // Popped first, so that the lock is not held while one is made.

@@ -17,9 +17,9 @@ use crate::cuda::error::Error;
 /// GPU's write and the host copy (64 MiB: 37 to 40 GB/s). Short transfers
 /// keep the full chunk too: cutting a 64 MiB transfer into sixteen 4 MiB
 /// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks
-/// (GPU_RUNS.md, run 10), and ramping its ends down to 1 MiB chunks
-/// reached 73% of pinned against 82% (runs 22 and 24), so chunks do not
-/// ramp.
+/// and ramping its ends down to 1 MiB chunks reached 73% of pinned
+/// against 82%, so chunks do not ramp (docs/design-record.md, "16 MiB
+/// chunks through 4 staging buffers, equal in size").
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
 /// Default size of a transfer's first and last chunks
@@ -28,8 +28,9 @@ pub const DEFAULT_CHUNK: usize = 16 << 20;
 /// ends soon after the first.
 ///
 /// `usize::MAX`, which [`StagingOptions::edge_chunk`] reads as the chunk,
-/// whatever its size: no ramp. Runs 38 and 39 (GPU_RUNS.md) measured edges
-/// from 1 to 4 MiB and none beat equal chunks. (Before, the default was
+/// whatever its size: no ramp. Edges from 1 to 4 MiB were measured on two
+/// runs and none beat equal chunks (docs/design-record.md, "16 MiB chunks
+/// through 4 staging buffers, equal in size"). (Before, the default was
 /// 16 MiB, so that any chunk larger than that ramped.)
 pub const DEFAULT_EDGE_CHUNK: usize = usize::MAX;
 
@@ -73,11 +74,12 @@ pub const RESERVED_CORES: usize = 4;
 /// at once is staged all the same).
 ///
 /// Measured with the benchmark's small-size table (staged vs the driver's
-/// path, D2H into pre-faulted pageable memory; GPU_RUNS.md): below 1 MiB a
-/// staged transfer's fixed cost (two enqueues and one host-function
-/// latency, about 15 us) makes it 0.40 to 0.86x of the driver's path on
-/// both H200 hosts. At 1 MiB staging was 1.22 to 1.24x on the 16-core host
-/// (runs 9, 10) but 0.95x on the 32-core two-GPU host (run 11); from 2 MiB
+/// path, D2H into pre-faulted pageable memory; docs/design-record.md,
+/// "Small transfers on the driver's path, through a pinned buffer of the
+/// stager's own"): below 1 MiB a staged transfer's fixed cost (two
+/// enqueues and the copier's hand-off, about 15 us) made it 0.40 to 0.86x
+/// of the driver's path on both H200 hosts. At 1 MiB staging was 1.22 to
+/// 1.24x on the 16-core host but 0.95x on the 32-core two-GPU host; from 2 MiB
 /// it was faster on both (1.60x and 1.09x; 4 MiB: 1.77x and 1.36x). So
 /// 2 MiB is the smallest size from which staging was never slower.
 pub const DRIVER_PATH_BELOW: usize = 2 << 20;
@@ -85,7 +87,8 @@ pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 /// Below this mean block length a chunk's blocks are moved by hostcopy's
 /// gather kernel under [`DeviceCopies::Auto`]; from it on, by the copy
 /// engine (the default of [`StagingOptionsBuilder::kernel_below`]).
-/// Measured on the H200 host (run 55, 1 GiB of scattered blocks, staged,
+/// Measured on the H200 host (docs/design-record.md, "A gather kernel
+/// through device scratch for blocks below 32 KiB"; 1 GiB of scattered blocks, staged,
 /// the kernel beside `cuMemcpyBatchAsync`, GB/s D2H / H2D): 4 KiB blocks
 /// 36.7 / 35.6 against 4.9 / 4.9; 16 KiB 47.0 / 44.9 against 27.8 / 26.1;
 /// 64 KiB 49.4 / 47.7 against 50.1 / 51.8. So the kernel below 32 KiB,

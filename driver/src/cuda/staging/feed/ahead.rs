@@ -43,8 +43,8 @@
 //! `MADV_HUGEPAGE` (so the advice is given), the same with 1, 2 or 4
 //! threads there; populating it again once present cost 9 to 13 GB/s a
 //! thread on 4 KiB pages (hence the second sample per range) and nothing
-//! measurable on huge pages. On the H200 host (run 55's
-//! `populate-probe.c`, 16 threads, pages the kernel had just freed),
+//! measurable on huge pages. On the H200 host (`populate-probe.c` in
+//! xtask/gpu-runs/, 16 threads, pages the kernel had just freed),
 //! `MADV_POPULATE_WRITE` after `MADV_HUGEPAGE` made 1 to 64 GiB present at
 //! 6 to 9.5 GB/s, a zero written to each of their 4 KiB pages at 31.8
 //! GB/s (1 GiB), 43.8 (4 GiB) and 55.7 (16 GiB), every fault a huge page
@@ -55,7 +55,8 @@
 //! Either way the kernel's zeroing of each huge page is the workers' work
 //! (an estimate from the pool rows, not a measurement of the transfer):
 //! on the H200 host `HostBuffer::new` faults huge pages in at 53 GB/s over
-//! 16 threads (run 57), about 3.3 GB/s a thread, so 1 GiB of fresh
+//! 16 threads (BENCHMARKS.md, "Fresh destinations and host pools"), about
+//! 3.3 GB/s a thread, so 1 GiB of fresh
 //! destination is some 300 ms of one core's time before a byte is copied,
 //! 23 ms over the stager's 12 workers and the copier where the link takes
 //! 20 ms for the whole transfer.
