@@ -58,7 +58,7 @@ use self::handoff::{FeederThread, Handoff, Outcome};
 use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
 use super::options::{DeviceCopies, MAX_CHUNK, StagingOptions};
-use super::plan::{DevicePiece, PlannedChunk};
+use super::plan::{Capabilities, DeviceMove, DevicePiece, PlannedChunk, choose_moves};
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
 use crate::cuda::device::DeviceBuffer;
@@ -220,6 +220,12 @@ impl Gathered<'_> {
             },
         }
     }
+}
+
+/// Whether some chunk of `plan` gathers.
+fn plan_gathers(plan: &[PlannedChunk]) -> bool {
+    plan.iter()
+        .any(|chunk| chunk.device_move == DeviceMove::Gather)
 }
 
 /// Use `seq / buffers` of its buffer, as its counter counts (wrapping).
@@ -492,9 +498,9 @@ impl Lanes {
             // This use's host side has filled it.
             Direction::HostToDevice => use_.wrapping_add(1),
         };
-        let gathered = match planned.device.len() > 1 && self.gathers(planned)? {
-            true => Some(self.gathered(planned)),
-            false => None,
+        let gathered = match planned.device_move {
+            DeviceMove::Gather => Some(self.gathered(planned)),
+            DeviceMove::Copy | DeviceMove::Batch | DeviceMove::Loop => None,
         };
         if let Some(gathered) = &gathered
             && direction == Direction::DeviceToHost
@@ -564,8 +570,9 @@ impl Lanes {
 
     /// The driver's side of a chunk the gather kernel does not move: one
     /// copy; or for a chunk of several pieces, one batch call gathering
-    /// (or scattering) them, or a loop of copies where the driver has no
-    /// batch copy.
+    /// (or scattering) them, or a loop of copies, as planned. A batch copy
+    /// the driver does not have becomes the loop, unless the stager was
+    /// told to batch ([`DeviceCopies::Batch`]).
     fn device_copy(
         &self,
         direction: Direction,
@@ -574,12 +581,7 @@ impl Lanes {
     ) -> Result<(), Error> {
         use core::sync::atomic::Ordering::Relaxed;
         let pieces = &planned.device[..];
-        let batch = match self.device_copies {
-            DeviceCopies::Loop => false,
-            DeviceCopies::Batch => true,
-            DeviceCopies::Auto | DeviceCopies::Kernel => !self.batch_unavailable.load(Relaxed),
-        };
-        if pieces.len() > 1 && batch {
+        if planned.device_move == DeviceMove::Batch {
             let staging = pieces.iter().map(|piece| piece.staging as CUdeviceptr);
             let device = pieces.iter().map(|piece| piece.device);
             let (mut dsts, mut srcs): (Vec<CUdeviceptr>, Vec<CUdeviceptr>) = match direction {
@@ -604,38 +606,49 @@ impl Lanes {
         self.copy_pieces(direction, pieces, stream)
     }
 
-    /// Whether the gather kernel moves `planned`'s pieces: always with
-    /// `DeviceCopies::Kernel` (which fails where the kernel cannot be
-    /// loaded), with `Auto` where they average under the options'
-    /// `kernel_below` and the kernel loads. Loads it the first time.
-    fn gathers(&self, planned: &PlannedChunk) -> Result<bool, Error> {
-        let wanted = match self.device_copies {
-            DeviceCopies::Kernel => true,
-            DeviceCopies::Auto => {
-                planned.len < self.kernel_below.saturating_mul(planned.device.len())
-            }
-            DeviceCopies::Batch | DeviceCopies::Loop => false,
-        };
-        if !wanted {
-            return Ok(false);
-        }
-        let made = self
-            .gather
-            .get_or_init(|| Gather::new(&self.context, self.streams.len(), self.chunk));
-        match made {
-            Ok(_) => Ok(true),
-            Err(error) if self.device_copies == DeviceCopies::Kernel => Err((*error).into()),
-            Err(_) => Ok(false),
+    /// What the planner knows of the driver's side: the stager's choice,
+    /// whether the driver refused the batch copy, whether the gather
+    /// kernel was loaded.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            device_copies: self.device_copies,
+            kernel_below: self.kernel_below,
+            batch: !self.batch_unavailable.load(Ordering::Relaxed),
+            kernel: self.gather.get().map(Result::is_ok),
         }
     }
 
-    /// What the gather kernel needs to move `planned`'s pieces (`gathers`
-    /// said it does): to the host, the kernel packs them into the
+    /// Chooses how each chunk of `plan` moves ([`choose_moves`]), loading
+    /// the gather kernel and its scratch the first time a chunk would take
+    /// them: under [`DeviceCopies::Auto`], the first such chunk decides
+    /// for the stager's life; under [`DeviceCopies::Kernel`], a kernel that
+    /// cannot be had fails the transfer, before anything is queued.
+    pub(super) fn choose_moves(&self, plan: &mut [PlannedChunk]) -> Result<(), Error> {
+        let mut capabilities = self.capabilities();
+        let needs_kernel = choose_moves(plan, &capabilities);
+        let gathers = || plan_gathers(plan);
+        if needs_kernel || (capabilities.kernel == Some(false) && gathers()) {
+            let made = self
+                .gather
+                .get_or_init(|| Gather::new(&self.context, self.streams.len(), self.chunk));
+            if let Err(error) = made
+                && self.device_copies == DeviceCopies::Kernel
+            {
+                return Err((*error).into());
+            }
+            capabilities.kernel = Some(made.is_ok());
+            choose_moves(plan, &capabilities);
+        }
+        Ok(())
+    }
+
+    /// What the gather kernel needs to move `planned`'s pieces (planned to
+    /// [`DeviceMove::Gather`]): to the host, the kernel packs them into the
     /// buffer's scratch, then one copy moves the scratch to the staging
     /// buffer; to the device, the other way.
     fn gathered(&self, planned: &PlannedChunk) -> Gathered<'_> {
         let Some(Ok(gather)) = self.gather.get() else {
-            unreachable!("`gathers` made the kernel and its scratch");
+            unreachable!("`choose_moves` made the kernel and its scratch");
         };
         let host = self.staging[planned.buffer];
         let entries: Vec<GatherEntry> = planned

@@ -12,6 +12,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use super::Direction;
+use super::options::DeviceCopies;
 use crate::cuda::error::{BlockSide, Error};
 use crate::cuda::ffi::CUdeviceptr;
 
@@ -149,9 +150,77 @@ pub(super) struct PlannedChunk {
     pub(super) len: usize,
     /// The driver's side: one copy, or a gathering batch.
     pub(super) device: Vec<DevicePiece>,
+    /// How the driver's side moves ([`choose_moves`]).
+    pub(super) device_move: DeviceMove,
     /// The copier's side, in the direction's order (D2H: staging to
     /// host; H2D: host to staging).
     pub(super) host: Vec<HostCopyArgs>,
+}
+
+/// How a chunk's driver side moves its pieces between the device memory
+/// and its staging buffer. The lanes carry it out and decide nothing,
+/// but for one fallback: a batch copy the driver turns out not to have,
+/// under [`DeviceCopies::Auto`], becomes a loop (and later plans know it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DeviceMove {
+    /// One piece, one copy.
+    Copy,
+    /// Several pieces, one batch call (`cuMemcpyBatchAsync`).
+    Batch,
+    /// Several pieces, one copy each.
+    Loop,
+    /// Several pieces, through the gather kernel and the buffer's device
+    /// scratch, which one copy moves to or from the staging buffer.
+    Gather,
+}
+
+/// What the planner takes into account for the driver's side: the
+/// stager's choice, and what it knows of the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Capabilities {
+    pub(super) device_copies: DeviceCopies,
+    /// Under [`DeviceCopies::Auto`], chunks whose pieces average below it
+    /// gather.
+    pub(super) kernel_below: usize,
+    /// The driver has the batch copy, as far as known (it refused it once:
+    /// `false`).
+    pub(super) batch: bool,
+    /// The gather kernel and its scratch: loaded (`Some(true)`), could not
+    /// be (`Some(false)`), not tried yet (`None`: the planner asks for it
+    /// only where a chunk would gather).
+    pub(super) kernel: Option<bool>,
+}
+
+/// Sets each chunk's [`DeviceMove`] from `capabilities`. Returns whether
+/// some chunk would gather while the kernel is not tried yet: the caller
+/// then loads it and chooses again.
+pub(super) fn choose_moves(chunks: &mut [PlannedChunk], capabilities: &Capabilities) -> bool {
+    let mut needs_kernel = false;
+    for chunk in chunks {
+        chunk.device_move = if chunk.device.len() <= 1 {
+            DeviceMove::Copy
+        } else {
+            let gathers = match capabilities.device_copies {
+                DeviceCopies::Kernel => true,
+                DeviceCopies::Auto => {
+                    chunk.len < capabilities.kernel_below.saturating_mul(chunk.device.len())
+                        && capabilities.kernel != Some(false)
+                }
+                DeviceCopies::Batch | DeviceCopies::Loop => false,
+            };
+            let copies = match capabilities.device_copies {
+                DeviceCopies::Batch => DeviceMove::Batch,
+                DeviceCopies::Loop => DeviceMove::Loop,
+                DeviceCopies::Auto | DeviceCopies::Kernel if capabilities.batch => {
+                    DeviceMove::Batch
+                }
+                DeviceCopies::Auto | DeviceCopies::Kernel => DeviceMove::Loop,
+            };
+            needs_kernel |= gathers && capabilities.kernel.is_none();
+            if gathers { DeviceMove::Gather } else { copies }
+        };
+    }
+    needs_kernel
 }
 
 /// Checks a batch against its memories: every block inside both, and no
@@ -299,6 +368,7 @@ pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
             buffer,
             len: 0,
             device: Vec::with_capacity(size / mean + 1),
+            device_move: DeviceMove::Copy,
             host: Vec::new(),
         };
         let join = HOST_PIECE.min(size.div_ceil(HOST_PARTS));
@@ -357,6 +427,82 @@ fn push_host(list: &mut Vec<HostCopyArgs>, copy: HostCopyArgs, join: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two chunks: one of 4 pieces of 1 KiB, one of a single 16 KiB piece.
+    fn two_chunks() -> Vec<PlannedChunk> {
+        let blocks: Vec<Block> = (0..4)
+            .map(|i| Block::new(i * 4096, i * 1024, 1024))
+            .chain([Block::new(1 << 20, 8192, 16 << 10)])
+            .collect();
+        let layout = Layout {
+            direction: Direction::DeviceToHost,
+            host: 1 << 40,
+            device: 1 << 44,
+            blocks: &blocks,
+            staging: &[1 << 41, 1 << 42],
+            first: 0,
+        };
+        plan(&layout, &[4096, 16 << 10])
+    }
+
+    fn moves(chunks: &[PlannedChunk]) -> Vec<DeviceMove> {
+        chunks.iter().map(|chunk| chunk.device_move).collect()
+    }
+
+    #[test]
+    fn the_plan_says_how_each_chunk_moves_from_the_capabilities() {
+        let mut chunks = two_chunks();
+        let auto = Capabilities {
+            device_copies: DeviceCopies::Auto,
+            kernel_below: 32 << 10,
+            batch: true,
+            kernel: None,
+        };
+        // Small pieces would gather: the kernel is asked for first.
+        assert!(choose_moves(&mut chunks, &auto));
+        assert_eq!(moves(&chunks), [DeviceMove::Gather, DeviceMove::Copy]);
+        let loaded = Capabilities {
+            kernel: Some(true),
+            ..auto
+        };
+        assert!(!choose_moves(&mut chunks, &loaded));
+        assert_eq!(moves(&chunks), [DeviceMove::Gather, DeviceMove::Copy]);
+        // No kernel: the batch copy, or a loop where the driver refused it.
+        let no_kernel = Capabilities {
+            kernel: Some(false),
+            ..auto
+        };
+        assert!(!choose_moves(&mut chunks, &no_kernel));
+        assert_eq!(moves(&chunks), [DeviceMove::Batch, DeviceMove::Copy]);
+        let no_batch = Capabilities {
+            batch: false,
+            ..no_kernel
+        };
+        choose_moves(&mut chunks, &no_batch);
+        assert_eq!(moves(&chunks), [DeviceMove::Loop, DeviceMove::Copy]);
+        // Pieces averaging above the threshold take the copy engine.
+        let large = Capabilities {
+            kernel_below: 1024,
+            ..auto
+        };
+        assert!(!choose_moves(&mut chunks, &large));
+        assert_eq!(moves(&chunks), [DeviceMove::Batch, DeviceMove::Copy]);
+        // What the stager was told wins over what the driver has.
+        for (copies, expected) in [
+            (DeviceCopies::Batch, DeviceMove::Batch),
+            (DeviceCopies::Loop, DeviceMove::Loop),
+            (DeviceCopies::Kernel, DeviceMove::Gather),
+        ] {
+            let told = Capabilities {
+                device_copies: copies,
+                kernel_below: 1024,
+                batch: false,
+                kernel: Some(true),
+            };
+            choose_moves(&mut chunks, &told);
+            assert_eq!(moves(&chunks), [expected, DeviceMove::Copy], "{copies:?}");
+        }
+    }
 
     #[test]
     fn chunks_sum_to_the_length_and_never_exceed_the_chunk() {

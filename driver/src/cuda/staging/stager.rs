@@ -753,6 +753,8 @@ impl Engine for Stager {
             },
             &sizes,
         );
+        let mut planned = planned;
+        self.lanes.choose_moves(&mut planned)?;
         self.next_seq += planned.len() as u64;
         let stores = match direction {
             Direction::DeviceToHost => Stores::Streaming,
