@@ -20,7 +20,7 @@ use crate::cuda::error::Error;
 
 /// Transfers whose buffers are borrowed for `'scope`; see [`Stager::scope`](super::Stager::scope).
 pub struct StagingScope<'scope, 'env: 'scope> {
-    stager: RefCell<&'env mut (dyn Engine + Send)>,
+    stager: RefCell<&'env mut Engine>,
     /// Enqueued transfers not waited for yet, by handle index.
     in_flight: RefCell<Slots>,
     /// Invariant in both lifetimes, as `std::thread::Scope` is.
@@ -83,7 +83,7 @@ pub struct Transfer<'scope, 'env: 'scope> {
 
 /// [`Stager::scope`](super::Stager::scope): runs `f` with a scope on `stager`, then waits for
 /// every transfer not yet waited for.
-pub(super) fn run<'env, F, T>(stager: &'env mut (dyn Engine + Send), f: F) -> Result<T, Error>
+pub(super) fn run<'env, F, T>(stager: &'env mut Engine, f: F) -> Result<T, Error>
 where
     F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
 {

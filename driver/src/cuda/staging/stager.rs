@@ -1,89 +1,30 @@
-//! The [`Stager`], in one place: its fronts, which decide when the caller
-//! waits ([`run`](Stager::run) blocks, [`scope`](Stager::scope) gives
-//! handles, [`start_unchecked`](Stager::start_unchecked) gives a transfer
-//! that borrows nothing), and the engine under them, which every front
-//! goes through (its [`Engine`] calls): `start` checks a [`TransferSpec`]
-//! whole, plans it and has its chunks queued; `finish` waits for them and
-//! retires what they used.
+//! The [`Stager`]: the fronts, which decide only when the caller waits
+//! ([`run`](Stager::run) blocks, [`scope`](Stager::scope) gives handles,
+//! [`start_unchecked`](Stager::start_unchecked) gives a transfer that
+//! borrows nothing), and the pinned copies, over the [`Engine`] that every
+//! front goes through.
 
-use core::mem::ManuallyDrop;
-use std::sync::Arc;
-use std::vec::Vec;
-
-use super::driver_path::{self, PinnedTransferError};
+use super::driver_path::PinnedTransferError;
+pub use super::engine::MAX_ORDER_EVENTS;
 use super::engine::{Engine, Queuing};
-use super::feed::{CopierThread, Job, Lanes};
-use super::in_flight::InFlight;
-use super::options::{StagingOptions, Stores};
+use super::options::StagingOptions;
 use super::pending::{self, PendingTransfer};
-use super::plan::{Block, Layout, chunk_sizes, plan};
 use super::scope::{self, StagingScope};
-use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
-use crate::HostRange;
-use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
+use super::spec::TransferSpec;
 use crate::cuda::context::Context;
-#[cfg(feature = "cudarc")]
-use crate::cuda::device::sealed::OwnerOrder;
-use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
-use crate::cuda::error::{DriverError, Error};
-use crate::cuda::event::Event;
+use crate::cuda::device::DeviceMemory;
+use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
-use crate::cuda::retire::{self, Kept};
-use crate::cuda::stream::{Stream, StreamRef};
-use crate::parallel::CopyPool;
+use crate::cuda::stream::StreamRef;
 
 /// Pinned staging buffers, one stream per buffer and a worker pool: see
 /// the [module documentation](super).
 #[derive(Debug)]
 pub struct Stager {
-    context: Context,
-    options: StagingOptions,
-    /// The streams and their flags, shared with the copier thread.
-    lanes: Arc<Lanes>,
-    /// Makes the host side of every staged chunk; `None` only in `Drop`.
-    copier: Option<CopierThread>,
-    /// Freed in `Drop` unless queued work may still touch them.
-    buffers: Vec<ManuallyDrop<PinnedBuffer>>,
-    /// Their addresses, for planning.
-    staging: Vec<usize>,
-    /// Shared with the copier thread, which copies with it, and with the
-    /// driver's path, whose host side the calling thread copies.
-    workers: Arc<CopyPool>,
-    /// The number of the next chunk planned.
-    next_seq: u64,
-    /// The error with which the streams last failed to drain: until they
-    /// drain, queued work may still use the staging buffers.
-    undrained: Option<DriverError>,
-    /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
-    /// Events `wait_for` recorded, each numbered, not yet known complete:
-    /// the stager's streams wait for them, and so does the stream of a
-    /// transfer on the driver's path, when it starts. A staged transfer
-    /// started after one that every stream waited for (`true`), and
-    /// finished without error, proves it complete.
-    order_events: Vec<(u64, bool, Event)>,
-    /// The number the next `wait_for` event gets.
-    next_order: u64,
-    /// Completed order events, reused.
-    spare_order_events: Vec<Event>,
-    /// Waits for the order events when they are folded into one; made the
-    /// first time they are.
-    order_stream: Option<Stream>,
-    /// Carries the transfers below the crossover; made for the first.
-    driver_stream: Option<Stream>,
-    /// Their pinned buffer, of `driver_path_below` bytes (at most a
-    /// chunk); made for the first.
-    bounce: Option<PinnedBuffer>,
+    engine: Engine,
     /// Tells this stager's pending transfers from others'.
     id: u64,
 }
-
-/// The most events [`Stager::wait_for`] keeps for work not known complete:
-/// at it, `wait_for` folds them into one (recorded on a stream of the
-/// stager's own that waited for each), without waiting on the host.
-pub const MAX_ORDER_EVENTS: usize = 64;
-
-/// `CUDA_ERROR_OUT_OF_MEMORY`, for a copier thread the system refused.
-const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
 
 impl Stager {
     /// A stager on `context` with the default options.
@@ -101,70 +42,26 @@ impl Stager {
     ///
     /// Refused as [`new`](Self::new) is.
     pub fn with_options(context: &Context, options: StagingOptions) -> Result<Stager, Error> {
-        let _relaxed = RelaxedCapture::new();
-        let mut streams = Vec::with_capacity(options.buffers);
-        let mut buffers = Vec::with_capacity(options.buffers);
-        for _ in 0..options.buffers {
-            streams.push(Stream::new(context)?);
-            // Plain buffers until every one exists: an error here drops
-            // (frees) those made before it, which nothing has touched yet.
-            buffers.push(PinnedBuffer::new(context, options.chunk)?);
-        }
-        let staging = buffers
-            .iter()
-            .map(|buffer| buffer.raw_ptr().expose_provenance())
-            .collect();
-        let lanes = Arc::new(Lanes::new(
-            context,
-            streams,
-            Vec::clone(&staging),
-            &options,
-        )?);
-        let workers = Arc::new(CopyPool::spawn(options.workers, "hostcopy-stager").0);
-        // The system refused a thread: as out of resources. Nothing is
-        // queued yet, so the buffers and flags are freed as they drop.
-        // Prefault as far ahead as chunks can be in flight.
-        let prefault = options.prefault.then_some(options.buffers);
-        let copier = CopierThread::spawn(&lanes, &workers, prefault)
-            .map_err(|_| Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY)))?;
-        let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
-        let stager = Stager {
-            context: context.clone(),
-            options,
-            lanes,
-            copier: Some(copier),
-            buffers,
-            staging,
-            workers,
-            next_seq: 0,
-            undrained: None,
-            order_events: Vec::new(),
-            next_order: 0,
-            spare_order_events: Vec::new(),
-            order_stream: None,
-            driver_stream: None,
-            bounce: None,
+        Ok(Stager {
+            engine: Engine::new(context, options)?,
             id: pending::next_stager_id(),
-        };
-        Ok(stager)
+        })
     }
 
     /// The context the stager transfers in.
     pub fn context(&self) -> &Context {
-        &self.context
+        self.engine.context()
     }
 
     /// The options it was made with.
     pub fn options(&self) -> &StagingOptions {
-        &self.options
+        self.engine.options()
     }
 
     /// Worker threads running (fewer than asked if the system refused some).
     pub fn workers(&self) -> usize {
-        self.workers.workers()
+        self.engine.workers()
     }
-
-    // The fronts.
 
     /// Runs the copy `spec` describes and waits for its bytes to arrive.
     ///
@@ -188,11 +85,7 @@ impl Stager {
     /// # }
     /// ```
     pub fn run(&mut self, spec: TransferSpec<'_>) -> Result<(), Error> {
-        #[cfg(feature = "cudarc")]
-        if let Some(order) = spec.device.memory().memory_order() {
-            return self.run_in_owner_order(spec, order);
-        }
-        self.run_now(spec)
+        self.engine.run(spec)
     }
 
     /// Runs `f` with a scope whose transfers may borrow buffers that
@@ -225,7 +118,7 @@ impl Stager {
     where
         F: for<'scope> FnOnce(&'scope StagingScope<'scope, 'env>) -> T,
     {
-        scope::run(self, f)
+        scope::run(&mut self.engine, f)
     }
 
     /// Starts the copy `spec` describes and returns at once with a
@@ -277,7 +170,7 @@ impl Stager {
         // Its driver side is queued whole when this returns, so that
         // `order_before` can order a stream after it at once, as a
         // binding's non-blocking call does right after starting it.
-        let in_flight = self.start(spec, Queuing::AtOnce)?;
+        let in_flight = self.engine.start(spec, Queuing::AtOnce)?;
         Ok(PendingTransfer::new(in_flight, self.id))
     }
 
@@ -290,7 +183,7 @@ impl Stager {
     /// If another stager started `transfer`.
     pub fn finish_pending(&mut self, transfer: PendingTransfer) -> Result<(), Error> {
         match transfer.into_in_flight(self.id) {
-            Some(in_flight) => self.finish(in_flight),
+            Some(in_flight) => self.engine.finish(in_flight),
             None => Ok(()),
         }
     }
@@ -310,40 +203,7 @@ impl Stager {
     /// complete, and at the bound folds the rest into one. It never waits
     /// on the host.
     pub fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
-        let _relaxed = RelaxedCapture::new();
-        self.check_usable()?;
-        self.context.expect_same(stream.context())?;
-        self.retire_order_events()?;
-        let event = match self.spare_order_events.pop() {
-            Some(event) => event,
-            None => Event::blocking(&self.context)?,
-        };
-        let recorded = {
-            let locked = capture::lock();
-            match capture_graph(&locked, stream.context(), stream.raw()) {
-                Ok(None) => event.record_known(&locked, stream, false),
-                Ok(Some(_)) => Err(Error::Capturing),
-                Err(error) => Err(error.into()),
-            }
-        };
-        if let Err(error) = recorded {
-            self.spare_order_events.push(event);
-            return Err(error);
-        }
-        // Every transfer started before is queued whole (by the call that
-        // started it), so these waits come after them and before every
-        // later one.
-        let ordered = self
-            .lanes
-            .streams
-            .iter()
-            .try_for_each(|own| own.as_stream().wait_event(&event));
-        // Kept even if a wait failed: a transfer on the driver's path still
-        // waits for it on the host.
-        self.order_events
-            .push((self.next_order, ordered.is_ok(), event));
-        self.next_order += 1;
-        ordered
+        self.engine.wait_for(stream)
     }
 
     /// `pinned_to_device(dst, src, device_offset)`'s mirror: copies
@@ -378,25 +238,7 @@ impl Stager {
         src: &S,
         device_offset: usize,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
-        let _relaxed = RelaxedCapture::new();
-        if let Err(error) = self
-            .check_usable()
-            .and_then(|()| self.context.expect_same(src.memory_context()))
-            .and_then(|()| device_range(src, device_offset, dst.len()))
-        {
-            return Err(PinnedTransferError::new(error, Some(dst)));
-        }
-        if dst.is_empty() {
-            return Ok(dst);
-        }
-        let stream = self.lanes.streams[0].as_stream();
-        // SAFETY: `dst` is pinned, `len` writable bytes, owned here until
-        // `settle_pinned` has seen the copy finish; if it cannot, the
-        // buffer is leaked, so nothing reads, writes or frees it while the
-        // copy may still write it.
-        let queued =
-            unsafe { stream.copy_device_to_host(dst.raw_ptr(), src, device_offset, dst.len()) };
-        self.settle_pinned(queued, dst, src.memory_in_use())
+        self.engine.device_to_pinned(dst, src, device_offset)
     }
 
     /// Copies all of the pinned buffer `src` to byte `device_offset` of
@@ -414,426 +256,6 @@ impl Stager {
         src: PinnedBuffer,
         device_offset: usize,
     ) -> Result<PinnedBuffer, PinnedTransferError> {
-        let _relaxed = RelaxedCapture::new();
-        if let Err(error) = self
-            .check_usable()
-            .and_then(|()| self.context.expect_same(dst.memory_context()))
-            .and_then(|()| device_range(dst, device_offset, src.len()))
-        {
-            return Err(PinnedTransferError::new(error, Some(src)));
-        }
-        if src.is_empty() {
-            return Ok(src);
-        }
-        let stream = self.lanes.streams[0].as_stream();
-        // SAFETY: `src` is pinned and owned here until `settle_pinned` has
-        // seen the copy finish; if it cannot, the buffer is leaked, so no
-        // one writes or frees it while the copy may still read it. `dst`
-        // is mutably borrowed.
-        let queued =
-            unsafe { stream.copy_host_to_device(dst, device_offset, src.raw_ptr(), src.len()) };
-        self.settle_pinned(queued, src, dst.memory_in_use())
-    }
-
-    // The engine.
-
-    /// A transfer the caller's thread queues and waits for.
-    fn run_now(&mut self, spec: TransferSpec<'_>) -> Result<(), Error> {
-        match self.start(spec, Queuing::Blocking)? {
-            Some(in_flight) => self.finish(in_flight),
-            None => Ok(()),
-        }
-    }
-
-    /// A blocking transfer on memory whose owner orders its use (cudarc's:
-    /// see the `cudarc` module): checked before the owner or the stager
-    /// orders anything; then, between the owner's wait for the memory's
-    /// earlier uses and its record of this one, the stager's streams wait
-    /// for the owner's, and after a transfer that could not be drained the
-    /// owner's streams wait for the stager's.
-    #[cfg(feature = "cudarc")]
-    fn run_in_owner_order(
-        &mut self,
-        spec: TransferSpec<'_>,
-        order: &dyn OwnerOrder,
-    ) -> Result<(), Error> {
-        let writes = spec.device.direction() == Direction::HostToDevice;
-        order.check(&self.context, writes)?;
-        if spec.device_bytes(spec.device.memory().memory_len())? == 0 {
-            return Ok(());
-        }
-        order.check_not_capturing(&self.context)?;
-        let context = self.context.clone();
-        let (stream, own) = order.streams();
-        // SAFETY: the owner's streams live as long as `order`, which our
-        // caller borrows for this call, and belong to the stager's context
-        // (`check`).
-        let (stream, own) = unsafe {
-            (
-                StreamRef::from_raw(&context, stream),
-                own.map(|own| StreamRef::from_raw(&context, own)),
-            )
-        };
-        order.in_order(writes, &mut |memory| {
-            self.wait_for(stream)?;
-            if let Some(own) = own {
-                self.wait_for(own)?;
-            }
-            let spec = spec.with_device(memory);
-            // A small transfer too: it goes on a stream of the stager's,
-            // which `order_after_queued` covers.
-            let result = self.run_now(spec);
-            if self.undrained.is_some() {
-                self.order_after_queued(stream);
-                if let Some(own) = own {
-                    self.order_after_queued(own);
-                }
-            }
-            result
-        })
-    }
-
-    /// Makes `stream` wait for everything queued on the stager's streams:
-    /// after a transfer that could not be drained, so that the owner's next
-    /// use of the memory (its release too) comes after the copies the
-    /// driver may still run. Failures are not reported: the transfer's own
-    /// error is, and a context that refuses these calls refuses that next
-    /// use too (a sticky error).
-    #[cfg(feature = "cudarc")]
-    fn order_after_queued(&self, stream: StreamRef<'_>) {
-        let _relaxed = RelaxedCapture::new();
-        for own in self.lanes.streams.iter().chain(&self.driver_stream) {
-            if let Ok(event) = Event::ordering(&self.context)
-                && event.record(own.as_stream()).is_ok()
-            {
-                let _ = stream.wait_event(&event);
-            }
-        }
-    }
-
-    /// Waits for a copy queued on stream 0 between `pinned` and `device`
-    /// (if it was queued), draining the streams after an error. Gives
-    /// `pinned` back unless a copy may still use it; keeps `device` for
-    /// good in that case.
-    fn settle_pinned(
-        &mut self,
-        queued: Result<(), Error>,
-        pinned: PinnedBuffer,
-        device: DeviceInUse,
-    ) -> Result<PinnedBuffer, PinnedTransferError> {
-        let was_queued = queued.is_ok();
-        let result = queued.and_then(|()| Ok(self.lanes.streams[0].as_stream().synchronize()?));
-        let Err(error) = result else {
-            return Ok(pinned);
-        };
-        self.drain();
-        // A copy the driver refused was never queued; drained streams have
-        // finished every copy. Otherwise the copy may still run.
-        if !was_queued || self.undrained.is_none() {
-            return Err(PinnedTransferError::new(error, Some(pinned)));
-        }
-        retire::keep(pinned, Kept::PinnedBuffer);
-        self.release(device);
-        Err(PinnedTransferError::new(error, None))
-    }
-
-    /// Whether a single transfer below the crossover takes the driver's
-    /// path, which is faster there than staging: a blocking call always. A
-    /// call that returns at once (a scope's, a pending transfer) only if it
-    /// would wait neither for a stream given to [`wait_for`](Self::wait_for)
-    /// nor behind the stager's own transfers (the path returns when the
-    /// copy is done, so either wait would block the caller): else it is
-    /// staged.
-    fn driver_path_now(&mut self, queuing: Queuing) -> Result<bool, Error> {
-        if queuing == Queuing::Blocking {
-            return Ok(true);
-        }
-        // Queries of the stager's own objects: they touch no capture.
-        let _relaxed = RelaxedCapture::new();
-        self.retire_order_events()?;
-        Ok(self.order_events.is_empty() && self.lanes.idle()?)
-    }
-
-    /// A single transfer below the crossover, complete when this returns:
-    /// one driver copy through a pinned buffer of the stager's own, on a
-    /// stream of its own, after the streams given to `wait_for` (in the
-    /// relaxed capture mode: it touches no capture), the host side copied
-    /// by the calling thread (see [`driver_path::bounced`]). After an error
-    /// the streams are drained; if they cannot be, the device memory is
-    /// kept for good, counted, and the buffer as the staging buffers are.
-    fn driver_path(
-        &mut self,
-        host: HostRange,
-        device: DeviceSide<'_>,
-        offset: usize,
-    ) -> Result<(), Error> {
-        let _relaxed = RelaxedCapture::new();
-        if self.driver_stream.is_none() {
-            self.driver_stream = Some(Stream::new(&self.context)?);
-        }
-        if self.bounce.is_none() {
-            let room = self.options.driver_path_below.min(self.options.chunk);
-            self.bounce = Some(PinnedBuffer::new(&self.context, room)?);
-        }
-        let (Some(stream), Some(bounce)) = (&self.driver_stream, &self.bounce) else {
-            unreachable!("made above");
-        };
-        let stream = stream.as_stream();
-        for (_, _, event) in &self.order_events {
-            stream.wait_event(event)?;
-        }
-        match driver_path::bounced(stream, bounce, &self.workers, host, device, offset) {
-            Ok(()) => {
-                // The stream waited for every order event and ran past.
-                let done = self.order_events.drain(..).map(|(_, _, event)| event);
-                self.spare_order_events.extend(done);
-                Ok(())
-            }
-            Err((error, queued)) => {
-                if queued {
-                    // Until the streams drain, the stager refuses
-                    // transfers (the buffer is not reused) and keeps the
-                    // buffer if it is dropped (as its staging buffers).
-                    self.drain();
-                }
-                self.release(device.memory().memory_in_use());
-                Err(error)
-            }
-        }
-    }
-
-    /// Lets go of the order events the driver reports complete, and once
-    /// [`MAX_ORDER_EVENTS`] are held, folds them into one: so that the
-    /// events held stay bounded however often `wait_for` is called between
-    /// transfers that would prove them complete, without waiting on the
-    /// host (a non-blocking call must not block on the user's stream).
-    fn retire_order_events(&mut self) -> Result<(), Error> {
-        let mut index = 0;
-        while index < self.order_events.len() {
-            if self.order_events[index].2.query()? {
-                let (_, _, event) = self.order_events.remove(index);
-                self.spare_order_events.push(event);
-            } else {
-                index += 1;
-            }
-        }
-        if self.order_events.len() >= MAX_ORDER_EVENTS {
-            self.fold_order_events()?;
-        }
-        // Spares beyond the bound are never needed at once again.
-        self.spare_order_events.truncate(MAX_ORDER_EVENTS);
-        Ok(())
-    }
-
-    /// Replaces the order events by one that completes after all of them:
-    /// recorded on a stream of the stager's own that waited for each and
-    /// carries no other work. On an error nothing is replaced.
-    fn fold_order_events(&mut self) -> Result<(), Error> {
-        if self.order_stream.is_none() {
-            self.order_stream = Some(Stream::new(&self.context)?);
-        }
-        let Some(stream) = &self.order_stream else {
-            unreachable!("made above");
-        };
-        let stream = stream.as_stream();
-        for (_, _, event) in &self.order_events {
-            stream.wait_event(event)?;
-        }
-        let folded = match self.spare_order_events.pop() {
-            Some(event) => event,
-            None => Event::blocking(&self.context)?,
-        };
-        if let Err(error) = folded.record(stream) {
-            self.spare_order_events.push(folded);
-            return Err(error);
-        }
-        // The stager's streams waited for it if they waited for every one;
-        // its number is the newest, which `order_events_complete` compares.
-        let waited = self.order_events.iter().all(|(_, waited, _)| *waited);
-        let newest = self.order_events.last().map_or(0, |(number, _, _)| *number);
-        let folded_in = self.order_events.drain(..).map(|(_, _, event)| event);
-        self.spare_order_events.extend(folded_in);
-        self.order_events.push((newest, waited, folded));
-        Ok(())
-    }
-
-    /// The order events numbered below `upto` that the streams waited for
-    /// are complete: a staged transfer started after them has finished.
-    fn order_events_complete(&mut self, upto: u64) {
-        for (number, waited, event) in core::mem::take(&mut self.order_events) {
-            if waited && number < upto {
-                self.spare_order_events.push(event);
-            } else {
-                self.order_events.push((number, waited, event));
-            }
-        }
-    }
-
-    /// `Ok` unless queued work may still use the staging buffers: then
-    /// the streams are drained once more, and the error is returned if
-    /// they still cannot be.
-    fn check_usable(&mut self) -> Result<(), Error> {
-        if self.undrained.is_some() {
-            self.drain();
-        }
-        match self.undrained {
-            Some(error) => Err(error.into()),
-            None => Ok(()),
-        }
-    }
-
-    /// Waits for everything queued on the stager's own streams; records
-    /// the error if that fails (a sticky error). Only the stager's streams:
-    /// synchronizing the context would be refused while another stream of
-    /// it captures a graph, and would break that capture.
-    fn drain(&mut self) {
-        let _relaxed = RelaxedCapture::new();
-        self.undrained = self
-            .lanes
-            .streams
-            .iter()
-            .chain(&self.driver_stream)
-            .map(|stream| stream.as_stream().synchronize())
-            .find_map(Result::err);
-    }
-
-    /// Lets go of a device allocation that queued copies used: dropped if
-    /// the streams are drained, kept for good (and counted) if not. (A
-    /// borrowed allocation, cudarc's, is neither: see the `cudarc` module.)
-    fn release(&self, device: DeviceInUse) {
-        if self.undrained.is_some() {
-            device.keep();
-        }
-    }
-}
-
-impl Engine for Stager {
-    fn start(
-        &mut self,
-        spec: TransferSpec<'_>,
-        queuing: Queuing,
-    ) -> Result<Option<InFlight>, Error> {
-        self.check_usable()?;
-        let (host, device, blocks) = (spec.host, spec.device, spec.blocks);
-        let memory = device.memory();
-        // Memory whose owner hands out its address only with its ordering
-        // is refused here: only `run` keeps that order.
-        let device_ptr = memory.memory_ptr()?;
-        self.context.expect_same(memory.memory_context())?;
-        let direction = device.direction();
-        let total = spec.device_bytes(memory.memory_len())?;
-        let one;
-        let blocks = match blocks {
-            Blocks::One { offset } => {
-                if host.len > 0
-                    && host.len < self.options.driver_path_below
-                    && self.driver_path_now(queuing)?
-                {
-                    self.driver_path(host, device, offset)?;
-                    return Ok(None);
-                }
-                one = [Block::new(offset, 0, host.len)];
-                &one[..]
-            }
-            Blocks::Many(blocks) => blocks,
-        };
-        if total == 0 {
-            return Ok(None);
-        }
-        let _relaxed = RelaxedCapture::new();
-        let sizes = chunk_sizes(total, self.options.chunk, self.options.edge_chunk());
-        let planned = plan(
-            &Layout {
-                direction,
-                host: host.addr,
-                device: device_ptr,
-                blocks,
-                staging: &self.staging,
-                first: self.next_seq,
-            },
-            &sizes,
-        );
-        let mut planned = planned;
-        self.lanes.choose_moves(&mut planned)?;
-        self.next_seq += planned.len() as u64;
-        let stores = match direction {
-            Direction::DeviceToHost => Stores::Streaming,
-            Direction::HostToDevice => self.options.h2d_stores,
-        };
-        let job = Arc::new(Job::new(direction, planned, stores));
-        let device = memory.memory_in_use();
-        match self.lanes.queue_job(&job) {
-            Ok(events) => Ok(Some(InFlight::new(job, events, self.next_order, device))),
-            Err(error) => {
-                // What was queued runs, the chunk that failed perhaps in
-                // part: wait until the copier has made its host sides and
-                // the streams have run it all, before anything else uses
-                // the buffers (the stager refuses work until they drain).
-                drop(job.wait_done());
-                self.drain();
-                self.release(device);
-                Err(error)
-            }
-        }
-    }
-
-    fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
-        let _relaxed = RelaxedCapture::new();
-        let result = in_flight.wait();
-        let order_upto = in_flight.order_upto();
-        let (events, device) = in_flight.settle();
-        if result.is_err() {
-            // The drain waits for whatever the error left queued.
-            self.drain();
-        } else {
-            self.lanes.return_lane_events(events);
-            self.order_events_complete(order_upto);
-        }
-        self.release(device);
-        result
-    }
-}
-
-impl Drop for Stager {
-    fn drop(&mut self) {
-        // Every driver call of the teardown in the relaxed mode, the
-        // streams and events too (dropped here, not after).
-        let _relaxed = RelaxedCapture::new();
-        // The copier first, joined once it has made the host side of every
-        // chunk queued (a pending transfer may be unfinished): then every
-        // flag has advanced past every wait queued on it.
-        self.copier = None;
-        self.drain();
-        self.order_events.clear();
-        self.spare_order_events.clear();
-        self.order_stream = None;
-        self.driver_stream = None;
-        if self.undrained.is_some() {
-            if let Some(bounce) = self.bounce.take() {
-                // A small transfer's copy may still touch it.
-                retire::keep(bounce, Kept::PinnedBuffer);
-            }
-            for buffer in self.buffers.drain(..) {
-                retire::keep(ManuallyDrop::into_inner(buffer), Kept::PinnedBuffer);
-            }
-            // The streams may still wait on the flags.
-            match Arc::get_mut(&mut self.lanes) {
-                Some(lanes) => lanes.keep_flags(),
-                // Not reached (the copier is joined); kept whole if it were.
-                None => retire::keep(Arc::clone(&self.lanes), Kept::Uncounted),
-            }
-        } else {
-            // Freed here, in the relaxed mode: no queued copy touches it.
-            self.bounce = None;
-            for buffer in &mut self.buffers {
-                // SAFETY: the streams drained just above: no queued work
-                // touches the buffer. Dropped once, here.
-                unsafe { ManuallyDrop::drop(buffer) };
-            }
-        }
-        // The copier is joined: the stager holds the only reference.
-        if let Some(lanes) = Arc::get_mut(&mut self.lanes) {
-            lanes.clear();
-        }
+        self.engine.pinned_to_device(dst, src, device_offset)
     }
 }
