@@ -15,10 +15,11 @@ use super::driver_path::{self, PinnedTransferError};
 use super::feed::{CopierThread, Job, Lanes};
 use super::in_flight::InFlight;
 use super::options::{StagingOptions, Stores};
+use super::order::OrderEvents;
 use super::plan::{Block, Layout, chunk_sizes, plan};
 use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
 use crate::HostRange;
-use crate::cuda::capture::{self, RelaxedCapture, capture_graph};
+use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
 #[cfg(feature = "cudarc")]
 use crate::cuda::device::sealed::OwnerOrder;
@@ -63,31 +64,14 @@ pub(super) struct Engine {
     /// The error with which the streams last failed to drain: until they
     /// drain, queued work may still use the staging buffers.
     undrained: Option<DriverError>,
-    /// Recorded on a stream the stager's transfers wait for ([`Stager::wait_for`]).
-    /// Events `wait_for` recorded, each numbered, not yet known complete:
-    /// the stager's streams wait for them, and so does the stream of a
-    /// transfer on the driver's path, when it starts. A staged transfer
-    /// started after one that every stream waited for (`true`), and
-    /// finished without error, proves it complete.
-    order_events: Vec<(u64, bool, Event)>,
-    /// The number the next `wait_for` event gets.
-    next_order: u64,
-    /// Completed order events, reused.
-    spare_order_events: Vec<Event>,
-    /// Waits for the order events when they are folded into one; made the
-    /// first time they are.
-    order_stream: Option<Stream>,
+    /// The events `wait_for` recorded, until known complete.
+    order: OrderEvents,
     /// Carries the transfers below the crossover; made for the first.
     driver_stream: Option<Stream>,
     /// Their pinned buffer, of `driver_path_below` bytes (at most a
     /// chunk); made for the first.
     bounce: Option<PinnedBuffer>,
 }
-
-/// The most events [`Stager::wait_for`](super::Stager::wait_for) keeps for work not known complete:
-/// at it, `wait_for` folds them into one (recorded on a stream of the
-/// stager's own that waited for each), without waiting on the host.
-pub const MAX_ORDER_EVENTS: usize = 64;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`, for a copier thread the system refused.
 const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
@@ -133,10 +117,7 @@ impl Engine {
             workers,
             next_seq: 0,
             undrained: None,
-            order_events: Vec::new(),
-            next_order: 0,
-            spare_order_events: Vec::new(),
-            order_stream: None,
+            order: OrderEvents::default(),
             driver_stream: None,
             bounce: None,
         };
@@ -173,37 +154,8 @@ impl Engine {
         let _relaxed = RelaxedCapture::new();
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
-        self.retire_order_events()?;
-        let event = match self.spare_order_events.pop() {
-            Some(event) => event,
-            None => Event::blocking(&self.context)?,
-        };
-        let recorded = {
-            let locked = capture::lock();
-            match capture_graph(&locked, stream.context(), stream.raw()) {
-                Ok(None) => event.record_known(&locked, stream, false),
-                Ok(Some(_)) => Err(Error::Capturing),
-                Err(error) => Err(error.into()),
-            }
-        };
-        if let Err(error) = recorded {
-            self.spare_order_events.push(event);
-            return Err(error);
-        }
-        // Every transfer started before is queued whole (by the call that
-        // started it), so these waits come after them and before every
-        // later one.
-        let ordered = self
-            .lanes
-            .streams
-            .iter()
-            .try_for_each(|own| own.as_stream().wait_event(&event));
-        // Kept even if a wait failed: a transfer on the driver's path still
-        // waits for it on the host.
-        self.order_events
-            .push((self.next_order, ordered.is_ok(), event));
-        self.next_order += 1;
-        ordered
+        self.order
+            .record(&self.context, stream, &self.lanes.streams)
     }
 
     /// See [`Stager::device_to_pinned`](super::Stager::device_to_pinned).
@@ -375,8 +327,8 @@ impl Engine {
         }
         // Queries of the stager's own objects: they touch no capture.
         let _relaxed = RelaxedCapture::new();
-        self.retire_order_events()?;
-        Ok(self.order_events.is_empty() && self.lanes.idle()?)
+        self.order.retire(&self.context)?;
+        Ok(self.order.is_empty() && self.lanes.idle()?)
     }
 
     /// A single transfer below the crossover, complete when this returns:
@@ -404,14 +356,11 @@ impl Engine {
             unreachable!("made above");
         };
         let stream = stream.as_stream();
-        for (_, _, event) in &self.order_events {
-            stream.wait_event(event)?;
-        }
+        self.order.order(stream)?;
         match driver_path::bounced(stream, bounce, &self.workers, host, device, offset) {
             Ok(()) => {
                 // The stream waited for every order event and ran past.
-                let done = self.order_events.drain(..).map(|(_, _, event)| event);
-                self.spare_order_events.extend(done);
+                self.order.all_complete();
                 Ok(())
             }
             Err((error, queued)) => {
@@ -423,73 +372,6 @@ impl Engine {
                 }
                 self.release(device.memory().memory_in_use());
                 Err(error)
-            }
-        }
-    }
-
-    /// Lets go of the order events the driver reports complete, and once
-    /// [`MAX_ORDER_EVENTS`] are held, folds them into one: so that the
-    /// events held stay bounded however often `wait_for` is called between
-    /// transfers that would prove them complete, without waiting on the
-    /// host (a non-blocking call must not block on the user's stream).
-    fn retire_order_events(&mut self) -> Result<(), Error> {
-        let mut index = 0;
-        while index < self.order_events.len() {
-            if self.order_events[index].2.query()? {
-                let (_, _, event) = self.order_events.remove(index);
-                self.spare_order_events.push(event);
-            } else {
-                index += 1;
-            }
-        }
-        if self.order_events.len() >= MAX_ORDER_EVENTS {
-            self.fold_order_events()?;
-        }
-        // Spares beyond the bound are never needed at once again.
-        self.spare_order_events.truncate(MAX_ORDER_EVENTS);
-        Ok(())
-    }
-
-    /// Replaces the order events by one that completes after all of them:
-    /// recorded on a stream of the stager's own that waited for each and
-    /// carries no other work. On an error nothing is replaced.
-    fn fold_order_events(&mut self) -> Result<(), Error> {
-        if self.order_stream.is_none() {
-            self.order_stream = Some(Stream::new(&self.context)?);
-        }
-        let Some(stream) = &self.order_stream else {
-            unreachable!("made above");
-        };
-        let stream = stream.as_stream();
-        for (_, _, event) in &self.order_events {
-            stream.wait_event(event)?;
-        }
-        let folded = match self.spare_order_events.pop() {
-            Some(event) => event,
-            None => Event::blocking(&self.context)?,
-        };
-        if let Err(error) = folded.record(stream) {
-            self.spare_order_events.push(folded);
-            return Err(error);
-        }
-        // The stager's streams waited for it if they waited for every one;
-        // its number is the newest, which `order_events_complete` compares.
-        let waited = self.order_events.iter().all(|(_, waited, _)| *waited);
-        let newest = self.order_events.last().map_or(0, |(number, _, _)| *number);
-        let folded_in = self.order_events.drain(..).map(|(_, _, event)| event);
-        self.spare_order_events.extend(folded_in);
-        self.order_events.push((newest, waited, folded));
-        Ok(())
-    }
-
-    /// The order events numbered below `upto` that the streams waited for
-    /// are complete: a staged transfer started after them has finished.
-    fn order_events_complete(&mut self, upto: u64) {
-        for (number, waited, event) in core::mem::take(&mut self.order_events) {
-            if waited && number < upto {
-                self.spare_order_events.push(event);
-            } else {
-                self.order_events.push((number, waited, event));
             }
         }
     }
@@ -590,7 +472,7 @@ impl Engine {
         let job = Arc::new(Job::new(direction, planned, stores));
         let device = memory.memory_in_use();
         match self.lanes.queue_job(&job) {
-            Ok(events) => Ok(Some(InFlight::new(job, events, self.next_order, device))),
+            Ok(events) => Ok(Some(InFlight::new(job, events, self.order.next(), device))),
             Err(error) => {
                 // What was queued runs, the chunk that failed perhaps in
                 // part: wait until the copier has made its host sides and
@@ -618,7 +500,7 @@ impl Engine {
             self.drain();
         } else {
             self.lanes.return_lane_events(events);
-            self.order_events_complete(order_upto);
+            self.order.complete_below(order_upto);
         }
         self.release(device);
         result
@@ -635,9 +517,7 @@ impl Drop for Engine {
         // flag has advanced past every wait queued on it.
         self.copier = None;
         self.drain();
-        self.order_events.clear();
-        self.spare_order_events.clear();
-        self.order_stream = None;
+        self.order = OrderEvents::default();
         self.driver_stream = None;
         if self.undrained.is_some() {
             if let Some(bounce) = self.bounce.take() {

@@ -169,6 +169,7 @@ mod engine;
 mod feed;
 mod in_flight;
 mod options;
+mod order;
 mod pending;
 mod plan;
 mod scope;
@@ -185,8 +186,9 @@ pub use options::{
     KERNEL_BELOW, MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES, StagingOptions,
     StagingOptionsBuilder, Stores, default_workers,
 };
+pub use order::MAX_ORDER_EVENTS;
 pub use pending::PendingTransfer;
 pub use plan::Block;
 pub use scope::{StagingScope, Transfer};
 pub use spec::{TransferSpec, to_device, to_host};
-pub use stager::{MAX_ORDER_EVENTS, Stager};
+pub use stager::Stager;

@@ -5,7 +5,6 @@
 //! front goes through.
 
 use super::driver_path::PinnedTransferError;
-pub use super::engine::MAX_ORDER_EVENTS;
 use super::engine::{Engine, Queuing};
 use super::options::StagingOptions;
 use super::pending::{self, PendingTransfer};
@@ -197,7 +196,7 @@ impl Stager {
     /// [`Error::ContextMismatch`] for a stream of another context.
     ///
     /// The stager holds one event per call until it knows the work
-    /// complete; at most [`MAX_ORDER_EVENTS`] of them, so that a program
+    /// complete; at most [`MAX_ORDER_EVENTS`](super::MAX_ORDER_EVENTS) of them, so that a program
     /// calling this before every transfer keeps a bounded number of events
     /// alive: each call first lets go of those the driver reports
     /// complete, and at the bound folds the rest into one. It never waits
