@@ -25,6 +25,7 @@ use crate::cuda::context::Context;
 use crate::cuda::device::sealed::OwnerOrder;
 use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
 use crate::cuda::error::{DriverError, Error};
+#[cfg(feature = "cudarc")]
 use crate::cuda::event::Event;
 use crate::cuda::pinned::PinnedBuffer;
 use crate::cuda::retire::{self, Kept};
