@@ -171,6 +171,15 @@ class HostMemoryError(Error, MemoryError):
     errno: Optional[int] = None
 
 
+class StreamMemoryWaitsUnsupported(Error, RuntimeError):
+    """The GPU ``device`` (an ordinal), or its driver, refuses stream memory
+    waits (``cuStreamWaitValue32``), which every staged transfer queues: no
+    ``Stager`` is made there. Pinned memory and the driver's own copies
+    still work."""
+
+    device: int = 0
+
+
 class CudaUnavailable(Error, RuntimeError):
     """The NVIDIA driver (libcuda.so.1) could not be loaded or initialized: launch functions need it."""
 

@@ -60,6 +60,7 @@ classes!(
     InvalidOption,
     NoCurrentContext,
     NotPrimaryContext,
+    StreamMemoryWaitsUnsupported,
     ForeignNode,
     ScopeOpen,
     RecordPoolError,
@@ -244,6 +245,12 @@ pub(crate) fn layer_error(py: Python<'_>, operation: &str, side: &str, failure: 
                 Class::ReadOnlyDevice,
                 message,
                 [("side", text(py, side)?)],
+            ),
+            ErrorKind::StreamMemoryWaitsUnsupported { device } => error(
+                py,
+                Class::StreamMemoryWaitsUnsupported,
+                message,
+                [("device", int(py, device)?)],
             ),
         })
     };

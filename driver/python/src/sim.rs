@@ -321,6 +321,7 @@ fn sim_error_samples(py: Python<'_>) -> PyResult<Vec<(String, PyErr)>> {
         Error::ScopeOpen,
         Error::NoCurrentContext,
         Error::NotPrimaryContext { device: 1 },
+        Error::StreamMemoryWaitsUnsupported { device: 1 },
         Error::NotDeviceMemory { addr: 0x3000 },
         Error::ContextMismatch {
             expected: 0,

@@ -96,6 +96,7 @@ def test_every_rust_variant_maps_to_a_hostcopy_class_of_its_own(sim):
         "ScopeOpen",
         "NoCurrentContext",
         "NotPrimaryContext",
+        "StreamMemoryWaitsUnsupported",
         "NotDeviceMemory",
         "ContextMismatch",
         "BlockOutOfBounds",
