@@ -133,7 +133,13 @@ impl Context {
     /// its resource's context current and leaves it so; a binding whose
     /// callers keep their own idea of the current device (the CUDA runtime,
     /// torch, cupy) wraps its calls in this guard.
+    ///
+    /// Initializes the driver first: the first call of a process may come
+    /// here (a binding's first stager), and the driver answers
+    /// `cuCtxGetCurrent` before `cuInit` with `CUDA_ERROR_NOT_INITIALIZED`.
     pub fn save_current() -> Result<SavedCurrent, DriverError> {
+        // SAFETY: plain driver initialization.
+        unsafe { ffi::cuInit(0) }.ok()?;
         let mut raw: CUcontext = core::ptr::null_mut();
         // SAFETY: writes one handle.
         unsafe { ffi::cuCtxGetCurrent(&mut raw) }.ok()?;

@@ -6,6 +6,7 @@ use super::super::ffi::CuResult;
 
 pub(super) const SUCCESS: u32 = 0;
 pub(super) const INVALID_VALUE: u32 = 1;
+pub(super) const NOT_INITIALIZED: u32 = 3;
 pub(super) const OUT_OF_MEMORY: u32 = 2;
 pub(super) const INVALID_DEVICE: u32 = 101;
 pub(super) const INVALID_IMAGE: u32 = 200;

@@ -156,17 +156,22 @@ fn context(state: &mut Guard, entry: &str, raw: CUcontext) -> Result<u64, u32> {
     Err(codes::INVALID_CONTEXT)
 }
 
+/// Whether `cuInit` succeeded in this process: before it, the driver
+/// answers `cuCtxGetCurrent` with `CUDA_ERROR_NOT_INITIALIZED`, as
+/// libcuda does (the other entry points are not refused here).
+static INITIALIZED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// `cuInit`: always succeeds (flags must be 0).
 ///
 /// # Safety
 ///
 /// Nothing to uphold (`unsafe` as the entry point it stands in for).
 pub(crate) unsafe fn cuInit(flags: c_uint) -> CuResult {
-    CuResult(if flags == 0 {
-        codes::SUCCESS
-    } else {
-        codes::INVALID_VALUE
-    })
+    if flags != 0 {
+        return CuResult(codes::INVALID_VALUE);
+    }
+    INITIALIZED.store(true, core::sync::atomic::Ordering::Relaxed);
+    CuResult(codes::SUCCESS)
 }
 
 /// `cuDriverGetVersion`: 12080.
@@ -371,6 +376,9 @@ pub(crate) unsafe fn cuCtxGetCurrent(context: *mut CUcontext) -> CuResult {
     result((|| {
         if context.is_null() {
             return Err(codes::INVALID_VALUE);
+        }
+        if !INITIALIZED.load(core::sync::atomic::Ordering::Relaxed) {
+            return Err(codes::NOT_INITIALIZED);
         }
         let ctx = current();
         if let Some(device) = state.contexts.get(&ctx).map(|c| c.device) {
