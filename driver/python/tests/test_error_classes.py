@@ -13,6 +13,7 @@ import pytest
 import hostcopy
 from hostcopy import _errors, _native
 from hostcopy.offload._ring import Ring
+from test_offload_sim import Finished, RingDevice
 
 BUILTIN_BASES = (ValueError, TypeError, RuntimeError, MemoryError, OSError)
 
@@ -196,36 +197,6 @@ def test_a_dlpack_tensor_of_bytes_at_a_null_pointer_raises_null_with_length():
     assert raised.value.side == "src"
     empty, _kept_empty = unversioned_capsule(0, 0)
     assert _native.dlpack_region(empty)[:2] == (0, 0), "an empty tensor may have no data pointer"
-
-
-class RingDevice:
-    """``_ring.Device`` whose buffers and streams are plain objects."""
-
-    def buffer(self, nbytes):
-        return bytearray(nbytes)
-
-    def memory(self, buffer):
-        return buffer
-
-    def stream(self):
-        return object()
-
-    def current_stream(self):
-        return "compute"
-
-    def event(self):
-        return object()
-
-    def record(self, event, stream):
-        pass
-
-    def wait(self, stream, event):
-        pass
-
-
-class Finished:
-    def wait(self):
-        pass
 
 
 class UploadsOnly:
