@@ -512,6 +512,30 @@ fn a_device_without_stream_memory_waits_is_refused_when_the_stager_is_made() {
     device.assert_no_violations();
 }
 
+/// The wait a stager queues when it is made, to learn whether the device
+/// has stream memory waits: if the stream cannot be synchronized after
+/// it, the wait may still be queued, so its flag is kept, not freed.
+/// Before, the flags were freed under the queued wait.
+#[test]
+fn a_stager_whose_probe_cannot_be_synchronized_keeps_the_flag_its_wait_reads() {
+    let device = device();
+    let kept_before = staging::leaked().buffers;
+    sim::hold(device.ordinal);
+    sim::fail_call(device.ordinal, "cuStreamSynchronize", 1, OUT_OF_MEMORY);
+    let made = Stager::with_options(&device.context, options(Stores::Streaming));
+    assert!(
+        matches!(made, Err(Error::Driver(e)) if e.code() == OUT_OF_MEMORY),
+        "{:?}",
+        made.err()
+    );
+    assert!(
+        staging::leaked().buffers > kept_before,
+        "the flag is not kept"
+    );
+    sim::release(device.ordinal);
+    device.assert_no_violations();
+}
+
 #[test]
 fn a_context_error_mid_transfer_is_returned_and_staging_buffers_are_leaked_not_freed() {
     let device = device();

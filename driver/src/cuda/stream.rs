@@ -251,12 +251,17 @@ impl<'a> StreamRef<'a> {
     ///
     /// # Safety
     ///
-    /// For every `i`: one side of copy `i` is device memory of the stream's
-    /// context and the other host memory (pinned, or pageable, which the
-    /// driver stages itself); `dsts[i]` is writable and `srcs[i]` readable
-    /// for `sizes[i]` bytes, and stay so (the destination untouched, the
-    /// source unchanged) until the copy has finished in stream order; no
-    /// two destinations overlap.
+    /// Nothing is checked here: neither the ranges, nor their context,
+    /// nor whether the stream captures a graph. For every `i`: one side of
+    /// copy `i` is device memory of the stream's context and the other
+    /// host memory (pinned, or pageable, which the driver stages itself);
+    /// `dsts[i]` is writable and `srcs[i]` readable for `sizes[i]` bytes,
+    /// and stay so (the destination untouched, the source unchanged) until
+    /// the copy has finished in stream order, or, on a stream capturing a
+    /// graph (where the copies become the graph's nodes), until the graph
+    /// and every executable made from it are destroyed; no destination
+    /// overlaps another destination or any source (the copies of a batch
+    /// run in no set order).
     pub unsafe fn copy_batch(
         &self,
         dsts: &mut [CUdeviceptr],

@@ -340,7 +340,7 @@ impl Lanes {
         options: &StagingOptions,
     ) -> Result<Lanes, Error> {
         assert_eq!(streams.len(), staging.len());
-        let flags = Flags::new(context, streams.len())?;
+        let mut flags = Flags::new(context, streams.len())?;
         // Every staged transfer queues waits on the flags: a device or
         // driver that refuses them is refused here, before any transfer
         // could queue half of itself. The wait is met at once (0 >= 0).
@@ -354,7 +354,17 @@ impl Lanes {
         };
         match probe {
             // Run before the stager is returned: it holds no queued work.
-            Ok(()) => streams[0].as_stream().synchronize()?,
+            Ok(()) => {
+                if let Err(error) = streams[0].as_stream().synchronize() {
+                    // The wait may still be queued: its flag is kept for
+                    // good, as a stager's are when its streams cannot be
+                    // drained.
+                    if let Some(memory) = flags.memory.take() {
+                        retire::keep(memory, Kept::PinnedBuffer);
+                    }
+                    return Err(error.into());
+                }
+            }
             Err(error) if error.code() == CUDA_ERROR_NOT_SUPPORTED => {
                 return Err(Error::StreamMemoryWaitsUnsupported {
                     device: context.ordinal(),
