@@ -1,0 +1,3 @@
+# Run 62: the GPU tests alone, on the final code (bundle revision 2d865f3),
+# from the repository root after `cargo xtask gpu-bundle`.
+B=$PWD/target/hostcopy-gpu-bundle; cd $B && export HOSTCOPY_REQUIRE_GPU=1 PYTHONUNBUFFERED=1; mkdir -p $OUT/python; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/machine.txt; cat MANIFEST >> $OUT/machine.txt; for t in gpu_staging gpu gpu_fault gpu_cudarc driver_loading; do timeout 120 bin/$t --test-threads=1 > $OUT/$t.log 2>&1; echo "$t rc=$? $(grep -h '^test result' $OUT/$t.log)"; done; timeout 300 env HOSTCOPY_GPU_BENCHES= OUT=$OUT/python bash python/gpu.sh python/wheels > $OUT/python.log 2>&1; echo "python rc=$?"; tail -4 $OUT/python.log
