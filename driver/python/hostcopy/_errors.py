@@ -295,6 +295,25 @@ class OffloadError(Error, RuntimeError):
     through its ``HostOffloadedCache``."""
 
 
+class OffloadArgumentError(Error, ValueError):
+    """An argument of a ``hostcopy.offload`` entry point refused before
+    anything is offloaded or hooked (``argument``: its name, such as
+    ``"prefetch"`` or ``"groups"``; ``value``: what was given): a prefetch
+    depth or ring size out of range, no groups, a group that names no
+    module, a tensor in two groups, a device that is not a GPU."""
+
+    argument: str = ""
+    value: Any = None
+
+
+class OffloadArgumentTypeError(OffloadArgumentError, TypeError):
+    """An argument of a ``hostcopy.offload`` entry point of a type it
+    refuses (``argument``, ``value``): a prefetch depth that is not an
+    integer (a ``bool``, a ``float``), one string where a list of group
+    names is asked for, a group that is not a module. Also a
+    ``ValueError``, as every refused argument of the offloader is."""
+
+
 class SafetensorsError(Error, ValueError):
     """A safetensors file that ``hostcopy.safetensors`` refuses, as
     safetensors' own reader would (``filename``, ``reason``, and ``tensor``:

@@ -417,6 +417,65 @@ def test_options_are_checked(sim, numpy, device):
         Offloader(kit, [], prefetch=1)
 
 
+@pytest.mark.parametrize(
+    "options, cls, argument",
+    [
+        ({"prefetch": -1}, hostcopy.OffloadArgumentError, "prefetch"),
+        ({"prefetch": True}, hostcopy.OffloadArgumentTypeError, "prefetch"),
+        ({"prefetch": 1.0}, hostcopy.OffloadArgumentTypeError, "prefetch"),
+        ({"prefetch": "2"}, hostcopy.OffloadArgumentTypeError, "prefetch"),
+        ({"prefetch": 2, "slots": 2}, hostcopy.OffloadArgumentError, "slots"),
+        ({"prefetch": 1, "slots": 2.5}, hostcopy.OffloadArgumentTypeError, "slots"),
+    ],
+)
+def test_a_refused_option_is_an_offload_argument_error_raised_before_any_memory_is_made(
+    sim, numpy, device, options, cls, argument
+):
+    log, modules, kit = make(sim, device, count=2)
+    made = []
+    kit.fill = lambda host, entry: made.append(entry)  # the packing step, never reached
+    with pytest.raises(cls) as refused:
+        Offloader(kit, modules, **options)
+    error = refused.value
+    assert isinstance(error, hostcopy.Error) and isinstance(error, ValueError)
+    assert isinstance(error, TypeError) == (cls is hostcopy.OffloadArgumentTypeError)
+    assert error.argument == argument and error.value == options[argument]
+    assert made == [] and all(not m.pre and not m.post for m in modules)
+    with pytest.raises(cls):
+        Ring(RingDevice(), [bytearray(16)], **options)
+
+
+def test_a_tensor_in_two_groups_and_no_groups_are_offload_argument_errors(sim, numpy, device):
+    log, modules, kit = make(sim, device, count=2)
+    modules[1].params["w0"] = modules[0].params["w0"]
+    with pytest.raises(hostcopy.OffloadArgumentError, match="tied") as refused:
+        Offloader(kit, modules, prefetch=1)
+    assert refused.value.argument == "groups" and refused.value.value == "w0"
+    with pytest.raises(hostcopy.OffloadArgumentError, match="no groups"):
+        Offloader(kit, [], prefetch=1)
+    with pytest.raises(hostcopy.OffloadArgumentError, match="no groups"):
+        Ring(RingDevice(), [], prefetch=1)
+
+
+@pytest.mark.parametrize("spec", [None, "model.layers", b"layers", {"a": 1}])
+def test_a_group_spec_of_a_refused_type_is_an_offload_argument_type_error(spec):
+    with pytest.raises(hostcopy.OffloadArgumentTypeError, match="modules") as refused:
+        offload.groups_of(spec)
+    assert isinstance(refused.value, ValueError) and isinstance(refused.value, TypeError)
+    assert refused.value.argument == "modules"
+
+
+def test_group_specs_as_users_write_them():
+    one, two = object(), object()
+    assert offload.groups_of([one, two]) == [one, two]
+    assert offload.groups_of((one,)) == [one]
+    assert offload.groups_of(one) == [one]
+    with pytest.raises(hostcopy.OffloadArgumentError, match="no groups"):
+        offload.groups_of([])
+    with pytest.raises(hostcopy.OffloadArgumentTypeError, match="group 1 is a int, not a module"):
+        offload.groups_of([one, 5], lambda group: group is one)
+
+
 def test_a_group_running_inside_another_never_takes_its_slot(sim, numpy, device):
     log, modules, kit = make(sim, device, count=2)
     outer, inner = modules

@@ -83,9 +83,10 @@ def offload(
     """
     from ._torch import TorchKit
 
+    kit = TorchKit(device)
     return Offloader(
-        TorchKit(device),
-        groups_of(modules),
+        kit,
+        groups_of(modules, kit.is_module),
         prefetch=prefetch,
         slots=slots,
         buffers=buffers,

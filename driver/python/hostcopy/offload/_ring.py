@@ -34,7 +34,23 @@ from collections import deque
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from .. import _staging
-from .._errors import OffloadError
+from .._errors import OffloadArgumentError, OffloadArgumentTypeError, OffloadError
+
+
+def check_count(argument: str, value: Any, minimum: int) -> int:
+    """``value`` as an integer of at least ``minimum``: an ``int`` (or a
+    numpy integer), not a ``bool`` or a ``float``
+    (``OffloadArgumentTypeError``), nor smaller (``OffloadArgumentError``)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise OffloadArgumentTypeError(
+            f"{argument} must be an integer >= {minimum}, not {value!r} ({type(value).__name__})",
+            argument=argument,
+            value=value,
+        )
+    count = int(value.__index__())
+    if count < minimum:
+        raise OffloadArgumentError(f"{argument} must be an integer >= {minimum}, not {value!r}", argument=argument, value=value)
+    return count
 
 
 class Device(Protocol):
@@ -116,13 +132,10 @@ class Ring:
         stager: Optional[_staging.Stager] = None,
         on_upload: Optional[Callable[[int, Slot], None]] = None,
     ) -> None:
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an integer >= 0, not {prefetch!r}")
-        count = prefetch + 1 if slots is None else slots
-        if isinstance(count, bool) or not isinstance(count, int) or count < prefetch + 1:
-            raise ValueError(f"slots must be an integer >= prefetch + 1 = {prefetch + 1}, not {slots!r}")
+        prefetch = check_count("prefetch", prefetch, 0)
+        count = prefetch + 1 if slots is None else check_count("slots", slots, prefetch + 1)
         if not hosts:
-            raise ValueError("no groups to offload")
+            raise OffloadArgumentError("no groups to offload", argument="groups", value=list(hosts))
         self.device = device
         self.hosts = list(hosts)
         self.sizes = [memoryview(host).nbytes for host in self.hosts]

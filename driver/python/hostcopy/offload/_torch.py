@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Sequence
 
-from .._errors import OffloadError
+from .._errors import OffloadArgumentError, OffloadError
 from ._weights import Entry
 
 
@@ -55,7 +55,9 @@ class TorchDevice:
             device = torch.device("cuda", torch.cuda.current_device())
         device = torch.device(device)
         if device.type != "cuda":
-            raise ValueError(f"device: hostcopy.offload brings weights to a CUDA device, not {device}")
+            raise OffloadArgumentError(
+                f"device: hostcopy.offload brings weights to a CUDA device, not {device}", argument="device", value=device
+            )
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.target = device
@@ -89,6 +91,10 @@ class TorchKit:
         self.device = TorchDevice(device)
         self.torch = self.device.torch
 
+    def is_module(self, value: Any) -> bool:
+        """Whether ``value`` is a torch module (a group ``offload`` takes)."""
+        return isinstance(value, self.torch.nn.Module)
+
     def entries(self, module: Any, buffers: bool) -> list[Entry]:
         found: list[Entry] = []
         seen: set[int] = set()
@@ -102,7 +108,9 @@ class TorchKit:
                         continue
                     seen.add(id(tensor))
                     if tensor.device.type == "meta":
-                        raise ValueError(f"{name!r} is on the meta device: there are no bytes to offload")
+                        raise OffloadArgumentError(
+                            f"{name!r} is on the meta device: there are no bytes to offload", argument="modules", value=name
+                        )
                     found.append(Entry(owner, name, kind, tensor, tensor.numel() * tensor.element_size()))
         return found
 

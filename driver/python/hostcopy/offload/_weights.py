@@ -14,7 +14,8 @@ import time
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from .. import _memory, _staging
-from ._ring import Device, Ring, Slot
+from .._errors import OffloadArgumentError, OffloadArgumentTypeError
+from ._ring import Device, Ring, Slot, check_count
 
 #: Where each tensor starts in its group's region: a multiple of this, so
 #: that a view of any dtype is aligned (and every copy starts on a line).
@@ -119,7 +120,11 @@ class Offloader:
         self.kit = kit
         self.modules = list(groups)
         if not self.modules:
-            raise ValueError("no groups to offload")
+            raise OffloadArgumentError("no groups to offload", argument="groups", value=groups)
+        # Refused before any memory is made or any hook placed.
+        prefetch = check_count("prefetch", prefetch, 0)
+        if slots is not None:
+            check_count("slots", slots, prefetch + 1)
         self.write_back = write_back
         if entries is None:
             entries = [kit.entries(module, buffers) for module in self.modules]
@@ -151,9 +156,11 @@ class Offloader:
             for entry in group:
                 other = seen.setdefault(id(entry.tensor), index)
                 if other != index:
-                    raise ValueError(
+                    raise OffloadArgumentError(
                         f"tensor {entry.name!r} of group {index} is also in group {other} (tied weights): "
-                        "a tensor can be offloaded with one group only; leave it out of one of them"
+                        "a tensor can be offloaded with one group only; leave it out of one of them",
+                        argument="groups",
+                        value=entry.name,
                     )
 
     def _pack(self, group: list[Entry]) -> Any:
@@ -253,11 +260,33 @@ class Offloader:
         self.remove()
 
 
-def groups_of(modules: Any) -> list[Any]:
+def groups_of(modules: Any, is_module: Optional[Callable[[Any], bool]] = None) -> list[Any]:
     """Groups as users name them: a ``ModuleList`` or ``Sequential`` (each
-    child a group), a list of modules, or one module (one group)."""
+    child a group), a list of modules, or one module (one group).
+
+    Refused (``OffloadArgumentTypeError``): ``None``, a string or bytes, a
+    mapping, and, with ``is_module``, any group it says is no module;
+    ``OffloadArgumentError``: no groups at all."""
+    if modules is None or isinstance(modules, (str, bytes, bytearray, dict)):
+        raise OffloadArgumentTypeError(
+            f"modules: a module, a ModuleList or a list of modules, not {type(modules).__name__}",
+            argument="modules",
+            value=modules,
+        )
     if isinstance(modules, (list, tuple)):
-        return list(modules)
-    if hasattr(modules, "__iter__") and hasattr(modules, "__len__"):
-        return list(iter(modules))
-    return [modules]
+        groups = list(modules)
+    elif hasattr(modules, "__iter__") and hasattr(modules, "__len__"):
+        groups = list(iter(modules))
+    else:
+        groups = [modules]
+    if not groups:
+        raise OffloadArgumentError("no groups to offload", argument="modules", value=modules)
+    if is_module is not None:
+        for index, group in enumerate(groups):
+            if not is_module(group):
+                raise OffloadArgumentTypeError(
+                    f"modules: group {index} is a {type(group).__name__}, not a module",
+                    argument="modules",
+                    value=group,
+                )
+    return groups

@@ -39,7 +39,9 @@ import copy
 import importlib
 from typing import Any, Callable, Optional, Sequence
 
+from .._errors import OffloadArgumentError, OffloadArgumentTypeError
 from .._staging import Stager
+from ._ring import check_count
 from ._torch import TorchKit
 from ._weights import Entry, Offloader
 
@@ -177,6 +179,29 @@ def _entries(hooked: _Hooked) -> Optional[list[tuple[Entry, dict[str, Any], str]
     return found
 
 
+def _check_groups(model: Any, groups: Any) -> None:
+    """``groups``: ``None`` or a list of module names of ``model`` (``""``
+    is the model itself); one string, a name that is no string, or a name
+    of no module is refused."""
+    if groups is None:
+        return
+    if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+        raise OffloadArgumentTypeError(
+            f"groups: a list of module names (groups=[{groups!r}]), not {type(groups).__name__}",
+            argument="groups",
+            value=groups,
+        )
+    for name in groups:
+        if not isinstance(name, str):
+            raise OffloadArgumentTypeError(
+                f"groups: module names are strings, not {type(name).__name__} ({name!r})", argument="groups", value=name
+            )
+        try:
+            model.get_submodule(name)
+        except AttributeError:
+            raise OffloadArgumentError(f"groups: {name!r} names no module of the model", argument="groups", value=name) from None
+
+
 def _group_names(model: Any, hooked: Sequence[_Hooked], groups: Optional[Sequence[str]]) -> dict[str, str]:
     """Each hooked module's group, by module name (none for a module
     outside the groups named)."""
@@ -220,15 +245,26 @@ class AccelerateOffload:
     ) -> None:
         self.hooked: list[_Hooked] = []
         self.skipped: list[str] = []
+        # Refused before any hook is replaced.
+        prefetch = check_count("prefetch", prefetch, 0)
+        if slots is not None:
+            check_count("slots", slots, prefetch + 1)
+        _check_groups(model, groups)
         hooked = _offloading_hooks(model)
         if not hooked:
-            raise ValueError(
+            raise OffloadArgumentError(
                 "no module of this model has an accelerate hook that offloads its weights "
-                "(accelerate.cpu_offload, or dispatch_model / from_pretrained with a device_map placing layers on the CPU)"
+                "(accelerate.cpu_offload, or dispatch_model / from_pretrained with a device_map placing layers on the CPU)",
+                argument="model",
+                value=type(model).__name__,
             )
         devices = {str(item.hook.execution_device) for item in hooked}
         if len(devices) != 1:
-            raise ValueError(f"the offloaded modules execute on several devices ({sorted(devices)}): one is supported")
+            raise OffloadArgumentError(
+                f"the offloaded modules execute on several devices ({sorted(devices)}): one is supported",
+                argument="model",
+                value=sorted(devices),
+            )
         names = _group_names(model, hooked, groups)
         order: list[str] = []
         members: dict[str, list[tuple[Entry, dict[str, Any], str]]] = {}
@@ -250,7 +286,11 @@ class AccelerateOffload:
             members[group] += entries
             self.hooked.append(item)
         if not order:
-            raise ValueError(f"every offloaded module is left to accelerate (on disk, tied or int8): {self.skipped}")
+            raise OffloadArgumentError(
+                f"every offloaded module is left to accelerate (on disk, tied or int8): {self.skipped}",
+                argument="groups",
+                value=groups,
+            )
         self.groups = order
         roots = [model.get_submodule(name) if name else model for name in order]
         kit = _AccelerateKit(next(iter(hooked)).hook.execution_device)
