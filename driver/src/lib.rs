@@ -85,6 +85,9 @@ extern crate alloc;
 extern crate std;
 
 #[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub mod awaiting;
+#[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod error;

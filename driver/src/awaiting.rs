@@ -1,0 +1,1060 @@
+//! A stager shared by the threads of a host runtime (the Python binding),
+//! the transfers it starts there, and the two threads that serve them: one
+//! that starts transfers handed to it, so that a caller on an event loop's
+//! thread returns before the chunks are queued, and one that finishes
+//! transfers and tells an event loop through a pipe.
+//!
+//! - **A transfer's state** ([`SharedTransfer`]): `Queued` (handed to the
+//!   start thread), `Pending` (started: the engine's [`PendingTransfer`]),
+//!   `Finishing` (one caller settles it), `Ended` (its outcome, kept for
+//!   every later caller). [`SharedTransfer::finish`] takes `&self` and is
+//!   idempotent: the first caller waits for the copies without the
+//!   stager's lock ([`PendingTransfer::wait_arrived`]) and then settles the
+//!   transfer under it; a caller meanwhile waits for that one. Whoever ends
+//!   it wakes the event loops that await it and lets go of what was kept
+//!   for it ([`SharedTransfer::hand_over`]).
+//! - **Starting later** ([`SharedStager::start_later`]): the caller records
+//!   an event on each stream the transfer waits for and queues, on the
+//!   stream that later work must find it ordered before, a wait for the
+//!   transfer's gate, a flag in pinned memory (stream memory wait, as the
+//!   engine's own chunks use); that is the part of the start the stream
+//!   order promises rest on, a few driver calls. The start thread then
+//!   starts the transfer after those events, in the order the calls were
+//!   made, and hands it to the finish thread, which opens its gate once it
+//!   has ended (gates open in the order they were queued: a flag that
+//!   counts). Work queued on the stream after the call so waits for the
+//!   transfer as with a transfer started at once, and the transfer waits
+//!   for the work queued before the call, not for what came after.
+//! - **Order between the two kinds of start.** A start made at once
+//!   ([`SharedStager::with_stager`]) first starts every transfer queued
+//!   before it, and orders itself after its streams only once the queue is
+//!   empty, holding the queue's lock for that: so a transfer never waits
+//!   for the gate of one the engine would start after it (which would wait
+//!   for it in turn).
+//! - **The finish thread** takes transfers in the order they come and
+//!   finishes each; one stager's transfers complete in about the order they
+//!   started (its copier is one thread). It makes no call into the host
+//!   runtime: what was kept for a transfer is dropped there, and the host
+//!   runtime's own types decide what that means (pyo3 queues a Python
+//!   reference dropped without the GIL).
+//! - **A [`Wakeup`]** is one pipe per event loop: the thread that ends a
+//!   transfer adds the awaiting loop's token to a list and writes one byte
+//!   if none is unread; the loop's reader takes the list and the byte
+//!   together. Both ends belong to the wakeup's shared state, which every
+//!   registration holds, so a write never meets a closed reader, and at
+//!   most one byte is unread, so neither side blocks on the pipe.
+//!
+//! Both threads start on first use and end once every handle of the
+//! stager and every transfer queued to them are gone. After a fork, or
+//! once the process gave up at exit ([`crate::process`]), what they hold
+//! is left as it is.
+
+use core::mem::ManuallyDrop;
+use std::boxed::Box;
+use std::collections::{BTreeSet, VecDeque};
+use std::io::{PipeReader, PipeWriter, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::string::String;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::vec::Vec;
+
+use crate::cuda::staging::{PendingTransfer, Stager};
+use crate::cuda::{CUdeviceptr, Context, Error, Event, PinnedBuffer, Stream, StreamRef};
+use crate::process::Process;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while one of these is held; the values stay whole.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A stager as its shared handle holds it: `None` once closed (by
+/// [`SharedStager::close`], or by the exit handler, to which it is
+/// registered as a [`crate::process::AtExit`]).
+pub type StagerSlot = Mutex<Option<Stager>>;
+
+/// How a transfer of a [`SharedStager`] ended, or why it was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The layer's error.
+    Layer(Error),
+    /// The stager was closed before the transfer could start.
+    Closed,
+    /// The thread that starts or finishes transfers could not be started.
+    NoThread,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure::Layer(error)
+    }
+}
+
+impl From<crate::cuda::DriverError> for Failure {
+    fn from(error: crate::cuda::DriverError) -> Failure {
+        Failure::Layer(error.into())
+    }
+}
+
+/// The start of a transfer, run on the start thread with the stager
+/// locked, after the events of its call.
+pub type Start = Box<dyn FnOnce(&mut Stager, &Context) -> Result<PendingTransfer, Error> + Send>;
+
+/// A stager shared by a runtime's threads, with its start and finish
+/// threads (see the module's documentation).
+pub struct SharedStager {
+    context: Context,
+    stager: Arc<StagerSlot>,
+    /// Set by [`close`](Self::close): later calls are refused at once.
+    closed: AtomicBool,
+    starts: Arc<Starts>,
+    finisher: Mutex<Option<Sender<Arc<SharedTransfer>>>>,
+    /// The stream the events of a queued start are waited for on, so that
+    /// the stager's `wait_for` sees them: used under the stager's lock.
+    order: Mutex<Option<Stream>>,
+    gate: Mutex<Option<Gate>>,
+    /// What closes the stager when the last handle goes (the host runtime
+    /// decides on which thread, and with which lock, a drop may wait).
+    on_drop: fn(Stager),
+}
+
+impl core::fmt::Debug for SharedStager {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedStager")
+            .field("device", &self.context.ordinal())
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The queue of the start thread.
+struct Starts {
+    queue: Mutex<StartQueue>,
+    more: Condvar,
+}
+
+struct StartQueue {
+    jobs: VecDeque<Job>,
+    /// The thread runs.
+    running: bool,
+    /// Its stager is gone: the thread ends.
+    stop: bool,
+}
+
+/// A start handed to the start thread.
+struct Job {
+    transfer: Arc<SharedTransfer>,
+    /// Recorded on the call's streams when it was made.
+    after: Vec<Event>,
+    start: Start,
+}
+
+/// A flag in pinned memory that the streams a queued start orders wait
+/// for (`>= seq`, compared cyclically); written once the transfers up to
+/// `seq` have ended, in order.
+struct Gate {
+    /// Never freed: a stream may not have passed its wait for the flag yet
+    /// when the stager goes (work queued before the wait still runs), and
+    /// the driver would read freed memory. 64 bytes per stager that ever
+    /// started a transfer later.
+    flag: ManuallyDrop<PinnedBuffer>,
+    addr: CUdeviceptr,
+    /// The last sequence number given out.
+    issued: u64,
+    /// Every transfer up to this one has ended: the flag's value.
+    opened: u64,
+    /// Ended past `opened`, waiting for the ones before.
+    ended: BTreeSet<u64>,
+}
+
+impl Gate {
+    fn new(context: &Context) -> Result<Gate, Failure> {
+        let flag = PinnedBuffer::new(context, 64)?;
+        let addr = flag.device_ptr()?;
+        // SAFETY: 64 bytes of pinned memory this gate owns, 4-byte aligned
+        // (page-aligned); stored to only atomically, as the driver reads it.
+        unsafe { AtomicU32::from_ptr(flag.raw_ptr().cast::<u32>()) }.store(0, Ordering::Release);
+        Ok(Gate {
+            flag: ManuallyDrop::new(flag),
+            addr,
+            issued: 0,
+            opened: 0,
+            ended: BTreeSet::new(),
+        })
+    }
+
+    fn end(&mut self, seq: u64) {
+        self.ended.insert(seq);
+        let before = self.opened;
+        while self.ended.remove(&(self.opened + 1)) {
+            self.opened += 1;
+        }
+        if self.opened != before {
+            // SAFETY: as in `new`; the cyclic compare of the waits takes
+            // the low 32 bits.
+            unsafe { AtomicU32::from_ptr(self.flag.raw_ptr().cast::<u32>()) }
+                .store(self.opened as u32, Ordering::Release);
+        }
+    }
+}
+
+impl SharedStager {
+    /// Shares `stager` of `context`; `on_drop` closes it once the last
+    /// handle is gone, unless the process abandoned it.
+    pub fn new(context: Context, stager: Stager, on_drop: fn(Stager)) -> Arc<SharedStager> {
+        Arc::new(SharedStager {
+            context,
+            stager: Arc::new(Mutex::new(Some(stager))),
+            closed: AtomicBool::new(false),
+            starts: Arc::new(Starts {
+                queue: Mutex::new(StartQueue {
+                    jobs: VecDeque::new(),
+                    running: false,
+                    stop: false,
+                }),
+                more: Condvar::new(),
+            }),
+            finisher: Mutex::new(None),
+            order: Mutex::new(None),
+            gate: Mutex::new(None),
+            on_drop,
+        })
+    }
+
+    /// The stager's context.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// The stager itself, for the exit handler's registry.
+    pub fn slot(&self) -> &Arc<StagerSlot> {
+        &self.stager
+    }
+
+    /// Runs `body` on the open stager (`Failure::Closed` once closed),
+    /// after every start queued before this call, and after `order` (the
+    /// stager's `wait_for` of this call's streams), which runs with the
+    /// queue empty and locked: see the module's documentation.
+    pub fn with_stager<T>(
+        &self,
+        order: impl FnOnce(&mut Stager, &Context) -> Result<(), Error>,
+        body: impl FnOnce(&mut Stager, &Context) -> Result<T, Error>,
+    ) -> Result<T, Failure> {
+        let mut slot = lock(&self.stager);
+        loop {
+            let mut queue = lock(&self.starts.queue);
+            match queue.jobs.pop_front() {
+                Some(job) => {
+                    drop(queue);
+                    self.run_job(&mut slot, job);
+                }
+                None => {
+                    let stager = slot.as_mut().ok_or(Failure::Closed)?;
+                    order(stager, &self.context)?;
+                    drop(queue);
+                    return Ok(body(stager, &self.context)?);
+                }
+            }
+        }
+    }
+
+    /// Closes the stager: every start queued runs first, then the stager's
+    /// drop waits for all the work queued on its streams. Later calls are
+    /// refused (`Failure::Closed`); transfers already started finish.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let mut slot = lock(&self.stager);
+        self.drain(&mut slot);
+        drop(slot.take());
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    fn drain(&self, slot: &mut Option<Stager>) {
+        loop {
+            let job = lock(&self.starts.queue).jobs.pop_front();
+            match job {
+                Some(job) => self.run_job(slot, job),
+                None => return,
+            }
+        }
+    }
+
+    /// Starts a queued transfer on the locked stager (`slot`).
+    fn run_job(&self, slot: &mut Option<Stager>, job: Job) {
+        let Job {
+            transfer,
+            after,
+            start,
+        } = job;
+        let started = match slot.as_mut() {
+            None => Err(Failure::Closed),
+            Some(stager) => self.start_after(stager, &after, start),
+        };
+        drop(after);
+        match started {
+            Ok(pending) => {
+                transfer.set(Progress::Pending(pending));
+                // Its gate opens once it has ended, whoever waits for it.
+                if self.finish_later(&transfer).is_err() {
+                    // No finish thread: ended here, the start thread
+                    // waiting for its copies.
+                    let _ = transfer.finish();
+                }
+            }
+            Err(failure) => transfer.end(Err(failure)),
+        }
+    }
+
+    fn start_after(
+        &self,
+        stager: &mut Stager,
+        after: &[Event],
+        start: Start,
+    ) -> Result<PendingTransfer, Failure> {
+        if !after.is_empty() {
+            let mut order = lock(&self.order);
+            let order = match &mut *order {
+                Some(stream) => stream,
+                empty => empty.insert(Stream::new(&self.context)?),
+            };
+            for event in after {
+                order.as_stream().wait_event(event)?;
+            }
+            stager.wait_for(order.as_stream())?;
+        }
+        Ok(start(stager, &self.context)?)
+    }
+
+    /// Hands `start` to the start thread and returns at once: the transfer
+    /// starts after the work queued on each stream of `after` by now, and
+    /// work queued on `before` from now on waits for it (see the module's
+    /// documentation). Refused at once on a capturing stream, a stream of
+    /// another context, a closed stager, or where the driver refuses the
+    /// stream memory wait; what the start itself refuses is the transfer's
+    /// outcome.
+    pub fn start_later(
+        self: &Arc<Self>,
+        after: &[StreamRef<'_>],
+        before: Option<StreamRef<'_>>,
+        start: Start,
+    ) -> Result<Arc<SharedTransfer>, Failure> {
+        if self.is_closed() {
+            return Err(Failure::Closed);
+        }
+        let mut events = Vec::with_capacity(after.len());
+        for stream in after.iter().chain(before.as_ref()) {
+            self.context.expect_same(stream.context())?;
+            if stream.is_capturing()? {
+                return Err(Failure::Layer(Error::Capturing));
+            }
+        }
+        for stream in after {
+            let event = Event::ordering(&self.context)?;
+            event.record(*stream)?;
+            events.push(event);
+        }
+        let transfer = Arc::new(SharedTransfer {
+            stager: Arc::clone(self),
+            tracked: Mutex::new(Tracked {
+                progress: Progress::Queued,
+                wakeups: Vec::new(),
+                finisher: true,
+                kept: None,
+                gate: None,
+            }),
+            changed: Condvar::new(),
+        });
+        let mut queue = lock(&self.starts.queue);
+        if let Some(stream) = before {
+            let mut gate = lock(&self.gate);
+            let gate = match &mut *gate {
+                Some(gate) => gate,
+                empty => empty.insert(Gate::new(&self.context)?),
+            };
+            let seq = gate.issued + 1;
+            // SAFETY: the gate's flag is pinned memory never freed (see
+            // `Gate::drop`), 4-byte aligned.
+            unsafe { stream.wait_value32_geq(gate.addr, seq as u32) }?;
+            gate.issued = seq;
+            lock(&transfer.tracked).gate = Some(seq);
+        }
+        queue.jobs.push_back(Job {
+            transfer: Arc::clone(&transfer),
+            after: events,
+            start,
+        });
+        if !queue.running {
+            let starts = Arc::clone(&self.starts);
+            let stager = Arc::downgrade(self);
+            let spawned = std::thread::Builder::new()
+                .name(String::from("hostcopy-start"))
+                .spawn(move || start_thread(&starts, &stager));
+            if spawned.is_err() {
+                // Ended at once, so that its gate opens in turn.
+                drop(queue.jobs.pop_back());
+                drop(queue);
+                transfer.end(Err(Failure::NoThread));
+                return Err(Failure::NoThread);
+            }
+            queue.running = true;
+        }
+        self.starts.more.notify_one();
+        Ok(transfer)
+    }
+
+    /// Queues `transfer` for the finish thread, starting it if need be.
+    fn finish_later(&self, transfer: &Arc<SharedTransfer>) -> Result<(), Failure> {
+        let mut finisher = lock(&self.finisher);
+        let sender = match &mut *finisher {
+            Some(sender) => sender,
+            empty => {
+                let (sender, transfers) = channel::<Arc<SharedTransfer>>();
+                std::thread::Builder::new()
+                    .name(String::from("hostcopy-await"))
+                    .spawn(move || {
+                        for transfer in transfers {
+                            if Process::global().abandoned() {
+                                core::mem::forget(transfer);
+                                continue;
+                            }
+                            // Its outcome is kept, for every later caller.
+                            let _ = transfer.finish();
+                        }
+                    })
+                    .map_err(|_| Failure::NoThread)?;
+                empty.insert(sender)
+            }
+        };
+        sender
+            .send(Arc::clone(transfer))
+            .map_err(|_| Failure::NoThread)
+    }
+}
+
+fn start_thread(starts: &Starts, stager: &Weak<SharedStager>) {
+    loop {
+        {
+            let mut queue = lock(&starts.queue);
+            while queue.jobs.is_empty() && !queue.stop {
+                queue = starts
+                    .more
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if queue.jobs.is_empty() {
+                queue.running = false;
+                return;
+            }
+        }
+        // A job holds its transfer, which holds the stager.
+        let Some(shared) = stager.upgrade() else {
+            return;
+        };
+        if Process::global().abandoned() {
+            let jobs = core::mem::take(&mut lock(&starts.queue).jobs);
+            core::mem::forget(jobs);
+            core::mem::forget(shared);
+            continue;
+        }
+        let mut slot = lock(&shared.stager);
+        shared.drain(&mut slot);
+        drop(slot);
+    }
+}
+
+impl Drop for SharedStager {
+    fn drop(&mut self) {
+        {
+            let mut queue = lock(&self.starts.queue);
+            queue.stop = true;
+        }
+        self.starts.more.notify_all();
+        if Process::global().abandoned() {
+            // Forked, or given up on at exit: left as it is.
+            core::mem::forget(Arc::clone(&self.stager));
+            core::mem::forget(lock(&self.order).take());
+            return;
+        }
+        if let Some(stager) = lock(&self.stager).take() {
+            (self.on_drop)(stager);
+        }
+    }
+}
+
+/// A transfer of a [`SharedStager`] (see the module's documentation).
+pub struct SharedTransfer {
+    stager: Arc<SharedStager>,
+    tracked: Mutex<Tracked>,
+    /// Notified when `progress` leaves `Queued` or `Finishing`.
+    changed: Condvar,
+}
+
+impl core::fmt::Debug for SharedTransfer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let tracked = lock(&self.tracked);
+        let progress = match &tracked.progress {
+            Progress::Queued => "queued",
+            Progress::Pending(_) => "pending",
+            Progress::Finishing => "finishing",
+            Progress::Ended(_) => "ended",
+        };
+        f.debug_struct("SharedTransfer")
+            .field("progress", &progress)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Under the transfer's own lock: never held while waiting for the
+/// stager's lock, nor for the copies.
+struct Tracked {
+    progress: Progress,
+    /// The loops to tell once it has ended.
+    wakeups: Vec<(Arc<Signal>, u64)>,
+    /// The finish thread has it, or will: it ends without any caller.
+    finisher: bool,
+    /// Let go of once it has ended.
+    kept: Option<Box<dyn Send>>,
+    /// Its gate, opened once it has ended.
+    gate: Option<u64>,
+}
+
+enum Progress {
+    /// Handed to the start thread, not started yet.
+    Queued,
+    Pending(PendingTransfer),
+    /// Taken by one caller, not settled yet.
+    Finishing,
+    Ended(Result<(), Failure>),
+}
+
+impl SharedTransfer {
+    /// A transfer started at once on `stager` (through
+    /// [`SharedStager::with_stager`]).
+    pub fn started(stager: &Arc<SharedStager>, pending: PendingTransfer) -> Arc<SharedTransfer> {
+        Arc::new(SharedTransfer {
+            stager: Arc::clone(stager),
+            tracked: Mutex::new(Tracked {
+                progress: Progress::Pending(pending),
+                wakeups: Vec::new(),
+                finisher: false,
+                kept: None,
+                gate: None,
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// The stager that started it.
+    pub fn stager(&self) -> &Arc<SharedStager> {
+        &self.stager
+    }
+
+    fn set(&self, progress: Progress) {
+        lock(&self.tracked).progress = progress;
+        self.changed.notify_all();
+    }
+
+    /// Finishes the transfer unless it has ended already, or waits for the
+    /// caller that finishes it (the start thread first, for a queued one);
+    /// how it ended, the same for every caller.
+    pub fn finish(&self) -> Result<(), Failure> {
+        let mut tracked = lock(&self.tracked);
+        let pending = loop {
+            match core::mem::replace(&mut tracked.progress, Progress::Finishing) {
+                Progress::Ended(outcome) => {
+                    tracked.progress = Progress::Ended(outcome);
+                    return outcome;
+                }
+                waiting @ (Progress::Queued | Progress::Finishing) => {
+                    tracked.progress = waiting;
+                    tracked = self
+                        .changed
+                        .wait(tracked)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                Progress::Pending(pending) => break pending,
+            }
+        };
+        drop(tracked);
+        // Settled after an error too (which drains the stager's streams);
+        // the first error is the one reported (a driver error that is not
+        // sticky would not be seen again by `finish_pending`).
+        let arrived = pending.wait_arrived();
+        // The copies are done (or failed): work ordered after it may run,
+        // before the settling below waits for the stager's lock, which a
+        // blocking transfer ordered after this one may hold.
+        self.open_gate();
+        let settled = match lock(&self.stager.stager).as_mut() {
+            Some(stager) => stager.finish_pending(pending),
+            // Closed meanwhile: the stager's drop waited for all the work
+            // queued on its streams, so only how the copies ended is left
+            // to ask. Dropped, the transfer frees its chunk records, or
+            // keeps what its copies touch for good if they may still run.
+            None => {
+                let ended = pending.is_finished().map(drop);
+                drop(pending);
+                ended
+            }
+        };
+        let outcome = arrived.and(settled).map_err(Failure::Layer);
+        self.end(outcome);
+        outcome
+    }
+
+    /// Records how it ended, then tells whoever is owed: the callers
+    /// waiting, the gate, the loops, and drops what was kept.
+    fn end(&self, outcome: Result<(), Failure>) {
+        let (wakeups, kept) = {
+            let mut tracked = lock(&self.tracked);
+            tracked.progress = Progress::Ended(outcome);
+            (core::mem::take(&mut tracked.wakeups), tracked.kept.take())
+        };
+        self.changed.notify_all();
+        self.open_gate();
+        for (signal, token) in wakeups {
+            signal.finished(token);
+        }
+        drop(kept);
+    }
+
+    /// Opens its gate, once (a transfer that had none: nothing).
+    fn open_gate(&self) {
+        let gate = lock(&self.tracked).gate.take();
+        if let Some(seq) = gate
+            && let Some(gate) = lock(&self.stager.gate).as_mut()
+        {
+            gate.end(seq);
+        }
+    }
+
+    /// Whether it has ended, or its bytes have arrived, without waiting:
+    /// `false` while queued or while another caller settles it.
+    pub fn is_done(&self) -> Result<bool, Error> {
+        match &lock(&self.tracked).progress {
+            Progress::Pending(pending) => pending.is_finished(),
+            Progress::Queued | Progress::Finishing => Ok(false),
+            Progress::Ended(_) => Ok(true),
+        }
+    }
+
+    /// Whether it has ended.
+    pub fn has_ended(&self) -> bool {
+        matches!(lock(&self.tracked).progress, Progress::Ended(_))
+    }
+
+    /// Tells `wakeup` with `token` once the transfer has ended, handing it
+    /// to the finish thread if no one else will end it: `true` (nothing
+    /// registered) when it has ended already.
+    pub fn notify_when_finished(
+        self: &Arc<Self>,
+        wakeup: &Wakeup,
+        token: u64,
+    ) -> Result<bool, Failure> {
+        let hand = {
+            let mut tracked = lock(&self.tracked);
+            if matches!(tracked.progress, Progress::Ended(_)) {
+                return Ok(true);
+            }
+            tracked.wakeups.push((Arc::clone(&wakeup.signal), token));
+            !core::mem::replace(&mut tracked.finisher, true)
+        };
+        if hand && let Err(failure) = self.stager.finish_later(self) {
+            lock(&self.tracked).finisher = false;
+            return Err(failure);
+        }
+        Ok(false)
+    }
+
+    /// Keeps `value` until the transfer has ended, when the finish thread
+    /// will end it without any other caller (it is awaited, or was started
+    /// later): `Ok`. Otherwise `value` comes back: the caller ends it, or
+    /// it has ended.
+    pub fn hand_over(&self, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
+        let mut tracked = lock(&self.tracked);
+        if matches!(tracked.progress, Progress::Ended(_)) || !tracked.finisher {
+            return Err(value);
+        }
+        tracked.kept = Some(value);
+        Ok(())
+    }
+}
+
+/// A pipe whose one unread byte says that `tokens` holds finished ones.
+struct Signal {
+    reader: PipeReader,
+    writer: PipeWriter,
+    finished: Mutex<Finished>,
+}
+
+struct Finished {
+    tokens: Vec<u64>,
+    /// A byte is in the pipe, unread: set and cleared with it, under the
+    /// lock.
+    signalled: bool,
+}
+
+impl Signal {
+    fn finished(&self, token: u64) {
+        let mut finished = lock(&self.finished);
+        finished.tokens.push(token);
+        // One byte into an empty pipe never blocks. A write that fails
+        // (it cannot with both ends open) is retried by the next token.
+        if !finished.signalled && (&self.writer).write_all(&[1]).is_ok() {
+            finished.signalled = true;
+        }
+    }
+}
+
+/// One event loop's wakeup: [`fileno`](Self::fileno) to watch for
+/// reading, [`take`](Self::take) for the tokens of the transfers ended
+/// since.
+pub struct Wakeup {
+    signal: Arc<Signal>,
+}
+
+impl core::fmt::Debug for Wakeup {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Wakeup")
+            .field("fileno", &self.fileno())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wakeup {
+    /// A fresh pipe, both ends close-on-exec.
+    pub fn new() -> std::io::Result<Wakeup> {
+        let (reader, writer) = std::io::pipe()?;
+        Ok(Wakeup {
+            signal: Arc::new(Signal {
+                reader,
+                writer,
+                finished: Mutex::new(Finished {
+                    tokens: Vec::new(),
+                    signalled: false,
+                }),
+            }),
+        })
+    }
+
+    /// The pipe's read end, readable while ended tokens wait.
+    pub fn fileno(&self) -> RawFd {
+        self.signal.reader.as_raw_fd()
+    }
+
+    /// The tokens ended since the last call, in the order they ended;
+    /// reads the pipe's byte with them.
+    pub fn take(&self) -> std::io::Result<Vec<u64>> {
+        let mut finished = lock(&self.signal.finished);
+        if finished.signalled {
+            // The byte is there (written before `signalled` was set, under
+            // this lock): the read returns at once.
+            let mut byte = [0u8; 1];
+            (&self.signal.reader).read_exact(&mut byte)?;
+            finished.signalled = false;
+        }
+        Ok(core::mem::take(&mut finished.tokens))
+    }
+}
+
+#[cfg(all(test, feature = "simulator"))]
+mod tests {
+    use super::*;
+    use crate::cuda::staging::{StagingOptions, to_device, to_host};
+    use crate::cuda::{DeviceBuffer, DeviceView, sim};
+    use crate::{HostRange, RawHostMemory};
+    use std::sync::mpsc::Receiver;
+    use std::time::{Duration, Instant};
+
+    const LEN: usize = 256 << 10;
+
+    fn pattern(seed: usize) -> Vec<u8> {
+        (0..LEN).map(|i| (i * 7 + seed + i / 251) as u8).collect()
+    }
+
+    /// A shared stager of small chunks on a fresh simulated device.
+    fn shared() -> (usize, Arc<SharedStager>) {
+        sim::install();
+        let ordinal = sim::new_device();
+        let context = Context::primary(ordinal).unwrap();
+        let options = StagingOptions::builder()
+            .chunk(64 << 10)
+            .buffers(2)
+            .workers(1)
+            .driver_path_below(0)
+            .build()
+            .unwrap();
+        let stager = Stager::with_options(&context, options).unwrap();
+        (ordinal, SharedStager::new(context, stager, drop))
+    }
+
+    fn device_with(stager: &SharedStager, bytes: &[u8]) -> Arc<DeviceBuffer> {
+        let mut device = DeviceBuffer::new(stager.context(), bytes.len()).unwrap();
+        device.copy_from_host(0, bytes).unwrap();
+        Arc::new(device)
+    }
+
+    /// Host memory for a transfer that outlives it: leaked, its range kept.
+    fn host(bytes: Vec<u8>) -> HostRange {
+        let bytes = Box::leak(bytes.into_boxed_slice());
+        HostRange {
+            addr: bytes.as_mut_ptr().expose_provenance(),
+            len: bytes.len(),
+        }
+    }
+
+    fn read(range: HostRange) -> Vec<u8> {
+        // SAFETY: `host` leaked the memory; the transfer has ended.
+        unsafe {
+            core::slice::from_raw_parts(core::ptr::with_exposed_provenance(range.addr), range.len)
+        }
+        .to_vec()
+    }
+
+    /// A view of all of `device`, which it keeps allocated.
+    fn view(device: &Arc<DeviceBuffer>) -> DeviceView {
+        let owner: Arc<dyn Send + Sync> = device.clone();
+        // SAFETY: the owner keeps the buffer allocated; the tests order
+        // every other use of it with the transfers.
+        unsafe { DeviceView::new(device.context(), device.raw(), device.len(), owner) }.unwrap()
+    }
+
+    /// Host memory the transfers of these tests use, as the binding's
+    /// callers hold it: leaked, so that it outlives them.
+    ///
+    /// # Safety
+    ///
+    /// `range` came from [`host`] and nothing else touches it until the
+    /// transfer using the result has ended.
+    unsafe fn memory(range: HostRange) -> RawHostMemory {
+        // SAFETY: our caller's promise.
+        unsafe { RawHostMemory::new(range) }
+    }
+
+    /// A start that waits for `go` before it queues the download of
+    /// `device` into `range`.
+    fn download_after(go: Receiver<()>, device: Arc<DeviceBuffer>, range: HostRange) -> Start {
+        Box::new(move |stager, _| {
+            let _ = go.recv();
+            // SAFETY: each test gives a range of its own to one transfer.
+            let mut memory = unsafe { memory(range) };
+            // SAFETY: leaked host memory nothing else touches; the view
+            // keeps the device buffer allocated.
+            unsafe { stager.start_unchecked(to_host(&mut memory, &view(&device))) }
+        })
+    }
+
+    /// A start that uploads `range` into `target`.
+    fn upload(target: &Arc<DeviceBuffer>, range: HostRange, go: Option<Receiver<()>>) -> Start {
+        let target = Arc::clone(target);
+        Box::new(move |stager, _| {
+            if let Some(go) = go {
+                let _ = go.recv();
+            }
+            // SAFETY: as in `download_after`.
+            let memory = unsafe { memory(range) };
+            // SAFETY: as in `download_after`; the tests read the target only
+            // in stream order after the upload.
+            unsafe { stager.start_unchecked(to_device(&mut view(&target), &memory)) }
+        })
+    }
+
+    #[test]
+    fn finishing_is_idempotent_and_every_caller_sees_the_one_outcome() {
+        let (ordinal, shared) = shared();
+        let expected = pattern(1);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let pending = shared
+            .with_stager(
+                |_, _| Ok(()),
+                |stager, _| {
+                    // SAFETY: the range is this test's own.
+                    let mut memory = unsafe { memory(range) };
+                    // SAFETY: leaked host memory; the view keeps the
+                    // device buffer allocated.
+                    unsafe { stager.start_unchecked(to_host(&mut memory, &view(&device))) }
+                },
+            )
+            .unwrap();
+        let transfer = SharedTransfer::started(&shared, pending);
+        assert!(!transfer.is_done().unwrap());
+        let finishers: Vec<_> = (0..3)
+            .map(|_| {
+                let transfer = Arc::clone(&transfer);
+                std::thread::spawn(move || transfer.finish())
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!transfer.has_ended(), "ended while the device was held");
+        sim::release(ordinal);
+        for finisher in finishers {
+            assert_eq!(finisher.join().unwrap(), Ok(()));
+        }
+        assert_eq!(transfer.finish(), Ok(()));
+        assert!(transfer.has_ended() && transfer.is_done().unwrap());
+        assert!(read(range) == expected);
+    }
+
+    #[test]
+    fn a_later_start_returns_before_the_chunks_are_queued() {
+        let (_, shared) = shared();
+        let expected = pattern(2);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let (go, wait) = channel();
+        let transfer = shared
+            .start_later(&[], None, download_after(wait, device, range))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!transfer.is_done().unwrap(), "queued, not started");
+        go.send(()).unwrap();
+        assert_eq!(transfer.finish(), Ok(()));
+        assert!(read(range) == expected);
+    }
+
+    #[test]
+    fn work_queued_on_the_stream_after_a_later_start_waits_for_it() {
+        let (_, shared) = shared();
+        let context = shared.context().clone();
+        let expected = pattern(3);
+        let target = device_with(&shared, &std::vec![0; LEN]);
+        let source = host(expected.clone());
+        let stream = Stream::new(&context).unwrap();
+        let (go, wait) = channel::<()>();
+        let upload = upload(&target, source, Some(wait));
+        let transfer = shared
+            .start_later(&[], Some(stream.as_stream()), upload)
+            .unwrap();
+        let back = PinnedBuffer::new(&context, LEN).unwrap();
+        // SAFETY: pinned memory read only after the stream is synchronized.
+        unsafe {
+            stream
+                .as_stream()
+                .copy_device_to_host(back.raw_ptr(), &*target, 0, LEN)
+        }
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !stream.as_stream().query().unwrap(),
+            "the stream ran ahead of the upload"
+        );
+        go.send(()).unwrap();
+        stream.as_stream().synchronize().unwrap();
+        // SAFETY: the copy has finished; nothing else writes the buffer.
+        let copied = unsafe { core::slice::from_raw_parts(back.raw_ptr(), LEN) };
+        assert!(
+            copied == expected.as_slice(),
+            "the stream's copy read the bytes before the upload"
+        );
+        assert_eq!(transfer.finish(), Ok(()));
+    }
+
+    #[test]
+    fn a_start_made_at_once_after_a_later_one_waits_for_it_without_deadlock() {
+        // The blocking download waits for the stream, whose gate waits for
+        // the upload started later: the upload is started first, and its
+        // gate opens before it needs the stager's lock, which the blocking
+        // download holds.
+        let (_, shared) = shared();
+        let context = shared.context().clone();
+        let expected = pattern(4);
+        let target = Arc::new(DeviceBuffer::new(&context, LEN).unwrap());
+        let source = host(expected.clone());
+        let stream = Stream::new(&context).unwrap();
+        let upload = upload(&target, source, None);
+        let later = shared
+            .start_later(&[], Some(stream.as_stream()), upload)
+            .unwrap();
+        let mut back = std::vec![0u8; LEN];
+        let started = Instant::now();
+        shared
+            .with_stager(
+                |stager, _| stager.wait_for(stream.as_stream()),
+                |stager, _| stager.run(to_host(&mut back, &*target)),
+            )
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(20));
+        assert!(
+            back == expected,
+            "the blocking download ran before the upload"
+        );
+        assert_eq!(later.finish(), Ok(()));
+    }
+
+    #[test]
+    fn closing_runs_the_starts_queued_before_it_and_refuses_later_ones() {
+        let (_, shared) = shared();
+        let expected = pattern(5);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let (go, wait) = channel();
+        go.send(()).unwrap();
+        let queued = shared
+            .start_later(&[], None, download_after(wait, Arc::clone(&device), range))
+            .unwrap();
+        shared.close();
+        assert_eq!(queued.finish(), Ok(()));
+        assert!(read(range) == expected);
+        let (_, wait) = channel();
+        let refused = shared.start_later(&[], None, download_after(wait, device, range));
+        assert_eq!(refused.err(), Some(Failure::Closed));
+        assert_eq!(
+            shared.with_stager(|_, _| Ok(()), |_, _| Ok(())),
+            Err(Failure::Closed)
+        );
+    }
+
+    #[test]
+    fn an_ended_transfer_wakes_its_loop_through_the_pipe_once_per_batch() {
+        let (ordinal, shared) = shared();
+        let device = device_with(&shared, &pattern(6));
+        let wakeup = Wakeup::new().unwrap();
+        assert_eq!(wakeup.take().unwrap(), Vec::<u64>::new());
+        sim::hold(ordinal);
+        let transfers: Vec<_> = (0..2)
+            .map(|_| {
+                let (go, wait) = channel();
+                go.send(()).unwrap();
+                let range = host(std::vec![0; LEN]);
+                shared
+                    .start_later(&[], None, download_after(wait, Arc::clone(&device), range))
+                    .unwrap()
+            })
+            .collect();
+        assert!(!transfers[0].notify_when_finished(&wakeup, 7).unwrap());
+        assert!(!transfers[1].notify_when_finished(&wakeup, 8).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            wakeup.take().unwrap(),
+            Vec::<u64>::new(),
+            "woken while held"
+        );
+        sim::release(ordinal);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut tokens = Vec::new();
+        while tokens.len() < 2 && Instant::now() < deadline {
+            tokens.extend(wakeup.take().unwrap());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(tokens, [7, 8]);
+        assert!(
+            transfers[0].notify_when_finished(&wakeup, 9).unwrap(),
+            "ended: at once"
+        );
+        // One byte at most was unread, and `take` read it: none is left.
+        // SAFETY: fcntl on the wakeup's own open descriptor.
+        unsafe {
+            let flags = libc::fcntl(wakeup.fileno(), libc::F_GETFL);
+            libc::fcntl(wakeup.fileno(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        let mut byte = [0u8];
+        let read = (&wakeup.signal.reader).read(&mut byte);
+        assert!(read.is_err(), "a byte was left in the pipe: {read:?}");
+    }
+}
