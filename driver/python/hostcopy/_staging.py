@@ -376,6 +376,14 @@ def _sides(dst: Any, src: Any, to_device: bool, stream: Any, blocking: bool) -> 
     return _device_side(src, "src", False, consumer), _host_side(dst, "dst", True), consumer
 
 
+def _on_event_loop() -> bool:
+    """Whether the calling thread runs an asyncio (or uvloop) event loop: a
+    ``blocking=False`` call there returns before the chunks are queued (the
+    stager's start thread queues them), so that the loop is not held."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and asyncio._get_running_loop() is not None
+
+
 def _device_ordinal(device: Any) -> int:
     if device is None:
         return 0
@@ -559,6 +567,7 @@ class Stager:
             device.streams,
             consumer,
             bool(blocking),
+            not blocking and _on_event_loop(),
         )
 
     @overload
@@ -626,6 +635,7 @@ class Stager:
             device.streams,
             consumer,
             bool(blocking),
+            not blocking and _on_event_loop(),
         )
 
     @overload
@@ -676,7 +686,15 @@ class Stager:
         triples = _blocks(blocks)
         device, host, consumer = _sides(dst, src, False, stream, bool(blocking))
         return self._native.device_to_host_blocks(
-            host, device.ptr, device.owner, device.nbytes, triples, device.streams, consumer, bool(blocking)
+            host,
+            device.ptr,
+            device.owner,
+            device.nbytes,
+            triples,
+            device.streams,
+            consumer,
+            bool(blocking),
+            not blocking and _on_event_loop(),
         )
 
     @overload
@@ -727,7 +745,15 @@ class Stager:
         triples = _blocks(blocks)
         device, host, consumer = _sides(dst, src, True, stream, bool(blocking))
         return self._native.host_to_device_blocks(
-            device.ptr, device.owner, device.nbytes, host, triples, device.streams, consumer, bool(blocking)
+            device.ptr,
+            device.owner,
+            device.nbytes,
+            host,
+            triples,
+            device.streams,
+            consumer,
+            bool(blocking),
+            not blocking and _on_event_loop(),
         )
 
 

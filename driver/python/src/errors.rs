@@ -14,9 +14,10 @@
 //! until it has a class. Each class carries the variant's numbers as
 //! attributes; `hostcopy/_errors.py` documents which.
 
+use hostcopy_driver::awaiting::Failure;
 use hostcopy_driver::cuda::{BlockSide, DriverError, Error, ErrorKind};
 use hostcopy_driver::{HostBufferError, HostBufferErrorKind, PackErrorKind, PoolErrorKind, Side};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
@@ -478,4 +479,22 @@ pub(crate) fn closed(py: Python<'_>) -> PyErr {
 /// exit handler on, where no hostcopy class can be made.
 pub(crate) fn exiting() -> PyErr {
     PyValueError::new_err("refused: the interpreter is exiting")
+}
+
+/// How a transfer of a shared stager ended, or why it was refused
+/// (`hostcopy_driver::awaiting::Failure`, matched without a wildcard).
+pub(crate) fn transfer_failure(
+    py: Python<'_>,
+    operation: &str,
+    side: &str,
+    failure: Failure,
+) -> PyErr {
+    match failure {
+        Failure::Layer(failure) => layer_error(py, operation, side, failure),
+        Failure::Closed => closed(py),
+        Failure::NoThread => PyOSError::new_err(format!(
+            "{operation}: the stager's thread that starts or finishes transfers could not be \
+             started"
+        )),
+    }
 }

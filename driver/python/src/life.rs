@@ -21,17 +21,14 @@
 //!   memory alone (it belongs to the parent's context) instead of waiting
 //!   for threads that will never answer.
 
+use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
-use hostcopy_driver::cuda::staging::Stager;
+use hostcopy_driver::awaiting::StagerSlot;
 use hostcopy_driver::process::{AtExit, Process};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-
-/// A stager's state as the Python `Stager` holds it: `None` once closed.
-pub(crate) type Slot = Mutex<Option<Stager>>;
 
 /// How long the exit handler waits, in all, for the stagers to finish
 /// their transfers in flight: far longer than any transfer takes, short
@@ -59,7 +56,7 @@ static STAGER_MADE: AtomicBool = AtomicBool::new(false);
 /// handlers of array libraries imported since hostcopy, so that it runs
 /// before them (last registered, first run): the stagers' transfers are
 /// waited for before a library frees memory they copy.
-pub(crate) fn register(py: Python<'_>, slot: Weak<Slot>) -> PyResult<bool> {
+pub(crate) fn register(py: Python<'_>, slot: Weak<StagerSlot>) -> PyResult<bool> {
     if !STAGER_MADE.swap(true, Ordering::Relaxed)
         && let Some(at_exit) = AT_EXIT.get(py)
     {

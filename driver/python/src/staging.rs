@@ -1,25 +1,21 @@
 //! Staged transfers between GPU memory and the host memory Python already
 //! has (`hostcopy_driver::cuda::staging`): a `Stager` per device, and
 //! `Transfer` handles for the non-blocking ones. Conversion only: the
-//! Python half classifies the arrays; the Rust layer stages, orders and
-//! keeps ownership. The GIL is released for every driver call and for the
+//! Python half classifies the arrays; the crate stages, orders and keeps
+//! ownership, and `hostcopy_driver::awaiting` decides how a shared
+//! stager's transfers start (at once, or on its start thread for a call
+//! made on an event loop's thread), who ends them and how an event loop
+//! learns of it. The GIL is released for every driver call and for the
 //! whole of a blocking transfer.
 //!
-//! A `Transfer` holds the Rust layer's `PendingTransfer` itself (in a
-//! [`TransferState`] it shares with a waiter thread while it is awaited);
-//! the stager keeps no list of them. One caller finishes it: it waits
-//! for the bytes without the stager's lock (`PendingTransfer::wait_arrived`),
-//! then settles it under the lock, which it holds only for that; a second
-//! `wait()` meanwhile waits for the first to have seen the bytes arrive.
-//! Closing drops the `Stager`, whose drop waits for all the work queued on
-//! its streams (every copy of every transfer in flight), so that a
-//! `wait()` afterwards only asks the driver how the copies ended. Host
-//! memory is let go only once its transfer is finished, or dropped (which
-//! waits for its copies, or hands the memory to the waiter that finishes
-//! it, or keeps what they touch for good).
+//! A `Transfer` holds the crate's `SharedTransfer` and the host memory,
+//! which it lets go of once the transfer has ended (or hands to the
+//! shared transfer, to be let go of when it ends, if it is dropped while
+//! the stager's finish thread has it).
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use hostcopy_driver::awaiting::{SharedStager, SharedTransfer, Start};
 use hostcopy_driver::cuda::staging::{
     Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device,
     to_host,
@@ -30,12 +26,12 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 
-use crate::awaiting::{Registration, Waiter, Wakeup};
+use crate::awaiting::Wakeup;
 use crate::blocks::to_blocks;
 use crate::buffer::HostMemory;
-use crate::errors::{self, closed, invalid_option, layer_error, out_of_bounds};
+use crate::errors::{self, closed, invalid_option, layer_error, out_of_bounds, transfer_failure};
 use crate::integers::word;
-use crate::life::{self, Slot};
+use crate::life;
 
 /// A Python object that keeps device memory allocated, held by the layer
 /// for as long as queued copies may use the memory (for good after an
@@ -61,9 +57,10 @@ pub(crate) struct PyStager {
     /// The options in force, read without the lock (which a blocking
     /// transfer holds).
     options: InForce,
-    /// Shared with its transfers, and through them with the waiter thread:
-    /// no Python object in it, so that thread never needs the GIL.
-    shared: Arc<StagerShared>,
+    /// Shared with its transfers, and through them with the stager's
+    /// start and finish threads: no Python object in it, so that those
+    /// threads never need the GIL.
+    shared: Arc<SharedStager>,
 }
 
 impl Drop for PyStager {
@@ -77,102 +74,51 @@ impl Drop for PyStager {
     }
 }
 
-/// What a stager's transfers need of it, after the Python `Stager` too.
-struct StagerShared {
-    context: Context,
-    /// `None` once closed; shared with the exit handler (`life.rs`), which
-    /// closes every stager.
-    stager: Arc<Slot>,
-    /// The thread that finishes its awaited transfers, started by the
-    /// first `await`.
-    waiter: Waiter,
+/// Closes a shared stager once the Python `Stager` and every transfer of
+/// it are gone (`SharedStager`'s `on_drop`): its drop waits for the work
+/// queued on its streams, so without the GIL, which the thread dropping it
+/// may hold (a Python object's dealloc) and which that work may need (a
+/// Python host callback).
+fn close_dropped(stager: Stager) {
+    // SAFETY: reads the thread's Python thread state, if any (a
+    // thread-local slot of the runtime); callable with or without the
+    // GIL, before, during and after finalisation.
+    if unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null() {
+        // A thread Python does not know: the stager's start or finish
+        // thread, dropping the transfer that held the last reference. It
+        // holds no GIL, so there is nothing to let go of, and it must never
+        // ask for it: a thread that asks as finalisation begins blocks in
+        // the interpreter, or is ended there mid-call (see `life`), and
+        // `life::exiting()` read first cannot rule that out (the flag may
+        // be set just after; this thread is not counted). Closed here,
+        // without Python.
+        drop(stager);
+        return;
+    }
+    // A Python thread: the dealloc of the `Stager` or of a `Transfer`,
+    // which holds the GIL (nothing else drops the last reference on a
+    // Python thread), so the attach below never waits for it.
+    if life::exiting() {
+        // The interpreter may begin to finalise at any moment: closed here
+        // with the GIL kept, as every call keeps it from the exit handler
+        // on.
+        drop(stager);
+        return;
+    }
+    // Attached already; as the interpreter shuts down, the closure,
+    // stager and all, is dropped on this thread as it is.
+    Python::try_attach(move |py| life::detach(py, move || drop(stager)));
 }
 
 /// A non-blocking transfer: `wait()` or `await` it; dropped unwaited, it
-/// waits, unless it is awaited (then the waiter thread finishes it).
+/// waits, unless the stager's finish thread has it (awaited, or started on
+/// the stager's start thread), which then ends it.
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct Transfer {
-    state: Arc<TransferState>,
-    /// The host memory, held until the transfer is finished (or handed to
-    /// `state` when dropped while awaited).
+    state: Arc<SharedTransfer>,
+    /// The host memory, held until the transfer has ended (or handed to
+    /// `state` when dropped while the finish thread has it).
     host: Mutex<Option<Py<HostMemory>>>,
-}
-
-/// A transfer's progress, shared by its Python `Transfer` and, while it is
-/// awaited, the stager's waiter thread.
-pub(crate) struct TransferState {
-    stager: Arc<StagerShared>,
-    tracked: Mutex<Tracked>,
-    /// Notified when `Finishing` becomes `Ended`.
-    ended: Condvar,
-}
-
-/// Under the transfer's own lock: never held while waiting for the
-/// stager's lock, nor for the copies.
-struct Tracked {
-    progress: Progress,
-    /// A registration of it is with the waiter thread, which finishes it
-    /// whoever else does not.
-    awaited: bool,
-    /// The host memory of a `Transfer` dropped while awaited, let go of
-    /// by whoever finishes it (see `Drop for Transfer`).
-    orphaned_host: Option<Py<HostMemory>>,
-}
-
-/// Where a `Transfer` is.
-enum Progress {
-    Pending(PendingTransfer),
-    /// Taken by a `wait()` or the waiter thread, not yet settled.
-    Finishing,
-    /// How it ended, for every later `wait()`.
-    Ended(Result<(), Error>),
-}
-
-impl Drop for StagerShared {
-    /// Closes the stager, once the Python `Stager` and every transfer of
-    /// it are gone: its drop waits for the work queued on its streams
-    /// (the `wait_for` streams of a transfer it refused too), so without
-    /// the GIL, which the thread dropping it may hold (a Python object's
-    /// dealloc) and which that work may need (a Python host callback).
-    fn drop(&mut self) {
-        if life::abandoned() {
-            // Reached only through the waiter thread (every other holder
-            // leaves it alone, see `Drop for Transfer`): left as it is.
-            core::mem::forget(Arc::clone(&self.stager));
-            return;
-        }
-        let Some(stager) = lock(&self.stager).take() else {
-            return;
-        };
-        // SAFETY: reads the thread's Python thread state, if any (a
-        // thread-local slot of the runtime); callable with or without the
-        // GIL, before, during and after finalisation.
-        if unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null() {
-            // A thread Python does not know: the waiter thread, dropping
-            // the registration that held the last reference. It holds no
-            // GIL, so there is nothing to let go of, and it must never
-            // ask for it: a thread that asks as finalisation begins blocks
-            // in the interpreter, or is ended there mid-call (see `life`),
-            // and `life::exiting()` read first cannot rule that out (the
-            // flag may be set just after; this thread is not counted).
-            // Closed here, without Python.
-            drop(stager);
-            return;
-        }
-        // A Python thread: the dealloc of the `Stager` or of a `Transfer`,
-        // which holds the GIL (nothing else drops the last reference on a
-        // Python thread), so the attach below never waits for it.
-        if life::exiting() {
-            // The interpreter may begin to finalise at any moment: closed
-            // here with the GIL kept, as every call keeps it from the exit
-            // handler on.
-            drop(stager);
-            return;
-        }
-        // Attached already; as the interpreter shuts down, the closure,
-        // stager and all, is dropped on this thread as it is.
-        Python::try_attach(move |py| life::detach(py, move || drop(stager)));
-    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -182,14 +128,38 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// How a non-blocking transfer starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    /// The call returns once the bytes are in.
+    Blocking,
+    /// The call returns once every chunk is queued.
+    Queued,
+    /// The call returns at once; the stager's start thread queues the
+    /// chunks (a call on an event loop's thread).
+    Later,
+}
+
+impl Begin {
+    fn of(blocking: bool, later: bool) -> Begin {
+        match (blocking, later) {
+            (true, _) => Begin::Blocking,
+            (false, false) => Begin::Queued,
+            (false, true) => Begin::Later,
+        }
+    }
+}
+
 impl PyStager {
-    /// Runs `f` on the stager (`None` once closed) with the GIL released and the thread's current
-    /// context kept.
+    /// Runs `order` then `body` on the open stager (`StagerClosed` once
+    /// closed), after every transfer queued for its start thread, with the
+    /// GIL released and the thread's current context kept.
     fn locked<T: Send>(
         &self,
         py: Python<'_>,
         operation: &str,
-        f: impl FnOnce(&mut Option<Stager>, &Context) -> Result<T, Error> + Send,
+        order: impl FnOnce(&mut Stager, &Context) -> Result<(), Error> + Send,
+        body: impl FnOnce(&mut Stager, &Context) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
         if life::forked() {
             // The lock may be held by a thread the fork left behind.
@@ -197,37 +167,23 @@ impl PyStager {
         }
         let shared = &self.shared;
         life::detach(py, || {
-            crate::keeping_current(|| f(&mut lock(&shared.stager), &shared.context))
+            crate::keeping_current(|| Ok(shared.with_stager(order, body)))
         })
-        .map_err(|failure| layer_error(py, operation, "device", failure))
+        .map_err(|failure| layer_error(py, operation, "device", failure))?
+        .map_err(|failure| transfer_failure(py, operation, "device", failure))
     }
 
-    /// Runs `start` on the open stager: a blocking transfer (`None` once it
-    /// has finished), or one that returns at once, for a `Transfer` to hold.
-    fn transfer(
-        &self,
-        py: Python<'_>,
-        operation: &str,
-        start: impl FnOnce(&mut Stager, &Context) -> Result<Option<PendingTransfer>, Error> + Send,
-    ) -> PyResult<Option<PendingTransfer>> {
-        let started = self.locked(py, operation, |stager, context| match stager.as_mut() {
-            Some(stager) => start(stager, context).map(Some),
-            None => Ok(None),
-        })?;
-        started.ok_or_else(|| closed(py))
-    }
-
-    /// A staged transfer in `direction` between `nbytes` bytes of device memory at
-    /// `device` (kept allocated by `owner`) and the host memory `host`, of
-    /// the range or of each block, after the work queued on each stream of
-    /// `wait_for`. Non-blocking: work queued later on `order_before` waits
-    /// for it.
+    /// A staged transfer in `direction` between `nbytes` bytes of device
+    /// memory at `device` (kept allocated by `owner`) and the host memory
+    /// `host`, of the range or of each block, after the work queued on each
+    /// stream of `wait_for`. Non-blocking: work queued later on
+    /// `order_before` waits for it.
     ///
     /// # Safety
     ///
     /// `host` lies inside host memory that the caller holds until the
-    /// transfer is finished (by this call when blocking, by the `Transfer`
-    /// it returns otherwise), writable for a copy to the host; until then
+    /// transfer has ended (by this call when blocking, by the `Transfer` it
+    /// returns otherwise), writable for a copy to the host; until then
     /// nothing else writes it, nor reads it for a copy to the host (the
     /// Python API's promise: see `copy_to_host`).
     #[allow(clippy::too_many_arguments)]
@@ -241,18 +197,16 @@ impl PyStager {
         (device, nbytes, owner): (CUdeviceptr, usize, Py<PyAny>),
         wait_for: Vec<usize>,
         order_before: Option<usize>,
-        blocking: bool,
-    ) -> PyResult<Option<PendingTransfer>> {
-        self.transfer(py, operation, move |stager, context| {
+        begin: Begin,
+    ) -> PyResult<Option<Arc<SharedTransfer>>> {
+        let owner = Arc::new(PyOwner(owner));
+        // The transfer itself, on the locked stager, after its streams.
+        let start = move |stager: &mut Stager, context: &Context, blocking: bool| {
             // SAFETY: the owner keeps the memory allocated (the Python
             // API's promise for the arrays it was given).
-            let mut view =
-                unsafe { DeviceView::new(context, device, nbytes, Arc::new(PyOwner(owner))) }?;
-            for &stream in &wait_for {
-                with_stream(context, stream, |stream| stager.wait_for(stream))?;
-            }
+            let mut view = unsafe { DeviceView::new(context, device, nbytes, owner) }?;
             // SAFETY: the range is host memory our caller holds until the
-            // transfer finishes, writable for a copy to the host (this
+            // transfer has ended, writable for a copy to the host (this
             // function's contract).
             let mut host = unsafe { RawHostMemory::new(host) };
             let spec = match direction {
@@ -274,9 +228,64 @@ impl PyStager {
             // for good if it is dropped with copies still running (the
             // layer keeps the view's share); the device range stays
             // unshared by the caller's promise (the Python API's).
-            let pending = unsafe { stager.start_unchecked(spec) }?;
-            self::order_before(stager, context, pending, order_before).map(Some)
-        })
+            unsafe { stager.start_unchecked(spec) }.map(Some)
+        };
+        if begin == Begin::Later {
+            if life::forked() {
+                return Err(errors::forked(py));
+            }
+            let shared = &self.shared;
+            let later = life::detach(py, || {
+                crate::keeping_current(|| {
+                    let context = shared.context();
+                    let owners = wait_for
+                        .iter()
+                        .chain(&order_before)
+                        .map(|&handle| stream_context(context, handle))
+                        .collect::<Result<Vec<_>, Error>>()?;
+                    // SAFETY: the Python API documents the caller's
+                    // promise: each stream is valid for the call; its
+                    // context is the one the driver named.
+                    let streams: Vec<StreamRef<'_>> = wait_for
+                        .iter()
+                        .chain(&order_before)
+                        .zip(&owners)
+                        .map(|(&handle, owner)| unsafe {
+                            StreamRef::from_raw(owner, handle as CUstream)
+                        })
+                        .collect();
+                    let (after, before) = streams.split_at(wait_for.len());
+                    let start: Start = Box::new(move |stager, context| {
+                        start(stager, context, false).map(|pending| {
+                            pending.expect("a non-blocking start gives a pending transfer")
+                        })
+                    });
+                    Ok(shared.start_later(after, before.first().copied(), start))
+                })
+            })
+            .map_err(|failure| layer_error(py, operation, "device", failure))?;
+            return later
+                .map(Some)
+                .map_err(|failure| transfer_failure(py, operation, "device", failure));
+        }
+        let blocking = begin == Begin::Blocking;
+        let pending = self.locked(
+            py,
+            operation,
+            |stager, context| {
+                for &stream in &wait_for {
+                    with_stream(context, stream, |stream| stager.wait_for(stream))?;
+                }
+                Ok(())
+            },
+            move |stager, context| match start(stager, context, blocking)? {
+                Some(pending) => {
+                    self::order_before(stager, context, pending, order_before).map(Some)
+                }
+                None => Ok(None),
+            },
+        )?;
+        Ok(pending.map(|pending| SharedTransfer::started(&self.shared, pending)))
     }
 }
 
@@ -348,16 +357,22 @@ fn with_stream<T>(
     handle: usize,
     f: impl FnOnce(StreamRef<'_>) -> Result<T, Error>,
 ) -> Result<T, Error> {
-    let raw = handle as CUstream;
+    let owner = stream_context(context, handle)?;
+    // SAFETY: the Python API documents the caller's promise: the stream is
+    // valid for the call; its context is the one the driver named (the
+    // special handles are valid in every context).
+    f(unsafe { StreamRef::from_raw(&owner, handle as CUstream) })
+}
+
+/// The context of the stream `handle` names, for a stager of `context`:
+/// `context` itself for the special handles 0 to 2.
+fn stream_context(context: &Context, handle: usize) -> Result<Context, Error> {
     if handle <= 2 {
-        // SAFETY: the special handles are valid in every context.
-        return f(unsafe { StreamRef::from_raw(context, raw) });
+        return Ok(context.clone());
     }
     // SAFETY: the Python API documents the caller's promise: the stream is
     // valid for the call.
-    let owner = unsafe { Context::of_stream(raw) }?;
-    // SAFETY: as above; its context is the one the driver named.
-    f(unsafe { StreamRef::from_raw(&owner, raw) })
+    unsafe { Context::of_stream(handle as CUstream) }
 }
 
 /// Orders a non-blocking transfer before later work on `stream` (a kernel
@@ -448,10 +463,10 @@ impl PyStager {
         let (context, stager) =
             made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
         let workers = stager.workers();
-        let stager = Arc::new(Mutex::new(Some(stager)));
-        if !life::register(py, Arc::downgrade(&stager))? {
+        let shared = SharedStager::new(context, stager, close_dropped);
+        if !life::register(py, Arc::downgrade(shared.slot()))? {
             // The exit handler ran meanwhile, and did not see this one.
-            life::detach(py, || drop(lock(&stager).take()));
+            life::detach(py, || shared.close());
             return Err(closed(py));
         }
         Ok(PyStager {
@@ -463,18 +478,14 @@ impl PyStager {
                 driver_path_below: options.driver_path_below(),
                 prefault: options.prefault(),
             },
-            shared: Arc::new(StagerShared {
-                context,
-                stager,
-                waiter: Waiter::default(),
-            }),
+            shared,
         })
     }
 
     /// The device ordinal.
     #[getter]
     fn device(&self) -> usize {
-        self.shared.context.ordinal()
+        self.shared.context().ordinal()
     }
 
     /// The options in force, a fresh dict each time (keys `chunk`,
@@ -501,16 +512,24 @@ impl PyStager {
         Ok(options)
     }
 
-    /// Waits for every transfer in flight (the `Stager`'s drop waits for
-    /// all the work queued on its streams), then frees the staging buffers
-    /// and stops the workers, all under the stager's lock; after an error
-    /// that leaves copies running it keeps them instead. Later transfers
-    /// raise; `wait()` on an earlier one returns how it ended.
+    /// Starts the transfers its start thread has queued, then waits for
+    /// every transfer in flight (the `Stager`'s drop waits for all the work
+    /// queued on its streams), then frees the staging buffers and stops the
+    /// workers, all under the stager's lock; after an error that leaves
+    /// copies running it keeps them instead. Later transfers raise;
+    /// `wait()` on an earlier one returns how it ended.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.locked(py, "Stager.close", |stager, _| {
-            drop(stager.take());
-            Ok(())
+        if life::forked() {
+            return Err(errors::forked(py));
+        }
+        let shared = &self.shared;
+        life::detach(py, || {
+            crate::keeping_current(|| {
+                shared.close();
+                Ok(())
+            })
         })
+        .map_err(|failure| layer_error(py, "Stager.close", "device", failure))
     }
 
     /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
@@ -522,7 +541,7 @@ impl PyStager {
     /// the bytes have arrived; otherwise a `Transfer`, and work queued
     /// later on `order_before` waits for it (so that it cannot overwrite
     /// `src` under the copy).
-    #[pyo3(signature = (dst, dst_offset, src, src_len, src_owner, src_offset, nbytes, wait_for, order_before, blocking))]
+    #[pyo3(signature = (dst, dst_offset, src, src_len, src_owner, src_offset, nbytes, wait_for, order_before, blocking, later=false))]
     #[allow(clippy::too_many_arguments)]
     fn device_to_host(
         slf: Bound<'_, Self>,
@@ -536,6 +555,7 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
+        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let operation = "copy_to_host";
@@ -562,10 +582,10 @@ impl PyStager {
                 (src, nbytes, src_owner),
                 wait_for,
                 order_before,
-                blocking,
+                Begin::of(blocking, later),
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, dst.unbind())))
+        Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
     }
 
     /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
@@ -575,7 +595,7 @@ impl PyStager {
     /// `nbytes` converted and checked as in `device_to_host`. Blocking:
     /// returns `None` when the bytes have arrived; otherwise a `Transfer`,
     /// and work queued later on `order_before` waits for it.
-    #[pyo3(signature = (dst, dst_len, dst_owner, dst_offset, src, src_offset, nbytes, wait_for, order_before, blocking))]
+    #[pyo3(signature = (dst, dst_len, dst_owner, dst_offset, src, src_offset, nbytes, wait_for, order_before, blocking, later=false))]
     #[allow(clippy::too_many_arguments)]
     fn host_to_device(
         slf: Bound<'_, Self>,
@@ -589,6 +609,7 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
+        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let operation = "copy_to_device";
@@ -614,17 +635,17 @@ impl PyStager {
                 (dst, nbytes, dst_owner),
                 wait_for,
                 order_before,
-                blocking,
+                Begin::of(blocking, later),
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, src.unbind())))
+        Ok(pending.map(|state| Transfer::new(state, src.unbind())))
     }
 
     /// Copies each block `(device_offset, host_offset, nbytes)` from the
     /// `src_nbytes` bytes of device memory at `src` (kept allocated by
     /// `src_owner`) into `dst`: a batch, checked whole before anything is
     /// queued. Blocking and ordering as `device_to_host`.
-    #[pyo3(signature = (dst, src, src_owner, src_nbytes, blocks, wait_for, order_before, blocking))]
+    #[pyo3(signature = (dst, src, src_owner, src_nbytes, blocks, wait_for, order_before, blocking, later=false))]
     #[allow(clippy::too_many_arguments)]
     fn device_to_host_blocks(
         slf: Bound<'_, Self>,
@@ -636,6 +657,7 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
+        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         dst.get().check_writable(py, "dst")?;
@@ -655,17 +677,17 @@ impl PyStager {
                 (src, src_nbytes, src_owner),
                 wait_for,
                 order_before,
-                blocking,
+                Begin::of(blocking, later),
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, dst.unbind())))
+        Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
     }
 
     /// Copies each block `(device_offset, host_offset, nbytes)` from `src`
     /// into the `dst_nbytes` bytes of device memory at `dst` (kept
     /// allocated by `dst_owner`): a batch, checked whole before anything is
     /// queued. Blocking and ordering as `host_to_device`.
-    #[pyo3(signature = (dst, dst_owner, dst_nbytes, src, blocks, wait_for, order_before, blocking))]
+    #[pyo3(signature = (dst, dst_owner, dst_nbytes, src, blocks, wait_for, order_before, blocking, later=false))]
     #[allow(clippy::too_many_arguments)]
     fn host_to_device_blocks(
         slf: Bound<'_, Self>,
@@ -677,6 +699,7 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
+        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = src.get().range();
@@ -695,10 +718,10 @@ impl PyStager {
                 (dst, dst_nbytes, dst_owner),
                 wait_for,
                 order_before,
-                blocking,
+                Begin::of(blocking, later),
             )
         }?;
-        Ok(pending.map(|pending| Transfer::new(slf.get(), pending, src.unbind())))
+        Ok(pending.map(|state| Transfer::new(state, src.unbind())))
     }
 }
 
@@ -772,84 +795,15 @@ fn host_range(
     }
 }
 
-impl TransferState {
-    /// Finishes the transfer unless it is finished already, or waits for
-    /// the caller finishing it (another thread's `wait()`, the waiter
-    /// thread); how it ended. Needs no GIL: the waiter thread calls it.
-    ///
-    /// The copies are waited for without the stager's lock, so that other
-    /// transfers start (on an event loop's thread too) while this one
-    /// runs; the lock is then taken only to settle it, which no longer
-    /// waits. Host memory orphaned by a dropped `Transfer` is let go of
-    /// here, once the copies are done: without the GIL (on the waiter
-    /// thread) its reference goes to pyo3's pool, released by the next
-    /// call into the extension (see `crate::awaiting`).
-    pub(crate) fn finish(&self) -> Result<(), Error> {
-        let mut tracked = lock(&self.tracked);
-        let pending = loop {
-            match core::mem::replace(&mut tracked.progress, Progress::Finishing) {
-                Progress::Ended(outcome) => {
-                    tracked.progress = Progress::Ended(outcome);
-                    return outcome;
-                }
-                Progress::Finishing => {
-                    tracked = self
-                        .ended
-                        .wait(tracked)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                Progress::Pending(pending) => break pending,
-            }
-        };
-        drop(tracked);
-        // Settled after an error too (which drains the stager's streams);
-        // the first error is the one reported (a driver error that is not
-        // sticky would not be seen again by `finish_pending`).
-        let arrived = pending.wait_arrived();
-        let settled = match lock(&self.stager.stager).as_mut() {
-            Some(stager) => stager.finish_pending(pending),
-            // Closed meanwhile: the `Stager`'s drop waited for all the
-            // work queued on its streams, so only how the copies ended is
-            // left to ask (the query fails after an error, as
-            // `finish_pending` would; it can say "not yet" only after a
-            // drain that failed, whose sticky error fails it too).
-            // Dropped, the transfer frees its chunk records, or keeps what
-            // its copies touch for good if they may still run.
-            None => {
-                let ended = pending.is_finished().map(drop);
-                drop(pending);
-                ended
-            }
-        };
-        let outcome = arrived.and(settled);
-        let orphaned = {
-            let mut tracked = lock(&self.tracked);
-            tracked.progress = Progress::Ended(outcome);
-            tracked.orphaned_host.take()
-        };
-        self.ended.notify_all();
-        drop(orphaned);
-        outcome
-    }
-}
-
 impl Transfer {
-    fn new(stager: &PyStager, pending: PendingTransfer, host: Py<HostMemory>) -> Transfer {
+    fn new(state: Arc<SharedTransfer>, host: Py<HostMemory>) -> Transfer {
         Transfer {
-            state: Arc::new(TransferState {
-                stager: Arc::clone(&stager.shared),
-                tracked: Mutex::new(Tracked {
-                    progress: Progress::Pending(pending),
-                    awaited: false,
-                    orphaned_host: None,
-                }),
-                ended: Condvar::new(),
-            }),
+            state,
             host: Mutex::new(Some(host)),
         }
     }
 
-    /// Finishes the transfer unless it is finished already (the GIL
+    /// Finishes the transfer unless it has ended already (the GIL
     /// released); how it ended. Lets go of the host memory afterwards.
     fn finish(&self, py: Python<'_>) -> PyResult<()> {
         if life::forked() {
@@ -858,10 +812,10 @@ impl Transfer {
         let state = &self.state;
         let ended = life::detach(py, || crate::keeping_current(|| Ok(state.finish())))
             .map_err(|failure| layer_error(py, "Transfer.wait", "device", failure))?;
-        // Finished, or given up on with what a copy may touch kept by the
+        // Ended, or given up on with what a copy may touch kept by the
         // layer: the host memory may go.
         lock(&self.host).take();
-        ended.map_err(|failure| layer_error(py, "Transfer.wait", "device", failure))
+        ended.map_err(|failure| transfer_failure(py, "Transfer.wait", "device", failure))
     }
 }
 
@@ -874,43 +828,31 @@ impl Transfer {
     }
 
     /// Whether the bytes have arrived, without waiting for them, nor for
-    /// the stager: `False` while another thread's `wait()` or the waiter
-    /// thread of an `await` is finishing it.
+    /// the stager: `False` while the stager's start thread has not started
+    /// it, and while another thread's `wait()` or the finish thread is
+    /// ending it.
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
         if life::forked() {
             return Err(errors::forked(py));
         }
         // The transfer's own mutex only, never the stager's: a blocking
         // copy holds that one for as long as it waits.
-        life::detach(py, || {
-            crate::keeping_current(|| match &lock(&self.state.tracked).progress {
-                Progress::Pending(pending) => pending.is_finished(),
-                Progress::Finishing => Ok(false),
-                Progress::Ended(_) => Ok(true),
-            })
-        })
-        .map_err(|failure| layer_error(py, "Transfer.done", "device", failure))
+        life::detach(py, || crate::keeping_current(|| self.state.is_done()))
+            .map_err(|failure| layer_error(py, "Transfer.done", "device", failure))
     }
 
-    /// Hands the transfer to the stager's waiter thread, which finishes it
-    /// and then adds `token` to `wakeup`'s finished ones: `False`. `True`
-    /// when it has ended already (nothing is registered; `wait()` returns
-    /// at once). `hostcopy._awaiting` calls this, on the event loop's
-    /// thread.
+    /// Has the stager's finish thread tell `wakeup` with `token` once the
+    /// transfer has ended: `False`. `True` when it has ended already
+    /// (nothing is registered; `wait()` returns at once).
+    /// `hostcopy._awaiting` calls this, on the event loop's thread.
     fn _notify_when_finished(&self, py: Python<'_>, wakeup: &Wakeup, token: u64) -> PyResult<bool> {
         if life::forked() {
-            // The waiter thread is the parent's.
+            // The finish thread is the parent's.
             return Err(errors::forked(py));
         }
-        if matches!(lock(&self.state.tracked).progress, Progress::Ended(_)) {
-            return Ok(true);
-        }
-        let registration = Registration::new(Arc::clone(&self.state), wakeup, token);
-        self.state.stager.waiter.register(registration)?;
-        // Only once it is registered: a `Transfer` dropped from now on
-        // leaves the finishing to the waiter thread.
-        lock(&self.state.tracked).awaited = true;
-        Ok(false)
+        self.state
+            .notify_when_finished(&wakeup.inner, token)
+            .map_err(|failure| transfer_failure(py, "await", "device", failure))
     }
 
     /// `await transfer`: `hostcopy._awaiting.wait(transfer).__await__()`.
@@ -964,21 +906,19 @@ impl Drop for Transfer {
             return;
         }
         // Python drops a pyclass with the GIL held.
-        {
-            let mut tracked = lock(&self.state.tracked);
-            match tracked.progress {
-                Progress::Ended(_) => return,
-                // Awaited (its await cancelled, or its loop gone): the
-                // waiter thread finishes it, so the drop does not block
-                // the event loop for the copy; the host memory goes with
-                // the state, let go of once the copies are done.
-                _ if tracked.awaited => {
-                    tracked.orphaned_host = lock(&self.host).take();
-                    return;
-                }
-                Progress::Pending(_) | Progress::Finishing => {}
-            }
+        if self.state.has_ended() {
+            return;
         }
+        // The finish thread has it (awaited, its await cancelled or its
+        // loop gone; or started on the start thread): it ends it, so the
+        // drop does not block the event loop for the copy; the host memory
+        // goes with the state, let go of once the copies are done (without
+        // the GIL on that thread: pyo3's pool releases the reference at the
+        // next call into the extension).
+        let host = lock(&self.host).take();
+        let Err(host) = self.state.hand_over(Box::new(host)) else {
+            return;
+        };
         // Dropped unwaited: finish here, through the stager (which drains
         // its streams after an error), so that the arrays it holds are
         // released only after the copy. A failure cannot be raised from a
@@ -988,6 +928,7 @@ impl Drop for Transfer {
                 failure.write_unraisable(py, None);
             }
         });
+        drop(host);
     }
 }
 
