@@ -268,13 +268,74 @@ def test_host_kv_cache_generates_dynamic_caches_tokens(cpu_model):
     assert _grown(middle, end) == _grown(start, middle), "the host cache pinned memory beyond generate's own"
     assert torch.equal(again, expected) and torch.equal(tokens, expected)
     assert cache.get_seq_length() == tokens.shape[1] - 1
+    # At most one upload a layer per decoded token (and the next token's
+    # first ones, queued ahead); each position written to the host once.
+    decoded = settings["max_new_tokens"] - 1  # the first new token comes from the prefill's forward
+    assert 0 < cache.counters.uploads <= LAYERS * decoded + 2
     layer = cache.layers[0]
     assert layer.keys.device.type == "cpu" and layer.keys.shape[-2] == cache.get_seq_length()
-    _not_pinned(layer.host_keys.ctypes.data)
+    for each in cache.layers:
+        each.keys  # the positions still on the device go to the host
+    assert cache.counters.write_bytes == LAYERS * cache.get_seq_length() * prompt.shape[0] * config_kv_row(model.config)
+    _not_pinned(layer.host.ctypes.data)
     cache.drain()
     # transformers' own offloaded cache, for the same tokens.
     offloaded = model.generate(prompt, cache_implementation="offloaded", **settings)
     assert torch.equal(offloaded, expected)
+
+
+def config_kv_row(config):
+    """Bytes of one position's keys and values of one sequence in one layer (bf16)."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    return config.num_key_value_heads * 2 * head_dim * 2
+
+
+@pytest.mark.parametrize("prefetch, tail", [(1, 1), (1, 4), (3, 5), (2, 1000)])
+def test_host_kv_cache_gives_the_same_tokens_whatever_its_depth_and_device_part(cpu_model, prefetch, tail):
+    model = copy.deepcopy(cpu_model).cuda()
+    generator = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, 512, (2, 17), generator=generator).cuda()
+    settings = dict(max_new_tokens=21, do_sample=False, min_new_tokens=21)
+    expected = model.generate(prompt, past_key_values=transformers.DynamicCache(config=model.config), **settings)
+    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config, prefetch=prefetch, tail=tail)
+    assert torch.equal(model.generate(prompt, past_key_values=cache, **settings), expected)
+    # The keys in host memory are the ones DynamicCache holds.
+    reference = transformers.DynamicCache(config=model.config)
+    model.generate(prompt, past_key_values=reference, **settings)
+    for ours, theirs in zip(cache.layers, reference.layers):
+        assert torch.equal(ours.keys, theirs.keys.cpu()) and torch.equal(ours.values, theirs.values.cpu())
+
+
+def test_refused_offload_arguments_are_offload_argument_errors(cpu_model):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    for modules, prefetch, cls in (
+        ("model.layers", 2, hostcopy.OffloadArgumentTypeError),
+        ([model.model.layers[0], "not a module"], 2, hostcopy.OffloadArgumentTypeError),
+        (model.model.layers, -1, hostcopy.OffloadArgumentError),
+        (model.model.layers, 2.0, hostcopy.OffloadArgumentTypeError),
+    ):
+        with pytest.raises(cls) as refused:
+            hostcopy.offload.offload(modules, prefetch=prefetch)
+        assert isinstance(refused.value, ValueError) and isinstance(refused.value, hostcopy.Error)
+    with pytest.raises(hostcopy.OffloadArgumentError, match="CUDA device"):
+        hostcopy.offload.offload(model.model.layers, device="cpu")
+    assert all(not layer._forward_pre_hooks for layer in model.model.layers), "nothing hooked"
+    dispatched = copy.deepcopy(cpu_model).cuda()
+    for layer in dispatched.model.layers:
+        accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
+    hooks = {name: m._hf_hook for name, m in dispatched.named_modules() if hasattr(m, "_hf_hook")}
+    for options, cls in (
+        ({"groups": "model.layers"}, hostcopy.OffloadArgumentTypeError),
+        ({"groups": ["model.nothing"]}, hostcopy.OffloadArgumentError),
+        ({"prefetch": True}, hostcopy.OffloadArgumentTypeError),
+        ({"prefetch": 1, "slots": 1}, hostcopy.OffloadArgumentError),
+    ):
+        with pytest.raises(cls):
+            hostcopy.offload.accelerate.use_hostcopy(dispatched, **options)
+        # Refused before any hook was replaced.
+        assert {name: m._hf_hook for name, m in dispatched.named_modules() if hasattr(m, "_hf_hook")} == hooks
+    with pytest.raises(hostcopy.OffloadArgumentError, match="prefetch"):
+        hostcopy.offload.transformers.HostOffloadedCache(config=dispatched.config, prefetch=0)
 
 
 def test_host_kv_cache_without_a_config_offloads_every_layer(cpu_model):

@@ -560,96 +560,202 @@ def test_a_group_whose_entry_fails_is_not_left_entered():
     ring.close()
 
 
-# -- the KV cache's order of operations, with stand-ins for torch ----------
+# -- the KV cache, with stand-ins for torch ----------------------------------
+#
+# The stand-ins hold real bytes (numpy arrays, "device" ones included) and
+# the host memory is real hostcopy.empty memory; the copies are queued as
+# the stager would run them: an upload when the stream that waits for its
+# event runs on (``wait_event``) or when it is waited for, a write to the
+# host only when it is waited for. So a cache that reads host memory
+# before its write landed, or device memory before its upload arrived,
+# returns wrong keys here.
 
 
 class FakeTensor:
-    """A CUDA tensor as the KV cache uses it; ``contiguous()`` of a view
-    logs the copy kernel it would queue on the current stream."""
+    """A tensor over a numpy array (views share its memory, as torch's do)."""
 
-    def __init__(self, log, name, shape, contiguous=True):
-        self.log, self.name, self.shape = log, name, tuple(shape)
-        self._contiguous = contiguous
-        self.dtype, self.device, self.is_cuda = "float16", "cuda:0", True
+    def __init__(self, array, device="cuda:0", log=None, name=""):
+        self.array, self.device, self.log, self.name = array, device, log, name
+        self.is_cuda = device != "cpu"
 
-    def contiguous(self):
-        if self._contiguous:
-            return self
-        self.log.append(("contiguous", self.name))
-        return FakeTensor(self.log, f"{self.name} contiguous", self.shape)
+    @property
+    def shape(self):
+        return tuple(self.array.shape)
+
+    @property
+    def dtype(self):
+        return self.array.dtype.type
+
+    def _like(self, array):
+        return FakeTensor(array, self.device, self.log)
 
     def element_size(self):
-        return 2
-
-    def data_ptr(self):
-        return 0x10000
+        return self.array.itemsize
 
     def numel(self):
-        count = 1
-        for extent in self.shape:
-            count *= extent
-        return count
+        return self.array.size
 
-    def record_stream(self, stream):
-        pass
+    def data_ptr(self):
+        return self.array.ctypes.data
 
-    def view(self, dtype):
-        return self
+    def is_contiguous(self):
+        return self.array.flags.c_contiguous
 
     def __getitem__(self, index):
+        parts = index if isinstance(index, tuple) else (index,)
+        parts = tuple(part.array if isinstance(part, FakeTensor) else part for part in parts)
+        return self._like(self.array[parts])
+
+    def view(self, *shape):
+        import numpy
+
+        if len(shape) == 1 and isinstance(shape[0], type) and issubclass(shape[0], numpy.generic):
+            return self._like(self.array.view(shape[0]))
+        viewed = self.array.view()
+        viewed.shape = shape  # raises where a copy would be needed, as torch's view does
+        return self._like(viewed)
+
+    def copy_(self, source):
+        import numpy
+
+        if self.is_cuda:
+            self.log.append(("copy_",))
+        numpy.copyto(self.array, source.array)
         return self
+
+    def contiguous(self):
+        import numpy
+
+        return self if self.is_contiguous() else self._like(numpy.ascontiguousarray(self.array))
+
+    def record_stream(self, stream):
+        self.log.append(("record_stream", stream.name))
+
+    def index_select(self, dim, index):
+        import numpy
+
+        return self._like(numpy.take(self.array, index.array, axis=dim))
+
+    def repeat_interleave(self, repeats, dim):
+        import numpy
+
+        return self._like(numpy.repeat(self.array, repeats, axis=dim))
+
+    def to(self, device):
+        return FakeTensor(self.array, device, self.log)
 
 
 class FakeStream:
     def __init__(self, log, name):
         self.log, self.name = log, name
+        #: Copies queued on the stream and not yet run.
+        self.pending = []
 
     def wait_event(self, event):
         self.log.append(("wait_event", self.name, event.name))
+        for copy in event.captured:
+            copy.run()
 
 
 class FakeEvent:
     def __init__(self, log, count):
-        self.log, self.name = log, f"event{count}"
+        self.log, self.name, self.captured = log, f"event{count}", []
 
     def record(self, stream):
         self.log.append(("record", stream.name, self.name))
+        self.captured = list(stream.pending)
 
 
-class FakeTransfer:
-    def __init__(self, log, name):
-        self.log, self.name = log, name
+class FakeCopy:
+    """A queued copy: the blocks between a device buffer and host memory."""
+
+    def __init__(self, log, name, device, host, blocks, to_device, staging):
+        self.log, self.name, self.device, self.host = log, name, device, host
+        self.blocks, self.to_device, self.staging = [tuple(int(x) for x in row) for row in blocks], to_device, staging
+        self.ran = False
+
+    def run(self):
+        if self.ran:
+            return
+        self.ran = True
+        device = self.device.owner.array.reshape(-1).view("u1")
+        for device_offset, host_offset, nbytes in self.blocks:
+            if self.to_device:
+                device[device_offset : device_offset + nbytes] = self.host[host_offset : host_offset + nbytes]
+            else:
+                self.host[host_offset : host_offset + nbytes] = device[device_offset : device_offset + nbytes]
 
     def wait(self):
         self.log.append(("wait", self.name))
+        self.run()
+
+    def done(self):
+        if not self.staging.finished:
+            return False  # as if the GPU had not got there yet
+        self.run()
+        return True
 
 
 class FakeStaging:
     def __init__(self, log):
-        self.log = log
+        self.log, self.count, self.finished = log, 0, True
+
+    def _copy(self, name, device, host, blocks, stream, to_device):
+        self.count += 1
+        copy = FakeCopy(self.log, f"{name}{self.count}", device, host, blocks, to_device, self)
+        self.log.append((name, copy.name, stream.name, sum(int(row[2]) for row in blocks)))
+        stream.pending.append(copy)
+        return copy
 
     def copy_blocks_to_host(self, host, device, blocks, *, stream, blocking):
-        self.log.append(("copy_to_host", device.owner.name, stream.name))
-        return FakeTransfer(self.log, f"write of {device.owner.name}")
+        assert not blocking
+        return self._copy("copy_to_host", device, host, blocks, stream, False)
 
     def copy_blocks_to_device(self, device, host, blocks, *, stream, blocking):
-        self.log.append(("copy_to_device", stream.name))
-        return FakeTransfer(self.log, "read")
+        assert not blocking
+        return self._copy("copy_to_device", device, host, blocks, stream, True)
 
 
 def fake_torch(log):
+    import numpy
+
     torch = types.ModuleType("torch")
     compute = FakeStream(log, "compute")
     streams, events = itertools.count(1), itertools.count(1)
+    current = [compute]
+
+    @contextlib.contextmanager
+    def stream(side):
+        log.append(("allocate on", side.name))
+        current.append(side)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    def empty(shape, dtype=numpy.uint8, device=None):
+        array = numpy.empty(shape, dtype=dtype)
+        array.fill(numpy.nan if numpy.issubdtype(array.dtype, numpy.floating) else 0xAB)  # never read unwritten
+        return FakeTensor(array, "cpu" if device is None else device, log)
+
+    def cat(tensors, dim, out=None):
+        log.append(("cat", len(tensors)))
+        joined = numpy.concatenate([t.array for t in tensors], axis=dim)
+        if out is not None:
+            numpy.copyto(out.array, joined)
+            return out
+        return FakeTensor(joined, tensors[0].device, log)
+
     torch.cuda = types.SimpleNamespace(
         Stream=lambda device: FakeStream(log, f"stream{next(streams)}"),
         Event=lambda: FakeEvent(log, next(events)),
         current_stream=lambda device: compute,
-        stream=lambda stream: contextlib.nullcontext(),
+        stream=stream,
     )
-    torch.empty = lambda shape, dtype=None, device=None: FakeTensor(log, "empty", shape)
-    torch.from_numpy = lambda array: FakeTensor(log, "host", array.shape)
-    torch.cat = lambda tensors, dim: FakeTensor(log, "cat", tensors[-1].shape)
+    torch.empty = empty
+    torch.from_numpy = lambda array: FakeTensor(array, "cpu", log)
+    torch.cat = cat
+    torch.compute = compute
     return torch
 
 
@@ -666,63 +772,244 @@ def fake_cache_utils():
         def __init__(self, config=None):
             self.layers, self.layer_class_to_replicate = [], DynamicLayer
 
+        def crop(self, tokens_to_remove):
+            for layer in self.layers:
+                layer.crop(tokens_to_remove)
+
+        def reorder_cache(self, beam_idx):
+            for layer in self.layers:
+                layer.reorder_cache(beam_idx)
+
+        def batch_select_indices(self, indices):
+            for layer in self.layers:
+                layer.batch_select_indices(indices)
+
+        def reset(self):
+            for layer in self.layers:
+                layer.reset()
+
     cache_utils.DynamicLayer, cache_utils.DynamicCache = DynamicLayer, DynamicCache
     return cache_utils
 
 
+class KV:
+    """The cache module over the stand-ins, and what a model would give it."""
+
+    def __init__(self, module, log, torch, staging, numpy):
+        self.module, self.log, self.torch, self.staging, self.np = module, log, torch, staging, numpy
+        self.rng = numpy.random.default_rng(7)
+
+    def states(self, count, batch=2, heads=3, key_dim=4, value_dim=5, transposed=True):
+        """New keys and values as a model makes them: ``[batch, heads,
+        count, dim]`` views of ``[batch, count, heads, dim]`` arrays."""
+        made = []
+        for dim in (key_dim, value_dim):
+            array = self.rng.standard_normal((batch, count, heads, dim)).astype(self.np.float16)
+            made.append(FakeTensor(array.transpose(0, 2, 1, 3) if transposed else array, "cuda:0", self.log))
+        return made
+
+
 @pytest.fixture
-def kv_cache(monkeypatch):
+def kv(monkeypatch, numpy):
     """hostcopy.offload.transformers loaded over stand-ins for torch,
     transformers and the copies (under its own name: the real module
-    stays unimported), and the log of what it did."""
+    stays unimported)."""
     log = []
+    torch = fake_torch(log)
     cache_utils = fake_cache_utils()
     transformers = types.ModuleType("transformers")
     transformers.cache_utils = cache_utils
-    monkeypatch.setitem(sys.modules, "torch", fake_torch(log))
+    monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "transformers", transformers)
     monkeypatch.setitem(sys.modules, "transformers.cache_utils", cache_utils)
     path = pathlib.Path(offload.__file__).with_name("transformers.py")
     spec = importlib.util.spec_from_file_location("hostcopy.offload._transformers_with_stand_ins", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "_staging", FakeStaging(log))
-    return module, log
+    staging = FakeStaging(log)
+    monkeypatch.setattr(module, "_staging", staging)
+    return KV(module, log, torch, staging, numpy)
 
 
-def test_new_positions_are_made_contiguous_before_the_event_their_copy_to_the_host_waits_for(kv_cache):
-    # The prefill's keys and values are transposed views: .contiguous()
-    # queues a copy kernel on the compute stream. The copy to the host
-    # waits for an event recorded on the compute stream: recorded before
-    # that kernel, it would let the copy read the new tensor unfilled.
-    module, log = kv_cache
-    cache = module.HostOffloadedCache(prefetch=1)
-    keys = FakeTensor(log, "keys", (1, 2, 5, 4), contiguous=False)
-    values = FakeTensor(log, "values", (1, 2, 5, 4), contiguous=False)
-    cache.update(keys, values, 0)
-    copies = [entry for entry in log if entry[0] == "copy_to_host"]
-    assert [entry[1] for entry in copies] == ["keys contiguous", "values contiguous"], log
-    write_stream = copies[0][2]
-    (waited,) = [entry[2] for entry in log if entry[:2] == ("wait_event", write_stream)]
-    recorded = log.index(("record", "compute", waited))
-    assert log.index(("contiguous", "keys")) < recorded, log
-    assert log.index(("contiguous", "values")) < recorded, log
-    assert recorded < log.index(copies[0]), log
+def generate(kv, cache, layers, steps, check=True, expected=None):
+    """Runs ``steps`` (a list of new-position counts) through every layer,
+    checking each update's keys and values against every position given
+    so far (``expected``: those of an earlier call); returns the expected
+    keys and values per layer."""
+    np = kv.np
+    expected = [None] * layers if expected is None else expected
+    for count in steps:
+        for index in range(layers):
+            keys, values = kv.states(count)
+            before = len(kv.log)
+            kv.log.append(("update", index))
+            got_keys, got_values = cache.update(keys, values, index)
+            if expected[index] is None:
+                expected[index] = (keys.array.copy(), values.array.copy())
+            else:
+                expected[index] = tuple(
+                    np.concatenate([old, new.array], axis=-2) for old, new in zip(expected[index], (keys, values))
+                )
+            if check:
+                assert got_keys.is_contiguous() and got_values.is_contiguous()
+                np.testing.assert_array_equal(got_keys.array, expected[index][0])
+                np.testing.assert_array_equal(got_values.array, expected[index][1])
+            assert cache.layers[index].get_seq_length() == expected[index][0].shape[-2], kv.log[before:]
+    return expected
 
 
-def test_a_layers_keys_and_values_are_shown_only_once_its_writes_to_the_host_have_landed(kv_cache):
-    module, log = kv_cache
-    cache = module.HostOffloadedCache(prefetch=1)
-    cache.update(FakeTensor(log, "keys", (1, 2, 5, 4)), FakeTensor(log, "values", (1, 2, 5, 4)), 0)
+def test_updates_give_every_position_so_far_across_prefill_decode_and_writes(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=4)
+    # A prefill longer than the device part, single tokens across several
+    # writes, a chunk that overflows it, then single tokens again.
+    expected = generate(kv, cache, 3, [6, 1, 1, 1, 1, 1, 1, 3, 1, 1, 5, 1])
+    for index, layer in enumerate(cache.layers):
+        kv.np.testing.assert_array_equal(layer.keys.array, expected[index][0])
+        kv.np.testing.assert_array_equal(layer.values.array, expected[index][1])
+        assert layer.keys.device == "cpu" and layer.flushed == layer.length == 23
+        assert isinstance(layer.host.base.base, hostcopy._native.PageableMemory)
+
+
+def test_each_position_is_written_to_the_host_once(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=4)
+    generate(kv, cache, 2, [6] + [1] * 9)
+    row = 2 * 3 * (4 + 5) * 2  # batch * heads * (key_dim + value_dim) * item
+    # Per layer: the prefill's 6; the 4 tokens kept on the device and the
+    # 5th, which finds no room there, in one write; 4 tokens left there.
+    assert cache.counters.write_bytes == 2 * (6 + 5) * row
+    assert cache.counters.writes == 2 * 2
+    assert (cache.layers[0].length, cache.layers[0].flushed) == (15, 11)
+    cache.layers[0].keys  # the device part goes to the host when read
+    assert cache.counters.write_bytes == 2 * (6 + 5) * row + 4 * row
+
+
+def test_a_decoded_token_makes_one_upload_per_layer_and_a_write_per_tail(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8)
+    expected = generate(kv, cache, 4, [16])
+    counts = []
+    for _ in range(10):
+        uploads, writes = cache.counters.uploads, cache.counters.writes
+        generate(kv, cache, 4, [1], expected=expected)
+        counts.append((cache.counters.uploads - uploads, cache.counters.writes - writes))
+    # Every token: the 4 layers' host part brought back, keys and values in
+    # one call each; the 9th finds the device part full: one write a layer.
+    assert counts == [(4, 0)] * 8 + [(4, 4)] + [(4, 0)], counts
+    moved = cache.counters.upload_bytes
+    assert moved > 0 and cache.counters.updates == 4 * 11
+
+
+def test_an_upload_runs_on_its_own_stream_and_the_compute_stream_waits_for_it_before_the_attention(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2)
+    generate(kv, cache, 2, [3, 1])
+    log = kv.log
+    uploads = [entry for entry in log if entry[0] == "copy_to_device"]
+    assert len(uploads) == 3 and all(entry[2] != "compute" for entry in uploads)
+    side = uploads[0][2]
+    assert ("allocate on", side) in log
+    # Each upload's event is recorded on its stream after it, and waited for
+    # on the compute stream before the cat that reads it (the last is the
+    # next token's, not yet read).
+    for upload in uploads[:2]:
+        start = log.index(upload)
+        recorded = next(e for e in log[start:] if e[0] == "record" and e[1] == side)
+        waited = log.index(("wait_event", "compute", recorded[2]))
+        assert any(e[0] == "cat" for e in log[waited:]), log[start:]
+        assert ("record_stream", "compute") in log[waited:]
+
+
+def test_a_write_follows_the_event_after_its_positions_are_made_and_the_uploads_queued_before_it(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2)
+    generate(kv, cache, 3, [3, 1, 1, 1])
+    log = kv.log
+    writes = [i for i, entry in enumerate(log) if entry[0] == "copy_to_host"]
+    assert len(writes) == 3 * 2  # the prefill; the third token finds the device part full
+    for at in writes:
+        stream = log[at][2]
+        # The write stream waits for an event recorded on the compute stream
+        # after the positions were copied into the written buffer.
+        waited = [e for e in log[:at] if e[:2] == ("wait_event", stream)][-1][2]
+        recorded = log.index(("record", "compute", waited))
+        update = max(i for i, e in enumerate(log[:at]) if e[0] == "update")
+        assert update < recorded < at
+        assert [e for e in log[update:recorded] if e[0] in ("copy_", "cat")], "the buffer is filled before"
+        assert not [e for e in log[recorded:at] if e[0] in ("copy_", "cat")], "and not after"
+        # No upload of the same update is queued after it: they came first.
+        following = log[at + 1 :]
+        rest = following[: next((i for i, e in enumerate(following) if e[0] == "update"), len(following))]
+        assert not [e for e in rest if e[0] == "copy_to_device"], log[at:]
+    # ... and there were uploads in those updates, before the write.
+    update = max(i for i, e in enumerate(log[: writes[-1]]) if e[0] == "update")
+    assert [e for e in log[update : writes[-1]] if e[0] == "copy_to_device"]
+
+
+def test_a_layer_is_uploaded_only_after_its_writes_are_waited_for(kv):
+    # Writes run only when waited for: an upload that did not wait would
+    # bring back zeros, and the keys would differ.
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2)
+    generate(kv, cache, 3, [5, 1, 1, 1, 1])
+    log = kv.log
+    for at, entry in enumerate(log):
+        if entry[0] == "copy_to_host":
+            name = entry[1]
+            waited = log.index(("wait", name))
+            assert waited > at
+
+
+def test_uploads_read_are_let_go_of_once_done_or_past_the_bound(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=64)
+    expected = generate(kv, cache, 5, [70, 1])
+    kv.staging.finished = False  # nothing reports done: the oldest is waited for past prefetch + 2
+    generate(kv, cache, 5, [1, 1], expected=expected)
+    assert len(cache._consumed) == 1 + 2
+    kv.staging.finished = True
+    generate(kv, cache, 5, [1], expected=expected)
+    assert len(cache._consumed) <= 1
+    cache.drain()
+    assert not cache._consumed and not cache._fetched
+
+
+def test_keys_are_shown_only_once_the_device_part_is_written_and_landed(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=8)
+    expected = generate(kv, cache, 1, [3, 1])
     layer = cache.layers[0]
-    assert not [entry for entry in log if entry[0] == "wait"], "the writes are still in flight"
-    assert layer.keys is not None
-    assert [entry for entry in log if entry[0] == "wait"] == [("wait", "write of keys"), ("wait", "write of values")]
-    assert layer.get_seq_length() == 5 and layer.values is not None
-    assert len([entry for entry in log if entry[0] == "wait"]) == 2, "waited for once"
+    assert layer.flushed == 0 and layer.length == 4
+    assert not [e for e in kv.log if e[0] == "wait"]
+    kv.np.testing.assert_array_equal(layer.keys.array, expected[0][0])
+    assert layer.flushed == 4 and [e[0] for e in kv.log if e[0] == "wait"] == ["wait"]
+    kv.np.testing.assert_array_equal(layer.values.array, expected[0][1])
+    assert len([e for e in kv.log if e[0] == "wait"]) == 1, "written and waited for once"
+    # After a read outside a forward, the next token reads the host part again.
+    generate(kv, cache, 1, [1], expected=expected)
 
 
-def test_a_host_layer_updated_directly_raises_offload_error(kv_cache):
-    module, log = kv_cache
+def test_crop_reorder_and_batch_select_then_decode_on(kv):
+    np = kv.np
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=4)
+    expected = generate(kv, cache, 2, [5, 1, 1])
+    cache.crop(-2)  # removes two positions
+    assert cache.layers[0].get_seq_length() == 5
+    cache.crop(0)  # removes none
+    assert cache.layers[1].get_seq_length() == 5
+    order = FakeTensor(np.array([1, 0]), "cuda:0", kv.log)
+    cache.reorder_cache(order)
+    for index, layer in enumerate(cache.layers):
+        np.testing.assert_array_equal(layer.keys.array, expected[index][0][[1, 0], :, :5])
+    cache.batch_select_indices(FakeTensor(np.array([1]), "cuda:0", kv.log))
+    keys, values = kv.states(1, batch=1)
+    got, _ = cache.update(keys, values, 0)
+    np.testing.assert_array_equal(got.array, np.concatenate([expected[0][0][[0], :, :5], keys.array], axis=-2))
+
+
+def test_a_refused_prefetch_or_tail_is_an_offload_argument_error(kv):
+    with pytest.raises(hostcopy.OffloadArgumentError, match="prefetch"):
+        kv.module.HostOffloadedCache(prefetch=0)
+    with pytest.raises(hostcopy.OffloadArgumentTypeError, match="tail"):
+        kv.module.HostOffloadedCache(tail=True)
+    with pytest.raises(hostcopy.OffloadArgumentError, match="tail"):
+        kv.module.HostOffloadedCache(tail=0)
+
+
+def test_a_host_layer_updated_directly_raises_offload_error(kv):
+    keys, values = kv.states(1)
     with pytest.raises(hostcopy.OffloadError):
-        module.HostLayer().update(FakeTensor(log, "keys", (1, 1, 1, 1)), FakeTensor(log, "values", (1, 1, 1, 1)))
+        kv.module.HostLayer().update(keys, values)

@@ -6,55 +6,134 @@ host memory (``hostcopy.empty``, nothing pinned)::
 
 transformers' own offloaded cache (``cache_implementation="offloaded"``,
 in 5.x ``DynamicCache(offloading=True)``) moves each layer's whole keys
-and values to the CPU after its update (``.to("cpu", non_blocking=True)``,
-into pinned memory from torch's host allocator) and back before the next
-step, through torch's copies. Here each full-attention layer's keys and
-values stay in host memory at a capacity that doubles as the sequence
-grows (``[batch, heads, capacity, head_dim]``); an update writes only the
-new positions to the host (one blocks copy, device to host), and the
-next layer's keys and values come back while the current one runs (one
-blocks copy per tensor, host to device, into a contiguous
-``[batch, heads, length, head_dim]`` tensor), on a stream of their own
-ordered with the compute stream by events. The attention then sees what
-``DynamicCache`` would give it: the cached positions followed by the new
-ones, contiguous, of the same dtype.
+and values to the CPU after its update (``.to("cpu", non_blocking=True)``
+on the compute stream, into pinned memory from torch's host allocator)
+and the next layer's back before its update (on a stream of its own),
+four torch copies per layer and token.
+
+Here each full-attention layer's keys and values live in one region of
+host memory, ``[2, batch, heads, capacity, head_dim]`` (keys, then
+values), at a capacity that grows by half as the sequence does. Per
+layer and decoded token:
+
+- one hostcopy call: the layer's positions in host memory, keys and
+  values together, brought back into one new device buffer (a batch of
+  ``2 * batch * heads`` blocks), queued ``prefetch`` layers ahead on a
+  stream of its own, so that it waits for no compute; the compute stream
+  waits for its event just before the layer's attention;
+- no write to the host: the newest positions (up to ``tail``, default
+  64) stay on the device in a small buffer per layer; when it is full,
+  they and the new ones go to the host in one call, queued after the
+  next layers' uploads so that it (it waits for this layer's compute)
+  holds none of them up in the stager's queue.
+
+The attention sees what ``DynamicCache`` gives it: the cached positions
+followed by the new ones, contiguous, of the same dtype (one
+``torch.cat`` of the uploaded part, the device part and the new
+positions). ``counters`` says what the cache did (hostcopy calls, bytes,
+time in them).
 
 Sliding-window layers (small by construction) stay on the device as
 ``DynamicCache`` keeps them. ``layer.keys`` / ``layer.values`` of an
 offloaded layer are CPU tensors viewing the host memory (``[..., :length,
-:]``), made when read, once the layer's writes to the host have
-landed.
+:]``), made when read, once the device part is written and every write
+has landed.
 """
 
 from __future__ import annotations
 
 import importlib
+import time
+from collections import deque
 from typing import Any, Optional
 
 from .. import _memory, _staging
 from .._errors import OffloadError
+from ._ring import check_count
 from ._torch import DeviceRange, device_range
 
 
-def _modules() -> tuple[Any, Any]:
-    try:  # typed as Any: both are optional
+def _modules() -> tuple[Any, Any, Any]:
+    try:  # typed as Any: all three are optional
         torch = importlib.import_module("torch")
         cache_utils = importlib.import_module("transformers.cache_utils")
+        numpy = importlib.import_module("numpy")
     except ImportError as missing:
         raise ImportError(f"hostcopy.offload.transformers needs torch and transformers: {missing}") from None
-    return torch, cache_utils
+    return torch, cache_utils, numpy
 
 
-torch, cache_utils = _modules()
+torch, cache_utils, np = _modules()
 _DynamicLayer: Any = cache_utils.DynamicLayer
 _DynamicCache: Any = cache_utils.DynamicCache
 
+#: Positions a layer keeps on the device before they go to the host in
+#: one write (``HostOffloadedCache(tail=...)``).
+TAIL = 64
+
+
+class Counters:
+    """What a ``HostOffloadedCache`` did since it was made (or since
+    ``reset_counters``): hostcopy calls, bytes, and the seconds the calling
+    thread spent in them. ``updates``: calls of ``update`` on offloaded
+    layers, ``update_seconds`` the time in them (the hostcopy calls
+    included)."""
+
+    __slots__ = (
+        "updates",
+        "update_seconds",
+        "uploads",
+        "upload_bytes",
+        "writes",
+        "write_bytes",
+        "start_seconds",
+        "waits",
+        "wait_seconds",
+    )
+
+    def __init__(self) -> None:
+        self.updates = 0
+        self.update_seconds = 0.0
+        #: Calls that bring a layer back to the device, and their bytes.
+        self.uploads = 0
+        self.upload_bytes = 0
+        #: Calls that write positions to host memory, and their bytes.
+        self.writes = 0
+        self.write_bytes = 0
+        #: Seconds inside the calls that start those transfers.
+        self.start_seconds = 0.0
+        #: ``Transfer.wait()`` calls, and the seconds inside them.
+        self.waits = 0
+        self.wait_seconds = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _wait(transfer: Any, counters: Counters) -> None:
+    started = time.perf_counter()
+    try:
+        transfer.wait()
+    finally:
+        counters.waits += 1
+        counters.wait_seconds += time.perf_counter() - started
+
+
+def _after_current(side: Any, device: Any) -> None:
+    """Makes ``side`` wait for the work queued so far on ``device``'s current stream."""
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    side.wait_event(event)
+
 
 class HostLayer(_DynamicLayer):  # type: ignore[misc]
-    """One full-attention layer's keys and values in host memory.
+    """One full-attention layer's keys and values: positions
+    ``0 .. flushed`` in host memory, ``flushed .. length`` in a device
+    buffer of ``tail`` positions.
 
-    ``keys`` / ``values`` are made when read, after this layer's writes
-    to the host have landed: a reader never sees bytes still in flight.
+    ``keys`` / ``values`` are made when read, after the device part is
+    written to the host and every write has landed: a reader never sees
+    bytes still in flight.
     """
 
     is_sliding = False
@@ -64,15 +143,21 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     #: The views no longer match the host memory (made again when read).
     _stale = False
 
-    def __init__(self) -> None:
-        #: The device to host writes of the latest update, until waited for
-        #: (first: reading ``keys`` waits for them).
+    def __init__(self, tail: int = TAIL) -> None:
+        #: Writes to the host not yet waited for (the first: reading ``keys`` waits for them).
         self.writes: list[Any] = []
         super().__init__()
+        self.tail_positions = tail
+        #: Positions cached, and how many of them are in host memory.
         self.length = 0
+        self.flushed = 0
+        #: Positions the host region holds per (batch, head) run.
         self.capacity = 0
-        self.host_keys: Any = None
-        self.host_values: Any = None
+        #: ``uint8``: the keys' plane ``[batch, heads, capacity, head_dim]``, then the values'.
+        self.host: Any = None
+        #: The device part: keys ``[batch, heads, tail, head_dim]``, then values, in one buffer.
+        self.tail: Any = None
+        self.counters = Counters()
 
     @property
     def keys(self) -> Any:
@@ -92,13 +177,6 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     def values(self, value: Any) -> None:
         self._values = value
 
-    def _expose(self) -> None:
-        """Waits for the writes in flight, then makes the views if they are stale."""
-        if self.writes:
-            self.settle()
-        if self._stale:
-            self._views()
-
     def lazy_initialization(self, key_states: Any, value_states: Any = None) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
         self.batch, self.heads, _, self.head_dim = key_states.shape
@@ -107,83 +185,185 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self.is_initialized = True
         self._views()
 
-    # host memory --------------------------------------------------------
+    # geometry -------------------------------------------------------------
+
+    @property
+    def runs(self) -> int:
+        """(batch, head) runs per plane."""
+        return int(self.batch * self.heads)
+
+    def _split(self, buffer: Any, positions: int) -> tuple[Any, Any]:
+        """Keys and values: views of a flat device buffer holding
+        ``positions`` positions of each, keys first."""
+        keys = self.runs * positions * self.head_dim
+        return (
+            buffer[:keys].view(self.batch, self.heads, positions, self.head_dim),
+            buffer[keys : keys + self.runs * positions * self.value_dim].view(
+                self.batch, self.heads, positions, self.value_dim
+            ),
+        )
+
+    def _device_buffer(self, positions: int) -> Any:
+        return torch.empty(
+            (self.runs * positions * (self.head_dim + self.value_dim),), dtype=self.dtype, device=self.device
+        )
+
+    def blocks(self, host_start: int, count: int, device_positions: int) -> Any:
+        """``(device offset, host offset, bytes)`` of every run of both
+        planes: host positions ``host_start .. host_start + count`` against
+        positions ``0 .. count`` of a device buffer laid out as ``_split``
+        reads it with ``device_positions`` positions."""
+        runs = np.arange(self.runs, dtype=np.int64)
+        key_row, value_row = self.head_dim * self.item, self.value_dim * self.item
+        keys = np.empty((self.runs, 3), dtype=np.int64)
+        keys[:, 0] = runs * device_positions * key_row
+        keys[:, 1] = (runs * self.capacity + host_start) * key_row
+        keys[:, 2] = count * key_row
+        values = np.empty((self.runs, 3), dtype=np.int64)
+        values[:, 0] = self.runs * device_positions * key_row + runs * device_positions * value_row
+        values[:, 1] = self.runs * self.capacity * key_row + (runs * self.capacity + host_start) * value_row
+        values[:, 2] = count * value_row
+        return np.concatenate([keys, values])
+
+    # host memory ------------------------------------------------------------
 
     def settle(self) -> None:
         """Waits for this layer's writes to the host."""
         writes, self.writes = self.writes, []
         for write in writes:
-            write.wait()
+            _wait(write, self.counters)
+
+    def _planes(self, host: Any, capacity: int) -> tuple[Any, Any]:
+        """The two planes of a host region, ``(runs, capacity, row bytes)``."""
+        key_bytes = self.runs * capacity * self.head_dim * self.item
+        return (
+            host[:key_bytes].reshape(self.runs, capacity, self.head_dim * self.item),
+            host[key_bytes:].reshape(self.runs, capacity, self.value_dim * self.item),
+        )
 
     def _grow(self, needed: int) -> None:
+        """Room for ``needed`` positions: a new region half as large again
+        (at least twice the old), the positions written so far copied in."""
         if needed <= self.capacity:
             return
         self.settle()
-        capacity = max(needed, 2 * self.capacity, 256)
-        keys = _memory.empty((self.batch, self.heads, capacity, self.head_dim * self.item))
-        values = _memory.empty((self.batch, self.heads, capacity, self.value_dim * self.item))
-        if self.length:
-            keys[:, :, : self.length] = self.host_keys[:, :, : self.length]
-            values[:, :, : self.length] = self.host_values[:, :, : self.length]
-        self.host_keys, self.host_values, self.capacity = keys, values, capacity
+        capacity = -(-max(needed + needed // 2, 2 * self.capacity, 256) // 64) * 64
+        host = _memory.empty(self.runs * capacity * (self.head_dim + self.value_dim) * self.item)
+        if self.flushed and self.host is not None:
+            for new, old in zip(self._planes(host, capacity), self._planes(self.host, self.capacity)):
+                new[:, : self.flushed] = old[:, : self.flushed]
+        self.host, self.capacity = host, capacity
 
     def _views(self) -> None:
         """``keys`` / ``values``: CPU tensors over the host memory."""
         self._stale = False
-        if self.host_keys is None:
+        if self.host is None:
             self.keys = torch.empty((self.batch, self.heads, 0, self.head_dim), dtype=self.dtype)
             self.values = torch.empty((self.batch, self.heads, 0, self.value_dim), dtype=self.dtype)
             return
-        self.keys = torch.from_numpy(self.host_keys).view(self.dtype)[:, :, : self.length]
-        self.values = torch.from_numpy(self.host_values).view(self.dtype)[:, :, : self.length]
+        shapes = ((self.head_dim, "keys"), (self.value_dim, "values"))
+        for plane, (dim, name) in zip(self._planes(self.host, self.capacity), shapes):
+            view = torch.from_numpy(plane).view(self.dtype).view(self.batch, self.heads, self.capacity, dim)
+            setattr(self, name, view[:, :, : self.length])
 
-    def _blocks(self, dim: int, start: int, count: int, device_length: int) -> list[tuple[int, int, int]]:
-        """(device offset, host offset, bytes) of each (batch, head) run:
-        host positions ``start .. start + count`` against the first
-        ``count`` positions of a contiguous device tensor
-        ``[batch, heads, device_length, dim]``."""
-        row = dim * self.item
-        blocks = []
-        for b in range(self.batch):
-            for h in range(self.heads):
-                run = b * self.heads + h
-                blocks.append((run * device_length * row, (run * self.capacity + start) * row, count * row))
-        return blocks
+    def _expose(self) -> None:
+        """Writes the device part, waits for the writes in flight, then makes
+        the views if they are stale."""
+        if not self.is_initialized:
+            return
+        if self.length > self.flushed:
+            self.flush()
+        if self.writes:
+            self.settle()
+        if self._stale:
+            self._views()
 
-    def write(self, key_states: Any, value_states: Any, stream: Any) -> None:
-        """Queues the new positions' copy to the host on ``stream``, after
-        the work queued so far on the current stream (which made them)."""
-        count = key_states.shape[-2]
-        self._grow(self.length + count)
-        # Made contiguous before the event is recorded: for a view (the
-        # prefill's transposed states) .contiguous() queues a copy kernel
-        # on the current stream, which the copy to the host must follow.
-        keys = key_states.contiguous()
-        values = value_states.contiguous()
+    def write(self, buffer: Any, count: int, device_positions: int, stream: Any) -> None:
+        """Queues the copy of positions ``0 .. count`` of device ``buffer``
+        (laid out as ``_split`` reads it) to host positions ``flushed ..
+        flushed + count``, on ``stream`` after the work queued so far on the
+        current stream (which fills the buffer)."""
+        self._grow(self.flushed + count)
         _after_current(stream, self.device)
-        for host, device, dim in ((self.host_keys, keys, self.head_dim), (self.host_values, values, self.value_dim)):
-            self.writes.append(
-                _staging.copy_blocks_to_host(
-                    host, device_range(device), self._blocks(dim, self.length, count, count), stream=stream, blocking=False
-                )
-            )
-        self.length += count
-        self._stale = True  # made when read, once these writes have landed
+        blocks = self.blocks(self.flushed, count, device_positions)
+        started = time.perf_counter()
+        transfer = _staging.copy_blocks_to_host(self.host, device_range(buffer), blocks, stream=stream, blocking=False)
+        self.counters.start_seconds += time.perf_counter() - started
+        self.counters.writes += 1
+        self.counters.write_bytes += count * self.runs * (self.head_dim + self.value_dim) * self.item
+        # Writes that have landed let go of their buffers now.
+        while self.writes and self.writes[0].done():
+            _wait(self.writes.pop(0), self.counters)
+        self.writes.append(transfer)
+        self.flushed += count
+        self._stale = True
 
-    def read(self, stream: Any) -> tuple[Any, Any, list[Any]]:
-        """Queues the cached positions' copy to new contiguous device
-        tensors, on ``stream``; returns them and the transfers."""
+    def flush(self) -> None:
+        """Writes the device part to the host (waited for with the other
+        writes); used outside a forward, before the host memory is read."""
+        count = self.length - self.flushed
+        if count <= 0:
+            return
+        stream = torch.cuda.Stream(self.device)
+        self.write(self.tail, count, self.tail_positions, stream)
         self.settle()
-        keys = torch.empty((self.batch, self.heads, self.length, self.head_dim), dtype=self.dtype, device=self.device)
-        values = torch.empty((self.batch, self.heads, self.length, self.value_dim), dtype=self.dtype, device=self.device)
-        transfers = []
-        for host, device, dim in ((self.host_keys, keys, self.head_dim), (self.host_values, values, self.value_dim)):
-            transfers.append(
-                _staging.copy_blocks_to_device(
-                    device_range(device), host, self._blocks(dim, 0, self.length, self.length), stream=stream, blocking=False
-                )
-            )
-        return keys, values, transfers
+
+    def append(self, key_states: Any, value_states: Any, fetched: Optional["_Fetched"]) -> tuple[Any, Any, Any]:
+        """Queues on the current stream what puts the new positions in
+        place: the keys and values for the attention (``fetched``, the
+        positions in host memory brought back, then the device part, then
+        the new ones, contiguous) and, when the device part has no room for
+        them, a new buffer of the device part and the new positions, to be
+        written to the host (returned third, with its positions; else
+        ``None``)."""
+        count = key_states.shape[-2]
+        kept = self.length - self.flushed
+        keys, values = ([fetched.keys], [fetched.values]) if fetched is not None else ([], [])
+        write = None
+        if kept + count <= self.tail_positions:
+            if self.tail is None:
+                self.tail = self._device_buffer(self.tail_positions)
+            tail_keys, tail_values = self._split(self.tail, self.tail_positions)
+            tail_keys[:, :, kept : kept + count].copy_(key_states)
+            tail_values[:, :, kept : kept + count].copy_(value_states)
+            keys.append(tail_keys[:, :, : kept + count])
+            values.append(tail_values[:, :, : kept + count])
+        else:
+            # The device part and the new positions, in one buffer: one write.
+            total = kept + count
+            block = self._device_buffer(total)
+            block_keys, block_values = self._split(block, total)
+            if kept:
+                tail_keys, tail_values = self._split(self.tail, self.tail_positions)
+                torch.cat([tail_keys[:, :, :kept], key_states], dim=-2, out=block_keys)
+                torch.cat([tail_values[:, :, :kept], value_states], dim=-2, out=block_values)
+            else:
+                block_keys.copy_(key_states)
+                block_values.copy_(value_states)
+            keys.append(block_keys)
+            values.append(block_values)
+            write = (block, total)
+        self.length += count
+        self._stale = True
+        if write is not None and len(keys) == 1:
+            return keys[0], values[0], write  # already contiguous
+        return torch.cat(keys, dim=-2), torch.cat(values, dim=-2), write
+
+    def read(self, stream: Any) -> tuple[Any, Any]:
+        """Queues the copy of the positions in host memory, keys and values
+        in one call, to a new device buffer allocated on ``stream`` (the
+        caller makes it current), on ``stream``; returns the buffer and the
+        transfer. Waits first for this layer's writes."""
+        if self.writes:
+            self.settle()
+        buffer = self._device_buffer(self.flushed)
+        blocks = self.blocks(0, self.flushed, self.flushed)
+        started = time.perf_counter()
+        transfer = _staging.copy_blocks_to_device(device_range(buffer), self.host, blocks, stream=stream, blocking=False)
+        self.counters.start_seconds += time.perf_counter() - started
+        self.counters.uploads += 1
+        self.counters.upload_bytes += self.flushed * self.runs * (self.head_dim + self.value_dim) * self.item
+        return buffer, transfer
 
     # the layer API --------------------------------------------------------
 
@@ -193,48 +373,48 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     def get_seq_length(self) -> int:
         return self.length
 
-    def crop(self, max_length: int) -> None:
-        if max_length < 0:
-            max_length = self.length - abs(max_length)
-        if self.length <= max_length:
+    def crop(self, tokens_to_remove: int) -> None:
+        """As ``DynamicLayer.crop``: a negative count removes that many
+        positions, a positive one (the older form) keeps that many, 0 none."""
+        if tokens_to_remove == 0:
             return
-        self.settle()
-        self.length = max_length
+        target = tokens_to_remove if tokens_to_remove > 0 else max(self.length - abs(tokens_to_remove), 0)
+        if target >= self.length:
+            return
+        self._expose()
+        self.length = self.flushed = target
         self._views()
 
     def _rewrite(self, keys: Any, values: Any) -> None:
         """Replaces the host memory with these CPU tensors' positions."""
         self.settle()
         self.batch = keys.shape[0]
-        self.host_keys = self.host_values = None
-        self.capacity = 0
-        length, self.length = keys.shape[-2], 0
+        self.host, self.tail = None, None
+        self.capacity = self.length = self.flushed = 0
+        length = keys.shape[-2]
         self._grow(max(length, 1))
-        self.length = length
+        self.length = self.flushed = length
         self._views()
         self.keys.copy_(keys)
         self.values.copy_(values)
 
     def reorder_cache(self, beam_idx: Any) -> None:
         if self.length:
-            self.settle()
             index = beam_idx.to("cpu")
             self._rewrite(self.keys.index_select(0, index), self.values.index_select(0, index))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.length:
-            self.settle()
             self._rewrite(self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: Any) -> None:
         if self.length:
-            self.settle()
             index = indices.to("cpu") if hasattr(indices, "to") else indices
             self._rewrite(self.keys[index, ...], self.values[index, ...])
 
     def reset(self) -> None:
         self.settle()
-        self.length = 0
+        self.length = self.flushed = 0
         if self.is_initialized:
             self._views()
 
@@ -242,71 +422,85 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         """Already in host memory."""
 
     def prefetch(self) -> None:
-        """Brought back by its cache, one layer ahead."""
-
-
-def _after_current(side: Any, device: Any) -> None:
-    """Makes ``side`` wait for the work queued so far on ``device``'s current stream."""
-    event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(device))
-    side.wait_event(event)
+        """Brought back by its cache, ``prefetch`` layers ahead."""
 
 
 class _Fetched:
-    """A layer's keys and values on their way to the device."""
+    """A layer's positions in host memory on their way to the device."""
 
-    def __init__(self, layer: int, length: int, keys: Any, values: Any, transfers: list[Any], ready: Any) -> None:
-        self.layer, self.length, self.keys, self.values, self.transfers, self.ready = (
-            layer,
-            length,
-            keys,
-            values,
-            transfers,
-            ready,
-        )
+    __slots__ = ("layer", "flushed", "buffer", "keys", "values", "transfer", "ready")
 
-    def settle(self) -> None:
-        transfers, self.transfers = self.transfers, []
-        for transfer in transfers:
-            transfer.wait()
+    def __init__(
+        self, layer: int, flushed: int, buffer: Any, keys: Any, values: Any, transfer: Any, ready: Any
+    ) -> None:
+        self.layer, self.flushed, self.buffer = layer, flushed, buffer
+        self.keys, self.values, self.transfer, self.ready = keys, values, transfer, ready
+
+    def settle(self, counters: Counters) -> None:
+        transfer, self.transfer = self.transfer, None
+        if transfer is not None:
+            _wait(transfer, counters)
+
+    def done(self) -> bool:
+        return self.transfer is None or bool(self.transfer.done())
 
 
 class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     """``DynamicCache`` with its full-attention layers in pageable host
-    memory, the next layer brought back while the current one runs.
+    memory, the next layers brought back while the current one runs.
 
     ``config``: the model's config (its layer types decide which layers are
     sliding-window ones, kept on the device as ``DynamicCache`` does);
     without it every layer is offloaded. ``prefetch``: how many layers
-    ahead are brought back (default 2).
+    ahead are brought back (default 2; an integer >= 1). ``tail``: how
+    many of each layer's newest positions stay on the device before they
+    are written to the host in one call (default 64; an integer >= 1).
+    Refused values raise ``OffloadArgumentError`` (``OffloadArgumentTypeError``
+    for a type), both ``ValueError``.
 
-    Streams: the uploads run on a stream of their own, into tensors
+    Streams: the uploads run on a stream of their own, into buffers
     allocated on that stream, so they wait for nothing the compute stream
-    does (only for the host memory to hold the previous step's positions,
-    which the CPU makes sure of); the compute stream waits for an upload's
-    event before its layer's attention, and the tensors are recorded on it
-    so that torch's allocator keeps them until that attention has run. The
-    writes of new positions run on another stream, after an event recorded
-    on the compute stream once the positions are made.
+    does (only for the host memory to hold the positions, which the CPU
+    makes sure of); the compute stream waits for an upload's event before
+    its layer's attention, and the buffer is recorded on it so that
+    torch's allocator keeps it until that attention has run. The writes
+    run on another stream, after an event recorded on the compute stream
+    once their positions are made.
     """
 
     layers: list[Any]
     layer_class_to_replicate: Any
 
-    def __init__(self, config: Any = None, *, prefetch: int = 2) -> None:
+    def __init__(self, config: Any = None, *, prefetch: int = 2, tail: int = TAIL) -> None:
+        prefetch = check_count("prefetch", prefetch, 1)
+        tail = check_count("tail", tail, 1)
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
         super().__init__(config=config)
-        self.layers = [HostLayer() if type(layer) is _DynamicLayer else layer for layer in self.layers]
+        self.counters = Counters()
+        self.tail_positions = tail
+        self.layers = [self._new_layer() if type(layer) is _DynamicLayer else layer for layer in self.layers]
         if self.layer_class_to_replicate is not None:
-            self.layer_class_to_replicate = HostLayer
-        if prefetch < 1:
-            raise ValueError(f"prefetch must be >= 1, not {prefetch}")
+            self.layer_class_to_replicate = self._new_layer
         self.prefetch_layers = prefetch
         self._fetched: dict[int, _Fetched] = {}
-        #: Uploads already read by the compute stream, waited for one layer later.
-        self._consumed: list[_Fetched] = []
+        #: Uploads the compute stream has read, let go of once they are done.
+        self._consumed: deque[_Fetched] = deque()
         self._streams: dict[tuple[Any, str], Any] = {}
+        self._order: list[int] = []
+        self._order_of = -1
+
+    def _new_layer(self) -> HostLayer:
+        layer = HostLayer(self.tail_positions)
+        layer.counters = self.counters
+        return layer
+
+    def reset_counters(self) -> None:
+        """Starts ``counters`` again from zero."""
+        self.counters = Counters()
+        for layer in self.layers:
+            if isinstance(layer, HostLayer):
+                layer.counters = self.counters
 
     # streams and events ---------------------------------------------------
 
@@ -317,48 +511,55 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         return stream
 
     def _host_layers(self) -> list[int]:
-        return [i for i, layer in enumerate(self.layers) if isinstance(layer, HostLayer)]
+        if self._order_of != len(self.layers):
+            self._order = [i for i, layer in enumerate(self.layers) if isinstance(layer, HostLayer)]
+            self._order_of = len(self.layers)
+        return self._order
 
     def _fetch(self, index: int) -> None:
         layer = self.layers[index]
-        if index in self._fetched or not layer.is_initialized or layer.length == 0:
+        if index in self._fetched or not layer.is_initialized or layer.flushed == 0:
             return
         side = self._side(layer.device, "read")
         # Allocated on the upload stream: no work of the compute stream can
-        # be using their memory, so the upload waits for nothing there.
+        # be using its memory, so the upload waits for nothing there.
         with torch.cuda.stream(side):
-            keys, values, transfers = layer.read(side)
+            buffer, transfer = layer.read(side)
         ready = torch.cuda.Event()
         ready.record(side)
-        self._fetched[index] = _Fetched(index, layer.length, keys, values, transfers, ready)
+        keys, values = layer._split(buffer, layer.flushed)
+        self._fetched[index] = _Fetched(index, layer.flushed, buffer, keys, values, transfer, ready)
 
     def _take(self, index: int) -> Optional[_Fetched]:
         layer = self.layers[index]
         fetched = self._fetched.pop(index, None)
-        if fetched is not None and fetched.length != layer.length:
-            fetched.settle()  # the cache changed under it (crop, reorder): read again
+        if fetched is not None and fetched.flushed != layer.flushed:
+            fetched.settle(self.counters)  # the host part changed under it (a flush outside a forward): read again
             fetched = None
-        if fetched is None and layer.length:
+        if fetched is None and layer.flushed:
             self._fetch(index)
             fetched = self._fetched.pop(index)
         if fetched is not None:
             current = torch.cuda.current_stream(layer.device)
             current.wait_event(fetched.ready)
-            if fetched.keys.is_cuda:
-                fetched.keys.record_stream(current)
-                fetched.values.record_stream(current)
+            fetched.buffer.record_stream(current)
         return fetched
 
     def _ahead(self, index: int) -> None:
         order = self._host_layers()
-        if not order:
-            return
         position = order.index(index)
         for step in range(1, self.prefetch_layers + 1):
             following = order[(position + step) % len(order)]
             if following == index:
                 break
             self._fetch(following)
+
+    def _release(self) -> None:
+        """Lets go of the uploads read that are done (waiting for the oldest
+        only when more than ``prefetch + 2`` are held)."""
+        consumed = self._consumed
+        while consumed and (consumed[0].done() or len(consumed) > self.prefetch_layers + 2):
+            consumed.popleft().settle(self.counters)
 
     # the cache API ----------------------------------------------------------
 
@@ -369,29 +570,30 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         layer = self.layers[layer_idx]
         if not isinstance(layer, HostLayer):
             return layer.update(key_states, value_states, *args, **kwargs)  # type: ignore[no-any-return]
+        started = time.perf_counter()
         if not layer.is_initialized:
             layer.lazy_initialization(key_states, value_states)
         fetched = self._take(layer_idx)
-        if fetched is None:
-            keys, values = key_states, value_states
-        else:
-            keys = torch.cat([fetched.keys, key_states], dim=-2)
-            values = torch.cat([fetched.values, value_states], dim=-2)
-        # The previous layer's upload is over by now (the compute stream read
-        # it); this one's Transfer keeps its tensors until it is waited for.
-        for old in self._consumed:
-            old.settle()
-        self._consumed = [fetched] if fetched is not None else []
-        layer.write(key_states, value_states, self._side(layer.device, "write"))
+        keys, values, write = layer.append(key_states, value_states, fetched)
+        # The next layers' uploads first: a write waits for this layer's
+        # compute, and the stager takes transfers in the order they come.
         self._ahead(layer_idx)
+        if write is not None:
+            buffer, count = write
+            layer.write(buffer, count, count, self._side(layer.device, "write"))
+        if fetched is not None:
+            self._consumed.append(fetched)
+        self._release()
+        self.counters.updates += 1
+        self.counters.update_seconds += time.perf_counter() - started
         return keys, values
 
     def drain(self) -> None:
         """Waits for every copy in flight (uploads ahead, writes to the host)."""
         for fetched in [*self._fetched.values(), *self._consumed]:
-            fetched.settle()
+            fetched.settle(self.counters)
         self._fetched.clear()
-        self._consumed = []
+        self._consumed.clear()
         for layer in self.layers:
             if isinstance(layer, HostLayer):
                 layer.settle()
@@ -399,9 +601,9 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     def _changed(self) -> None:
         self.drain()
 
-    def crop(self, max_length: int) -> None:
+    def crop(self, tokens_to_remove: int) -> None:
         self._changed()
-        super().crop(max_length)
+        super().crop(tokens_to_remove)
 
     def reorder_cache(self, beam_idx: Any) -> None:
         self._changed()
@@ -422,10 +624,8 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     def host_bytes(self) -> int:
         """Bytes of host memory the offloaded layers hold."""
         return sum(
-            layer.host_keys.nbytes + layer.host_values.nbytes
-            for layer in self.layers
-            if isinstance(layer, HostLayer) and layer.host_keys is not None
+            int(layer.host.nbytes) for layer in self.layers if isinstance(layer, HostLayer) and layer.host is not None
         )
 
 
-__all__ = ["DeviceRange", "HostLayer", "HostOffloadedCache"]
+__all__ = ["Counters", "DeviceRange", "HostLayer", "HostOffloadedCache", "TAIL"]
