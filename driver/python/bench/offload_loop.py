@@ -20,9 +20,12 @@ weights copied in) and host memory held, pinned against hostcopy; a
 prefill of 4,096 tokens offloaded against compute alone and the uploads
 alone; ``generate`` with ``HostOffloadedCache`` against transformers'
 ``cache_implementation="offloaded"`` and ``DynamicCache`` (tokens/s, the
-same tokens). A table of ratios last.
+same tokens), alternated over rounds, with the time a decoded token
+takes apart from the prefill and where it goes (hostcopy calls, waits,
+the cache's own update against transformers' timed). A table of ratios
+last.
 
-Usage: python driver/python/bench/offload_loop.py [--iterations N]
+Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] [--only-generate]
 """
 
 import argparse
@@ -31,16 +34,22 @@ import statistics
 import sys
 import time
 
-import torch
-import transformers
-import accelerate
-from accelerate.hooks import remove_hook_from_module
+try:
+    import torch
+    import transformers
+    import accelerate
+    from accelerate.hooks import remove_hook_from_module
 
-import hostcopy
-import hostcopy.offload
-import hostcopy.offload.accelerate
-import hostcopy.offload.transformers
-from hostcopy.offload._torch import device_range
+    import hostcopy
+    import hostcopy.offload
+    import hostcopy.offload.accelerate
+    import hostcopy.offload.transformers
+    from hostcopy.offload._torch import device_range
+except ImportError as missing:  # run where torch, transformers and accelerate are
+    if __name__ == "__main__":
+        print(f"offload_loop: skipped: {missing}")
+        sys.exit(0)
+    raise
 
 GB = 1e9
 LAYERS = 8
@@ -152,11 +161,121 @@ class PinnedRing:
         sync()
 
 
+def timed_offloaded_cache(model):
+    """transformers' offloaded cache as ``cache_implementation="offloaded"``
+    makes it (``DynamicCache(config=..., offloading=True)``), its
+    ``update``, ``prefetch`` and ``offload`` timed: ``cache.timing[name]``
+    is ``[calls, seconds]`` (``update``'s time includes the other two)."""
+    cache = transformers.DynamicCache(config=model.config.get_text_config(decoder=True), offloading=True)
+    cache.timing = {name: [0, 0.0] for name in ("update", "prefetch", "offload")}
+    for name, slot in cache.timing.items():
+        original = getattr(cache, name)
+
+        def timed(*args, _original=original, _slot=slot, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                _slot[0] += 1
+                _slot[1] += time.perf_counter() - start
+
+        setattr(cache, name, timed)  # Cache.update calls self.prefetch / self.offload: these
+    return cache
+
+
+def generate_rows(model, args):
+    """``generate`` with DynamicCache, transformers' offloaded cache and
+    HostOffloadedCache, alternated over ``--rounds`` rounds (so that no
+    kind is always the first after a change), each round a full run of
+    ``--new-tokens`` and a prefill-only run (one new token): tokens/s of
+    the full runs (median), and the time a decoded token takes apart from
+    the prefill (the difference of the two runs' medians over the tokens
+    after the first). Where HostOffloadedCache's time goes, per decoded
+    token, from its ``counters``; transformers' from a timed copy of its
+    cache (run after the rounds, not in the medians)."""
+    prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device="cuda")
+    new = args.new_tokens
+    kinds = {
+        "DynamicCache": lambda: {"past_key_values": transformers.DynamicCache(config=model.config)},
+        "transformers offloaded": lambda: {"cache_implementation": "offloaded"},
+        "HostOffloadedCache": lambda: {
+            "past_key_values": hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
+        },
+        "transformers offloaded, timed": lambda: {"past_key_values": timed_offloaded_cache(model)},
+    }
+
+    def run(kind, tokens):
+        options = kinds[kind]()
+        sync()
+        start = time.perf_counter()
+        out = model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, **options)
+        sync()
+        return time.perf_counter() - start, out, options.get("past_key_values")
+
+    for kind in kinds:
+        run(kind, 2)  # warm-up
+    times = {kind: {"full": [], "prefill": []} for kind in kinds}
+    outputs, caches, pinned = {}, {}, {}
+    for round_ in range(args.rounds):
+        for kind in list(kinds)[:3]:
+            before = host_memory_stats()
+            took, out, cache = run(kind, new)
+            after = host_memory_stats()
+            if round_ == 0:
+                outputs[kind] = out
+                pinned[kind] = {k: after[k] - before.get(k, 0) for k in after if "alloc" in k and "time" not in k and after[k] != before.get(k, 0)}
+            times[kind]["full"].append(took)
+            caches[kind] = cache
+            took, _, first = run(kind, 1)
+            times[kind]["prefill"].append(took)
+            caches[kind + ", prefill"] = first
+    timed_full = run("transformers offloaded, timed", new)[2]
+    timed_first = run("transformers offloaded, timed", 1)[2]
+
+    result = {}
+    for kind in list(kinds)[:3]:
+        full, first = statistics.median(times[kind]["full"]), statistics.median(times[kind]["prefill"])
+        result[kind] = {
+            "tps": new / full,
+            "prefill_ms": first * 1e3,
+            "decode_ms": (full - first) / (new - 1) * 1e3,
+            "same": torch.equal(outputs[kind], outputs["DynamicCache"]),
+        }
+    print(f"generate {args.prompt} + {new} tokens, median of {args.rounds} rounds (tok/s of the whole call; "
+          f"prefill = one new token; ms a decoded token after the first):")
+    for kind, row_ in result.items():
+        print(f"  {kind}: {row_['tps']:.1f} tok/s, prefill {row_['prefill_ms']:.1f} ms, "
+              f"{row_['decode_ms']:.2f} ms a decoded token; same tokens as DynamicCache: {row_['same']}; "
+              f"torch pinned allocator {pinned[kind]}")
+    # Where HostOffloadedCache's time goes: its counters, full run less prefill run.
+    full, first = caches["HostOffloadedCache"].counters, caches["HostOffloadedCache, prefill"].counters
+    per = {name: (getattr(full, name) - getattr(first, name)) / (new - 1) for name in full.__slots__}
+    decode_ms = result["HostOffloadedCache"]["decode_ms"]
+    print(f"  HostOffloadedCache, per decoded token ({decode_ms:.2f} ms): {per['updates']:.1f} updates, "
+          f"{per['uploads']:.2f} uploads ({per['upload_bytes'] / 2**20:.1f} MiB) and {per['writes']:.2f} writes "
+          f"({per['write_bytes'] / 2**10:.1f} KiB) = {per['uploads'] + per['writes']:.2f} hostcopy calls taking "
+          f"{per['start_seconds'] * 1e3:.3f} ms to start; {per['waits']:.2f} waits taking {per['wait_seconds'] * 1e3:.3f} ms; "
+          f"in cache.update {per['update_seconds'] * 1e3:.3f} ms in all; the rest of the token "
+          f"{decode_ms - per['update_seconds'] * 1e3:.2f} ms (DynamicCache's whole token "
+          f"{result['DynamicCache']['decode_ms']:.2f})")
+    timing = {name: [(a - b) / (new - 1) for a, b in zip(timed_full.timing[name], timed_first.timing[name])]
+              for name in timed_full.timing}
+    decode_ms = result["transformers offloaded"]["decode_ms"]
+    print(f"  transformers offloaded, per decoded token ({decode_ms:.2f} ms; a timed copy of the cache): "
+          f"{timing['update'][0]:.1f} updates taking {timing['update'][1] * 1e3:.3f} ms, of which "
+          f"{timing['prefetch'][0]:.1f} prefetches (2 copies each) {timing['prefetch'][1] * 1e3:.3f} ms and "
+          f"{timing['offload'][0]:.1f} offloads (2 copies each) {timing['offload'][1] * 1e3:.3f} ms; the rest of the token "
+          f"{decode_ms - timing['update'][1] * 1e3:.2f} ms", flush=True)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="generate rounds, the kinds alternated")
+    parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("offload_loop: skipped: no GPU")
@@ -175,6 +294,12 @@ def main() -> int:
         f"{transformers.__version__}, accelerate {accelerate.__version__}, hostcopy {hostcopy.__version__}",
         flush=True,
     )
+    if args.only_generate:
+        generated = generate_rows(model, args)
+        hc, tf = generated["HostOffloadedCache"], generated["transformers offloaded"]
+        print(f"generate tok/s: HostOffloadedCache / transformers offloaded {hc['tps'] / tf['tps']:.2f} (target >= 1); "
+              f"ms a decoded token {hc['decode_ms'] / tf['decode_ms']:.2f}")
+        return 0 if all(kind["same"] for kind in generated.values()) else 1
     decode = torch.tensor([[17]], device="cuda")
     gpu_ms, reference = per_forward(model, decode, args.iterations)
     reference = reference.clone()
@@ -290,38 +415,7 @@ def main() -> int:
     # generate: host KV cache against transformers' offloaded cache and DynamicCache.
     load_gpu_weights()
     torch.cuda.empty_cache()
-    prompt = torch.randint(0, 1024, (1, args.prompt), device="cuda")
-    settings = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False)
-
-    def tokens_per_second(**kwargs):
-        model.generate(prompt, max_new_tokens=2, min_new_tokens=2, do_sample=False, **{k: v() if callable(v) else v for k, v in kwargs.items()})
-        sync()
-        start = time.perf_counter()
-        out = model.generate(prompt, **settings, **{k: v() if callable(v) else v for k, v in kwargs.items()})
-        sync()
-        return args.new_tokens / (time.perf_counter() - start), out
-
-    # generate itself reads GPU scalars (its stopping checks), and each such
-    # read (.item(), bool()) takes one 1-byte pinned block from torch's host
-    # allocator: DynamicCache's count is the baseline the other two add to.
-    pinned_start = host_memory_stats()
-    dyn_tps, dyn_out = tokens_per_second(past_key_values=lambda: transformers.DynamicCache(config=model.config))
-    pinned_before = host_memory_stats()
-    tf_tps, tf_out = tokens_per_second(cache_implementation="offloaded")
-    pinned_mid = host_memory_stats()
-    hc_tps, hc_out = tokens_per_second(
-        past_key_values=lambda: hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
-    )
-    pinned_after = host_memory_stats()
-
-    def grew(a, b):
-        return {k: b[k] - a.get(k, 0) for k in b if "alloc" in k and "time" not in k and b[k] != a.get(k, 0)}
-
-    print(f"generate {args.prompt} + {args.new_tokens} tokens: DynamicCache {dyn_tps:.1f} tok/s (torch pinned allocator "
-          f"{grew(pinned_start, pinned_before)}), transformers offloaded "
-          f"{tf_tps:.1f} (same tokens: {torch.equal(tf_out, dyn_out)}; torch pinned allocator {grew(pinned_before, pinned_mid)}), "
-          f"HostOffloadedCache {hc_tps:.1f} (same tokens: {torch.equal(hc_out, dyn_out)}; torch pinned allocator "
-          f"{grew(pinned_mid, pinned_after)})")
+    generated = generate_rows(model, args)
 
     print()
     print("| path | ms per forward | GB/s of weights | logits equal |")
@@ -338,8 +432,10 @@ def main() -> int:
     print(f"| ready, s per GB: hostcopy / pinned | {ready / (weights / GB):.3f} / {pinned_ready / (weights / GB):.3f} | <= 0.15 |")
     print(f"| host memory / weights, hostcopy | {host / weights:.3f} | <= 1.05 |")
     print(f"| prefill 4096 / max(compute, uploads) | {hc_prefill_ms / max(compute_prefill_ms, uploads_ms):.3f} | <= 1.1 |")
-    print(f"| generate tok/s: HostOffloadedCache / transformers offloaded | {hc_tps / tf_tps:.2f} | >= 1 |")
-    ok = all(equal for _, _, equal in rows) and torch.equal(hc_out, dyn_out)
+    hc, tf = generated["HostOffloadedCache"], generated["transformers offloaded"]
+    print(f"| generate tok/s: HostOffloadedCache / transformers offloaded | {hc['tps'] / tf['tps']:.2f} | >= 1 |")
+    print(f"| ms a decoded token: HostOffloadedCache / transformers offloaded | {hc['decode_ms'] / tf['decode_ms']:.2f} | <= 1 |")
+    ok = all(equal for _, _, equal in rows) and all(kind["same"] for kind in generated.values())
     return 0 if ok else 1
 
 
