@@ -199,12 +199,13 @@ impl PyStager {
         order_before: Option<usize>,
         begin: Begin,
     ) -> PyResult<Option<Arc<SharedTransfer>>> {
-        let owner = Arc::new(PyOwner(owner));
+        let owner: Arc<dyn Send + Sync> = Arc::new(PyOwner(owner));
+        // SAFETY: the owner keeps the memory allocated (the Python API's
+        // promise for the arrays it was given).
+        let view =
+            move |context: &Context| unsafe { DeviceView::new(context, device, nbytes, owner) };
         // The transfer itself, on the locked stager, after its streams.
-        let start = move |stager: &mut Stager, context: &Context, blocking: bool| {
-            // SAFETY: the owner keeps the memory allocated (the Python
-            // API's promise for the arrays it was given).
-            let mut view = unsafe { DeviceView::new(context, device, nbytes, owner) }?;
+        let start = move |stager: &mut Stager, mut view: DeviceView, blocking: bool| {
             // SAFETY: the range is host memory our caller holds until the
             // transfer has ended, writable for a copy to the host (this
             // function's contract).
@@ -255,8 +256,11 @@ impl PyStager {
                         })
                         .collect();
                     let (after, before) = streams.split_at(wait_for.len());
-                    let start: Start = Box::new(move |stager, context| {
-                        start(stager, context, false).map(|pending| {
+                    // Asked of the driver now, so that memory of another
+                    // device, or none, is refused by the call.
+                    let view = view(context)?;
+                    let start: Start = Box::new(move |stager, _| {
+                        start(stager, view, false).map(|pending| {
                             pending.expect("a non-blocking start gives a pending transfer")
                         })
                     });
@@ -278,7 +282,7 @@ impl PyStager {
                 }
                 Ok(())
             },
-            move |stager, context| match start(stager, context, blocking)? {
+            move |stager, context| match start(stager, view(context)?, blocking)? {
                 Some(pending) => {
                     self::order_before(stager, context, pending, order_before).map(Some)
                 }
