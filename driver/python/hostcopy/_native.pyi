@@ -172,7 +172,12 @@ class Stager:
     driver call. A transfer's offsets, ``nbytes`` and block fields are
     integers in the same sense (``TypeError`` otherwise), each a word
     (``hostcopy.IntegerOutOfRange`` otherwise, naming it); ``blocks`` is a
-    sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers."""
+    sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers.
+    ``later=True`` (with ``blocking=False``): the call returns before the
+    chunks are queued, the stager's start thread queuing them, after the
+    work queued on ``wait_for`` by the call, and work queued on
+    ``order_before`` after the call waits for the transfer (a gate);
+    what the start refuses is raised by ``wait()`` and ``await``."""
 
     def __new__(
         cls,
@@ -204,6 +209,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
+        later: bool = False,
     ) -> None: ...
     @overload
     def device_to_host(
@@ -218,6 +224,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
+        later: bool = False,
     ) -> Transfer: ...
     @overload
     def device_to_host(
@@ -232,6 +239,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
+        later: bool = False,
     ) -> Optional[Transfer]: ...
     @overload
     def host_to_device(
@@ -246,6 +254,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
+        later: bool = False,
     ) -> None: ...
     @overload
     def host_to_device(
@@ -260,6 +269,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
+        later: bool = False,
     ) -> Transfer: ...
     @overload
     def host_to_device(
@@ -274,6 +284,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
+        later: bool = False,
     ) -> Optional[Transfer]: ...
     @overload
     def device_to_host_blocks(
@@ -286,6 +297,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
+        later: bool = False,
     ) -> None: ...
     @overload
     def device_to_host_blocks(
@@ -298,6 +310,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
+        later: bool = False,
     ) -> Transfer: ...
     @overload
     def device_to_host_blocks(
@@ -310,6 +323,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
+        later: bool = False,
     ) -> Optional[Transfer]: ...
     @overload
     def host_to_device_blocks(
@@ -322,6 +336,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
+        later: bool = False,
     ) -> None: ...
     @overload
     def host_to_device_blocks(
@@ -334,6 +349,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
+        later: bool = False,
     ) -> Transfer: ...
     @overload
     def host_to_device_blocks(
@@ -346,6 +362,7 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
+        later: bool = False,
     ) -> Optional[Transfer]: ...
 
 @final
@@ -360,12 +377,14 @@ class Transfer:
         which waited for every copy, it reports how this one ended."""
     def done(self) -> bool:
         """Whether the bytes have arrived, without waiting for them or for the
-        stager: ``False`` while another thread's ``wait()``, or the waiter
-        thread of an ``await``, is finishing it."""
+        stager: ``False`` while the stager's start thread has not started it
+        (a ``blocking=False`` call made on an event loop's thread), and
+        while another thread's ``wait()``, or the stager's finish thread, is
+        ending it."""
     def __await__(self) -> Generator[Any, None, None]:
         """``await transfer`` on the running asyncio (or uvloop) event loop:
         ``None`` once the bytes have arrived, or the error ``wait()`` raises.
-        The stager's waiter thread waits, without the GIL, and wakes the
+        The stager's finish thread waits, without the GIL, and wakes the
         loop through a pipe: no polling, no Python on another thread.
         Cancelling the await leaves the transfer to that thread, which
         finishes it; see ``hostcopy._awaiting``."""
