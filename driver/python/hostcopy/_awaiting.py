@@ -2,9 +2,9 @@
 asyncio event loop (or uvloop), without polling and without Python code on
 any other thread.
 
-``Transfer.__await__`` (native) calls :func:`wait`. The stager's waiter
-thread (Rust, ``src/awaiting.rs``) finishes the transfer exactly as
-``wait()`` does, without the GIL, then makes the loop's one wakeup pipe
+``Transfer.__await__`` (native) calls :func:`wait`. The stager's finish
+thread (Rust, ``hostcopy_driver::awaiting``) finishes the transfer exactly
+as ``wait()`` does, without the GIL, then makes the loop's one wakeup pipe
 readable; the loop's reader callback resolves the futures of every
 transfer finished since. One pipe per loop, not per transfer: one reader
 serves any number of concurrent awaits, and a batch of completions costs
@@ -19,10 +19,10 @@ Rules:
 - Two tasks may await one transfer; both complete when it does. Awaiting
   and ``wait()`` on another thread may mix; each sees the bytes arrived.
 - Cancelling the awaiting task cancels only the await: the transfer stays
-  registered with the waiter thread, which finishes it; its device and
+  registered with the finish thread, which finishes it; its device and
   host memory are kept until the copies are done. Dropping the
   ``Transfer`` after a cancelled await does not wait for the copy (a
-  ``Transfer`` never awaited still waits when dropped): the waiter thread
+  ``Transfer`` never awaited still waits when dropped): the finish thread
   lets go of the host memory once the copies are done.
 """
 
@@ -64,7 +64,7 @@ class _LoopWaiters:
         return future
 
     def _forget(self, token: int, future: "asyncio.Future[None]") -> None:
-        # A cancelled await: the waiter thread still finishes the transfer
+        # A cancelled await: the finish thread still finishes the transfer
         # (and lets go of its host memory if nobody holds the Transfer).
         if future.cancelled():
             self.pending.pop(token, None)
@@ -114,7 +114,7 @@ async def wait(transfer: "Transfer") -> None:
     if waiters is None:
         # A loop closed with awaits still outstanding (tasks abandoned, not
         # cancelled) never reads its wakeup again: forget it here, and with
-        # it the Transfers it held (the waiter thread finishes them).
+        # it the Transfers it held (the finish thread finishes them).
         for closed in [other for other in list(_by_loop) if other.is_closed()]:
             del _by_loop[closed]
         waiters = _by_loop[loop] = _LoopWaiters(loop)

@@ -64,11 +64,11 @@ _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 #: A copy under way, from a ``blocking=False`` call: ``wait()`` blocks (the
 #: GIL released), ``done()`` polls, ``await transfer`` completes through the
 #: running asyncio or uvloop event loop (``hostcopy._awaiting``): the
-#: stager's waiter thread, native and GIL-free, waits and wakes the loop
+#: stager's finish thread, native and GIL-free, waits and wakes the loop
 #: through a pipe. ``await`` returns ``None`` or raises the error ``wait()``
 #: raises; awaiting an ended transfer (again, or after ``wait()``) returns
 #: at once; several tasks may await one transfer. Cancelling the awaiting
-#: task leaves the transfer in the waiter thread's hands, its memory kept
+#: task leaves the transfer in the finish thread's hands, its memory kept
 #: until the copy is done.
 Transfer = _native.Transfer
 
@@ -445,9 +445,11 @@ class Stager:
     or finishes on it at a time, with the GIL released while it waits: a
     blocking copy holds the stager until its bytes are in, so blocking
     copies of several threads through one stager run one after another,
-    and a ``blocking=False`` call waits for them too (a ``wait()`` or an
-    ``await`` waits for its own copies without holding the stager, and
-    holds it only briefly to settle the transfer afterwards). For copies
+    and a ``blocking=False`` call waits for them too, except on a thread
+    that runs an event loop, where the stager's start thread waits instead
+    (a ``wait()`` or an ``await`` waits for its own copies without holding
+    the stager, and holds it only briefly to settle the transfer
+    afterwards). For copies
     of several threads that overlap, give each thread a ``Stager`` of its
     own, or start them with ``blocking=False``. In asyncio code, start
     transfers with ``blocking=False`` and ``await`` them: see ``Transfer``.
@@ -885,12 +887,18 @@ def copy_to_host(
     in). Queuing can still block, with the GIL released: for the stager
     while another thread's blocking copy on it runs, and for room in the driver's queue, which
     holds about 2,000 chunks (32 GiB in the default 16 MiB chunks; a chunk
-    queues in a few microseconds).
+    queues in a few microseconds). Called on a thread that runs an event
+    loop, ``blocking=False`` returns before the chunks are queued: the
+    stager's start thread queues them, in call order, so the call holds
+    the loop for a few driver calls only; the stream order below is the
+    same, and what the stager refuses as the transfer starts
+    (``BlockOutOfBounds``, ``BlocksOverlap``) is raised by ``await`` and
+    ``wait()`` instead of the call.
     The ``Transfer`` keeps ``dst`` and ``src`` alive, and a ``bytearray``
     side unresizable (``BufferError``), until ``wait()`` returns (or the
     ``with`` block ends, or the ``await`` completes; ``done()`` becoming
     true does not let go), and waits if dropped unwaited (dropped after an
-    ``await`` was cancelled, it does not wait: the stager's waiter thread
+    ``await`` was cancelled, it does not wait: the stager's finish thread
     finishes it and lets go of both sides once the copy is done); work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
