@@ -158,6 +158,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         #: The device part: keys ``[batch, heads, tail, head_dim]``, then values, in one buffer.
         self.tail: Any = None
         self.counters = Counters()
+        #: The upload's blocks, and the (flushed, capacity, runs) they are for.
+        self._read_blocks: Optional[tuple[tuple[int, int, int], Any]] = None
 
     @property
     def keys(self) -> Any:
@@ -357,7 +359,11 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         if self.writes:
             self.settle()
         buffer = self._device_buffer(self.flushed)
-        blocks = self.blocks(0, self.flushed, self.flushed)
+        # The same until the next write or growth: made once for those tokens.
+        shape = (self.flushed, self.capacity, self.runs)
+        if self._read_blocks is None or self._read_blocks[0] != shape:
+            self._read_blocks = (shape, self.blocks(0, self.flushed, self.flushed))
+        blocks = self._read_blocks[1]
         started = time.perf_counter()
         transfer = _staging.copy_blocks_to_device(device_range(buffer), self.host, blocks, stream=stream, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
