@@ -416,16 +416,7 @@ impl SharedStager {
                 let (sender, transfers) = channel::<Arc<SharedTransfer>>();
                 std::thread::Builder::new()
                     .name(String::from("hostcopy-await"))
-                    .spawn(move || {
-                        for transfer in transfers {
-                            if Process::global().abandoned() {
-                                core::mem::forget(transfer);
-                                continue;
-                            }
-                            // Its outcome is kept, for every later caller.
-                            let _ = transfer.finish();
-                        }
-                    })
+                    .spawn(move || finish_thread(&transfers))
                     .map_err(|_| Failure::NoThread)?;
                 empty.insert(sender)
             }
@@ -433,6 +424,76 @@ impl SharedStager {
         sender
             .send(Arc::clone(transfer))
             .map_err(|_| Failure::NoThread)
+    }
+}
+
+/// The finish thread: takes transfers in the order they come, waits for
+/// each one's copies (without any lock) and opens its gate, then settles
+/// it under the stager's lock. It never waits for that lock: a blocking
+/// transfer holding it may wait for the gate of a transfer later in this
+/// queue, so while the lock is taken the arrived transfers wait in
+/// `arrived` and the thread goes on with the next ones, trying the lock
+/// again every millisecond. A transfer another caller is finishing is left
+/// to it (it tells the loops when it ends).
+fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
+    use std::sync::TryLockError;
+    use std::sync::mpsc::RecvTimeoutError;
+
+    let mut arrived: Vec<(Arc<SharedTransfer>, PendingTransfer, Result<(), Error>)> = Vec::new();
+    loop {
+        let next = if arrived.is_empty() {
+            transfers.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            transfers.recv_timeout(std::time::Duration::from_millis(1))
+        };
+        match next {
+            Ok(transfer) => {
+                if Process::global().abandoned() {
+                    core::mem::forget(transfer);
+                    continue;
+                }
+                if let Some(pending) = transfer.take_pending() {
+                    let outcome = pending.wait_arrived();
+                    transfer.open_gate();
+                    arrived.push((transfer, pending, outcome));
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            // The stager is gone, and with it every transfer (an arrived
+            // one holds it).
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let Some((first, _, _)) = arrived.first() else {
+            continue;
+        };
+        let stager = Arc::clone(&first.stager);
+        let mut slot = match stager.stager.try_lock() {
+            Ok(slot) => slot,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => continue,
+        };
+        for (transfer, pending, outcome) in arrived.drain(..) {
+            let settled = settle(&mut slot, pending);
+            transfer.end(outcome.and(settled).map_err(Failure::Layer));
+        }
+    }
+}
+
+/// Settles a transfer whose copies were waited for, on the locked stager
+/// (`slot`). Settled after an error too (which drains the stager's
+/// streams).
+fn settle(slot: &mut Option<Stager>, pending: PendingTransfer) -> Result<(), Error> {
+    match slot.as_mut() {
+        Some(stager) => stager.finish_pending(pending),
+        // Closed meanwhile: the stager's drop waited for all the work
+        // queued on its streams, so only how the copies ended is left to
+        // ask. Dropped, the transfer frees its chunk records, or keeps what
+        // its copies touch for good if they may still run.
+        None => {
+            let ended = pending.is_finished().map(drop);
+            drop(pending);
+            ended
+        }
     }
 }
 
@@ -581,29 +642,30 @@ impl SharedTransfer {
             }
         };
         drop(tracked);
-        // Settled after an error too (which drains the stager's streams);
-        // the first error is the one reported (a driver error that is not
+        // The first error is the one reported (a driver error that is not
         // sticky would not be seen again by `finish_pending`).
         let arrived = pending.wait_arrived();
         // The copies are done (or failed): work ordered after it may run,
         // before the settling below waits for the stager's lock, which a
         // blocking transfer ordered after this one may hold.
         self.open_gate();
-        let settled = match lock(&self.stager.stager).as_mut() {
-            Some(stager) => stager.finish_pending(pending),
-            // Closed meanwhile: the stager's drop waited for all the work
-            // queued on its streams, so only how the copies ended is left
-            // to ask. Dropped, the transfer frees its chunk records, or
-            // keeps what its copies touch for good if they may still run.
-            None => {
-                let ended = pending.is_finished().map(drop);
-                drop(pending);
-                ended
-            }
-        };
+        let settled = settle(&mut lock(&self.stager.stager), pending);
         let outcome = arrived.and(settled).map_err(Failure::Layer);
         self.end(outcome);
         outcome
+    }
+
+    /// Takes the pending transfer to finish it, if no one has: `None` once
+    /// it has ended or while another caller finishes it (never waits).
+    fn take_pending(&self) -> Option<PendingTransfer> {
+        let mut tracked = lock(&self.tracked);
+        match core::mem::replace(&mut tracked.progress, Progress::Finishing) {
+            Progress::Pending(pending) => Some(pending),
+            other => {
+                tracked.progress = other;
+                None
+            }
+        }
     }
 
     /// Records how it ended, then tells whoever is owed: the callers
@@ -984,6 +1046,68 @@ mod tests {
             back == expected,
             "the blocking download ran before the upload"
         );
+        assert_eq!(later.finish(), Ok(()));
+    }
+
+    #[test]
+    fn a_blocking_transfer_waiting_for_a_later_gate_does_not_stop_the_finish_thread() {
+        // The finish thread has an earlier transfer to settle while the
+        // blocking download holds the stager and waits for the upload's
+        // gate: it opens that gate without waiting for the lock.
+        let (_, shared) = shared();
+        let context = shared.context().clone();
+        let expected = pattern(7);
+        let source = device_with(&shared, &pattern(8));
+        let target = device_with(&shared, &std::vec![0; LEN]);
+        let first_stream = Stream::new(&context).unwrap();
+        let stream = Arc::new(Stream::new(&context).unwrap());
+        let (go, wait) = channel();
+        go.send(()).unwrap();
+        let first = shared
+            .start_later(
+                &[],
+                Some(first_stream.as_stream()),
+                download_after(wait, source, host(std::vec![0; LEN])),
+            )
+            .unwrap();
+        let later = shared
+            .start_later(
+                &[],
+                Some(stream.as_stream()),
+                upload(&target, host(expected.clone()), None),
+            )
+            .unwrap();
+        let (done, finished) = channel();
+        let blocking = {
+            let shared = Arc::clone(&shared);
+            let target = Arc::clone(&target);
+            let stream = Arc::clone(&stream);
+            std::thread::spawn(move || {
+                let mut back = std::vec![0u8; LEN];
+                let stream = stream.as_stream();
+                let outcome = shared.with_stager(
+                    |stager, _| stager.wait_for(stream),
+                    |stager, _| {
+                        let outcome = stager.run(to_host(&mut back, &view(&target)));
+                        // Holds the stager while the finish thread has the
+                        // first transfer to settle.
+                        std::thread::sleep(Duration::from_millis(50));
+                        outcome
+                    },
+                );
+                let _ = done.send((outcome, back));
+            })
+        };
+        let (outcome, back) = finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the blocking transfer never finished");
+        blocking.join().unwrap();
+        assert_eq!(outcome, Ok(()));
+        assert!(
+            back == expected,
+            "the blocking download ran before the upload"
+        );
+        assert_eq!(first.finish(), Ok(()));
         assert_eq!(later.finish(), Ok(()));
     }
 
