@@ -295,7 +295,13 @@ impl SharedStager {
             None => Err(Failure::Closed),
             Some(stager) => self.start_after(stager, &after, start),
         };
-        drop(after);
+        if Process::global().exiting() {
+            // The driver may be tearing its contexts down: no call on this
+            // thread to destroy the events.
+            core::mem::forget(after);
+        } else {
+            drop(after);
+        }
         match started {
             Ok(pending) => {
                 transfer.set(Progress::Pending(pending));
