@@ -290,14 +290,16 @@ def config_kv_row(config):
     return config.num_key_value_heads * 2 * head_dim * 2
 
 
-@pytest.mark.parametrize("prefetch, tail", [(1, 1), (1, 4), (3, 5), (2, 1000)])
-def test_host_kv_cache_gives_the_same_tokens_whatever_its_depth_and_device_part(cpu_model, prefetch, tail):
+@pytest.mark.parametrize("prefetch, tail, group", [(1, 1, 1), (1, 4, 1), (3, 5, 1), (2, 1000, 1), (2, 4, 2), (1, 3, 3)])
+def test_host_kv_cache_gives_the_same_tokens_whatever_its_depth_device_part_and_group(cpu_model, prefetch, tail, group):
     model = copy.deepcopy(cpu_model).cuda()
     generator = torch.Generator().manual_seed(3)
     prompt = torch.randint(0, 512, (2, 17), generator=generator).cuda()
     settings = dict(max_new_tokens=21, do_sample=False, min_new_tokens=21)
     expected = model.generate(prompt, past_key_values=transformers.DynamicCache(config=model.config), **settings)
-    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config, prefetch=prefetch, tail=tail)
+    cache = hostcopy.offload.transformers.HostOffloadedCache(
+        config=model.config, prefetch=prefetch, tail=tail, group=group
+    )
     assert torch.equal(model.generate(prompt, past_key_values=cache, **settings), expected)
     # The keys in host memory are the ones DynamicCache holds.
     reference = transformers.DynamicCache(config=model.config)

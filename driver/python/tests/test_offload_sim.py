@@ -1000,6 +1000,45 @@ def test_crop_reorder_and_batch_select_then_decode_on(kv):
     np.testing.assert_array_equal(got.array, np.concatenate([expected[0][0][[0], :, :5], keys.array], axis=-2))
 
 
+@pytest.mark.parametrize("group, prefetch", [(2, 1), (2, 2), (3, 1), (4, 3)])
+def test_a_group_of_layers_comes_back_in_one_call(kv, group, prefetch):
+    layers = 5
+    cache = kv.module.HostOffloadedCache(prefetch=prefetch, tail=3, group=group)
+    expected = generate(kv, cache, layers, [7, 1])
+    regions = [layer.region for layer in cache.layers]
+    # Consecutive layers share a region, group at a time, each its own part of it.
+    assert [len(region.members) for region in dict.fromkeys(regions)] == [
+        min(group, layers - start) for start in range(0, layers, group)
+    ]
+    for region in dict.fromkeys(regions):
+        for at, member in enumerate(region.members):
+            assert member.host.ctypes.data == region.host.ctypes.data + at * member.part_bytes(region.capacity)
+    uploads = cache.counters.uploads
+    generate(kv, cache, layers, [1, 1, 1, 1, 1, 3, 1], expected=expected)
+    per_token = (cache.counters.uploads - uploads) / 7
+    assert per_token < layers, per_token  # fewer calls than layers
+    for index, layer in enumerate(cache.layers):
+        kv.np.testing.assert_array_equal(layer.keys.array, expected[index][0])
+        kv.np.testing.assert_array_equal(layer.values.array, expected[index][1])
+
+
+def test_layers_of_a_group_grow_together_and_a_rewritten_one_leaves_it(kv):
+    np = kv.np
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2, group=2)
+    expected = generate(kv, cache, 2, [300, 1, 1, 1])
+    first, second = cache.layers
+    assert first.region is second.region and first.capacity == second.capacity == 512  # 300 and half again
+    host = first.region.host
+    expected = generate(kv, cache, 2, [250], expected=expected)  # 553 positions: the region grows, for both
+    assert first.region is second.region and first.capacity == second.capacity == 1024
+    assert first.region.host is not host
+    cache.batch_select_indices(FakeTensor(np.array([1]), "cuda:0", kv.log))
+    assert first.region is not second.region  # each rewritten into memory of its own
+    keys, values = kv.states(1, batch=1)
+    got, _ = cache.update(keys, values, 0)
+    np.testing.assert_array_equal(got.array, np.concatenate([expected[0][0][[1]], keys.array], axis=-2))
+
+
 def test_a_refused_prefetch_or_tail_is_an_offload_argument_error(kv):
     with pytest.raises(hostcopy.OffloadArgumentError, match="prefetch"):
         kv.module.HostOffloadedCache(prefetch=0)
@@ -1007,6 +1046,8 @@ def test_a_refused_prefetch_or_tail_is_an_offload_argument_error(kv):
         kv.module.HostOffloadedCache(tail=True)
     with pytest.raises(hostcopy.OffloadArgumentError, match="tail"):
         kv.module.HostOffloadedCache(tail=0)
+    with pytest.raises(hostcopy.OffloadArgumentTypeError, match="group"):
+        kv.module.HostOffloadedCache(group=1.5)
 
 
 def test_a_host_layer_updated_directly_raises_offload_error(kv):

@@ -16,11 +16,12 @@ host memory, ``[2, batch, heads, capacity, head_dim]`` (keys, then
 values), at a capacity that grows by half as the sequence does. Per
 layer and decoded token:
 
-- one hostcopy call: the layer's positions in host memory, keys and
-  values together, brought back into one new device buffer (a batch of
-  ``2 * batch * heads`` blocks), queued ``prefetch`` layers ahead on a
-  stream of its own, so that it waits for no compute; the compute stream
-  waits for its event just before the layer's attention;
+- one hostcopy call (or one for ``group`` layers): the layer's positions
+  in host memory, keys and values together, brought back into one new
+  device buffer (a batch of ``2 * batch * heads`` blocks), queued
+  ``prefetch`` layers ahead on a stream of its own, so that it waits for
+  no compute; the compute stream waits for its event just before the
+  layer's attention;
 - no write to the host: the newest positions (up to ``tail``, default
   64) stay on the device in a small buffer per layer; when it is full,
   they and the new ones go to the host in one call, queued after the
@@ -126,6 +127,46 @@ def _after_current(side: Any, device: Any) -> None:
     side.wait_event(event)
 
 
+class _Region:
+    """The host memory of consecutive layers (``HostOffloadedCache(group=...)``,
+    one layer by default): one ``hostcopy.empty`` region, each member a
+    part of it of the same size (its keys' plane, then its values'), all
+    at one capacity, so that one call can bring them back together."""
+
+    def __init__(self, members: list["HostLayer"]) -> None:
+        self.members = members
+        self.host: Any = None
+        self.capacity = 0
+        #: ``HostLayer.geometry()`` of the parts, once the region has memory.
+        self.geometry: Optional[tuple[int, int, int, int]] = None
+
+    def grow(self, geometry: tuple[int, int, int, int], needed: int) -> None:
+        """Room for ``needed`` positions in every part: a new region half as
+        large again (at least twice the old; the same capacity where a
+        member has no part yet), each member's positions written so far
+        copied in."""
+        for member in self.members:
+            member.settle()
+        if needed <= self.capacity:
+            capacity = self.capacity  # a member that joined after the region was made: a part for it
+        else:
+            capacity = -(-max(needed + needed // 2, 2 * self.capacity, 256) // 64) * 64
+        runs, key_dim, value_dim, item = geometry
+        part = runs * capacity * (key_dim + value_dim) * item
+        host = _memory.empty(part * len(self.members))
+        for index, member in enumerate(self.members):
+            view = host[index * part : (index + 1) * part]
+            if member.flushed and member.host is not None:
+                for new, old in zip(member._planes(view, capacity), member._planes(member.host, member.capacity)):
+                    new[:, : member.flushed] = old[:, : member.flushed]
+            member.host, member.capacity = view, capacity
+        self.host, self.capacity, self.geometry = host, capacity, geometry
+
+    def offset(self, member: "HostLayer") -> int:
+        """Where ``member``'s part starts in ``host``."""
+        return self.members.index(member) * member.part_bytes(self.capacity)
+
+
 class HostLayer(_DynamicLayer):  # type: ignore[misc]
     """One full-attention layer's keys and values: positions
     ``0 .. flushed`` in host memory, ``flushed .. length`` in a device
@@ -160,6 +201,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self.counters = Counters()
         #: The upload's blocks, and the (flushed, capacity, runs) they are for.
         self._read_blocks: Optional[tuple[tuple[int, int, int], Any]] = None
+        #: The host memory it shares with the layers of its group (its own by default).
+        self.region = _Region([self])
 
     @property
     def keys(self) -> Any:
@@ -185,6 +228,9 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self.value_dim = self.head_dim if value_states is None else value_states.shape[-1]
         self.item = key_states.element_size()
         self.is_initialized = True
+        if self.region.geometry not in (None, self.geometry()):
+            self._detach()  # its group's parts are of another size: memory of its own
+            self.host, self.capacity = None, 0
         self._views()
 
     # geometry -------------------------------------------------------------
@@ -243,18 +289,28 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
             host[key_bytes:].reshape(self.runs, capacity, self.value_dim * self.item),
         )
 
+    def geometry(self) -> tuple[int, int, int, int]:
+        """What a host part's size and layout depend on: runs, key and value dims, item bytes."""
+        return (self.runs, self.head_dim, self.value_dim, self.item)
+
+    def part_bytes(self, capacity: int) -> int:
+        """Bytes of host memory this layer's part takes at ``capacity`` positions."""
+        return int(self.runs * capacity * (self.head_dim + self.value_dim) * self.item)
+
+    def _detach(self) -> None:
+        """Leaves a region shared with other layers for one of its own
+        (the host memory it holds stays where it is until it grows)."""
+        if len(self.region.members) > 1:
+            self.region.members.remove(self)
+            self.region = _Region([self])
+
     def _grow(self, needed: int) -> None:
-        """Room for ``needed`` positions: a new region half as large again
-        (at least twice the old), the positions written so far copied in."""
+        """Room for ``needed`` positions: the region grows (see ``_Region.grow``)."""
         if needed <= self.capacity:
             return
-        self.settle()
-        capacity = -(-max(needed + needed // 2, 2 * self.capacity, 256) // 64) * 64
-        host = _memory.empty(self.runs * capacity * (self.head_dim + self.value_dim) * self.item)
-        if self.flushed and self.host is not None:
-            for new, old in zip(self._planes(host, capacity), self._planes(self.host, self.capacity)):
-                new[:, : self.flushed] = old[:, : self.flushed]
-        self.host, self.capacity = host, capacity
+        if self.region.geometry not in (None, self.geometry()):
+            self._detach()
+        self.region.grow(self.geometry(), needed)
 
     def _views(self) -> None:
         """``keys`` / ``values``: CPU tensors over the host memory."""
@@ -351,25 +407,14 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
             return keys[0], values[0], write  # already contiguous
         return torch.cat(keys, dim=-2), torch.cat(values, dim=-2), write
 
-    def read(self, stream: Any) -> tuple[Any, Any]:
-        """Queues the copy of the positions in host memory, keys and values
-        in one call, to a new device buffer allocated on ``stream`` (the
-        caller makes it current), on ``stream``; returns the buffer and the
-        transfer. Waits first for this layer's writes."""
-        if self.writes:
-            self.settle()
-        buffer = self._device_buffer(self.flushed)
-        # The same until the next write or growth: made once for those tokens.
+    def upload_blocks(self) -> Any:
+        """The blocks of an upload of the positions in host memory (into a
+        device buffer laid out as ``_split`` reads it): the same until the
+        next write or growth, so made once for those tokens."""
         shape = (self.flushed, self.capacity, self.runs)
         if self._read_blocks is None or self._read_blocks[0] != shape:
             self._read_blocks = (shape, self.blocks(0, self.flushed, self.flushed))
-        blocks = self._read_blocks[1]
-        started = time.perf_counter()
-        transfer = _staging.copy_blocks_to_device(device_range(buffer), self.host, blocks, stream=stream, blocking=False)
-        self.counters.start_seconds += time.perf_counter() - started
-        self.counters.uploads += 1
-        self.counters.upload_bytes += self.flushed * self.runs * (self.head_dim + self.value_dim) * self.item
-        return buffer, transfer
+        return self._read_blocks[1]
 
     # the layer API --------------------------------------------------------
 
@@ -394,6 +439,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     def _rewrite(self, keys: Any, values: Any) -> None:
         """Replaces the host memory with these CPU tensors' positions."""
         self.settle()
+        self._detach()
         self.batch = keys.shape[0]
         self.host, self.tail = None, None
         self.capacity = self.length = self.flushed = 0
@@ -461,6 +507,9 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     ahead are brought back (default 2; an integer >= 1). ``tail``: how
     many of each layer's newest positions stay on the device before they
     are written to the host in one call (default 64; an integer >= 1).
+    ``group``: how many consecutive offloaded layers share one host region
+    and come back in one call (default 1): fewer calls a token, for
+    ``group - 1`` more layers' keys and values on the device at a time.
     Refused values raise ``OffloadArgumentError`` (``OffloadArgumentTypeError``
     for a type), both ``ValueError``.
 
@@ -477,9 +526,11 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     layers: list[Any]
     layer_class_to_replicate: Any
 
-    def __init__(self, config: Any = None, *, prefetch: int = 2, tail: int = TAIL) -> None:
+    def __init__(self, config: Any = None, *, prefetch: int = 2, tail: int = TAIL, group: int = 1) -> None:
         prefetch = check_count("prefetch", prefetch, 1)
         tail = check_count("tail", tail, 1)
+        self.group = check_count("group", group, 1)
+        self._region: Optional[_Region] = None
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
         super().__init__(config=config)
@@ -499,6 +550,12 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     def _new_layer(self) -> HostLayer:
         layer = HostLayer(self.tail_positions)
         layer.counters = self.counters
+        # Consecutive offloaded layers share a region, ``group`` at a time.
+        if self._region is not None and len(self._region.members) < self.group:
+            self._region.members.append(layer)
+            layer.region = self._region
+        else:
+            self._region = layer.region
         return layer
 
     def reset_counters(self) -> None:
@@ -523,18 +580,57 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         return self._order
 
     def _fetch(self, index: int) -> None:
+        """Queues the upload of layer ``index``'s positions in host memory,
+        with those of the next layers of its region in the same call where
+        they hold as many (and are not on their way already)."""
         layer = self.layers[index]
         if index in self._fetched or not layer.is_initialized or layer.flushed == 0:
             return
+        members = [index]
+        if len(layer.region.members) > 1:
+            order = self._host_layers()
+            for following in order[order.index(index) + 1 :]:
+                other = self.layers[following]
+                if (
+                    other.region is not layer.region
+                    or following in self._fetched
+                    or not other.is_initialized
+                    or other.flushed != layer.flushed
+                    or other.geometry() != layer.geometry()
+                ):
+                    break
+                members.append(following)
+        for member in members:
+            if self.layers[member].writes:
+                self.layers[member].settle()  # the upload reads what they write
+        positions = layer.flushed
+        part = layer.runs * positions * (layer.head_dim + layer.value_dim)  # elements a layer
+        if len(members) == 1:
+            host, blocks = layer.host, layer.upload_blocks()
+        else:
+            host = layer.region.host
+            shifted = []
+            for at, member in enumerate(members):
+                each = self.layers[member].upload_blocks().copy()
+                each[:, 0] += at * part * layer.item
+                each[:, 1] += layer.region.offset(self.layers[member])
+                shifted.append(each)
+            blocks = np.concatenate(shifted)
         side = self._side(layer.device, "read")
         # Allocated on the upload stream: no work of the compute stream can
         # be using its memory, so the upload waits for nothing there.
         with torch.cuda.stream(side):
-            buffer, transfer = layer.read(side)
+            buffer = torch.empty((part * len(members),), dtype=layer.dtype, device=layer.device)
+        started = time.perf_counter()
+        transfer = _staging.copy_blocks_to_device(device_range(buffer), host, blocks, stream=side, blocking=False)
+        self.counters.start_seconds += time.perf_counter() - started
+        self.counters.uploads += 1
+        self.counters.upload_bytes += part * len(members) * layer.item
         ready = torch.cuda.Event()
         ready.record(side)
-        keys, values = layer._split(buffer, layer.flushed)
-        self._fetched[index] = _Fetched(index, layer.flushed, buffer, keys, values, transfer, ready)
+        for at, member in enumerate(members):
+            keys, values = self.layers[member]._split(buffer[at * part : (at + 1) * part], positions)
+            self._fetched[member] = _Fetched(member, positions, buffer, keys, values, transfer, ready)
 
     def _take(self, index: int) -> Optional[_Fetched]:
         layer = self.layers[index]
