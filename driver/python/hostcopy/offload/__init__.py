@@ -80,6 +80,11 @@ def offload(
     An exception in a group's forward (or in ``model``'s, if given)
     waits for every upload in flight before it propagates. ``stager``: a
     ``hostcopy.Stager`` of the device (default: the device's shared one).
+
+    Refused arguments raise ``hostcopy.OffloadArgumentError`` (a
+    ``ValueError``; ``OffloadArgumentTypeError``, also a ``TypeError``, for
+    a type: a ``bool`` or ``float`` depth, a string or a non-module group)
+    before any memory is made or any hook placed.
     """
     from ._torch import TorchKit
 

@@ -357,6 +357,9 @@ def use_hostcopy(
     ``ModuleList`` such as the decoder layers, and each other offloaded
     module a group of its own).
     ``prefetch``, ``slots``, ``stager``: as ``hostcopy.offload.offload``.
-    The modules left to accelerate are in ``.skipped``.
+    The modules left to accelerate are in ``.skipped``. Refused arguments
+    (``groups`` as one string or naming no module, a depth out of range,
+    a model with no offloading hook) raise ``hostcopy.OffloadArgumentError``
+    (``OffloadArgumentTypeError`` for a type) before any hook is replaced.
     """
     return AccelerateOffload(model, groups, prefetch, slots, stager)
