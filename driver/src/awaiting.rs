@@ -97,9 +97,24 @@ impl From<crate::cuda::DriverError> for Failure {
     }
 }
 
-/// The start of a transfer, run on the start thread with the stager
-/// locked, after the events of its call.
-pub type Start = Box<dyn FnOnce(&mut Stager, &Context) -> Result<PendingTransfer, Error> + Send>;
+/// A transfer on the locked stager: with `true` it runs whole
+/// ([`Stager::run`]: `Ok(None)`), with `false` it starts
+/// ([`Stager::start_unchecked`]: `Ok(Some)`, or `Ok(None)` if it ended
+/// at once).
+pub type Start =
+    Box<dyn FnOnce(&mut Stager, bool) -> Result<Option<PendingTransfer>, Error> + Send>;
+
+/// When a call of [`SharedStager::transfer`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// Once the bytes have arrived.
+    Blocking,
+    /// Once every chunk is queued.
+    Queued,
+    /// At once: the start thread queues the chunks (a call on an event
+    /// loop's thread).
+    Later,
+}
 
 /// A stager shared by a runtime's threads, with its start and finish
 /// threads (see the module's documentation).
@@ -232,6 +247,39 @@ impl SharedStager {
         &self.stager
     }
 
+    /// A transfer: after the work queued on each stream of `after` by
+    /// now; when not blocking, work queued on `before` from now on waits
+    /// for it (when that cannot be queued, the transfer is finished before
+    /// the error is returned, so that nothing stays queued). Returns as
+    /// `begin` says, with the transfer unless it ran whole.
+    pub fn transfer(
+        self: &Arc<Self>,
+        begin: Begin,
+        after: &[StreamRef<'_>],
+        before: Option<StreamRef<'_>>,
+        start: Start,
+    ) -> Result<Option<Arc<SharedTransfer>>, Failure> {
+        if begin == Begin::Later {
+            return self.start_later(after, before, start).map(Some);
+        }
+        let pending = self.with_stager(
+            |stager, _| after.iter().try_for_each(|&stream| stager.wait_for(stream)),
+            |stager, _| {
+                let Some(pending) = start(stager, begin == Begin::Blocking)? else {
+                    return Ok(None);
+                };
+                match before.map_or(Ok(()), |stream| pending.order_before(stream)) {
+                    Ok(()) => Ok(Some(pending)),
+                    Err(failure) => {
+                        let _ = stager.finish_pending(pending);
+                        Err(failure)
+                    }
+                }
+            },
+        )?;
+        Ok(pending.map(|pending| SharedTransfer::started(self, pending)))
+    }
+
     /// Runs `body` on the open stager (`Failure::Closed` once closed),
     /// after every start queued before this call, and after `order` (the
     /// stager's `wait_for` of this call's streams), which runs with the
@@ -303,7 +351,8 @@ impl SharedStager {
             drop(after);
         }
         match started {
-            Ok(pending) => {
+            Ok(None) => transfer.end(Ok(())),
+            Ok(Some(pending)) => {
                 transfer.set(Progress::Pending(pending));
                 // Its gate opens once it has ended, whoever waits for it.
                 if self.finish_later(&transfer).is_err() {
@@ -321,7 +370,7 @@ impl SharedStager {
         stager: &mut Stager,
         after: &[Event],
         start: Start,
-    ) -> Result<PendingTransfer, Failure> {
+    ) -> Result<Option<PendingTransfer>, Failure> {
         if !after.is_empty() {
             let mut order = lock(&self.order);
             let order = match &mut *order {
@@ -333,17 +382,18 @@ impl SharedStager {
             }
             stager.wait_for(order.as_stream())?;
         }
-        Ok(start(stager, &self.context)?)
+        Ok(start(stager, false)?)
     }
 
-    /// Hands `start` to the start thread and returns at once: the transfer
+    /// Hands `start` to the start thread and returns at once
+    /// ([`transfer`](Self::transfer) with [`Begin::Later`]): the transfer
     /// starts after the work queued on each stream of `after` by now, and
     /// work queued on `before` from now on waits for it (see the module's
     /// documentation). Refused at once on a capturing stream, a stream of
     /// another context, a closed stager, or where the driver refuses the
     /// stream memory wait; what the start itself refuses is the transfer's
     /// outcome.
-    pub fn start_later(
+    fn start_later(
         self: &Arc<Self>,
         after: &[StreamRef<'_>],
         before: Option<StreamRef<'_>>,
@@ -912,7 +962,7 @@ mod tests {
             let mut memory = unsafe { memory(range) };
             // SAFETY: leaked host memory nothing else touches; the view
             // keeps the device buffer allocated.
-            unsafe { stager.start_unchecked(to_host(&mut memory, &view(&device))) }
+            unsafe { stager.start_unchecked(to_host(&mut memory, &view(&device))) }.map(Some)
         })
     }
 
@@ -927,7 +977,7 @@ mod tests {
             let memory = unsafe { memory(range) };
             // SAFETY: as in `download_after`; the tests read the target only
             // in stream order after the upload.
-            unsafe { stager.start_unchecked(to_device(&mut view(&target), &memory)) }
+            unsafe { stager.start_unchecked(to_device(&mut view(&target), &memory)) }.map(Some)
         })
     }
 

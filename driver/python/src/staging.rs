@@ -15,10 +15,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hostcopy_driver::awaiting::{SharedStager, SharedTransfer, Start};
+use hostcopy_driver::awaiting::{Begin, SharedStager, SharedTransfer, Start};
 use hostcopy_driver::cuda::staging::{
-    Block, PendingTransfer, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device,
-    to_host,
+    Block, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device, to_host,
 };
 use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, StreamRef};
 use hostcopy_driver::{HostRange, RawHostMemory};
@@ -128,56 +127,23 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// How a non-blocking transfer starts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Begin {
-    /// The call returns once the bytes are in.
-    Blocking,
-    /// The call returns once every chunk is queued.
-    Queued,
-    /// The call returns at once; the stager's start thread queues the
-    /// chunks (a call on an event loop's thread).
-    Later,
-}
-
-impl Begin {
-    fn of(blocking: bool, later: bool) -> Begin {
-        match (blocking, later) {
-            (true, _) => Begin::Blocking,
-            (false, false) => Begin::Queued,
-            (false, true) => Begin::Later,
-        }
+/// When a copy call returns: blocking, or not, and then on an event loop's
+/// thread (`later`) or elsewhere.
+fn begin(blocking: bool, later: bool) -> Begin {
+    match (blocking, later) {
+        (true, _) => Begin::Blocking,
+        (false, false) => Begin::Queued,
+        (false, true) => Begin::Later,
     }
 }
 
 impl PyStager {
-    /// Runs `order` then `body` on the open stager (`StagerClosed` once
-    /// closed), after every transfer queued for its start thread, with the
-    /// GIL released and the thread's current context kept.
-    fn locked<T: Send>(
-        &self,
-        py: Python<'_>,
-        operation: &str,
-        order: impl FnOnce(&mut Stager, &Context) -> Result<(), Error> + Send,
-        body: impl FnOnce(&mut Stager, &Context) -> Result<T, Error> + Send,
-    ) -> PyResult<T> {
-        if life::forked() {
-            // The lock may be held by a thread the fork left behind.
-            return Err(errors::forked(py));
-        }
-        let shared = &self.shared;
-        life::detach(py, || {
-            crate::keeping_current(|| Ok(shared.with_stager(order, body)))
-        })
-        .map_err(|failure| layer_error(py, operation, "device", failure))?
-        .map_err(|failure| transfer_failure(py, operation, "device", failure))
-    }
-
     /// A staged transfer in `direction` between `nbytes` bytes of device
     /// memory at `device` (kept allocated by `owner`) and the host memory
     /// `host`, of the range or of each block, after the work queued on each
-    /// stream of `wait_for`. Non-blocking: work queued later on
-    /// `order_before` waits for it.
+    /// stream of `wait_for`; work queued later on `order_before` waits for
+    /// a non-blocking one. The crate decides the rest
+    /// (`SharedStager::transfer`).
     ///
     /// # Safety
     ///
@@ -199,97 +165,66 @@ impl PyStager {
         order_before: Option<usize>,
         begin: Begin,
     ) -> PyResult<Option<Arc<SharedTransfer>>> {
-        let owner: Arc<dyn Send + Sync> = Arc::new(PyOwner(owner));
-        // SAFETY: the owner keeps the memory allocated (the Python API's
-        // promise for the arrays it was given).
-        let view =
-            move |context: &Context| unsafe { DeviceView::new(context, device, nbytes, owner) };
-        // The transfer itself, on the locked stager, after its streams.
-        let start = move |stager: &mut Stager, mut view: DeviceView, blocking: bool| {
-            // SAFETY: the range is host memory our caller holds until the
-            // transfer has ended, writable for a copy to the host (this
-            // function's contract).
-            let mut host = unsafe { RawHostMemory::new(host) };
-            let spec = match direction {
-                Direction::ToHost => to_host(&mut host, &view),
-                Direction::ToDevice => to_device(&mut view, &host),
-            };
-            let spec = match &blocks {
-                Some(blocks) => spec.blocks(blocks),
-                None => spec,
-            };
-            if blocking {
-                // The blocking call itself: below the crossover it takes
-                // the driver's path whatever it must wait for.
-                stager.run(spec)?;
-                return Ok(None);
-            }
-            // SAFETY: the host memory, as above; the view's owner keeps the
-            // device memory allocated until the transfer is finished, or
-            // for good if it is dropped with copies still running (the
-            // layer keeps the view's share); the device range stays
-            // unshared by the caller's promise (the Python API's).
-            unsafe { stager.start_unchecked(spec) }.map(Some)
-        };
-        if begin == Begin::Later {
-            if life::forked() {
-                return Err(errors::forked(py));
-            }
-            let shared = &self.shared;
-            let later = life::detach(py, || {
-                crate::keeping_current(|| {
-                    let context = shared.context();
-                    let owners = wait_for
-                        .iter()
-                        .chain(&order_before)
-                        .map(|&handle| stream_context(context, handle))
-                        .collect::<Result<Vec<_>, Error>>()?;
-                    // SAFETY: the Python API documents the caller's
-                    // promise: each stream is valid for the call; its
-                    // context is the one the driver named.
-                    let streams: Vec<StreamRef<'_>> = wait_for
-                        .iter()
-                        .chain(&order_before)
-                        .zip(&owners)
-                        .map(|(&handle, owner)| unsafe {
-                            StreamRef::from_raw(owner, handle as CUstream)
-                        })
-                        .collect();
-                    let (after, before) = streams.split_at(wait_for.len());
-                    // Asked of the driver now, so that memory of another
-                    // device, or none, is refused by the call.
-                    let view = view(context)?;
-                    let start: Start = Box::new(move |stager, _| {
-                        start(stager, view, false).map(|pending| {
-                            pending.expect("a non-blocking start gives a pending transfer")
-                        })
-                    });
-                    Ok(shared.start_later(after, before.first().copied(), start))
-                })
-            })
-            .map_err(|failure| layer_error(py, operation, "device", failure))?;
-            return later
-                .map(Some)
-                .map_err(|failure| transfer_failure(py, operation, "device", failure));
+        if life::forked() {
+            // The stager's lock may be held by a thread the fork left
+            // behind.
+            return Err(errors::forked(py));
         }
-        let blocking = begin == Begin::Blocking;
-        let pending = self.locked(
-            py,
-            operation,
-            |stager, context| {
-                for &stream in &wait_for {
-                    with_stream(context, stream, |stream| stager.wait_for(stream))?;
-                }
-                Ok(())
-            },
-            move |stager, context| match start(stager, view(context)?, blocking)? {
-                Some(pending) => {
-                    self::order_before(stager, context, pending, order_before).map(Some)
-                }
-                None => Ok(None),
-            },
-        )?;
-        Ok(pending.map(|pending| SharedTransfer::started(&self.shared, pending)))
+        let owner: Arc<dyn Send + Sync> = Arc::new(PyOwner(owner));
+        let shared = &self.shared;
+        life::detach(py, || {
+            crate::keeping_current(|| {
+                let context = shared.context();
+                let handles = || wait_for.iter().chain(&order_before);
+                let owners = handles()
+                    .map(|&handle| stream_context(context, handle))
+                    .collect::<Result<Vec<_>, Error>>()?;
+                // SAFETY: the Python API documents the caller's promise:
+                // each stream is valid for the call; its context is the one
+                // the driver named (the special handles are valid in every
+                // context).
+                let streams: Vec<StreamRef<'_>> = handles()
+                    .zip(&owners)
+                    .map(|(&handle, owner)| unsafe {
+                        StreamRef::from_raw(owner, handle as CUstream)
+                    })
+                    .collect();
+                let (after, before) = streams.split_at(wait_for.len());
+                // SAFETY: the owner keeps the memory allocated (the Python
+                // API's promise for the arrays it was given).
+                let mut view = unsafe { DeviceView::new(context, device, nbytes, owner) }?;
+                let start: Start = Box::new(move |stager, blocking| {
+                    // SAFETY: the range is host memory our caller holds
+                    // until the transfer has ended, writable for a copy to
+                    // the host (this function's contract).
+                    let mut host = unsafe { RawHostMemory::new(host) };
+                    let spec = match direction {
+                        Direction::ToHost => to_host(&mut host, &view),
+                        Direction::ToDevice => to_device(&mut view, &host),
+                    };
+                    let spec = match &blocks {
+                        Some(blocks) => spec.blocks(blocks),
+                        None => spec,
+                    };
+                    if blocking {
+                        // Below the crossover it takes the driver's path
+                        // whatever it must wait for.
+                        stager.run(spec)?;
+                        return Ok(None);
+                    }
+                    // SAFETY: the host memory, as above; the view's owner
+                    // keeps the device memory allocated until the transfer
+                    // is finished, or for good if it is dropped with copies
+                    // still running (the layer keeps the view's share); the
+                    // device range stays unshared by the caller's promise
+                    // (the Python API's).
+                    unsafe { stager.start_unchecked(spec) }.map(Some)
+                });
+                Ok(shared.transfer(begin, after, before.first().copied(), start))
+            })
+        })
+        .map_err(|failure| layer_error(py, operation, "device", failure))?
+        .map_err(|failure| transfer_failure(py, operation, "device", failure))
     }
 }
 
@@ -352,24 +287,11 @@ fn count_option(
     }
 }
 
-/// The stream a handle names, in `context`: the legacy default stream of
-/// `context` for handles 0 to 2 (0 and 1 name it; 2, the per-thread one,
-/// is the calling thread's), any other stream as the driver says, checked
-/// against `context` by the call that uses it.
-fn with_stream<T>(
-    context: &Context,
-    handle: usize,
-    f: impl FnOnce(StreamRef<'_>) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let owner = stream_context(context, handle)?;
-    // SAFETY: the Python API documents the caller's promise: the stream is
-    // valid for the call; its context is the one the driver named (the
-    // special handles are valid in every context).
-    f(unsafe { StreamRef::from_raw(&owner, handle as CUstream) })
-}
-
 /// The context of the stream `handle` names, for a stager of `context`:
-/// `context` itself for the special handles 0 to 2.
+/// `context` itself for the special handles 0 to 2 (0 and 1 name its
+/// legacy default stream; 2, the per-thread one, is the calling thread's),
+/// any other stream's as the driver says, checked against `context` by the
+/// call that uses it.
 fn stream_context(context: &Context, handle: usize) -> Result<Context, Error> {
     if handle <= 2 {
         return Ok(context.clone());
@@ -377,27 +299,6 @@ fn stream_context(context: &Context, handle: usize) -> Result<Context, Error> {
     // SAFETY: the Python API documents the caller's promise: the stream is
     // valid for the call.
     unsafe { Context::of_stream(handle as CUstream) }
-}
-
-/// Orders a non-blocking transfer before later work on `stream` (a kernel
-/// that overwrites what a download reads, or reads what an upload writes);
-/// on failure finishes it first, so that nothing is left queued.
-fn order_before(
-    stager: &mut Stager,
-    context: &Context,
-    pending: PendingTransfer,
-    stream: Option<usize>,
-) -> Result<PendingTransfer, Error> {
-    let ordered = stream.map_or(Ok(()), |stream| {
-        with_stream(context, stream, |stream| pending.order_before(stream))
-    });
-    match ordered {
-        Ok(()) => Ok(pending),
-        Err(failure) => {
-            let _ = stager.finish_pending(pending);
-            Err(failure)
-        }
-    }
 }
 
 #[pymethods]
@@ -586,7 +487,7 @@ impl PyStager {
                 (src, nbytes, src_owner),
                 wait_for,
                 order_before,
-                Begin::of(blocking, later),
+                begin(blocking, later),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
@@ -639,7 +540,7 @@ impl PyStager {
                 (dst, nbytes, dst_owner),
                 wait_for,
                 order_before,
-                Begin::of(blocking, later),
+                begin(blocking, later),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, src.unbind())))
@@ -681,7 +582,7 @@ impl PyStager {
                 (src, src_nbytes, src_owner),
                 wait_for,
                 order_before,
-                Begin::of(blocking, later),
+                begin(blocking, later),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
@@ -722,7 +623,7 @@ impl PyStager {
                 (dst, dst_nbytes, dst_owner),
                 wait_for,
                 order_before,
-                Begin::of(blocking, later),
+                begin(blocking, later),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, src.unbind())))
