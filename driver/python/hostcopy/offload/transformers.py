@@ -25,8 +25,8 @@ layer and decoded token:
 - no write to the host: the newest positions (up to ``tail``, default
   64) stay on the device in a small buffer per layer; when it is full,
   they and the new ones go to the host in one call, queued after the
-  next layers' uploads so that it (it waits for this layer's compute)
-  holds none of them up in the stager's queue.
+  next layers' uploads: the write waits for this layer's compute, and
+  queued first it would hold them up in the stager's queue.
 
 The attention sees what ``DynamicCache`` gives it: the cached positions
 followed by the new ones, contiguous, of the same dtype (one
