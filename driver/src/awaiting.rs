@@ -13,30 +13,36 @@
 //!   transfer under it; a caller meanwhile waits for that one. Whoever ends
 //!   it wakes the event loops that await it and lets go of what was kept
 //!   for it ([`SharedTransfer::hand_over`]).
-//! - **Starting later** ([`SharedStager::start_later`]): the caller records
-//!   an event on each stream the transfer waits for and queues, on the
-//!   stream that later work must find it ordered before, a wait for the
-//!   transfer's gate, a flag in pinned memory (stream memory wait, as the
-//!   engine's own chunks use); that is the part of the start the stream
-//!   order promises rest on, a few driver calls. The start thread then
-//!   starts the transfer after those events, in the order the calls were
-//!   made, and hands it to the finish thread, which opens its gate once it
-//!   has ended (gates open in the order they were queued: a flag that
-//!   counts). Work queued on the stream after the call so waits for the
-//!   transfer as with a transfer started at once, and the transfer waits
-//!   for the work queued before the call, not for what came after.
+//! - **Starting later** ([`SharedStager::transfer`] with [`Begin::Later`]):
+//!   the caller records an event on each stream the transfer waits for and
+//!   queues, on the stream that later work must find it ordered before, a
+//!   wait for the transfer's gate, a flag in pinned memory (stream memory
+//!   wait, as the engine's own chunks use); that is the part of the start
+//!   the stream order promises rest on, a few driver calls whatever the
+//!   size. The start thread then starts the transfer after those events,
+//!   in the order the calls were made, and hands it to the finish thread,
+//!   which opens its gate once its copies are done (gates open in the
+//!   order they were queued: a flag that counts). Work queued on the
+//!   stream after the call so waits for the transfer as it waits for one
+//!   started at once, and the transfer waits for the work queued before
+//!   the call, not for what came after. The start runs on a thread of its
+//!   own: the finish thread waits for copies, and a start queued behind
+//!   such a wait would leave the engine idle meanwhile.
 //! - **Order between the two kinds of start.** A start made at once
 //!   ([`SharedStager::with_stager`]) first starts every transfer queued
 //!   before it, and orders itself after its streams only once the queue is
 //!   empty, holding the queue's lock for that: so a transfer never waits
 //!   for the gate of one the engine would start after it (which would wait
 //!   for it in turn).
-//! - **The finish thread** takes transfers in the order they come and
-//!   finishes each; one stager's transfers complete in about the order they
-//!   started (its copier is one thread). It makes no call into the host
-//!   runtime: what was kept for a transfer is dropped there, and the host
-//!   runtime's own types decide what that means (pyo3 queues a Python
-//!   reference dropped without the GIL).
+//! - **The finish thread** takes transfers in the order they come; one
+//!   stager's transfers complete in about the order they started (its
+//!   copier is one thread). For each it waits for the copies and opens
+//!   the gate, then settles it under the stager's lock, but never waits
+//!   for that lock: a blocking transfer holding it may wait for the gate
+//!   of a transfer queued behind. It makes no call into the host runtime:
+//!   what was kept for a transfer is dropped there, and the host runtime's
+//!   own types decide what that means (pyo3 queues a Python reference
+//!   dropped without the GIL).
 //! - **A [`Wakeup`]** is one pipe per event loop: the thread that ends a
 //!   transfer adds the awaiting loop's token to a list and writes one byte
 //!   if none is unread; the loop's reader takes the list and the byte
