@@ -898,8 +898,9 @@ def copy_to_host(
     side unresizable (``BufferError``), until ``wait()`` returns (or the
     ``with`` block ends, or the ``await`` completes; ``done()`` becoming
     true does not let go), and waits if dropped unwaited (dropped after an
-    ``await`` was cancelled, it does not wait: the stager's finish thread
-    finishes it and lets go of both sides once the copy is done); work queued on ``stream`` afterwards waits for the copy, so
+    ``await`` was cancelled, or started on an event loop's thread, it does
+    not wait: the stager's finish thread finishes it and lets go of both
+    sides once the copy is done); work queued on ``stream`` afterwards waits for the copy, so
     a kernel there cannot overwrite ``src`` under it (work on other
     streams is yours to order: wait for the ``Transfer`` first). Keeping an
     object alive does not stop an explicit free: torch frees a CPU tensor's
