@@ -468,3 +468,35 @@ def test_a_start_on_the_loop_raises_what_the_stager_refuses_when_awaited(sim, nu
         transfer.wait()
     stager.copy_to_host(dst, source)  # the stager works on
     assert dst.tobytes() == pattern(4 * CHUNK, 81)
+
+
+def test_a_transfer_started_on_the_loop_and_dropped_does_not_block_it_and_keeps_its_memory(sim, device, stager, run):
+    # Started on the loop, the finish thread has it from the start: a drop
+    # does not wait for the copy (the loop would stop until the device
+    # runs), and the destination stays held until the copy is done.
+    size = 3 * CHUNK
+    data = pattern(size, 83)
+    source = sim.array(device, data)
+    dst = bytearray(size)
+    sim.hold(device)
+    unblock = threading.Timer(3, sim.release, args=(device,))
+
+    async def main():
+        unblock.start()  # a drop that waits returns only then
+        transfer = stager.copy_to_host(dst, source, blocking=False)
+        started = time.monotonic()
+        del transfer
+        gc.collect()
+        return time.monotonic() - started
+
+    try:
+        dropped_in = run(main())
+        assert dropped_in < 1, f"dropping a transfer started on the loop waited {dropped_in:.2f} s for its copy"
+        with pytest.raises(BufferError):
+            dst.extend(b"x")  # still exported to the copy
+    finally:
+        unblock.cancel()
+        sim.release(device)
+    eventually(lambda: _resizable(dst), "the destination was kept after its copy ran")
+    assert bytes(dst[:size]) == data
+    sim.assert_no_violations(device)
