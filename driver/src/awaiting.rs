@@ -64,6 +64,7 @@ use std::string::String;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 use std::vec::Vec;
 
 use crate::cuda::staging::{PendingTransfer, Stager};
@@ -495,18 +496,25 @@ impl SharedStager {
 /// transfer holding it may wait for the gate of a transfer later in this
 /// queue, so while the lock is taken the arrived transfers wait in
 /// `arrived` and the thread goes on with the next ones, trying the lock
-/// again every millisecond. A transfer another caller is finishing is left
-/// to it (it tells the loops when it ends).
+/// again after 50 us, then less often, up to every millisecond. A
+/// transfer another caller is finishing is left to it (it tells the loops
+/// when it ends).
 fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
     use std::sync::TryLockError;
     use std::sync::mpsc::RecvTimeoutError;
 
+    /// The first retry of the lock: the start thread holds it for a start
+    /// (up to about a millisecond for thousands of chunks); doubled up to
+    /// `LONGEST` while a blocking transfer holds it.
+    const FIRST: Duration = Duration::from_micros(50);
+    const LONGEST: Duration = Duration::from_millis(1);
     let mut arrived: Vec<(Arc<SharedTransfer>, PendingTransfer, Result<(), Error>)> = Vec::new();
+    let mut retry = FIRST;
     loop {
         let next = if arrived.is_empty() {
             transfers.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
-            transfers.recv_timeout(std::time::Duration::from_millis(1))
+            transfers.recv_timeout(retry)
         };
         match next {
             Ok(transfer) => {
@@ -532,8 +540,12 @@ fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
         let mut slot = match stager.stager.try_lock() {
             Ok(slot) => slot,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => continue,
+            Err(TryLockError::WouldBlock) => {
+                retry = (retry * 2).min(LONGEST);
+                continue;
+            }
         };
+        retry = FIRST;
         for (transfer, pending, outcome) in arrived.drain(..) {
             let settled = settle(&mut slot, pending);
             transfer.end(outcome.and(settled).map_err(Failure::Layer));
