@@ -104,6 +104,11 @@ impl From<crate::cuda::DriverError> for Failure {
     }
 }
 
+/// The stager's last work, run by the host runtime's `on_drop`: drops the
+/// stager (which waits for the work queued on its streams) and the stream
+/// its queued starts were ordered on, both of which bind their context.
+pub type Closing = Box<dyn FnOnce() + Send>;
+
 /// A transfer on the locked stager: with `true` it runs whole
 /// ([`Stager::run`]: `Ok(None)`), with `false` it starts
 /// ([`Stager::start_unchecked`]: `Ok(Some)`, or `Ok(None)` if it ended
@@ -136,9 +141,10 @@ pub struct SharedStager {
     /// the stager's `wait_for` sees them: used under the stager's lock.
     order: Mutex<Option<Stream>>,
     gate: Mutex<Option<Gate>>,
-    /// What closes the stager when the last handle goes (the host runtime
-    /// decides on which thread, and with which lock, a drop may wait).
-    on_drop: fn(Stager),
+    /// Runs the closing of the stager (and of its order stream) when the
+    /// last handle goes: the host runtime decides with which lock a drop
+    /// may wait, and keeps the thread's current context.
+    on_drop: fn(Closing),
 }
 
 impl core::fmt::Debug for SharedStager {
@@ -222,9 +228,9 @@ impl Gate {
 }
 
 impl SharedStager {
-    /// Shares `stager` of `context`; `on_drop` closes it once the last
-    /// handle is gone, unless the process abandoned it.
-    pub fn new(context: Context, stager: Stager, on_drop: fn(Stager)) -> Arc<SharedStager> {
+    /// Shares `stager` of `context`; `on_drop` runs its closing once the
+    /// last handle is gone, unless the process abandoned it.
+    pub fn new(context: Context, stager: Stager, on_drop: fn(Closing)) -> Arc<SharedStager> {
         Arc::new(SharedStager {
             context,
             stager: Arc::new(Mutex::new(Some(stager))),
@@ -615,8 +621,13 @@ impl Drop for SharedStager {
             core::mem::forget(lock(&self.order).take());
             return;
         }
-        if let Some(stager) = lock(&self.stager).take() {
-            (self.on_drop)(stager);
+        let stager = lock(&self.stager).take();
+        let order = lock(&self.order).take();
+        if stager.is_some() || order.is_some() {
+            (self.on_drop)(Box::new(move || {
+                drop(stager);
+                drop(order);
+            }));
         }
     }
 }
@@ -925,7 +936,10 @@ mod tests {
             .build()
             .unwrap();
         let stager = Stager::with_options(&context, options).unwrap();
-        (ordinal, SharedStager::new(context, stager, drop))
+        (
+            ordinal,
+            SharedStager::new(context, stager, |closing| closing()),
+        )
     }
 
     fn device_with(stager: &SharedStager, bytes: &[u8]) -> Arc<DeviceBuffer> {

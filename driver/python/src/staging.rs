@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hostcopy_driver::awaiting::{Begin, SharedStager, SharedTransfer, Start};
+use hostcopy_driver::awaiting::{Begin, Closing, SharedStager, SharedTransfer, Start};
 use hostcopy_driver::cuda::staging::{
     Block, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device, to_host,
 };
@@ -74,11 +74,20 @@ impl Drop for PyStager {
 }
 
 /// Closes a shared stager once the Python `Stager` and every transfer of
-/// it are gone (`SharedStager`'s `on_drop`): its drop waits for the work
-/// queued on its streams, so without the GIL, which the thread dropping it
-/// may hold (a Python object's dealloc) and which that work may need (a
-/// Python host callback).
-fn close_dropped(stager: Stager) {
+/// it are gone (`SharedStager`'s `on_drop`): the stager's drop waits for
+/// the work queued on its streams, so without the GIL, which the thread
+/// dropping it may hold (a Python object's dealloc) and which that work may
+/// need (a Python host callback); and the thread's current context is put
+/// back afterwards, as after every call (`crate::keeping_current`).
+fn close_dropped(closing: Closing) {
+    let close = move || match Context::save_current() {
+        Ok(saved) => {
+            closing();
+            drop(saved);
+        }
+        // Closed all the same.
+        Err(_) => closing(),
+    };
     // SAFETY: reads the thread's Python thread state, if any (a
     // thread-local slot of the runtime); callable with or without the
     // GIL, before, during and after finalisation.
@@ -91,7 +100,7 @@ fn close_dropped(stager: Stager) {
         // `life::exiting()` read first cannot rule that out (the flag may
         // be set just after; this thread is not counted). Closed here,
         // without Python.
-        drop(stager);
+        close();
         return;
     }
     // A Python thread: the dealloc of the `Stager` or of a `Transfer`,
@@ -101,12 +110,12 @@ fn close_dropped(stager: Stager) {
         // The interpreter may begin to finalise at any moment: closed here
         // with the GIL kept, as every call keeps it from the exit handler
         // on.
-        drop(stager);
+        close();
         return;
     }
     // Attached already; as the interpreter shuts down, the closure,
     // stager and all, is dropped on this thread as it is.
-    Python::try_attach(move |py| life::detach(py, move || drop(stager)));
+    Python::try_attach(move |py| life::detach(py, close));
 }
 
 /// A non-blocking transfer: `wait()` or `await` it; dropped unwaited, it
