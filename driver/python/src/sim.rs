@@ -170,7 +170,30 @@ impl SimDeviceArray {
 
     /// Frees the memory now (as a library would when the array goes).
     fn free(&self) {
-        self.buffer.lock().unwrap().take();
+        self.release();
+    }
+}
+
+impl SimDeviceArray {
+    /// Frees the memory as torch and cupy do: under a device guard, so
+    /// that the thread's current context is the same afterwards (a
+    /// reference released by pyo3's pool frees it on whichever thread
+    /// next calls into the extension, in the middle of that call).
+    fn release(&self) {
+        let saved = Context::save_current().ok();
+        let buffer = self
+            .buffer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        drop(buffer);
+        drop(saved);
+    }
+}
+
+impl Drop for SimDeviceArray {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
