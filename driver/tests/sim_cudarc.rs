@@ -29,6 +29,8 @@ use sim_support::pattern;
 
 const CHUNK: usize = 1 << 20;
 const BUFFERS: usize = 3;
+/// The stager's streams: one for every buffer (the default).
+const STREAMS: usize = 1;
 /// Three and a half chunks: the last one partial.
 const LEN: usize = 3 * CHUNK + CHUNK / 2 + 13;
 
@@ -374,7 +376,7 @@ fn every_staging_stream_waits_for_the_cudarc_stream() {
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
         waits,
-        1 + BUFFERS as u64,
+        1 + STREAMS as u64,
         "cudarc's wait for the writer and one per staging stream"
     );
     // Memory allocated on another stream: the stager waits for that
@@ -392,7 +394,7 @@ fn every_staging_stream_waits_for_the_cudarc_stream() {
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
         waits,
-        1 + 2 * BUFFERS as u64,
+        1 + 2 * STREAMS as u64,
         "one per staging stream for each of the two streams"
     );
     drop((slice, elsewhere, other));
@@ -421,7 +423,7 @@ fn an_undrained_transfer_leaves_the_cudarc_stream_behind_the_staging_streams() {
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
         waits,
-        1 + 2 * BUFFERS as u64,
+        1 + 2 * STREAMS as u64,
         "cudarc's stream did not wait for each staging stream"
     );
     // The next transfer drains the streams first, then runs.
@@ -620,7 +622,7 @@ fn a_small_upload_that_cannot_be_drained_leaves_the_cudarc_stream_behind() {
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
         waits,
-        ok_waits + BUFFERS as u64 + 1,
+        ok_waits + STREAMS as u64 + 1,
         "cudarc's stream did not wait for each of the stager's streams"
     );
     // Drained by the next call, which works.
@@ -703,7 +705,7 @@ fn the_memorys_own_stream_is_checked_and_ordered_too() {
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
     assert_eq!(
         waits,
-        1 + 4 * BUFFERS as u64,
+        1 + 4 * STREAMS as u64,
         "cudarc's wait, the staging streams' waits for both streams, both streams' waits for the staging streams"
     );
     drop((slice, own));

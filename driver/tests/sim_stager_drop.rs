@@ -26,7 +26,12 @@ use sim_support::device;
 fn a_transfer_dropped_after_a_sticky_error_mid_copy_waits_for_the_copier() {
     let device = device();
     let len = 128 << 20;
-    let mut stager = device.stager(sim_support::options(len, 1, 1).driver_path_below(0));
+    // One chunk: the transfer's ends do not ramp.
+    let mut stager = device.stager(
+        sim_support::options(len, 1, 1)
+            .driver_path_below(0)
+            .edge_chunk(usize::MAX),
+    );
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &vec![0xA5u8; len]).unwrap();
     // Kept for good, as the unsafe contract asks of a transfer dropped unfinished.

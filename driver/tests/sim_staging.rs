@@ -146,12 +146,16 @@ fn every_staging_buffer_stream_and_event_is_returned() {
             before.host_allocations + 4,
             "3 staging buffers and their flags"
         );
-        assert_eq!(state.streams, before.streams + 3, "one stream per buffer");
+        assert_eq!(
+            state.streams,
+            before.streams + 1,
+            "one stream for every buffer"
+        );
         let source = DeviceBuffer::new(&device.context, 5 * CHUNK).unwrap();
         let mut host = vec![0u8; 5 * CHUNK];
         // At most one event per chunk in flight and one completion event
         // per stream, reused from one transfer to the next.
-        let bound = before.events + 5 + 3;
+        let bound = before.events + 5 + 1;
         let rounds = scaled(10, 3);
         for _ in 0..rounds {
             stager.run(to_host(&mut host, &source)).unwrap();
@@ -162,7 +166,7 @@ fn every_staging_buffer_stream_and_event_is_returned() {
         assert_eq!(state.host_fns_run, before.host_fns_run, "no host function");
         assert_eq!(
             state.event_records,
-            before.event_records + (rounds * (5 + 3)) as u64,
+            before.event_records + (rounds * (5 + 1)) as u64,
             "an event per chunk, and per stream used"
         );
     }
@@ -299,10 +303,10 @@ fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_hand
             let a = scope.start(to_host(&mut first, &source).at(0)).unwrap();
             let b = scope.start(to_host(&mut second, &source).at(len)).unwrap();
             // Both queued whole while nothing runs: the caller was not
-            // blocked. Per chunk a copy and an event (the fourth and fifth
-            // chunks reuse buffers: a flag wait each), per stream used a
-            // completion event.
-            assert_eq!(sim::device_state(ordinal).queued, 6 * 2 + 3 + 2 * 3);
+            // blocked. Per chunk a copy and an event (the fourth to sixth
+            // chunks reuse buffers: a flag wait each), per transfer a
+            // completion event on the one stream.
+            assert_eq!(sim::device_state(ordinal).queued, 6 * 2 + 3 + 2);
             sim::release(ordinal);
             b.wait().unwrap();
             // Forgotten: the scope still waits for it before returning
@@ -323,8 +327,22 @@ fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_hand
 /// and the copier's order); every byte arrives.
 #[test]
 fn transfers_each_way_sharing_the_buffers_all_arrive() {
+    // On one stream (the default) and on a stream per buffer.
+    for streams in [1, 3] {
+        each_way_sharing_the_buffers(streams);
+    }
+}
+
+fn each_way_sharing_the_buffers(streams: usize) {
     let device = device();
-    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let built = sim_support::options(CHUNK, 3, 2)
+        .driver_path_below(0)
+        .h2d_stores(Stores::Streaming)
+        .streams(streams)
+        .build()
+        .unwrap();
+    let mut stager = Stager::with_options(&device.context, built).unwrap();
+    assert_eq!(stager.options().streams(), streams);
     let len = 2 * CHUNK + CHUNK / 2;
     let down_expected = pattern(len, 41);
     let up_expected = pattern(len, 42);
@@ -670,14 +688,22 @@ fn two_devices_stage_at_once_each_with_its_own_workers() {
 #[test]
 fn a_stager_that_fails_to_start_frees_what_it_allocated() {
     let device = device();
-    for (entry, nth) in [
-        ("cuMemHostAlloc", 2),
-        ("cuMemHostAlloc", 3),
-        ("cuStreamCreate", 2),
-        ("cuStreamCreate", 3),
+    // (entry, its call that fails, streams)
+    for (entry, nth, streams) in [
+        ("cuMemHostAlloc", 2, 1),
+        ("cuMemHostAlloc", 3, 1),
+        ("cuStreamCreate", 1, 1),
+        ("cuStreamCreate", 2, 3),
+        ("cuStreamCreate", 3, 3),
+        ("cuMemHostAlloc", 2, 3),
     ] {
         sim::fail_call(device.ordinal, entry, nth, LAUNCH_FAILED);
-        let made = Stager::with_options(&device.context, options(Stores::Streaming));
+        let built = sim_support::options(CHUNK, 3, 2)
+            .driver_path_below(0)
+            .streams(streams)
+            .build()
+            .unwrap();
+        let made = Stager::with_options(&device.context, built);
         assert!(
             made.is_err(),
             "{entry} #{nth} failed, yet the stager was made"

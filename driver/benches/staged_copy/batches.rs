@@ -31,24 +31,28 @@
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::staging::{
-    Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
+    Block, DeviceCopies, Stager, StagingOptions, Stores, to_device, to_host,
 };
 use hostcopy_driver::cuda::{CUdeviceptr, Context, DeviceBuffer, Error, PinnedBuffer, Stream};
 
 use crate::machine::host_available;
 use crate::paths::{self, Direction, Timed, timed};
 use crate::report::{Reference, Report, gbps, not_run, row};
-use crate::table::size;
+use crate::table::{median, size};
 use crate::{Bench, Options};
 
 /// Runs the three groups.
 pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
     let (context, options, reference) = (bench.context, bench.options, bench.reference);
     let batch_copy = BatchCopy::open(options);
-    scattered(context, options, batch_copy.as_ref(), report)?;
-    caller_share(context, options, reference, report)?;
-    one_transfer(context, options, report)?;
-    one_transfer_chunks(context, options, report)?;
+    if options.runs_group("batches") {
+        scattered(context, options, batch_copy.as_ref(), report)?;
+        caller_share(context, options, reference, report)?;
+    }
+    if options.runs_group("one-transfer") {
+        one_transfer(context, options, report)?;
+        interleaved(context, options, report)?;
+    }
     Ok(())
 }
 
@@ -779,82 +783,183 @@ fn link_row(
     Ok(link)
 }
 
-/// Chunk sizes, staging buffers and edge chunks tried for one transfer:
-/// (chunk MiB, buffers, edge chunk MiB), the default first.
-const CHUNK_CONFIGS: [(usize, usize, usize); 8] = [
-    (16, 4, 16),
-    (16, 4, 4),
-    (16, 4, 2),
-    (16, 4, 1),
-    (16, 8, 2),
-    (8, 8, 8),
-    (8, 8, 2),
-    (4, 8, 4),
+/// Settings compared transfer by transfer, in rotation: chunk MiB,
+/// buffers, edge chunk MiB, streams, and the stores that fill a staging
+/// buffer for the device (`C`ached or `S`treaming); the default first.
+const INTERLEAVED: [(usize, usize, usize, usize, char); 6] = [
+    (16, 4, 2, 1, 'C'),
+    (16, 4, 16, 1, 'C'),
+    (16, 4, 16, 4, 'C'),
+    (16, 4, 1, 1, 'C'),
+    (16, 4, 4, 1, 'C'),
+    (8, 4, 2, 1, 'C'),
 ];
 
-/// One transfer of 64 MiB and 256 MiB (64 MiB and two settings with
-/// `--quick`), both ways, blocking, with the chunk sizes and buffer counts
-/// of [`CHUNK_CONFIGS`] beside pinned memory: where a transfer's fill and
-/// drain (the first chunk's driver copy, the last one's host copy) cost
-/// more than its chunks' fixed costs.
-fn one_transfer_chunks(
-    context: &Context,
-    options: &Options,
-    report: &mut Report,
-) -> Result<(), Error> {
-    let (sizes, configs): (&[usize], &[(usize, usize, usize)]) = if options.quick {
-        (&[64 << 20], &CHUNK_CONFIGS[..2])
+/// The settings whose 64 MiB transfers are traced ([`timeline`]).
+const TRACED: usize = 2;
+
+/// One blocking transfer of 64 MiB, 256 MiB and 1 GiB (64 MiB with
+/// `--quick`) both ways with each of [`INTERLEAVED`]'s settings and
+/// through pinned memory, the settings taking turns transfer by transfer
+/// (the order rotated each round) so that a machine whose speed drifts
+/// during the run drifts under all of them alike: each setting's median
+/// as a share of pinned memory's.
+fn interleaved(context: &Context, options: &Options, report: &mut Report) -> Result<(), Error> {
+    let (sizes, rounds): (&[usize], usize) = if options.quick {
+        (&[64 << 20], 2)
     } else {
-        (&[64 << 20, 256 << 20], &CHUNK_CONFIGS[..])
+        (&[64 << 20, 256 << 20, 1 << 30], 4 * options.runs.max(3) - 1)
     };
-    let mut reference = Stager::new(context)?;
+    let mut stagers = Vec::new();
+    for &(chunk_mib, buffers, edge_mib, streams, stores) in &INTERLEAVED {
+        let built = StagingOptions::builder()
+            .chunk(chunk_mib << 20)
+            .buffers(buffers)
+            .edge_chunk(edge_mib << 20)
+            .streams(streams)
+            .h2d_stores(if stores == 'S' {
+                Stores::Streaming
+            } else {
+                Stores::Cached
+            })
+            .build()?;
+        stagers.push(Stager::with_options(context, built)?);
+    }
     for &bytes in sizes {
-        let mut memory = TransferMemory::new(context, bytes, 41)?;
+        if host_available() < 3 * bytes {
+            continue;
+        }
+        let mut memory = TransferMemory::new(context, bytes, 71)?;
+        let mut pinned = Some(PinnedBuffer::new(context, bytes)?);
         for direction in [Direction::D2H, Direction::H2D] {
             let name = direction_name(direction);
+            // Times per setting; the last slot is pinned memory.
+            let mut times = vec![Vec::new(); stagers.len() + 1];
+            for round in 0..=rounds {
+                for turn in 0..times.len() {
+                    let which = (turn + round) % times.len();
+                    let start = Instant::now();
+                    if which == stagers.len() {
+                        let buffer = pinned.take().expect("given back by each copy");
+                        pinned = Some(match direction {
+                            Direction::D2H => {
+                                stagers[0].device_to_pinned(buffer, &memory.device, 0)?
+                            }
+                            Direction::H2D => {
+                                stagers[0].pinned_to_device(&mut memory.device, buffer, 0)?
+                            }
+                        });
+                    } else {
+                        let stager = &mut stagers[which];
+                        match direction {
+                            Direction::D2H => {
+                                stager.run(to_host(&mut memory.host[..], &memory.device))?
+                            }
+                            Direction::H2D => {
+                                stager.run(to_device(&mut memory.device, &memory.host[..]))?
+                            }
+                        }
+                    }
+                    // The first round warms every setting up.
+                    if round > 0 {
+                        times[which].push(start.elapsed());
+                    }
+                }
+            }
+            match direction {
+                Direction::D2H => check_same("interleaved, D2H", &memory.host, &memory.source),
+                Direction::H2D => {
+                    memory.device.copy_to_host(0, &mut memory.back)?;
+                    check_same("interleaved, H2D", &memory.back, &memory.host);
+                }
+            }
+            let link = median(&times[stagers.len()]);
             let group = format!(
-                "one transfer, {} {name}, by chunk and buffers (x pinned: pinned {name} of the same size)",
+                "interleaved, {} {name} (x pinned: pinned {name}, in the same rotation)",
                 size(bytes)
             );
-            let link = link_row(
-                context,
-                &mut reference,
-                &mut memory,
-                direction,
-                &group,
-                options,
-                report,
-            )?;
+            let link_gbps = bytes as f64 / link / 1e9;
             let mut ratios = Vec::new();
-            for (seed, &(chunk_mib, buffers, edge_mib)) in (44..).zip(configs) {
-                let built = StagingOptions::builder()
-                    .chunk(chunk_mib << 20)
-                    .buffers(buffers)
-                    .edge_chunk(edge_mib << 20)
-                    .build()?;
-                let mut stager = Stager::with_options(context, built)?;
+            for (index, (timed, &(chunk_mib, buffers, edge_mib, streams, stores))) in
+                times.iter().zip(&INTERLEAVED).enumerate()
+            {
                 let path = format!(
-                    "staged, {chunk_mib} MiB x {buffers} buffers, edges from {edge_mib} MiB"
+                    "staged, {chunk_mib} MiB x {buffers} buffers, edges from {edge_mib} MiB, {streams} streams, stores {stores}"
                 );
-                let label = format!("{group}, {path}");
-                let staged =
-                    memory.staged(&mut stager, direction, false, seed, options.runs, &label)?;
+                let timed = Timed::plain(timed.clone());
                 ratios.push(format!(
-                    "{chunk_mib}x{buffers}/{edge_mib} {:.1}%",
-                    100.0 * gbps(bytes, &staged) / link
+                    "{chunk_mib}x{buffers}/{edge_mib}/s{streams}/{stores} {:.1}%",
+                    100.0 * link / median(&timed.times)
                 ));
                 report
                     .rows
-                    .push(row(&group, &path, bytes, &staged, link, f64::NAN));
+                    .push(row(&group, &path, bytes, &timed, link_gbps, f64::NAN));
+                if bytes == 64 << 20 && index < TRACED {
+                    report.notes.push(timeline(
+                        &mut stagers[index],
+                        &mut memory,
+                        direction,
+                        &format!("{name} {}, {path}", size(bytes)),
+                    )?);
+                }
             }
             report.notes.push(format!(
-                "one transfer, {name} {} of pinned by chunk MiB x buffers / edge MiB: {}",
+                "interleaved, {name} {} of pinned (median of {rounds}): {}",
                 size(bytes),
                 ratios.join(", ")
             ));
         }
     }
     Ok(())
+}
+
+/// One blocking transfer traced (`staging::trace`): when the caller
+/// queued each chunk, when the copier saw it ready and made its host
+/// side, and when the caller saw the end, in microseconds from the call.
+fn timeline(
+    stager: &mut Stager,
+    memory: &mut TransferMemory,
+    direction: Direction,
+    label: &str,
+) -> Result<String, Error> {
+    use hostcopy_driver::cuda::staging::trace::{self, Step};
+    trace::start();
+    let result = memory.staged(stager, direction, false, 60, 1, label);
+    let marks = trace::stop();
+    result?;
+    // The timed run (the second): from its `QueueBegin` on.
+    let begins: Vec<usize> = (0..marks.len())
+        .filter(|&i| marks[i].step == Step::QueueBegin)
+        .collect();
+    let Some(&from) = begins.last() else {
+        return Ok(format!("timeline, {label}: no marks"));
+    };
+    let zero = marks[from].nanos;
+    let mut lines = vec![format!(
+        "timeline, {label} (us from the call; chunk: queued / device wait met / device copied / ready / host done):"
+    )];
+    let at = |step: Step, chunk: u32| {
+        marks[from..]
+            .iter()
+            .find(|m| {
+                m.nanos >= zero && m.step == step && (m.chunk == chunk || step == Step::Finished)
+            })
+            .map_or("-".to_owned(), |m| {
+                format!("{:.0}", (m.nanos.saturating_sub(zero)) as f64 / 1e3)
+            })
+    };
+    for chunk in 0..marks[from].chunk {
+        lines.push(format!(
+            "  {chunk}: {} / {} / {} / {} / {}",
+            at(Step::Queued, chunk),
+            at(Step::DeviceWaitMet, chunk),
+            at(Step::DeviceCopied, chunk),
+            at(Step::Ready, chunk),
+            at(Step::HostDone, chunk)
+        ));
+    }
+    lines.push(format!("  finished: {}", at(Step::Finished, 0)));
+    Ok(lines.join("\n"))
 }
 
 fn one_transfer_path(scope: bool) -> &'static str {

@@ -649,7 +649,7 @@ fn process_cpu() -> Option<Duration> {
 }
 
 /// Worker counts the CPU rows try beside the default (the default first).
-const CPU_WORKERS: [usize; 3] = [8, 6, 4];
+const CPU_WORKERS: [usize; 4] = [12, 8, 6, 4];
 
 fn cpu_time(
     context: &Context,

@@ -38,7 +38,7 @@
 //!
 //! `--only` runs the named groups alone (after the 1 GiB reference, which
 //! the others compare with): `sweep`, `sizes`, `small`, `two-gpus`,
-//! `fresh`, `batches`, `chunk-cost`, `cudarc`.
+//! `fresh`, `batches`, `one-transfer`, `chunk-cost`, `cudarc`.
 
 mod batches;
 mod chunk_cost;
@@ -73,13 +73,14 @@ pub(crate) struct Options {
 }
 
 /// The groups `--only` names.
-const GROUPS: [&str; 8] = [
+const GROUPS: [&str; 9] = [
     "sweep",
     "sizes",
     "small",
     "two-gpus",
     "fresh",
     "batches",
+    "one-transfer",
     "chunk-cost",
     "cudarc",
 ];
@@ -172,7 +173,7 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
     if options.runs_group("fresh") {
         fresh::run(&bench, &mut report)?;
     }
-    if options.runs_group("batches") {
+    if options.runs_group("batches") || options.runs_group("one-transfer") {
         batches::run(&bench, &mut report)?;
     }
     if options.runs_group("chunk-cost") {

@@ -18,6 +18,7 @@ use super::options::{StagingOptions, Stores};
 use super::order::OrderEvents;
 use super::plan::{Block, Layout, chunk_sizes, plan};
 use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
+use super::trace::{self, Step};
 use crate::HostRange;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
@@ -82,10 +83,11 @@ impl Engine {
     /// streams, and starts the workers and the copier thread.
     pub(super) fn new(context: &Context, options: StagingOptions) -> Result<Engine, Error> {
         let _relaxed = RelaxedCapture::new();
-        let mut streams = Vec::with_capacity(options.buffers);
+        let streams = (0..options.streams())
+            .map(|_| Stream::new(context))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut buffers = Vec::with_capacity(options.buffers);
         for _ in 0..options.buffers {
-            streams.push(Stream::new(context)?);
             // Plain buffers until every one exists: an error here drops
             // (frees) those made before it, which nothing has touched yet.
             buffers.push(PinnedBuffer::new(context, options.chunk)?);
@@ -494,6 +496,7 @@ impl Engine {
     pub(super) fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         let result = in_flight.wait();
+        trace::mark(Step::Finished, 0);
         let order_upto = in_flight.order_upto();
         let (events, device) = in_flight.settle();
         if result.is_err() {

@@ -2,8 +2,9 @@
 //!
 //! The calling thread queues the driver's side of every chunk at once, in
 //! the call that starts the transfer: on the stream of the chunk's staging
-//! buffer, a wait for the buffer ([`Flags`]), the driver's copy, and an
-//! event. So a transfer is whole in the driver's queues when its call
+//! buffer (one stream for every buffer by default: the driver runs the
+//! copies one after another), a wait for the buffer ([`Flags`]), the
+//! driver's copy, and an event. So a transfer is whole in the driver's queues when its call
 //! returns (a stream can be ordered after it at once), and a non-blocking
 //! call costs only its driver calls: a 16 GiB transfer of 1,024 chunks
 //! queues in a few milliseconds. (The driver takes about 2,000 chunks
@@ -59,6 +60,7 @@ use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
 use super::options::{DeviceCopies, MAX_CHUNK, StagingOptions};
 use super::plan::{Capabilities, DeviceMove, DevicePiece, PlannedChunk, choose_moves};
+use super::trace::{self, Step};
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
 use crate::cuda::device::DeviceBuffer;
@@ -82,6 +84,13 @@ const _: () = assert!(MAX_CHUNK <= u32::MAX as usize);
 /// Spare chunk events kept for reuse; more are destroyed when returned.
 const SPARE_EVENTS: usize = 256;
 
+/// How long [`Job::wait_done_soon`] polls before it sleeps: longer than
+/// the host side of a transfer's last chunk, which grows from
+/// [`DEFAULT_EDGE_CHUNK`](super::options::DEFAULT_EDGE_CHUNK) (about 40
+/// us for 2 MiB on the H200 host), and short enough to cost little where
+/// it is not (a 16 MiB last chunk's took 150 to 300 us).
+const DONE_SOON: core::time::Duration = core::time::Duration::from_micros(300);
+
 /// What the stager and its copier share: first the settings and objects
 /// fixed when the stager is made, read without a lock; then the state that
 /// changes, each part behind its own synchronisation (the copier's own in
@@ -89,8 +98,9 @@ const SPARE_EVENTS: usize = 256;
 #[derive(Debug)]
 pub(super) struct Lanes {
     context: Context,
-    /// One per staging buffer; emptied only by [`Lanes::clear`], once the
-    /// copier is joined.
+    /// The streams the chunks are queued on, buffer `k`'s on stream
+    /// `k % streams.len()` ([`Lanes::stream_of`]); emptied only by
+    /// [`Lanes::clear`], once the copier is joined.
     pub(super) streams: Vec<Stream>,
     /// One counter per staging buffer.
     flags: Flags,
@@ -296,6 +306,31 @@ impl Job {
         self.done.now()
     }
 
+    /// Waits until the copier is done with the job, polling for up to
+    /// [`DONE_SOON`] before sleeping: for a caller that knows the copier
+    /// has at most one chunk's host side left, so that the wake-up of a
+    /// sleeping thread (30 to 270 us measured on the H200 host's VM) is
+    /// not added to the transfer.
+    pub(super) fn wait_done_soon(&self) -> MutexGuard<'_, Done> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < DONE_SOON {
+            let done = self.done.now();
+            if done.finished {
+                return done;
+            }
+            drop(done);
+            for _ in 0..64 {
+                core::hint::spin_loop();
+            }
+        }
+        self.wait_done()
+    }
+
+    /// Which way the job goes.
+    pub(super) fn direction(&self) -> Direction {
+        self.direction
+    }
+
     /// Whether the caller begins queuing chunk `index` (false: it never
     /// will), once it knows.
     fn wait_begun(&self, index: usize) -> bool {
@@ -332,15 +367,15 @@ enum Queueing {
 
 impl Lanes {
     /// Lanes for `streams`, staging buffer `k` (at address `staging[k]`,
-    /// `options.chunk` bytes) on stream `k`.
+    /// `options.chunk` bytes) on stream `k % streams.len()`.
     pub(super) fn new(
         context: &Context,
         streams: Vec<Stream>,
         staging: Vec<usize>,
         options: &StagingOptions,
     ) -> Result<Lanes, Error> {
-        assert_eq!(streams.len(), staging.len());
-        let mut flags = Flags::new(context, streams.len())?;
+        assert!((1..=staging.len()).contains(&streams.len()));
+        let mut flags = Flags::new(context, staging.len())?;
         // Every staged transfer queues waits on the flags: a device or
         // driver that refuses them is refused here, before any transfer
         // could queue half of itself. The wait is met at once (0 >= 0).
@@ -413,6 +448,16 @@ impl Lanes {
         }
     }
 
+    /// The staging buffers, and their flags.
+    fn buffers(&self) -> usize {
+        self.staging.len()
+    }
+
+    /// The stream buffer `buffer`'s chunks are queued on.
+    fn stream_of(&self, buffer: usize) -> StreamRef<'_> {
+        self.streams[buffer % self.streams.len()].as_stream()
+    }
+
     /// Gives transfer completion events back for reuse.
     pub(super) fn return_lane_events(&self, events: Vec<Event>) {
         let mut spare = lock(&self.spare_lane_events);
@@ -450,39 +495,45 @@ impl Lanes {
     /// the copier and drain the streams before any other transfer.
     pub(super) fn queue_job(&self, job: &Arc<Job>) -> Result<Vec<Event>, Error> {
         let _relaxed = RelaxedCapture::new();
+        trace::mark(Step::QueueBegin, job.plan.len());
+        trace::device_begin(&self.context, self.stream_of(0));
         self.handoff.hand_over(Arc::clone(job));
         // Unwinding from here would leave the copier waiting for chunks
         // that never come, and the driver for flags never advanced.
         let _no_unwind = AbortOnUnwind::new();
         let mut used = Vec::new();
         let mut result = Ok(());
-        for planned in &job.plan {
-            let stream = self.streams[planned.buffer].as_stream();
+        for (index, planned) in job.plan.iter().enumerate() {
+            let stream = self.stream_of(planned.buffer);
             // A chunk to the device is filled from here on (see
             // `Copier::copy_job`).
             job.queued.update(|queued| queued.begun += 1);
-            match self.queue_chunk(job.direction, planned, stream) {
-                Ok(event) => job.queued.update(|queued| queued.events.push(Some(event))),
+            match self.queue_chunk(job.direction, planned, stream, index) {
+                Ok(event) => {
+                    job.queued.update(|queued| queued.events.push(Some(event)));
+                    trace::mark(Step::Queued, index);
+                }
                 Err(error) => {
                     job.queued.update(|queued| queued.events.push(None));
                     result = Err(error);
                     break;
                 }
             }
-            if !used.contains(&planned.buffer) {
-                used.push(planned.buffer);
+            let lane = planned.buffer % self.streams.len();
+            if !used.contains(&lane) {
+                used.push(lane);
             }
         }
         job.queued.update(|queued| queued.finished = true);
         result?;
         let mut events = Vec::with_capacity(used.len());
-        for buffer in used {
+        for lane in used {
             let spare = lock(&self.spare_lane_events).pop();
             let event = match spare {
                 Some(event) => event,
                 None => Event::ordering(&self.context)?,
             };
-            event.record(self.streams[buffer].as_stream())?;
+            event.record(self.streams[lane].as_stream())?;
             events.push(event);
         }
         Ok(events)
@@ -500,8 +551,9 @@ impl Lanes {
         direction: Direction,
         planned: &PlannedChunk,
         stream: StreamRef<'_>,
+        index: usize,
     ) -> Result<Event, Error> {
-        let use_ = use_of(planned.seq, self.streams.len());
+        let use_ = use_of(planned.seq, self.buffers());
         let want = match direction {
             // Every earlier use's host side has read the buffer out.
             Direction::DeviceToHost => use_,
@@ -532,10 +584,12 @@ impl Lanes {
             // captures.
             unsafe { stream.wait_value32_geq(self.flags.device_addr(planned.buffer), want) }?;
         }
+        trace::device(Step::DeviceWaitMet, index, &self.context, stream);
         match &gathered {
             Some(gathered) => gathered.copy(direction, stream)?,
             None => self.device_copy(direction, planned, stream)?,
         }
+        trace::device(Step::DeviceCopied, index, &self.context, stream);
         // Not a blocking-sync event: the driver holds only about 220 of
         // those (or of host functions) queued before a call waits for
         // room (a 16 GiB transfer's call waited 78% of it:
@@ -640,7 +694,7 @@ impl Lanes {
         if needs_kernel || (capabilities.kernel == Some(false) && gathers()) {
             let made = self
                 .gather
-                .get_or_init(|| Gather::new(&self.context, self.streams.len(), self.chunk));
+                .get_or_init(|| Gather::new(&self.context, self.buffers(), self.chunk));
             if let Err(error) = made
                 && self.device_copies == DeviceCopies::Kernel
             {
@@ -755,7 +809,7 @@ impl Copier {
     /// advancing each buffer's flag once per chunk; then settles the job.
     fn copy_job(&mut self, job: &Job) {
         let _no_unwind = AbortOnUnwind::new();
-        let buffers = self.lanes.streams.len();
+        let buffers = self.lanes.buffers();
         let mut error = None;
         let mut ahead = match (self.prefault, job.direction) {
             (Some(lookahead), Direction::DeviceToHost) => Some(Ahead::start(&job.plan, lookahead)),
@@ -812,6 +866,7 @@ impl Copier {
                 .flags
                 .get(planned.buffer)
                 .store(next, Ordering::Release);
+            trace::mark(Step::HostDone, index);
             if job.direction == Direction::HostToDevice
                 && let Queueing::Whole(event) = job.wait_queued(index)
             {
@@ -866,6 +921,7 @@ impl Copier {
             }
             met = Some(failed.into());
         }
+        trace::mark(Step::Ready, (planned.seq - job.plan[0].seq) as usize);
         if let Some(seen) = self.last[planned.buffer].take() {
             // Complete: it came before the copy just waited for, on the
             // buffer's stream, or was that copy.
@@ -935,7 +991,7 @@ impl CopierThread {
         let mut copier = Copier {
             lanes: Arc::clone(lanes),
             workers: Arc::clone(workers),
-            last: (0..lanes.streams.len()).map(|_| None).collect(),
+            last: (0..lanes.buffers()).map(|_| None).collect(),
             prefault,
         };
         let thread = FeederThread::spawn("hostcopy-copier", &lanes.handoff, move |handoff| {

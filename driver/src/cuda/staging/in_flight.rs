@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::vec::Vec;
 
+use super::Direction;
 use super::feed::Job;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
@@ -68,11 +69,49 @@ impl InFlight {
     /// (which it always finishes, after an error too) and its driver
     /// copies have run; the first error. After one, the copies queued
     /// after it may still run: only a drain of the streams tells.
+    ///
+    /// To the device the copier finishes first (its last fill comes before
+    /// the last copy): it is waited for asleep, then the copies in the
+    /// driver. To the host the copies finish first: they are polled for,
+    /// then the copier's last host side ([`Job::wait_done_soon`]), so that
+    /// no thread's wake-up is added to the transfer (the caller of a
+    /// blocking transfer keeps one core busy while it runs).
     pub(super) fn wait(&self) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
-        if let Some(error) = self.job.wait_done().error {
-            return Err(error);
+        match self.job.direction() {
+            Direction::DeviceToHost => {
+                // Until the copies have run, or the copier is done (after
+                // an error, perhaps before they ran), or a poll fails
+                // (which the copier's wait meets too).
+                while !self.job.done_now().finished && self.query_events() == Ok(false) {
+                    std::thread::yield_now();
+                }
+                if let Some(error) = self.job.wait_done_soon().error {
+                    return Err(error);
+                }
+                self.synchronize_events()
+            }
+            Direction::HostToDevice => {
+                if let Some(error) = self.job.wait_done().error {
+                    return Err(error);
+                }
+                self.synchronize_events()
+            }
         }
+    }
+
+    /// Whether the events after the transfer's last chunks completed.
+    fn query_events(&self) -> Result<bool, Error> {
+        for event in &self.events {
+            if !event.query()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits in the driver for the events after the transfer's last chunks.
+    fn synchronize_events(&self) -> Result<(), Error> {
         for event in &self.events {
             event.synchronize()?;
         }

@@ -141,15 +141,18 @@
 //!
 //! # The fastest transfer on a new machine
 //!
-//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks, 4 staging
-//!    buffers, workers = cores - 4 (measured on a 16-core H200 host: 98% of
-//!    pinned D2H; 4 workers reached only 59%). Each default's documentation
-//!    in [`options`](StagingOptions) says where it comes from.
+//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks whose first
+//!    and last ones grow from 2 MiB, 4 staging buffers on one stream, and
+//!    cores - 4 workers up to 8 (measured on a 16-core H200 host: 8 workers
+//!    kept the link busy both ways at the driver's CPU cost per GiB, 6
+//!    fell to 35 GB/s to the device). Each default's documentation in
+//!    [`options`](StagingOptions) says where it comes from.
 //! 2. Run the benchmark there: `cargo xtask bench` (or the bundle's
 //!    `staged_copy`). It prints, side by side, pinned D2H/H2D (the link),
 //!    the driver's pageable path and the stager, with ratios.
 //! 3. If the stager trails the pinned figure, try more workers (up to the
-//!    cores less one), 3 to 6 buffers, 8 to 32 MiB chunks; for host to
+//!    cores less one), 3 to 6 buffers, 8 to 32 MiB chunks, edge chunks of
+//!    1 to 4 MiB, a stream per buffer; for host to
 //!    device compare [`Stores::Streaming`] and [`Stores::Cached`] (the
 //!    benchmark prints both).
 //! 4. Several GPUs at once: one stager per GPU, each on its own thread,
@@ -175,6 +178,8 @@ mod plan;
 mod scope;
 mod spec;
 mod stager;
+#[doc(hidden)]
+pub mod trace;
 
 // The engine's words, for the modules below that use them.
 use spec::Direction;
@@ -182,9 +187,9 @@ use spec::Direction;
 pub use super::retire::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
-    DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_EDGE_CHUNK, DRIVER_PATH_BELOW, DeviceCopies,
-    KERNEL_BELOW, MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES, StagingOptions,
-    StagingOptionsBuilder, Stores, default_workers,
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_EDGE_CHUNK, DEFAULT_STREAMS, DRIVER_PATH_BELOW,
+    DeviceCopies, KERNEL_BELOW, LINK_WORKERS, MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES,
+    StagingOptions, StagingOptionsBuilder, Stores, default_workers,
 };
 pub use order::MAX_ORDER_EVENTS;
 pub use pending::PendingTransfer;

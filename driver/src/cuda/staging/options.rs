@@ -16,10 +16,11 @@ use crate::cuda::error::Error;
 /// 16 MiB under 2%); larger chunks fall out of the host's cache between the
 /// GPU's write and the host copy (64 MiB: 37 to 40 GB/s). Short transfers
 /// keep the full chunk too: cutting a 64 MiB transfer into sixteen 4 MiB
-/// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks
-/// and ramping its ends down to 1 MiB chunks reached 73% of pinned
-/// against 82%, so chunks do not ramp (docs/design-record.md, "16 MiB
-/// chunks through 4 staging buffers, equal in size").
+/// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks.
+/// Compared transfer by transfer in rotation (one stream, edges from 2
+/// MiB), 8 MiB chunks gained 1 to 4 points to the device and lost 5 to
+/// the host at 1 GiB (docs/design-record.md, "16 MiB chunks through 4
+/// staging buffers on one stream, the ends from 2 MiB").
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
 /// Default size of a transfer's first and last chunks
@@ -27,12 +28,28 @@ pub const DEFAULT_CHUNK: usize = 16 << 20;
 /// up to the chunk, so that a transfer's second stage starts early and
 /// ends soon after the first.
 ///
-/// `usize::MAX`, which [`StagingOptions::edge_chunk`] reads as the chunk,
-/// whatever its size: no ramp. Edges from 1 to 4 MiB were measured on two
-/// runs and none beat equal chunks (docs/design-record.md, "16 MiB chunks
-/// through 4 staging buffers, equal in size"). (Before, the default was
-/// 16 MiB, so that any chunk larger than that ramped.)
-pub const DEFAULT_EDGE_CHUNK: usize = usize::MAX;
+/// 2 MiB: on one stream ([`DEFAULT_STREAMS`]), the first chunk's copy
+/// ends after about 50 us instead of 300, and the last host side takes
+/// about 40 us instead of 150 to 300. Compared transfer by transfer with
+/// equal 16 MiB chunks on the H200 host, two runs: 64 MiB 82 to 85%
+/// of pinned against 78 to 79% to the host, 68 to 73% against 63 to
+/// 67% to the device; 256 MiB 94% against 93% and 78 to 81% against 71
+/// to 77%; ahead at 1 GiB too, in all twelve pairs (docs/design-record.md,
+/// "16 MiB chunks through 4 staging buffers on one stream, the ends from
+/// 2 MiB"). On a stream per buffer, as before, edge chunks gained
+/// nothing: the driver ran several chunks' copies at once.
+pub const DEFAULT_EDGE_CHUNK: usize = 2 << 20;
+
+/// Default number of streams a stager queues its chunks on
+/// ([`StagingOptionsBuilder::streams`]): one, so that the driver runs the
+/// chunks' copies one after another, in the order the copier makes their
+/// host sides.
+///
+/// Compared transfer by transfer with a stream per buffer on the H200
+/// host: 64 MiB to the host 78% of pinned against 69 to 75%, 256 MiB
+/// 93% against 89 to 94%, 1 GiB 97.3 to 97.4% against 96.5%; to the
+/// device within two points either way.
+pub const DEFAULT_STREAMS: usize = 1;
 
 /// The smallest chunk [`StagingOptionsBuilder::build`] accepts: one page.
 ///
@@ -48,24 +65,34 @@ pub const MIN_CHUNK: usize = 4 << 10;
 /// (64 MiB: 37 to 40 GB/s against 52 to 54).
 pub const MAX_CHUNK: usize = 1 << 30;
 
-/// The most staging buffers accepted: each is a pinned allocation and a
-/// stream of its own, and more than 4 to 6 were never measured faster.
+/// The most staging buffers accepted: each is a pinned allocation, and
+/// more than 4 to 6 were never measured faster.
 pub const MAX_BUFFERS: usize = 64;
 
-/// Default number of pinned staging buffers, each on its own stream.
+/// Default number of pinned staging buffers.
 ///
-/// Buffer `k` on stream `k` is what overlaps the host copy of chunk `i`
-/// with the transfer of chunk `i + 1`; on the H200 host 3 and 4 buffers of
-/// 16 MiB both reached 95 to 98% of pinned D2H. Four keep the link busy
-/// while one host copy runs late.
+/// The buffers are what overlaps the host copy of chunk `i` with the
+/// transfer of chunk `i + 1`; on the H200 host 3 and 4 buffers of 16 MiB
+/// both reached 95 to 98% of pinned D2H, 8 fell behind (73 to 86% at
+/// 256 MiB against 93 to 94%). Four keep the link busy while one host copy
+/// runs late.
 pub const DEFAULT_BUFFERS: usize = 4;
 
 /// Cores left to the rest of the process (the enqueuing thread, the
 /// driver's own threads) by the default worker count.
-///
-/// On the 16-core H200 host, 12 workers (cores - 4) reached 98% of pinned
-/// D2H, 4 workers only 59%.
 pub const RESERVED_CORES: usize = 4;
+
+/// The most workers a stager starts by default ([`default_workers`]): the
+/// host copy is bound by memory bandwidth, and eight workers keep a PCIe
+/// Gen5 x16 link busy both ways.
+///
+/// On the 16-core H200 host, 1 GiB: 8 workers moved 54.1 GB/s to the host
+/// and 53.3 to the device (98% and 96% of pinned) at 0.99x and 1.12x the
+/// driver's own path's CPU seconds per GiB; 12 workers the same speed at
+/// 1.16x and 1.31x; 6 workers fell to 35 GB/s to the device
+/// (docs/design-record.md, "A pool of copy workers for each chunk's host
+/// copy").
+pub const LINK_WORKERS: usize = 8;
 
 /// Single transfers smaller than this take the driver's path (one driver
 /// copy through a pinned buffer of the stager's own, of this size at most
@@ -133,6 +160,7 @@ pub struct StagingOptions {
     pub(super) chunk: usize,
     pub(super) edge_chunk: usize,
     pub(super) buffers: usize,
+    pub(super) streams: usize,
     pub(super) workers: usize,
     pub(super) h2d_stores: Stores,
     pub(super) driver_path_below: usize,
@@ -150,6 +178,7 @@ impl Default for StagingOptions {
             chunk: DEFAULT_CHUNK,
             edge_chunk: DEFAULT_EDGE_CHUNK,
             buffers: DEFAULT_BUFFERS,
+            streams: DEFAULT_STREAMS,
             workers: default_workers(1),
             h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
@@ -194,9 +223,15 @@ impl StagingOptions {
         self.edge_chunk.min(self.chunk)
     }
 
-    /// Pinned staging buffers, each on its own stream.
+    /// Pinned staging buffers.
     pub fn buffers(&self) -> usize {
         self.buffers
+    }
+
+    /// Streams the chunks are queued on, 1 to [`buffers`](Self::buffers):
+    /// buffer `k`'s chunks on stream `k % streams`.
+    pub fn streams(&self) -> usize {
+        self.streams.min(self.buffers)
     }
 
     /// Worker threads of the stager's own pool.
@@ -261,6 +296,16 @@ impl StagingOptionsBuilder {
     /// Staging buffers, 1 to [`MAX_BUFFERS`] (default [`DEFAULT_BUFFERS`]).
     pub fn buffers(mut self, buffers: usize) -> Self {
         self.options.buffers = buffers;
+        self
+    }
+
+    /// Streams the chunks are queued on, from 1 up (default
+    /// [`DEFAULT_STREAMS`]); at or above the buffer count, one stream per
+    /// staging buffer. On one stream the driver runs the chunks' copies in
+    /// the order they were queued, one after another; on several it may
+    /// run them at once, sharing the link, so that they complete together.
+    pub fn streams(mut self, streams: usize) -> Self {
+        self.options.streams = streams;
         self
     }
 
@@ -381,6 +426,7 @@ impl StagingOptionsBuilder {
             chunk: check("chunk", self.options.chunk, MIN_CHUNK, MAX_CHUNK)?,
             edge_chunk: check("edge_chunk", self.options.edge_chunk, MIN_CHUNK, usize::MAX)?,
             buffers: check("buffers", self.options.buffers, 1, MAX_BUFFERS)?,
+            streams: check("streams", self.options.streams, 1, usize::MAX)?,
             workers,
             ..self.options
         })
@@ -390,11 +436,12 @@ impl StagingOptionsBuilder {
 /// The default worker count for one of `stagers` stagers transferring at
 /// once: the available cores less [`RESERVED_CORES`] (on machines of more
 /// than 8 cores; less one core on smaller ones), split evenly between the
-/// stagers, at least 1.
+/// stagers, at most [`LINK_WORKERS`], at least 1.
 ///
 /// Each stager has a pool of its own, so stagers never wait for each
 /// other's copies; splitting the cores keeps them from oversubscribing the
-/// machine (on a 32-core host with two GPUs, 14 workers each).
+/// machine (on a 16-core host with two GPUs, 6 workers each; on 32 cores,
+/// 8 each).
 pub fn default_workers(stagers: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
     let usable = if cores > 8 {
@@ -402,7 +449,7 @@ pub fn default_workers(stagers: usize) -> usize {
     } else {
         cores.saturating_sub(1)
     };
-    (usable / stagers.max(1)).max(1)
+    (usable / stagers.max(1)).clamp(1, LINK_WORKERS)
 }
 
 #[cfg(test)]
@@ -469,16 +516,36 @@ mod tests {
     }
 
     #[test]
-    fn chunks_do_not_ramp_unless_asked_whatever_their_size() {
-        for chunk in [MIN_CHUNK, DEFAULT_CHUNK, 128 << 20, MAX_CHUNK] {
+    fn chunks_ramp_from_the_default_edge_where_they_are_larger() {
+        for chunk in [
+            MIN_CHUNK,
+            DEFAULT_EDGE_CHUNK,
+            DEFAULT_CHUNK,
+            128 << 20,
+            MAX_CHUNK,
+        ] {
             let options = StagingOptions::builder().chunk(chunk).build().unwrap();
-            assert_eq!(options.edge_chunk(), chunk);
+            assert_eq!(options.edge_chunk(), chunk.min(DEFAULT_EDGE_CHUNK));
         }
-        let ramped = StagingOptions::builder()
+        let equal = StagingOptions::builder()
             .chunk(128 << 20)
-            .edge_chunk(1 << 20)
+            .edge_chunk(usize::MAX)
             .build()
             .unwrap();
-        assert_eq!(ramped.edge_chunk(), 1 << 20);
+        assert_eq!(equal.edge_chunk(), 128 << 20);
+        let one_stream = StagingOptions::default();
+        assert_eq!(one_stream.streams(), 1);
+        let per_buffer = StagingOptions::builder()
+            .streams(usize::MAX)
+            .build()
+            .unwrap();
+        assert_eq!(per_buffer.streams(), DEFAULT_BUFFERS);
+        assert!(matches!(
+            StagingOptions::builder().streams(0).build(),
+            Err(Error::InvalidOption {
+                option: "streams",
+                ..
+            })
+        ));
     }
 }
