@@ -805,10 +805,10 @@ fn an_error_during_another_streams_capture_leaves_that_capture_alone() {
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut host = vec![0u8; len];
-    // The stager's first transfer creates its events: one per chunk, then
-    // its completion events, the first of which fails, with every chunk
-    // queued.
-    sim::fail_call(device.ordinal, "cuEventCreate", 4, OUT_OF_MEMORY);
+    // The transfer records an event after each chunk, then its completion
+    // event, whose record fails, with every chunk queued. (Records, not
+    // creations: a chunk's event the copier has given back is reused.)
+    sim::fail_call(device.ordinal, "cuEventRecord", 4, OUT_OF_MEMORY);
     match stager.run(to_host(&mut host, &source)) {
         Err(Error::Driver(error)) => assert_eq!(error.code(), OUT_OF_MEMORY),
         other => panic!("expected the injected error, got {other:?}"),

@@ -45,6 +45,7 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/tests/conftest.py", "python/tests/conftest.py"),
     ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
     ("driver/python/tests/test_gpu_arrays.py", "python/tests/test_gpu_arrays.py"),
+    ("driver/python/tests/test_gpu_async.py", "python/tests/test_gpu_async.py"),
     ("driver/python/tests/test_gpu_safetensors.py", "python/tests/test_gpu_safetensors.py"),
     ("driver/python/tests/test_gpu_offload.py", "python/tests/test_gpu_offload.py"),
     ("driver/python/tests/test_safetensors_parity.py", "python/tests/test_safetensors_parity.py"),

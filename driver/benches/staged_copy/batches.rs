@@ -31,7 +31,7 @@
 use std::time::{Duration, Instant};
 
 use hostcopy_driver::cuda::staging::{
-    Block, DeviceCopies, Stager, StagingOptions, Stores, to_device, to_host,
+    Block, DeviceCopies, Stager, StagingOptions, to_device, to_host,
 };
 use hostcopy_driver::cuda::{CUdeviceptr, Context, DeviceBuffer, Error, PinnedBuffer, Stream};
 
@@ -783,16 +783,18 @@ fn link_row(
     Ok(link)
 }
 
-/// Settings compared transfer by transfer, in rotation: chunk MiB,
-/// buffers, edge chunk MiB, streams, and the stores that fill a staging
-/// buffer for the device (`C`ached or `S`treaming); the default first.
-const INTERLEAVED: [(usize, usize, usize, usize, char); 6] = [
-    (16, 4, 2, 1, 'C'),
-    (16, 4, 16, 1, 'C'),
-    (16, 4, 16, 4, 'C'),
-    (16, 4, 1, 1, 'C'),
-    (16, 4, 4, 1, 'C'),
-    (8, 4, 2, 1, 'C'),
+/// Settings compared transfer by transfer, in rotation, each with 4
+/// staging buffers: chunk MiB, chunk MiB to the device, edge chunk MiB,
+/// streams, workers that copy to the host (0: all of them). The default
+/// first, then the defaults before the engine queued on one stream, then
+/// each of today's defaults changed alone.
+const INTERLEAVED: [(usize, usize, usize, usize, usize); 6] = [
+    (16, 8, 2, 1, 0),
+    (16, 16, 16, 4, 0),
+    (16, 16, 2, 1, 0),
+    (16, 8, 16, 1, 0),
+    (16, 8, 2, 4, 0),
+    (16, 8, 2, 1, 6),
 ];
 
 /// The settings whose 64 MiB transfers are traced ([`timeline`]).
@@ -811,16 +813,17 @@ fn interleaved(context: &Context, options: &Options, report: &mut Report) -> Res
         (&[64 << 20, 256 << 20, 1 << 30], 4 * options.runs.max(3) - 1)
     };
     let mut stagers = Vec::new();
-    for &(chunk_mib, buffers, edge_mib, streams, stores) in &INTERLEAVED {
+    for &(chunk_mib, h2d_mib, edge_mib, streams, d2h_workers) in &INTERLEAVED {
         let built = StagingOptions::builder()
             .chunk(chunk_mib << 20)
-            .buffers(buffers)
+            .h2d_chunk(h2d_mib << 20)
+            .buffers(4)
             .edge_chunk(edge_mib << 20)
             .streams(streams)
-            .h2d_stores(if stores == 'S' {
-                Stores::Streaming
+            .d2h_workers(if d2h_workers == 0 {
+                usize::MAX
             } else {
-                Stores::Cached
+                d2h_workers
             })
             .build()?;
         stagers.push(Stager::with_options(context, built)?);
@@ -880,15 +883,15 @@ fn interleaved(context: &Context, options: &Options, report: &mut Report) -> Res
             );
             let link_gbps = bytes as f64 / link / 1e9;
             let mut ratios = Vec::new();
-            for (index, (timed, &(chunk_mib, buffers, edge_mib, streams, stores))) in
+            for (index, (timed, &(chunk_mib, h2d_mib, edge_mib, streams, d2h_workers))) in
                 times.iter().zip(&INTERLEAVED).enumerate()
             {
                 let path = format!(
-                    "staged, {chunk_mib} MiB x {buffers} buffers, edges from {edge_mib} MiB, {streams} streams, stores {stores}"
+                    "staged, {chunk_mib} MiB chunks ({h2d_mib} MiB to the device), edges from {edge_mib} MiB, {streams} streams, {d2h_workers} workers to the host (0: all)"
                 );
                 let timed = Timed::plain(timed.clone());
                 ratios.push(format!(
-                    "{chunk_mib}x{buffers}/{edge_mib}/s{streams}/{stores} {:.1}%",
+                    "{chunk_mib}/{h2d_mib}/e{edge_mib}/s{streams}/w{d2h_workers} {:.1}%",
                     100.0 * link / median(&timed.times)
                 ));
                 report
@@ -904,7 +907,7 @@ fn interleaved(context: &Context, options: &Options, report: &mut Report) -> Res
                 }
             }
             report.notes.push(format!(
-                "interleaved, {name} {} of pinned (median of {rounds}): {}",
+                "interleaved, {name} {} of pinned (median of {rounds}; chunk MiB / to the device / edges from / streams / workers to the host, 0: all): {}",
                 size(bytes),
                 ratios.join(", ")
             ));

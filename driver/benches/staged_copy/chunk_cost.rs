@@ -660,14 +660,22 @@ fn cpu_time(
     let bytes: usize = if options.quick { 64 << 20 } else { 1 << 30 };
     let mut memory = Memory::new(context, bytes)?;
     let gib = (bytes * (options.runs + 1)) as f64 / f64::from(1u32 << 30);
-    let default = default_workers(1);
-    let mut counts = vec![default];
-    counts.extend(CPU_WORKERS.iter().filter(|&&count| count != default));
+    // `None`: the defaults (`default_workers(1)`, of which
+    // `d2h_workers()` copy to the host); `Some(n)`: n workers both ways.
+    let mut counts = vec![None];
+    counts.extend(CPU_WORKERS.iter().map(|&count| Some(count)));
     let mut stagers = Vec::new();
     for &workers in &counts {
-        let built = StagingOptions::builder().workers(workers).build()?;
+        let built = match workers {
+            None => StagingOptions::default(),
+            Some(n) => StagingOptions::builder()
+                .workers(n)
+                .d2h_workers(n)
+                .build()?,
+        };
         stagers.push(Stager::with_options(context, built)?);
     }
+    let default = StagingOptions::default();
     let mut line = Vec::new();
     for direction in [Direction::D2H, Direction::H2D] {
         let (name, pinned) = match direction {
@@ -719,7 +727,15 @@ fn cpu_time(
             let per_gib = (after - before).as_secs_f64() / gib;
             let label = match path {
                 None => String::from("driver pageable"),
-                Some(index) => format!("staged, {} workers", counts[index]),
+                Some(index) => match (counts[index], direction) {
+                    (Some(n), _) => format!("staged, {n} workers"),
+                    (None, Direction::D2H) => {
+                        format!("staged, defaults ({} workers)", default.d2h_workers())
+                    }
+                    (None, Direction::H2D) => {
+                        format!("staged, defaults ({} workers)", default.workers())
+                    }
+                },
             };
             seconds.push((label.clone(), per_gib));
             report.rows.push(row(

@@ -107,7 +107,7 @@ impl Engine {
         // queued yet, so the buffers and flags are freed as they drop.
         // Prefault as far ahead as chunks can be in flight.
         let prefault = options.prefault.then_some(options.buffers);
-        let copier = CopierThread::spawn(&lanes, &workers, prefault)
+        let copier = CopierThread::spawn(&lanes, &workers, prefault, options.d2h_workers())
             .map_err(|_| Error::from(DriverError::from_code(CUDA_ERROR_OUT_OF_MEMORY)))?;
         let buffers = buffers.into_iter().map(ManuallyDrop::new).collect();
         let engine = Engine {
@@ -453,7 +453,11 @@ impl Engine {
             return Ok(None);
         }
         let _relaxed = RelaxedCapture::new();
-        let sizes = chunk_sizes(total, self.options.chunk, self.options.edge_chunk());
+        let chunk = match direction {
+            Direction::DeviceToHost => self.options.chunk,
+            Direction::HostToDevice => self.options.h2d_chunk(),
+        };
+        let sizes = chunk_sizes(total, chunk, self.options.edge_chunk());
         let planned = plan(
             &Layout {
                 direction,

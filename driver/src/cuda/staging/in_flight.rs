@@ -72,17 +72,19 @@ impl InFlight {
     ///
     /// To the device the copier finishes first (its last fill comes before
     /// the last copy): it is waited for asleep, then the copies in the
-    /// driver. To the host the copies finish first: they are polled for,
-    /// then the copier's last host side ([`Job::wait_done_soon`]), so that
-    /// no thread's wake-up is added to the transfer (the caller of a
-    /// blocking transfer keeps one core busy while it runs).
+    /// driver. To the host the copies finish first: once the copier nears
+    /// the end ([`Job::wait_near_end`]), they are polled for, then the
+    /// copier's last host side ([`Job::wait_done_soon`]), so that no
+    /// thread's wake-up is added to the transfer.
     pub(super) fn wait(&self) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         match self.job.direction() {
             Direction::DeviceToHost => {
-                // Until the copies have run, or the copier is done (after
+                // Asleep until the copier nears the end; then polling,
+                // until the copies have run, or the copier is done (after
                 // an error, perhaps before they ran), or a poll fails
                 // (which the copier's wait meets too).
+                self.job.wait_near_end();
                 while !self.job.done_now().finished && self.query_events() == Ok(false) {
                     std::thread::yield_now();
                 }

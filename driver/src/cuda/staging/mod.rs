@@ -141,11 +141,12 @@
 //!
 //! # The fastest transfer on a new machine
 //!
-//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks whose first
-//!    and last ones grow from 2 MiB, 4 staging buffers on one stream, and
-//!    cores - 4 workers up to 8 (measured on a 16-core H200 host: 8 workers
-//!    kept the link busy both ways at the driver's CPU cost per GiB, 6
-//!    fell to 35 GB/s to the device). Each default's documentation in
+//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks (8 MiB to the
+//!    device) whose first and last ones grow from 2 MiB, 4 staging buffers
+//!    on one stream, cores - 4 workers (measured on a 16-core H200 host:
+//!    12 workers needed to fill the buffers for the device; 6 were as
+//!    fast as 12 emptying them for the host while the stager was busy,
+//!    but not after it slept). Each default's documentation in
 //!    [`options`](StagingOptions) says where it comes from.
 //! 2. Run the benchmark there: `cargo xtask bench` (or the bundle's
 //!    `staged_copy`). It prints, side by side, pinned D2H/H2D (the link),
@@ -187,9 +188,9 @@ use spec::Direction;
 pub use super::retire::{Leaked, leaked};
 pub use driver_path::PinnedTransferError;
 pub use options::{
-    DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_EDGE_CHUNK, DEFAULT_STREAMS, DRIVER_PATH_BELOW,
-    DeviceCopies, KERNEL_BELOW, LINK_WORKERS, MAX_BUFFERS, MAX_CHUNK, MIN_CHUNK, RESERVED_CORES,
-    StagingOptions, StagingOptionsBuilder, Stores, default_workers,
+    DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_D2H_WORKERS, DEFAULT_EDGE_CHUNK, DEFAULT_H2D_CHUNK,
+    DEFAULT_STREAMS, DRIVER_PATH_BELOW, DeviceCopies, KERNEL_BELOW, MAX_BUFFERS, MAX_CHUNK,
+    MIN_CHUNK, RESERVED_CORES, StagingOptions, StagingOptionsBuilder, Stores, default_workers,
 };
 pub use order::MAX_ORDER_EVENTS;
 pub use pending::PendingTransfer;

@@ -23,6 +23,20 @@ use crate::cuda::error::Error;
 /// staging buffers on one stream, the ends from 2 MiB").
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
+/// Default chunk of a transfer to the device
+/// ([`StagingOptionsBuilder::h2d_chunk`]; at most the chunk): half a
+/// staging buffer.
+///
+/// Compared transfer by transfer on the H200 host (one stream, edges
+/// from 2 MiB), 8 MiB chunks to the device beat 16 MiB in six of six
+/// pairs on two leases: 64 MiB 74 and 66% of pinned against 73 and 62%,
+/// 256 MiB 82 and 80% against 78 and 71%, 1 GiB 93 and 89% against 90
+/// and 84%. A staging buffer filled with cached stores is read by the
+/// copy engine from the cores' caches, and a smaller chunk leaves less
+/// there (docs/design-record.md, "16 MiB chunks through 4 staging buffers
+/// on one stream, the ends from 2 MiB").
+pub const DEFAULT_H2D_CHUNK: usize = 8 << 20;
+
 /// Default size of a transfer's first and last chunks
 /// ([`StagingOptionsBuilder::edge_chunk`]): they grow from it by doubling
 /// up to the chunk, so that a transfer's second stage starts early and
@@ -82,17 +96,19 @@ pub const DEFAULT_BUFFERS: usize = 4;
 /// driver's own threads) by the default worker count.
 pub const RESERVED_CORES: usize = 4;
 
-/// The most workers a stager starts by default ([`default_workers`]): the
-/// host copy is bound by memory bandwidth, and eight workers keep a PCIe
-/// Gen5 x16 link busy both ways.
+/// Default number of workers that copy a transfer to the host
+/// ([`StagingOptionsBuilder::d2h_workers`]): `usize::MAX`, which
+/// [`StagingOptions::d2h_workers`] reads as the whole pool.
 ///
-/// On the 16-core H200 host, 1 GiB: 8 workers moved 54.1 GB/s to the host
-/// and 53.3 to the device (98% and 96% of pinned) at 0.99x and 1.12x the
-/// driver's own path's CPU seconds per GiB; 12 workers the same speed at
-/// 1.16x and 1.31x; 6 workers fell to 35 GB/s to the device
-/// (docs/design-record.md, "A pool of copy workers for each chunk's host
-/// copy").
-pub const LINK_WORKERS: usize = 8;
+/// Fewer save CPU where a stager moves one transfer after another: on the
+/// 16-core H200 host, 1 GiB to the host, 6 workers moved 53.7 and 54.2
+/// GB/s on two leases (97 to 98% of pinned), as fast as 12, at 0.98 to
+/// 1.27x the driver's own path's CPU seconds per GiB against 1.16 to
+/// 1.46x. But where transfers come apart, the workers asleep between
+/// them, 6 workers reached 72, 73 and 89% of pinned at 64 MiB, 256 MiB
+/// and 1 GiB against 84, 95 and 97% for 12 (docs/design-record.md, "A
+/// pool of copy workers for each chunk's host copy").
+pub const DEFAULT_D2H_WORKERS: usize = usize::MAX;
 
 /// Single transfers smaller than this take the driver's path (one driver
 /// copy through a pinned buffer of the stager's own, of this size at most
@@ -158,10 +174,12 @@ pub enum DeviceCopies {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StagingOptions {
     pub(super) chunk: usize,
+    pub(super) h2d_chunk: usize,
     pub(super) edge_chunk: usize,
     pub(super) buffers: usize,
     pub(super) streams: usize,
     pub(super) workers: usize,
+    pub(super) d2h_workers: usize,
     pub(super) h2d_stores: Stores,
     pub(super) driver_path_below: usize,
     pub(super) device_copies: DeviceCopies,
@@ -176,10 +194,12 @@ impl Default for StagingOptions {
     fn default() -> Self {
         StagingOptions {
             chunk: DEFAULT_CHUNK,
+            h2d_chunk: DEFAULT_H2D_CHUNK,
             edge_chunk: DEFAULT_EDGE_CHUNK,
             buffers: DEFAULT_BUFFERS,
             streams: DEFAULT_STREAMS,
             workers: default_workers(1),
+            d2h_workers: DEFAULT_D2H_WORKERS,
             h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
             device_copies: DeviceCopies::Auto,
@@ -217,6 +237,12 @@ impl StagingOptions {
         self.chunk
     }
 
+    /// Bytes per chunk of a transfer to the device, at most
+    /// [`chunk`](Self::chunk).
+    pub fn h2d_chunk(&self) -> usize {
+        self.h2d_chunk.min(self.chunk)
+    }
+
     /// Bytes of a transfer's first and last chunks: they grow from this by
     /// doubling up to [`chunk`](Self::chunk) (equal to it: no ramp).
     pub fn edge_chunk(&self) -> usize {
@@ -237,6 +263,12 @@ impl StagingOptions {
     /// Worker threads of the stager's own pool.
     pub fn workers(&self) -> usize {
         self.workers
+    }
+
+    /// Workers of the pool that copy a transfer to the host, at most
+    /// [`workers`](Self::workers).
+    pub fn d2h_workers(&self) -> usize {
+        self.d2h_workers.min(self.workers)
     }
 
     /// How host-to-device chunks are written into staging buffers.
@@ -284,6 +316,14 @@ impl StagingOptionsBuilder {
         self
     }
 
+    /// Bytes per chunk of a transfer to the device, [`MIN_CHUNK`] to
+    /// [`MAX_CHUNK`] (default [`DEFAULT_H2D_CHUNK`]); above the chunk, the
+    /// chunk.
+    pub fn h2d_chunk(mut self, bytes: usize) -> Self {
+        self.options.h2d_chunk = bytes;
+        self
+    }
+
     /// Bytes of a transfer's first and last chunks, from [`MIN_CHUNK`] up
     /// (default [`DEFAULT_EDGE_CHUNK`]): they grow by doubling up to the
     /// chunk, as many steps as the transfer holds at both ends. At or above
@@ -314,6 +354,13 @@ impl StagingOptionsBuilder {
     /// thread copies alone). Overrides [`stagers`](Self::stagers).
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = Some(workers);
+        self
+    }
+
+    /// Workers of the pool that copy a transfer to the host, 0 up (default
+    /// [`DEFAULT_D2H_WORKERS`]: all of them).
+    pub fn d2h_workers(mut self, workers: usize) -> Self {
+        self.options.d2h_workers = workers;
         self
     }
 
@@ -424,6 +471,7 @@ impl StagingOptionsBuilder {
         };
         Ok(StagingOptions {
             chunk: check("chunk", self.options.chunk, MIN_CHUNK, MAX_CHUNK)?,
+            h2d_chunk: check("h2d_chunk", self.options.h2d_chunk, MIN_CHUNK, MAX_CHUNK)?,
             edge_chunk: check("edge_chunk", self.options.edge_chunk, MIN_CHUNK, usize::MAX)?,
             buffers: check("buffers", self.options.buffers, 1, MAX_BUFFERS)?,
             streams: check("streams", self.options.streams, 1, usize::MAX)?,
@@ -436,12 +484,11 @@ impl StagingOptionsBuilder {
 /// The default worker count for one of `stagers` stagers transferring at
 /// once: the available cores less [`RESERVED_CORES`] (on machines of more
 /// than 8 cores; less one core on smaller ones), split evenly between the
-/// stagers, at most [`LINK_WORKERS`], at least 1.
+/// stagers, at least 1.
 ///
 /// Each stager has a pool of its own, so stagers never wait for each
 /// other's copies; splitting the cores keeps them from oversubscribing the
-/// machine (on a 16-core host with two GPUs, 6 workers each; on 32 cores,
-/// 8 each).
+/// machine (on a 32-core host with two GPUs, 14 workers each).
 pub fn default_workers(stagers: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
     let usable = if cores > 8 {
@@ -449,7 +496,7 @@ pub fn default_workers(stagers: usize) -> usize {
     } else {
         cores.saturating_sub(1)
     };
-    (usable / stagers.max(1)).clamp(1, LINK_WORKERS)
+    (usable / stagers.max(1)).max(1)
 }
 
 #[cfg(test)]
@@ -535,6 +582,26 @@ mod tests {
         assert_eq!(equal.edge_chunk(), 128 << 20);
         let one_stream = StagingOptions::default();
         assert_eq!(one_stream.streams(), 1);
+        // To the device, half a buffer by default, never more than one.
+        assert_eq!(one_stream.h2d_chunk(), DEFAULT_H2D_CHUNK);
+        let small = StagingOptions::builder().chunk(4 << 20).build().unwrap();
+        assert_eq!(small.h2d_chunk(), 4 << 20);
+        assert!(matches!(
+            StagingOptions::builder().h2d_chunk(MIN_CHUNK - 1).build(),
+            Err(Error::InvalidOption {
+                option: "h2d_chunk",
+                ..
+            })
+        ));
+        // Every worker copies to the host unless told otherwise.
+        let workers = StagingOptions::builder().workers(5).build().unwrap();
+        assert_eq!(workers.d2h_workers(), 5);
+        let fewer = StagingOptions::builder()
+            .workers(5)
+            .d2h_workers(2)
+            .build()
+            .unwrap();
+        assert_eq!(fewer.d2h_workers(), 2);
         let per_buffer = StagingOptions::builder()
             .streams(usize::MAX)
             .build()
