@@ -82,7 +82,7 @@ def test_a_download_started_on_the_loop_reads_what_was_queued_before_the_call_no
 
 def test_an_upload_started_on_the_loop_is_seen_by_work_queued_after_the_call(stream):
     expected = pattern(SIZE, 5)
-    host = expected.cpu().numpy()
+    host = expected.cpu().numpy().copy()  # numpy-owned: a torch-owned array is refused
     dst = torch.zeros(SIZE, dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
     explicit = None if stream == torch.cuda.default_stream() else stream
@@ -115,7 +115,7 @@ def test_a_blocking_copy_on_another_thread_after_uploads_started_on_the_loop_see
     async def main():
         busy(stream)
         transfers = [
-            stager.copy_to_device(target, data.cpu().numpy(), stream=explicit, blocking=False)
+            stager.copy_to_device(target, data.cpu().numpy().copy(), stream=explicit, blocking=False)
             for target, data in zip(targets, (first, second))
         ]
         download = asyncio.get_running_loop().run_in_executor(
