@@ -183,8 +183,8 @@ fn a_scope_transfer_returns_queued_whole_each_reused_buffer_behind_its_flag() {
             assert_eq!(state.wait_value_ops - before.wait_value_ops, reusing as u64);
             assert_eq!(
                 state.queued,
-                // A completion event per transfer, on the one stream.
-                2 * (chunks + 1) + reusing + 1 + 1,
+                // A completion event per stream each transfer used.
+                2 * (chunks + 1) + reusing + BUFFERS + 1,
                 "ops queued while the device was stopped"
             );
             large.wait().unwrap();

@@ -29,8 +29,8 @@ use sim_support::pattern;
 
 const CHUNK: usize = 1 << 20;
 const BUFFERS: usize = 3;
-/// The stager's streams: one for every buffer (the default).
-const STREAMS: usize = 1;
+/// The stager's streams: one per buffer (the default).
+const STREAMS: usize = BUFFERS;
 /// Three and a half chunks: the last one partial.
 const LEN: usize = 3 * CHUNK + CHUNK / 2 + 13;
 

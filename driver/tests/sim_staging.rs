@@ -146,16 +146,12 @@ fn every_staging_buffer_stream_and_event_is_returned() {
             before.host_allocations + 4,
             "3 staging buffers and their flags"
         );
-        assert_eq!(
-            state.streams,
-            before.streams + 1,
-            "one stream for every buffer"
-        );
+        assert_eq!(state.streams, before.streams + 3, "one stream per buffer");
         let source = DeviceBuffer::new(&device.context, 5 * CHUNK).unwrap();
         let mut host = vec![0u8; 5 * CHUNK];
         // At most one event per chunk in flight and one completion event
         // per stream, reused from one transfer to the next.
-        let bound = before.events + 5 + 1;
+        let bound = before.events + 5 + 3;
         let rounds = scaled(10, 3);
         for _ in 0..rounds {
             stager.run(to_host(&mut host, &source)).unwrap();
@@ -166,7 +162,7 @@ fn every_staging_buffer_stream_and_event_is_returned() {
         assert_eq!(state.host_fns_run, before.host_fns_run, "no host function");
         assert_eq!(
             state.event_records,
-            before.event_records + (rounds * (5 + 1)) as u64,
+            before.event_records + (rounds * (5 + 3)) as u64,
             "an event per chunk, and per stream used"
         );
     }
@@ -304,9 +300,9 @@ fn scoped_transfers_run_in_the_background_and_the_scope_waits_for_forgotten_hand
             let b = scope.start(to_host(&mut second, &source).at(len)).unwrap();
             // Both queued whole while nothing runs: the caller was not
             // blocked. Per chunk a copy and an event (the fourth to sixth
-            // chunks reuse buffers: a flag wait each), per transfer a
-            // completion event on the one stream.
-            assert_eq!(sim::device_state(ordinal).queued, 6 * 2 + 3 + 2);
+            // chunks reuse buffers: a flag wait each), per stream used a
+            // completion event.
+            assert_eq!(sim::device_state(ordinal).queued, 6 * 2 + 3 + 2 * 3);
             sim::release(ordinal);
             b.wait().unwrap();
             // Forgotten: the scope still waits for it before returning

@@ -444,7 +444,16 @@ def main() -> int:
         hc = generated[kind]
         print(f"| generate tok/s: {kind} / transformers offloaded | {hc['tps'] / tf['tps']:.2f} | >= 1 |")
         print(f"| ms a decoded token: {kind} / transformers offloaded | {hc['decode_ms'] / tf['decode_ms']:.2f} | <= 1 |")
-    ok = all(equal for _, _, equal in rows) and all(kind["same"] for kind in generated.values())
+    # Random bf16 weights leave near-ties in the argmax: where transformers'
+    # own offloaded cache does not reproduce DynamicCache's tokens either,
+    # a difference says nothing about hostcopy (the GPU tests check token
+    # equality on a model with a clear argmax).
+    tokens_comparable = generated["transformers offloaded"]["same"]
+    if not tokens_comparable:
+        print("generate: transformers' own offloaded cache differs from DynamicCache here too "
+              "(near-ties in the argmax of random bf16 weights): tokens not compared")
+    ok = all(equal for _, _, equal in rows) and (
+        not tokens_comparable or all(kind["same"] for kind in generated.values()))
     return 0 if ok else 1
 
 

@@ -2,9 +2,10 @@
 //!
 //! The calling thread queues the driver's side of every chunk at once, in
 //! the call that starts the transfer: on the stream of the chunk's staging
-//! buffer (one stream for every buffer by default: the driver runs the
-//! copies one after another), a wait for the buffer ([`Flags`]), the
-//! driver's copy, and an event. So a transfer is whole in the driver's queues when its call
+//! buffer (one per buffer by default; on one stream for every buffer,
+//! `StagingOptions::streams`, the driver runs the copies one after
+//! another), a wait for the buffer ([`Flags`]), the driver's copy, and an
+//! event. So a transfer is whole in the driver's queues when its call
 //! returns (a stream can be ordered after it at once), and a non-blocking
 //! call costs only its driver calls: a 16 GiB transfer of 1,024 chunks
 //! queues in a few milliseconds. (The driver takes about 2,000 chunks
@@ -84,19 +85,17 @@ const _: () = assert!(MAX_CHUNK <= u32::MAX as usize);
 /// Spare chunk events kept for reuse; more are destroyed when returned.
 const SPARE_EVENTS: usize = 256;
 
-/// How long [`Job::wait_done_soon`] polls before it sleeps: longer than
-/// the host side of a transfer's last chunk, which grows from
-/// [`DEFAULT_EDGE_CHUNK`](super::options::DEFAULT_EDGE_CHUNK) (about 40
-/// us for 2 MiB on the H200 host), and short enough to cost little where
-/// it is not (a 16 MiB last chunk's took 150 to 300 us).
+/// How long [`Job::wait_done_soon`] polls before it sleeps: about the
+/// host side of a transfer's last chunk (150 to 300 us for 16 MiB on the
+/// H200 host, about 40 us for a 2 MiB edge chunk).
 const DONE_SOON: core::time::Duration = core::time::Duration::from_micros(300);
 
-/// The bytes at a job's end whose host sides a caller waiting for the
-/// job polls for, awake, rather than sleeping through them
-/// ([`Job::wait_near_end`]): with the default edge chunks, the last three
-/// chunks (8, 4 and 2 MiB), whose host sides and copies take about 200 us
+/// The bytes at a job's end (at least its last chunk) whose host sides a
+/// caller waiting for the job polls for, awake, rather than sleeping
+/// through them ([`Job::wait_near_end`]): with 2 MiB edge chunks the last
+/// three (8, 4 and 2 MiB), whose copies and host sides take about 200 us
 /// on the H200 host, more than a sleeping thread's wake-up there (30 to
-/// 270 us).
+/// 270 us); with equal 16 MiB chunks the last one (about 450 us).
 const NEAR_END: usize = 14 << 20;
 
 /// What the stager and its copier share: first the settings and objects
@@ -267,7 +266,8 @@ pub(super) struct Job {
     queued: Outcome<Queued>,
     /// The copier's side.
     done: Outcome<Done>,
-    /// The first chunk of the job's last [`NEAR_END`] bytes.
+    /// The first chunk of the job's last [`NEAR_END`] bytes, or its last
+    /// chunk.
     near_end: usize,
 }
 
@@ -307,7 +307,7 @@ impl Job {
                 left += chunk.len;
                 left > NEAR_END
             })
-            .map_or(0, |index| index + 1);
+            .map_or(0, |index| (index + 1).min(plan.len().saturating_sub(1)));
         Job {
             near_end,
             direction,

@@ -141,19 +141,18 @@
 //!
 //! # The fastest transfer on a new machine
 //!
-//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks (8 MiB to the
-//!    device) whose first and last ones grow from 2 MiB, 4 staging buffers
-//!    on one stream, cores - 4 workers (measured on a 16-core H200 host:
-//!    12 workers needed to fill the buffers for the device; 6 were as
-//!    fast as 12 emptying them for the host while the stager was busy,
-//!    but not after it slept). Each default's documentation in
-//!    [`options`](StagingOptions) says where it comes from.
+//! 1. Start from [`StagingOptions::default`]: 16 MiB chunks, 4 staging
+//!    buffers each on its own stream, cores - 4 workers (measured on a
+//!    16-core H200 host: 98% of pinned D2H; 4 workers reached only 59%).
+//!    Each default's documentation in [`options`](StagingOptions) says
+//!    where it comes from.
 //! 2. Run the benchmark there: `cargo xtask bench` (or the bundle's
 //!    `staged_copy`). It prints, side by side, pinned D2H/H2D (the link),
 //!    the driver's pageable path and the stager, with ratios.
 //! 3. If the stager trails the pinned figure, try more workers (up to the
-//!    cores less one), 3 to 6 buffers, 8 to 32 MiB chunks, edge chunks of
-//!    1 to 4 MiB, a stream per buffer; for host to
+//!    cores less one), 3 to 6 buffers, 8 to 32 MiB chunks; for transfers of
+//!    64 MiB to a few GiB, one stream with edge chunks from 2 MiB and 8 MiB
+//!    chunks to the device (faster there, but see [`DEFAULT_STREAMS`]); for host to
 //!    device compare [`Stores::Streaming`] and [`Stores::Cached`] (the
 //!    benchmark prints both).
 //! 4. Several GPUs at once: one stager per GPU, each on its own thread,

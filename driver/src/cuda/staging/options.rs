@@ -17,53 +17,55 @@ use crate::cuda::error::Error;
 /// GPU's write and the host copy (64 MiB: 37 to 40 GB/s). Short transfers
 /// keep the full chunk too: cutting a 64 MiB transfer into sixteen 4 MiB
 /// chunks ran at 23.7 GB/s against 45.4 GB/s in four 16 MiB chunks.
-/// Compared transfer by transfer in rotation (one stream, edges from 2
-/// MiB), 8 MiB chunks gained 1 to 4 points to the device and lost 5 to
-/// the host at 1 GiB (docs/design-record.md, "16 MiB chunks through 4
-/// staging buffers on one stream, the ends from 2 MiB").
+/// (docs/design-record.md, "16 MiB chunks through 4 staging buffers,
+/// equal in size").
 pub const DEFAULT_CHUNK: usize = 16 << 20;
 
 /// Default chunk of a transfer to the device
-/// ([`StagingOptionsBuilder::h2d_chunk`]; at most the chunk): half a
-/// staging buffer.
+/// ([`StagingOptionsBuilder::h2d_chunk`]): `usize::MAX`, which
+/// [`StagingOptions::h2d_chunk`] reads as the chunk.
 ///
-/// Compared transfer by transfer on the H200 host (one stream, edges
-/// from 2 MiB), 8 MiB chunks to the device beat 16 MiB in six of six
-/// pairs on two leases: 64 MiB 74 and 66% of pinned against 73 and 62%,
-/// 256 MiB 82 and 80% against 78 and 71%, 1 GiB 93 and 89% against 90
-/// and 84%. A staging buffer filled with cached stores is read by the
-/// copy engine from the cores' caches, and a smaller chunk leaves less
-/// there (docs/design-record.md, "16 MiB chunks through 4 staging buffers
-/// on one stream, the ends from 2 MiB").
-pub const DEFAULT_H2D_CHUNK: usize = 8 << 20;
+/// Half a staging buffer (8 MiB) beat 16 MiB to the device in four of
+/// four runs on one stream with 2 MiB edges ([`DEFAULT_STREAMS`]): 64 MiB
+/// 66 to 74% of pinned against 62 to 73%, 256 MiB 80 to 83% against 71
+/// to 78%, 1 GiB 89 to 93% against 84 to 90%. It doubles the driver
+/// calls a transfer queues, and with them how soon a large non-blocking
+/// call waits for room in the driver's queue, so it stays an option
+/// (docs/design-record.md, "One stream, edge chunks, half-buffer chunks
+/// to the device: options, measured").
+pub const DEFAULT_H2D_CHUNK: usize = usize::MAX;
 
 /// Default size of a transfer's first and last chunks
 /// ([`StagingOptionsBuilder::edge_chunk`]): they grow from it by doubling
 /// up to the chunk, so that a transfer's second stage starts early and
 /// ends soon after the first.
 ///
-/// 2 MiB: on one stream ([`DEFAULT_STREAMS`]), the first chunk's copy
-/// ends after about 50 us instead of 300, and the last host side takes
-/// about 40 us instead of 150 to 300. Compared transfer by transfer with
-/// equal 16 MiB chunks on the H200 host, two runs: 64 MiB 82 to 85%
-/// of pinned against 78 to 79% to the host, 68 to 73% against 63 to
-/// 67% to the device; 256 MiB 94% against 93% and 78 to 81% against 71
-/// to 77%; ahead at 1 GiB too, in all twelve pairs (docs/design-record.md,
-/// "16 MiB chunks through 4 staging buffers on one stream, the ends from
-/// 2 MiB"). On a stream per buffer, as before, edge chunks gained
-/// nothing: the driver ran several chunks' copies at once.
-pub const DEFAULT_EDGE_CHUNK: usize = 2 << 20;
+/// `usize::MAX`, which [`StagingOptions::edge_chunk`] reads as the chunk,
+/// whatever its size: no ramp. On a stream per buffer (the default) edges
+/// from 1 to 4 MiB beat equal chunks in no run: the driver runs several
+/// chunks' copies at once there. On one stream
+/// ([`StagingOptionsBuilder::streams`]) edges from 2 MiB did: 64 MiB to
+/// the host 83 to 87% of pinned against 72 to 79% in three runs
+/// (docs/design-record.md, "One stream, edge chunks, half-buffer chunks
+/// to the device: options, measured").
+pub const DEFAULT_EDGE_CHUNK: usize = usize::MAX;
 
 /// Default number of streams a stager queues its chunks on
-/// ([`StagingOptionsBuilder::streams`]): one, so that the driver runs the
-/// chunks' copies one after another, in the order the copier makes their
-/// host sides.
+/// ([`StagingOptionsBuilder::streams`]): `usize::MAX`, which
+/// [`StagingOptions::streams`] reads as one per staging buffer.
 ///
-/// Compared transfer by transfer with a stream per buffer on the H200
-/// host: 64 MiB to the host 78% of pinned against 69 to 75%, 256 MiB
-/// 93% against 89 to 94%, 1 GiB 97.3 to 97.4% against 96.5%; to the
-/// device within two points either way.
-pub const DEFAULT_STREAMS: usize = 1;
+/// On one stream the driver runs the chunks' copies one after another, in
+/// the order the copier makes their host sides: with 2 MiB edge chunks,
+/// one transfer of 64 MiB to the host reached 83 to 87% of pinned against
+/// 69 to 80% as before, compared transfer by transfer. But every chunk's
+/// wait, copy and event then sit in one stream's queue, which the driver
+/// bounds: a `blocking=False` transfer of 16 GiB returned after 50% (to
+/// the host) and 75% (to the device) of its time instead of 2%, and eight
+/// 405 MB uploads queued back to back fell to 74 to 79% of pinned. So one
+/// stream is an option, for transfers of a few GiB at most
+/// (docs/design-record.md, "One stream, edge chunks, half-buffer chunks
+/// to the device: options, measured").
+pub const DEFAULT_STREAMS: usize = usize::MAX;
 
 /// The smallest chunk [`StagingOptionsBuilder::build`] accepts: one page.
 ///
@@ -87,9 +89,8 @@ pub const MAX_BUFFERS: usize = 64;
 ///
 /// The buffers are what overlaps the host copy of chunk `i` with the
 /// transfer of chunk `i + 1`; on the H200 host 3 and 4 buffers of 16 MiB
-/// both reached 95 to 98% of pinned D2H, 8 fell behind (73 to 86% at
-/// 256 MiB against 93 to 94%). Four keep the link busy while one host copy
-/// runs late.
+/// both reached 95 to 98% of pinned D2H. Four keep the link busy while one
+/// host copy runs late.
 pub const DEFAULT_BUFFERS: usize = 4;
 
 /// Cores left to the rest of the process (the enqueuing thread, the
@@ -316,9 +317,8 @@ impl StagingOptionsBuilder {
         self
     }
 
-    /// Bytes per chunk of a transfer to the device, [`MIN_CHUNK`] to
-    /// [`MAX_CHUNK`] (default [`DEFAULT_H2D_CHUNK`]); above the chunk, the
-    /// chunk.
+    /// Bytes per chunk of a transfer to the device, from [`MIN_CHUNK`] up
+    /// (default [`DEFAULT_H2D_CHUNK`]); at or above the chunk, the chunk.
     pub fn h2d_chunk(mut self, bytes: usize) -> Self {
         self.options.h2d_chunk = bytes;
         self
@@ -471,7 +471,7 @@ impl StagingOptionsBuilder {
         };
         Ok(StagingOptions {
             chunk: check("chunk", self.options.chunk, MIN_CHUNK, MAX_CHUNK)?,
-            h2d_chunk: check("h2d_chunk", self.options.h2d_chunk, MIN_CHUNK, MAX_CHUNK)?,
+            h2d_chunk: check("h2d_chunk", self.options.h2d_chunk, MIN_CHUNK, usize::MAX)?,
             edge_chunk: check("edge_chunk", self.options.edge_chunk, MIN_CHUNK, usize::MAX)?,
             buffers: check("buffers", self.options.buffers, 1, MAX_BUFFERS)?,
             streams: check("streams", self.options.streams, 1, usize::MAX)?,
@@ -563,28 +563,31 @@ mod tests {
     }
 
     #[test]
-    fn chunks_ramp_from_the_default_edge_where_they_are_larger() {
-        for chunk in [
-            MIN_CHUNK,
-            DEFAULT_EDGE_CHUNK,
-            DEFAULT_CHUNK,
-            128 << 20,
-            MAX_CHUNK,
-        ] {
+    fn chunks_do_not_ramp_unless_asked_whatever_their_size() {
+        for chunk in [MIN_CHUNK, DEFAULT_CHUNK, 128 << 20, MAX_CHUNK] {
             let options = StagingOptions::builder().chunk(chunk).build().unwrap();
-            assert_eq!(options.edge_chunk(), chunk.min(DEFAULT_EDGE_CHUNK));
+            assert_eq!(options.edge_chunk(), chunk);
         }
-        let equal = StagingOptions::builder()
+        let ramped = StagingOptions::builder()
             .chunk(128 << 20)
-            .edge_chunk(usize::MAX)
+            .edge_chunk(2 << 20)
             .build()
             .unwrap();
-        assert_eq!(equal.edge_chunk(), 128 << 20);
-        let one_stream = StagingOptions::default();
-        assert_eq!(one_stream.streams(), 1);
-        // To the device, half a buffer by default, never more than one.
-        assert_eq!(one_stream.h2d_chunk(), DEFAULT_H2D_CHUNK);
-        let small = StagingOptions::builder().chunk(4 << 20).build().unwrap();
+        assert_eq!(ramped.edge_chunk(), 2 << 20);
+        let defaults = StagingOptions::default();
+        assert_eq!(defaults.streams(), DEFAULT_BUFFERS);
+        // To the device, the chunk by default, never more than it.
+        assert_eq!(defaults.h2d_chunk(), DEFAULT_CHUNK);
+        let half = StagingOptions::builder()
+            .h2d_chunk(8 << 20)
+            .build()
+            .unwrap();
+        assert_eq!(half.h2d_chunk(), 8 << 20);
+        let small = StagingOptions::builder()
+            .chunk(4 << 20)
+            .h2d_chunk(8 << 20)
+            .build()
+            .unwrap();
         assert_eq!(small.h2d_chunk(), 4 << 20);
         assert!(matches!(
             StagingOptions::builder().h2d_chunk(MIN_CHUNK - 1).build(),
@@ -602,11 +605,8 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(fewer.d2h_workers(), 2);
-        let per_buffer = StagingOptions::builder()
-            .streams(usize::MAX)
-            .build()
-            .unwrap();
-        assert_eq!(per_buffer.streams(), DEFAULT_BUFFERS);
+        let one = StagingOptions::builder().streams(1).build().unwrap();
+        assert_eq!(one.streams(), 1);
         assert!(matches!(
             StagingOptions::builder().streams(0).build(),
             Err(Error::InvalidOption {
