@@ -37,9 +37,11 @@
 //! - **The finish thread** takes transfers in the order they come; one
 //!   stager's transfers complete in about the order they started (its
 //!   copier is one thread). For each it waits for the copies and opens
-//!   the gate, then settles it under the stager's lock, but never waits
-//!   for that lock: a blocking transfer holding it may wait for the gate
-//!   of a transfer queued behind. It makes no call into the host runtime:
+//!   the gate, then leaves it to settle under the stager's lock, which
+//!   every holder of the lock does before unlocking, and which the thread
+//!   takes only when it is free: a blocking transfer holding it may wait
+//!   for the gate of a transfer queued behind. It makes no call into the
+//!   host runtime:
 //!   what was kept for a transfer is dropped there, and the host runtime's
 //!   own types decide what that means (pyo3 queues a Python reference
 //!   dropped without the GIL).
@@ -141,6 +143,9 @@ pub struct SharedStager {
     /// the stager's `wait_for` sees them: used under the stager's lock.
     order: Mutex<Option<Stream>>,
     gate: Mutex<Option<Gate>>,
+    /// Transfers the finish thread waited for that are left to settle by
+    /// whoever holds the stager's lock next ([`Locked`]'s drop).
+    arrived: Mutex<Vec<Arrived>>,
     /// Runs the closing of the stager (and of its order stream) when the
     /// last handle goes: the host runtime decides with which lock a drop
     /// may wait, and keeps the thread's current context.
@@ -184,8 +189,9 @@ struct Job {
 struct Gate {
     /// Never freed: a stream may not have passed its wait for the flag yet
     /// when the stager goes (work queued before the wait still runs), and
-    /// the driver would read freed memory. 64 bytes per stager that ever
-    /// started a transfer later.
+    /// the driver would read freed memory. 64 bytes, and the reference to
+    /// the primary context the buffer holds, per stager that ever started a
+    /// transfer later.
     flag: ManuallyDrop<PinnedBuffer>,
     addr: CUdeviceptr,
     /// The last sequence number given out.
@@ -227,6 +233,55 @@ impl Gate {
     }
 }
 
+/// A transfer whose copies the finish thread waited for (how they
+/// ended), left to settle under the stager's lock.
+type Arrived = (Arc<SharedTransfer>, PendingTransfer, Result<(), Error>);
+
+/// The stager, locked. Before it unlocks it settles the transfers the
+/// finish thread left (`SharedStager::arrived`), and ends them once
+/// unlocked: the finish thread never waits for the lock, so without this a
+/// lock passed from holder to holder (two threads copying in a loop) would
+/// leave them unsettled, their loops not woken, their memory kept.
+struct Locked<'a> {
+    shared: &'a SharedStager,
+    /// `Some` until dropped.
+    slot: Option<MutexGuard<'a, Option<Stager>>>,
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = Option<Stager>;
+
+    fn deref(&self) -> &Option<Stager> {
+        self.slot.as_ref().expect("locked until dropped")
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Option<Stager> {
+        self.slot.as_mut().expect("locked until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let Some(mut slot) = self.slot.take() else {
+            return;
+        };
+        let arrived = core::mem::take(&mut *lock(&self.shared.arrived));
+        let settled: Vec<_> = arrived
+            .into_iter()
+            .map(|(transfer, pending, outcome)| {
+                let settled = settle(&mut slot, pending);
+                (transfer, outcome.and(settled).map_err(Failure::Layer))
+            })
+            .collect();
+        drop(slot);
+        for (transfer, outcome) in settled {
+            transfer.end(outcome);
+        }
+    }
+}
+
 impl SharedStager {
     /// Shares `stager` of `context`; `on_drop` runs its closing once the
     /// last handle is gone, unless the process abandoned it.
@@ -246,6 +301,7 @@ impl SharedStager {
             finisher: Mutex::new(None),
             order: Mutex::new(None),
             gate: Mutex::new(None),
+            arrived: Mutex::new(Vec::new()),
             on_drop,
         })
     }
@@ -258,6 +314,27 @@ impl SharedStager {
     /// The stager itself, for the exit handler's registry.
     pub fn slot(&self) -> &Arc<StagerSlot> {
         &self.stager
+    }
+
+    /// Locks the stager, waiting for the lock.
+    fn lock(&self) -> Locked<'_> {
+        Locked {
+            shared: self,
+            slot: Some(lock(&self.stager)),
+        }
+    }
+
+    /// Locks the stager unless another thread holds it.
+    fn try_lock(&self) -> Option<Locked<'_>> {
+        let slot = match self.stager.try_lock() {
+            Ok(slot) => slot,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(Locked {
+            shared: self,
+            slot: Some(slot),
+        })
     }
 
     /// A transfer: after the work queued on each stream of `after` by
@@ -302,7 +379,7 @@ impl SharedStager {
         order: impl FnOnce(&mut Stager, &Context) -> Result<(), Error>,
         body: impl FnOnce(&mut Stager, &Context) -> Result<T, Error>,
     ) -> Result<T, Failure> {
-        let mut slot = lock(&self.stager);
+        let mut slot = self.lock();
         loop {
             let mut queue = lock(&self.starts.queue);
             match queue.jobs.pop_front() {
@@ -325,7 +402,7 @@ impl SharedStager {
     /// refused (`Failure::Closed`); transfers already started finish.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let mut slot = lock(&self.stager);
+        let mut slot = self.lock();
         self.drain(&mut slot);
         drop(slot.take());
     }
@@ -337,11 +414,17 @@ impl SharedStager {
 
     fn drain(&self, slot: &mut Option<Stager>) {
         loop {
-            let job = lock(&self.starts.queue).jobs.pop_front();
-            match job {
-                Some(job) => self.run_job(slot, job),
-                None => return,
+            let mut queue = lock(&self.starts.queue);
+            if Process::global().abandoned() {
+                // Given up on at exit (or forked): no more driver calls.
+                core::mem::forget(core::mem::take(&mut queue.jobs));
+                return;
             }
+            let Some(job) = queue.jobs.pop_front() else {
+                return;
+            };
+            drop(queue);
+            self.run_job(slot, job);
         }
     }
 
@@ -369,9 +452,10 @@ impl SharedStager {
                 transfer.set(Progress::Pending(pending));
                 // Its gate opens once it has ended, whoever waits for it.
                 if self.finish_later(&transfer).is_err() {
-                    // No finish thread: ended here, the start thread
-                    // waiting for its copies.
-                    let _ = transfer.finish();
+                    // No finish thread: ended here, waiting for its copies
+                    // with the stager locked (only transfers started
+                    // before it can own a gate it waits for).
+                    transfer.finish_locked(slot);
                 }
             }
             Err(failure) => transfer.end(Err(failure)),
@@ -446,8 +530,8 @@ impl SharedStager {
                 empty => empty.insert(Gate::new(&self.context)?),
             };
             let seq = gate.issued + 1;
-            // SAFETY: the gate's flag is pinned memory never freed (see
-            // `Gate::drop`), 4-byte aligned.
+            // SAFETY: the gate's flag is pinned memory never freed (the
+            // `ManuallyDrop` of `Gate::flag`), 4-byte aligned.
             unsafe { stream.wait_value32_geq(gate.addr, seq as u32) }?;
             gate.issued = seq;
             lock(&transfer.tracked).gate = Some(seq);
@@ -496,17 +580,16 @@ impl SharedStager {
     }
 }
 
-/// The finish thread: takes transfers in the order they come, waits for
-/// each one's copies (without any lock) and opens its gate, then settles
-/// it under the stager's lock. It never waits for that lock: a blocking
-/// transfer holding it may wait for the gate of a transfer later in this
-/// queue, so while the lock is taken the arrived transfers wait in
-/// `arrived` and the thread goes on with the next ones, trying the lock
-/// again after 50 us, then less often, up to every millisecond. A
-/// transfer another caller is finishing is left to it (it tells the loops
-/// when it ends).
+/// The finish thread (one per stager): takes transfers in the order they
+/// come, waits for each one's copies (without any lock) and opens its
+/// gate, then leaves it in the stager's `arrived` list, which whoever
+/// holds the stager's lock settles before unlocking ([`Locked`]). It never
+/// waits for that lock: a blocking transfer holding it may wait for the
+/// gate of a transfer later in this queue. While its list is not empty it
+/// tries the lock itself, after 50 us, then less often, up to every
+/// millisecond, for when no one else takes it. A transfer another caller
+/// is finishing is left to it (it tells the loops when it ends).
 fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
-    use std::sync::TryLockError;
     use std::sync::mpsc::RecvTimeoutError;
 
     /// The first retry of the lock: the start thread holds it for a start
@@ -514,47 +597,49 @@ fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
     /// `LONGEST` while a blocking transfer holds it.
     const FIRST: Duration = Duration::from_micros(50);
     const LONGEST: Duration = Duration::from_millis(1);
-    let mut arrived: Vec<(Arc<SharedTransfer>, PendingTransfer, Result<(), Error>)> = Vec::new();
+    // The stager of the transfers left to settle, while there are any
+    // (only this thread adds to its list).
+    let mut waiting: Option<Arc<SharedStager>> = None;
     let mut retry = FIRST;
     loop {
-        let next = if arrived.is_empty() {
-            transfers.recv().map_err(|_| RecvTimeoutError::Disconnected)
-        } else {
-            transfers.recv_timeout(retry)
+        let next = match waiting {
+            None => transfers.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(_) => transfers.recv_timeout(retry),
         };
+        if Process::global().abandoned() {
+            // Forked, or given up on at exit: left as it is.
+            core::mem::forget(next);
+            core::mem::forget(waiting.take());
+            continue;
+        }
         match next {
             Ok(transfer) => {
-                if Process::global().abandoned() {
-                    core::mem::forget(transfer);
-                    continue;
-                }
                 if let Some(pending) = transfer.take_pending() {
                     let outcome = pending.wait_arrived();
                     transfer.open_gate();
-                    arrived.push((transfer, pending, outcome));
+                    let stager = Arc::clone(&transfer.stager);
+                    lock(&stager.arrived).push((transfer, pending, outcome));
+                    waiting = Some(stager);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
-            // The stager is gone, and with it every transfer (an arrived
-            // one holds it).
+            // The stager is gone, and with it every transfer (one left to
+            // settle holds it).
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        let Some((first, _, _)) = arrived.first() else {
+        let Some(stager) = &waiting else {
             continue;
         };
-        let stager = Arc::clone(&first.stager);
-        let mut slot = match stager.stager.try_lock() {
-            Ok(slot) => slot,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                retry = (retry * 2).min(LONGEST);
-                continue;
+        match stager.try_lock() {
+            // Settles the list as it unlocks.
+            Some(locked) => {
+                drop(locked);
+                retry = FIRST;
             }
-        };
-        retry = FIRST;
-        for (transfer, pending, outcome) in arrived.drain(..) {
-            let settled = settle(&mut slot, pending);
-            transfer.end(outcome.and(settled).map_err(Failure::Layer));
+            None => retry = (retry * 2).min(LONGEST),
+        }
+        if lock(&stager.arrived).is_empty() {
+            waiting = None;
         }
     }
 }
@@ -602,7 +687,7 @@ fn start_thread(starts: &Starts, stager: &Weak<SharedStager>) {
             core::mem::forget(shared);
             continue;
         }
-        let mut slot = lock(&shared.stager);
+        let mut slot = shared.lock();
         shared.drain(&mut slot);
         drop(slot);
     }
@@ -621,11 +706,15 @@ impl Drop for SharedStager {
             core::mem::forget(lock(&self.order).take());
             return;
         }
-        let stager = lock(&self.stager).take();
+        // Dropped under the lock, which the exit handler takes to close
+        // it: so that the handler waits for this drop (the engine's, which
+        // waits for the work on its streams) instead of finding the slot
+        // empty while the drop still runs.
+        let slot = Arc::clone(&self.stager);
         let order = lock(&self.order).take();
-        if stager.is_some() || order.is_some() {
+        if lock(&slot).is_some() || order.is_some() {
             (self.on_drop)(Box::new(move || {
-                drop(stager);
+                drop(lock(&slot).take());
                 drop(order);
             }));
         }
@@ -727,14 +816,39 @@ impl SharedTransfer {
             }
         };
         drop(tracked);
+        self.finish_pending(pending, None)
+    }
+
+    /// Finishes the transfer with the stager locked by the caller
+    /// (`slot`), unless another caller has taken it: that one settles it
+    /// once the lock is free.
+    fn finish_locked(&self, slot: &mut Option<Stager>) {
+        if let Some(pending) = self.take_pending() {
+            let _ = self.finish_pending(pending, Some(slot));
+        }
+    }
+
+    /// Waits for the copies of `pending`, taken from this transfer, then
+    /// settles and ends it, on `slot` if the caller holds the stager's
+    /// lock, else under the lock.
+    fn finish_pending(
+        &self,
+        pending: PendingTransfer,
+        slot: Option<&mut Option<Stager>>,
+    ) -> Result<(), Failure> {
         // The first error is the one reported (a driver error that is not
         // sticky would not be seen again by `finish_pending`).
         let arrived = pending.wait_arrived();
         // The copies are done (or failed): work ordered after it may run,
         // before the settling below waits for the stager's lock, which a
-        // blocking transfer ordered after this one may hold.
+        // blocking transfer ordered after this one may hold. After a
+        // failure too, for that reason: the error reaches the caller, and
+        // the engine keeps the memory the copies touch until it drains.
         self.open_gate();
-        let settled = settle(&mut lock(&self.stager.stager), pending);
+        let settled = match slot {
+            Some(slot) => settle(slot, pending),
+            None => settle(&mut self.stager.lock(), pending),
+        };
         let outcome = arrived.and(settled).map_err(Failure::Layer);
         self.end(outcome);
         outcome
@@ -802,18 +916,19 @@ impl SharedTransfer {
         wakeup: &Wakeup,
         token: u64,
     ) -> Result<bool, Failure> {
-        let hand = {
-            let mut tracked = lock(&self.tracked);
-            if matches!(tracked.progress, Progress::Ended(_)) {
-                return Ok(true);
-            }
-            tracked.wakeups.push((Arc::clone(&wakeup.signal), token));
-            !core::mem::replace(&mut tracked.finisher, true)
-        };
-        if hand && let Err(failure) = self.stager.finish_later(self) {
-            lock(&self.tracked).finisher = false;
-            return Err(failure);
+        let mut tracked = lock(&self.tracked);
+        if matches!(tracked.progress, Progress::Ended(_)) {
+            return Ok(true);
         }
+        if !tracked.finisher {
+            // Handed over under the transfer's lock, so that no
+            // `hand_over` meanwhile finds a finisher that then fails to
+            // start. The finish thread takes that lock only once it has
+            // the transfer, never while it holds the channel's.
+            self.stager.finish_later(self)?;
+            tracked.finisher = true;
+        }
+        tracked.wakeups.push((Arc::clone(&wakeup.signal), token));
         Ok(false)
     }
 
@@ -1020,19 +1135,7 @@ mod tests {
         let device = device_with(&shared, &expected);
         let range = host(std::vec![0; LEN]);
         sim::hold(ordinal);
-        let pending = shared
-            .with_stager(
-                |_, _| Ok(()),
-                |stager, _| {
-                    // SAFETY: the range is this test's own.
-                    let mut memory = unsafe { memory(range) };
-                    // SAFETY: leaked host memory; the view keeps the
-                    // device buffer allocated.
-                    unsafe { stager.start_unchecked(to_host(&mut memory, &view(&device))) }
-                },
-            )
-            .unwrap();
-        let transfer = SharedTransfer::started(&shared, pending);
+        let transfer = SharedTransfer::started(&shared, download_now(&shared, &device, range));
         assert!(!transfer.is_done().unwrap());
         let finishers: Vec<_> = (0..3)
             .map(|_| {
@@ -1219,6 +1322,182 @@ mod tests {
         assert_eq!(
             shared.with_stager(|_, _| Ok(()), |_, _| Ok(())),
             Err(Failure::Closed)
+        );
+    }
+
+    /// A download of `device` into `range` started at once on `shared`.
+    fn download_now(
+        shared: &Arc<SharedStager>,
+        device: &Arc<DeviceBuffer>,
+        range: HostRange,
+    ) -> PendingTransfer {
+        shared
+            .with_stager(
+                |_, _| Ok(()),
+                |stager, _| {
+                    // SAFETY: the range is the calling test's own.
+                    let mut memory = unsafe { memory(range) };
+                    // SAFETY: leaked host memory; the view keeps the
+                    // device buffer allocated.
+                    unsafe { stager.start_unchecked(to_host(&mut memory, &view(device))) }
+                },
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn a_start_with_no_finish_thread_ends_on_the_start_thread_without_deadlock() {
+        let (_, shared) = shared();
+        // The finish thread is gone: handing a transfer to it fails.
+        *lock(&shared.finisher) = Some(channel().0);
+        let expected = pattern(9);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let (go, wait) = channel();
+        go.send(()).unwrap();
+        let transfer = shared
+            .start_later(&[], None, download_after(wait, device, range))
+            .unwrap();
+        let (done, ended) = channel();
+        let finishing = Arc::clone(&transfer);
+        std::thread::spawn(move || done.send(finishing.finish()));
+        let Ok(outcome) = ended.recv_timeout(Duration::from_secs(20)) else {
+            // Its drop would wait for the stager's lock, which the start
+            // thread holds forever.
+            core::mem::forget(shared);
+            panic!("the start thread deadlocked on the stager's lock");
+        };
+        assert_eq!(outcome, Ok(()));
+        assert!(read(range) == expected);
+        assert_eq!(shared.with_stager(|_, _| Ok(()), |_, _| Ok(1)), Ok(1));
+    }
+
+    #[test]
+    fn the_last_handle_closes_the_stager_under_its_lock() {
+        // The exit handler closes a stager by taking it under its lock: it
+        // must find the lock held while the last handle's drop waits for
+        // the stager's work, not an empty slot.
+        use std::sync::TryLockError;
+        let (ordinal, shared) = shared();
+        let device = device_with(&shared, &pattern(10));
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let pending = download_now(&shared, &device, range);
+        let slot = Arc::clone(shared.slot());
+        let dropping = std::thread::spawn(move || drop(shared));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut locked_since: Option<Instant> = None;
+        let seen = loop {
+            assert!(Instant::now() < deadline, "the stager was never closed");
+            match slot.try_lock() {
+                Ok(stager) if stager.is_some() => locked_since = None,
+                Ok(_) => break "empty while the stager's drop still ran",
+                Err(TryLockError::WouldBlock) => {
+                    let since = *locked_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_millis(50) {
+                        break "locked";
+                    }
+                }
+                Err(TryLockError::Poisoned(_)) => panic!("poisoned"),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        sim::release(ordinal);
+        dropping.join().unwrap();
+        assert_eq!(seen, "locked");
+        assert!(lock(&slot).is_none());
+        assert_eq!(pending.is_finished(), Ok(true));
+    }
+
+    #[test]
+    fn transfers_the_finish_thread_waited_for_end_while_others_keep_the_stager_locked() {
+        // Two threads pass the stager's lock between them with no gap the
+        // finish thread's tries would meet: whoever holds it settles what
+        // the finish thread left.
+        let (_, shared) = shared();
+        let expected = pattern(11);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let holders: Vec<_> = (0..2)
+            .map(|_| {
+                let shared = Arc::clone(&shared);
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let held = shared.with_stager(
+                            |_, _| Ok(()),
+                            |_, _| {
+                                std::thread::sleep(Duration::from_millis(2));
+                                Ok(())
+                            },
+                        );
+                        assert_eq!(held, Ok(()));
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(10));
+        let (go, wait) = channel();
+        go.send(()).unwrap();
+        let transfer = shared
+            .start_later(&[], None, download_after(wait, device, range))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !transfer.has_ended() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let ended = transfer.has_ended();
+        stop.store(true, Ordering::Relaxed);
+        for holder in holders {
+            holder.join().unwrap();
+        }
+        assert!(ended, "not ended while the stager's lock was passed around");
+        assert_eq!(transfer.finish(), Ok(()));
+        assert!(read(range) == expected);
+    }
+
+    /// The CPU time the calling thread has used.
+    #[cfg(target_os = "linux")]
+    fn thread_cpu() -> Duration {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes the clock into `now`, which lives across the call.
+        let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+        assert_eq!(read, 0);
+        Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn waiting_for_a_download_whose_copies_wait_does_not_hold_a_core() {
+        // A small download is polled for from its first chunk on; while
+        // its copies wait (here the device is held, as a long kernel
+        // queued before would), the waiter polls for a bounded time, then
+        // sleeps.
+        let (ordinal, shared) = shared();
+        let expected = pattern(12);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let transfer = SharedTransfer::started(&shared, download_now(&shared, &device, range));
+        let waiting = Arc::clone(&transfer);
+        let waiter = std::thread::spawn(move || {
+            let before = thread_cpu();
+            let outcome = waiting.finish();
+            (outcome, thread_cpu() - before)
+        });
+        let held = Duration::from_millis(300);
+        std::thread::sleep(held);
+        sim::release(ordinal);
+        let (outcome, cpu) = waiter.join().unwrap();
+        assert_eq!(outcome, Ok(()));
+        assert!(read(range) == expected);
+        assert!(
+            cpu < held / 6,
+            "the waiter used {cpu:?} of CPU in the {held:?} the device was held"
         );
     }
 
