@@ -2,8 +2,9 @@
 //! toolchain (the GPU test binaries, the examples, the benchmark, the
 //! Python package's wheel, its GPU tests and benchmarks) into one folder
 //! with `run.sh` (`xtask/scripts/gpu-run.sh`), which runs each of [`STEPS`]
-//! and prints a summary table last, and the newest run plan
-//! (`xtask/gpu-runs/runNN-plan.sh`, the highest NN) as it is.
+//! and prints a summary table last, and the run plan
+//! (`xtask/gpu-runs/plan.sh`, modes `tests` and `benches`, its knobs at its
+//! top) as it is. The plan each recorded run ran is in that run's folder.
 //!
 //! The binaries open `libcuda.so.1` at run time (nothing links it): built
 //! here, they load the GPU host's driver there.
@@ -20,9 +21,11 @@ usage: cargo xtask gpu-bundle [--out DIR]
 Builds the GPU test binaries (cudarc's among them), the staged_d2h and
 kv_offload examples, the staged_copy benchmark (profile `gpu-bundle`) and the Python wheel
 (driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh, the
-Python GPU tests and benchmarks, and the newest xtask/gpu-runs/runNN-plan.sh.
-On the GPU host:
-    sh DIR/run.sh        # results in $OUT, or DIR/out";
+Python GPU tests and benchmarks, and the run plan xtask/gpu-runs/plan.sh.
+On the GPU host (results in $OUT, or DIR/out):
+    bash DIR/plan.sh tests     # every GPU test and example, the Python suite
+    bash DIR/plan.sh benches   # staged_copy and the Python benchmarks
+    sh DIR/run.sh              # every step of ./steps, the whole benchmark";
 
 /// What `run.sh` runs, in order: a name, a time limit in seconds, and a shell
 /// command run from the bundle's folder (`$out` is the results folder).
@@ -41,6 +44,7 @@ const STEPS: &[(&str, u32, &str)] = &[
 /// Files copied into the bundle as they are: (from the workspace, to the bundle).
 const FILES: &[(&str, &str)] = &[
     ("xtask/scripts/gpu-run.sh", "run.sh"),
+    ("xtask/gpu-runs/plan.sh", "plan.sh"),
     ("driver/python/gpu.sh", "python/gpu.sh"),
     ("driver/python/tests/conftest.py", "python/tests/conftest.py"),
     ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
@@ -83,7 +87,7 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
     match bundle(&out) {
         Ok(size) => {
             let (mib, out) = (size as f64 / f64::from(1 << 20), out.display());
-            println!("gpu-bundle: {out} ({mib:.1} MiB); run `sh {out}/run.sh` on the GPU host");
+            println!("gpu-bundle: {out} ({mib:.1} MiB); on the GPU host: `bash {out}/plan.sh tests|benches`");
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -124,12 +128,6 @@ fn bundle(out: &Path) -> Result<u64, String> {
     for (from, to) in FILES {
         copy(&root.join(from), &out.join(to))?;
     }
-    let runs = root.join("xtask/gpu-runs");
-    let names = fs::read_dir(&runs).map_err(|e| format!("{}: {e}", runs.display()))?;
-    if let Some(plan) = newest_plan(names.flatten().map(|entry| entry.file_name().to_string_lossy().into_owned())) {
-        copy(&runs.join(&plan), &out.join(&plan))?;
-        println!("gpu-bundle: {plan} (the newest run plan) in the bundle");
-    }
     // The Python package's abi3 wheel (maturin); gpu.sh installs it offline.
     command::run(Command::new(root.join("driver/python/build-wheel.sh")).arg(out.join("python/wheels")))?;
     other_wheels(&out.join("python/other-wheels"));
@@ -164,13 +162,6 @@ fn other_wheels(folder: &Path) {
             Err(error) => println!("gpu-bundle: without {wheel} (its benchmark row is left out): {error}"),
         }
     }
-}
-
-/// The file name of the newest run plan among `names`: `runNN-plan.sh` with
-/// the highest NN (by number, so run100 follows run99).
-fn newest_plan(names: impl Iterator<Item = String>) -> Option<String> {
-    let number = |name: &str| name.strip_prefix("run")?.strip_suffix("-plan.sh")?.parse::<u32>().ok();
-    names.filter_map(|name| Some((number(&name)?, name))).max().map(|(_, name)| name)
 }
 
 fn cargo(root: &Path) -> Command {
@@ -266,12 +257,37 @@ mod tests {
         }
     }
 
+    /// The plan travels in the bundle; its `tests` mode runs every test
+    /// binary and example that run.sh runs, its `benches` mode the
+    /// benchmark, and every Python benchmark it names is in the bundle.
     #[test]
-    fn the_newest_plan_is_the_highest_number() {
-        let names =
-            ["run59-plan.sh", "run100-plan.sh", "run99-plan.sh", "run47-exit-diag.sh", "README.md", "runx-plan.sh"];
-        assert_eq!(newest_plan(names.iter().map(|n| n.to_string())).as_deref(), Some("run100-plan.sh"));
-        assert_eq!(newest_plan(["diary.md".to_owned()].into_iter()), None);
+    fn the_plan_runs_what_the_bundle_holds() {
+        assert!(FILES.contains(&("xtask/gpu-runs/plan.sh", "plan.sh")), "gpu-bundle copies plan.sh");
+        let plan = include_str!("../gpu-runs/plan.sh");
+        let body = |mode: &str| {
+            let start = plan.find(&format!("\n{mode}() {{\n")).unwrap_or_else(|| panic!("plan.sh has no {mode}()"));
+            &plan[start..start + plan[start..].find("\n}\n").unwrap()]
+        };
+        let (tests, benches) = (body("tests"), body("benches"));
+        for (name, _, command) in STEPS {
+            let program = command.split_whitespace().next().unwrap();
+            let Some(binary) = program.strip_prefix("bin/") else { continue };
+            let mode = if binary == "staged_copy" { benches } else { tests };
+            let runs = mode.lines().any(|line| {
+                line.trim_start().starts_with("step ") && line.split_whitespace().any(|word| word == program)
+            });
+            assert!(runs, "plan.sh does not run {program} (run.sh's step {name})");
+        }
+        assert!(tests.contains("python/gpu.sh"), "plan.sh tests runs the Python suite");
+        let bundled = |to: &str| FILES.iter().any(|(_, bundle)| *bundle == to);
+        let defaults = plan.split("PY_BENCHES-").nth(1).and_then(|rest| rest.split('}').next()).unwrap_or("");
+        let cases = plan.split("py_bench_args() {").nth(1).unwrap().split("esac").next().unwrap();
+        let named: Vec<&str> =
+            cases.lines().filter_map(|line| line.trim().split_once(") echo")).map(|(n, _)| n).collect();
+        assert!(defaults.split_whitespace().count() >= 3, "PY_BENCHES defaults: {defaults:?}");
+        for bench in defaults.split_whitespace().chain(named.iter().copied().filter(|n| *n != "*")) {
+            assert!(bundled(&format!("python/bench/{bench}.py")), "plan.sh runs python/bench/{bench}.py");
+        }
     }
 
     /// Every test file and benchmark that gpu.sh runs is copied into the

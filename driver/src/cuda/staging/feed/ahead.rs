@@ -44,7 +44,8 @@
 //! threads there; populating it again once present cost 9 to 13 GB/s a
 //! thread on 4 KiB pages (hence the second sample per range) and nothing
 //! measurable on huge pages. On the H200 host (`populate-probe.c` in
-//! xtask/gpu-runs/, 16 threads, pages the kernel had just freed),
+//! xtask/gpu-runs/2026-12-03-h200-run55/, 16 threads, pages the kernel
+//! had just freed),
 //! `MADV_POPULATE_WRITE` after `MADV_HUGEPAGE` made 1 to 64 GiB present at
 //! 6 to 9.5 GB/s, a zero written to each of their 4 KiB pages at 31.8
 //! GB/s (1 GiB), 43.8 (4 GiB) and 55.7 (16 GiB), every fault a huge page
