@@ -786,16 +786,16 @@ fn link_row(
 /// Settings compared transfer by transfer, in rotation, each with 4
 /// staging buffers: chunk MiB, chunk MiB to the device, edge chunk MiB,
 /// streams, workers that copy to the host (0: all of them). The default
-/// first, then the settings for transfers of 64 MiB to a few GiB (one
-/// stream, edge chunks, half-buffer chunks to the device), then each of
-/// those changed alone, then the default with fewer workers to the host.
+/// first, then edge chunks on a stream per buffer (from 2 and 4 MiB),
+/// half-buffer chunks to the device with and without them, and the
+/// one-stream option.
 const INTERLEAVED: [(usize, usize, usize, usize, usize); 6] = [
     (16, 16, 16, 4, 0),
-    (16, 8, 2, 1, 0),
-    (16, 16, 2, 1, 0),
-    (16, 8, 16, 1, 0),
+    (16, 16, 2, 4, 0),
+    (16, 16, 4, 4, 0),
     (16, 8, 2, 4, 0),
-    (16, 16, 16, 4, 6),
+    (16, 8, 16, 4, 0),
+    (16, 8, 2, 1, 0),
 ];
 
 /// The settings whose 64 MiB transfers are traced ([`timeline`]).
