@@ -71,20 +71,25 @@ class _LoopWaiters:
             self._release_if_idle()
 
     def _finished(self) -> None:
-        for token in self.wakeup.take():
-            entry = self.pending.pop(token, None)
-            if entry is None:
-                continue  # its await was cancelled
-            transfer, future = entry
-            if future.done():
-                continue
-            try:
-                transfer.wait()  # ended: returns or raises at once
-            except Exception as error:
-                future.set_exception(error)
-            else:
-                future.set_result(None)
-        self._release_if_idle()
+        """Resolves the future of every transfer in the wakeup's list. The
+        list and the pipe's byte are taken together, so a token taken here
+        never comes again: every one is resolved whatever another raises (a
+        ``KeyboardInterrupt`` while a ``wait()`` runs, a future that refuses
+        its outcome), and the first such error is raised once they all
+        are."""
+        raised: Optional[BaseException] = None
+        try:
+            for token in self.wakeup.take():
+                entry = self.pending.pop(token, None)
+                if entry is None:
+                    continue  # its await was cancelled
+                error = _resolve(*entry)
+                if raised is None:
+                    raised = error
+        finally:
+            self._release_if_idle()
+        if raised is not None:
+            raise raised
 
     def _release_if_idle(self) -> None:
         """With no await outstanding: removes the reader and forgets the
@@ -97,6 +102,33 @@ class _LoopWaiters:
                 self.loop.remove_reader(self.wakeup.fileno())
         if _by_loop.get(self.loop) is self:
             del _by_loop[self.loop]
+
+
+def _resolve(transfer: "Transfer", future: "asyncio.Future[None]") -> Optional[BaseException]:
+    """Resolves ``future`` with how ``transfer`` ended (it has: ``wait()``
+    returns or raises at once). What interrupts that (a
+    ``KeyboardInterrupt`` or ``SystemExit`` during ``wait()``, an error of
+    the future itself) is returned, not raised, and the outcome asked for
+    once more; should that fail too, the future is cancelled: it is never
+    left pending, as no wakeup would come for it again."""
+    interrupted: Optional[BaseException] = None
+    for _ in range(2):
+        if future.done():
+            return interrupted
+        try:
+            try:
+                transfer.wait()  # ended: returns or raises at once
+            except Exception as error:
+                future.set_exception(error)
+            else:
+                future.set_result(None)
+            return interrupted
+        except BaseException as error:
+            if interrupted is None:
+                interrupted = error
+    if not future.done():
+        future.cancel()
+    return interrupted
 
 
 _tokens = itertools.count()
