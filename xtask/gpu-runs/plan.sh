@@ -295,7 +295,7 @@ esac
         fi
         if [ -f "$res/one_call.log" ]; then
             echo "-- one call"
-            grep -E '^(per call,|blocking=False return,)' "$res/one_call.log"
+            grep -E '^(per call,|call parts,|blocking=False return,)' "$res/one_call.log" | cut -c1-400
         fi
         if [ -f "$res/async_lag.log" ]; then
             echo "-- async lag"

@@ -114,6 +114,77 @@ def per_call(calls: int, repeat: int) -> list[str]:
     return lines
 
 
+def call_parts(calls: int, repeat: int) -> list[str]:
+    """Where one call's time goes, microseconds per call (median of
+    ``repeat`` loops of ``calls``), a 64 KiB copy each way and the start of
+    a 16 MiB ``blocking=False`` upload (the offloaded KV cache's call): the
+    whole call; the default stager's lookup; the Python conversions of both
+    sides (``_sides``: torch's DLPack export with its stream order, the
+    capture check, the host side); torch's export alone; the native call
+    with the sides already converted, with and without the legacy stream's
+    wait and order."""
+    from hostcopy import _staging
+
+    n = 64 << 10
+    device = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    host = np.zeros(n, np.uint8)
+    stager = _staging._stager_for(device, "src")
+    native = stager._native
+
+    def per_call_us(fn) -> float:
+        def run():
+            for _ in range(calls):
+                fn()
+        return 1e6 * timed(run, repeat, sync=False) / calls
+
+    def row(label, parts):
+        return f"call parts, {label}: " + ", ".join(f"{name} {per_call_us(fn):.1f} us" for name, fn in parts)
+
+    d2h_device, d2h_host, consumer = _staging._sides(host, device, False, None, True)
+    h2d_device, h2d_host, _ = _staging._sides(device, host, True, None, True)
+    lines = [
+        row("64 KiB D2H", [
+            ("whole call", lambda: hostcopy.copy_to_host(host, device)),
+            ("stager lookup", lambda: _staging._stager_for(device, "src")),
+            ("_sides", lambda: _staging._sides(host, device, False, None, True)),
+            ("torch __dlpack__(stream=1)", lambda: device.__dlpack__(stream=1, max_version=(1, 0))),
+            ("capture check", lambda: _staging._refuse_during_capture(device, "src", 1)),
+            ("native", lambda: native.device_to_host(
+                d2h_host, 0, d2h_device.ptr, d2h_device.nbytes, d2h_device.owner, 0, None, [consumer], consumer, True, False)),
+            ("native, no stream order", lambda: native.device_to_host(
+                d2h_host, 0, d2h_device.ptr, d2h_device.nbytes, d2h_device.owner, 0, None, [], None, True, False)),
+        ]),
+        row("64 KiB H2D", [
+            ("whole call", lambda: hostcopy.copy_to_device(device, host)),
+            ("_sides", lambda: _staging._sides(device, host, True, None, True)),
+            ("native", lambda: native.host_to_device(
+                h2d_device.ptr, h2d_device.nbytes, h2d_device.owner, 0, h2d_host, 0, None, [consumer], consumer, True, False)),
+            ("native, no stream order", lambda: native.host_to_device(
+                h2d_device.ptr, h2d_device.nbytes, h2d_device.owner, 0, h2d_host, 0, None, [], None, True, False)),
+        ]),
+    ]
+    big = 16 << 20
+    big_device = torch.zeros(big, dtype=torch.uint8, device="cuda")
+    big_host = np.zeros(big, np.uint8)
+    blocks = np.array([(i * (1 << 20), i * (1 << 20), 1 << 20) for i in range(16)], dtype=np.int64)
+    starts = {"one range": [], "16 blocks": []}
+    for _ in range(max(repeat, 1) * 20):
+        begin = time.perf_counter()
+        transfer = hostcopy.copy_to_device(big_device, big_host, blocking=False)
+        starts["one range"].append(time.perf_counter() - begin)
+        transfer.wait()
+        begin = time.perf_counter()
+        transfer = hostcopy.copy_blocks_to_device(big_device, big_host, blocks, blocking=False)
+        starts["16 blocks"].append(time.perf_counter() - begin)
+        transfer.wait()
+    lines.append(
+        "call parts, 16 MiB H2D blocking=False, the call until it returns: "
+        + ", ".join(f"{name} median {1e6 * statistics.median(t):.0f} us, longest {1e6 * max(t):.0f} us" for name, t in starts.items())
+    )
+    del device, big_device
+    return lines
+
+
 def non_blocking_return(gib: int, repeat: int) -> list[str]:
     """How long a ``blocking=False`` call of ``gib`` GiB takes to return,
     against the whole transfer (call to ``wait()``), each way; median of
@@ -246,6 +317,7 @@ def main() -> None:
 
     # Ratios the targets name.
     summary = per_call(args.calls, args.repeat)
+    summary += call_parts(args.calls, args.repeat)
     if args.return_gib > 0:
         summary += non_blocking_return(args.return_gib, args.repeat)
     for size_mib in args.sizes_mib:
