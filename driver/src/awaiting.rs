@@ -469,11 +469,10 @@ impl SharedStager {
         start: Start,
     ) -> Result<Option<PendingTransfer>, Failure> {
         if !after.is_empty() {
-            let mut order = lock(&self.order);
-            let order = match &mut *order {
-                Some(stream) => stream,
-                empty => empty.insert(Stream::new(&self.context)?),
-            };
+            let order = lock(&self.order);
+            let order = order
+                .as_ref()
+                .expect("made by `start_later` before it recorded an event");
             for event in after {
                 order.as_stream().wait_event(event)?;
             }
@@ -504,6 +503,18 @@ impl SharedStager {
             self.context.expect_same(stream.context())?;
             if stream.is_capturing()? {
                 return Err(Failure::Layer(Error::Capturing));
+            }
+        }
+        if !after.is_empty() {
+            // The start thread's order stream is made here, on the
+            // caller's thread, before a gate is queued: the driver makes a
+            // stream under a lock of the context that a call blocked
+            // behind the gate may hold (a synchronous copy on the gated
+            // stream: seen on the H200, the start thread stuck in
+            // `cuStreamCreate` while torch's copy waited for the gate).
+            let mut order = lock(&self.order);
+            if order.is_none() {
+                *order = Some(Stream::new(&self.context)?);
             }
         }
         for stream in after {
@@ -1169,6 +1180,35 @@ mod tests {
         go.send(()).unwrap();
         assert_eq!(transfer.finish(), Ok(()));
         assert!(read(range) == expected);
+    }
+
+    #[test]
+    fn a_later_start_makes_every_stream_it_needs_on_the_calling_thread() {
+        // The driver makes a stream under a lock of the context that a
+        // synchronous copy blocked behind the gate may hold: the start
+        // thread must find the stream that orders it already made. Here it
+        // is kept from running (the stager locked) while the call returns.
+        let (ordinal, shared) = shared();
+        let context = shared.context().clone();
+        let stream = Stream::new(&context).unwrap();
+        let target = Arc::new(DeviceBuffer::new(&context, LEN).unwrap());
+        let streams = sim::device_state(ordinal).streams;
+        let locked = shared.lock();
+        let transfer = shared
+            .start_later(
+                &[stream.as_stream()],
+                Some(stream.as_stream()),
+                upload(&target, host(pattern(5)), None),
+            )
+            .unwrap();
+        assert_eq!(
+            sim::device_state(ordinal).streams,
+            streams + 1,
+            "the order stream was not made by the call"
+        );
+        drop(locked);
+        assert_eq!(transfer.finish(), Ok(()));
+        assert_eq!(sim::device_state(ordinal).streams, streams + 1);
     }
 
     #[test]
