@@ -167,7 +167,8 @@ def call_parts(calls: int, repeat: int) -> list[str]:
     big_device = torch.zeros(big, dtype=torch.uint8, device="cuda")
     big_host = np.zeros(big, np.uint8)
     blocks = np.array([(i * (1 << 20), i * (1 << 20), 1 << 20) for i in range(16)], dtype=np.int64)
-    starts = {"one range": [], "16 blocks": []}
+    big_sides = _staging._sides(big_device, big_host, True, None, False)
+    starts = {"one range": [], "16 blocks": [], "its _sides": [], "its native start": []}
     for _ in range(max(repeat, 1) * 20):
         begin = time.perf_counter()
         transfer = hostcopy.copy_to_device(big_device, big_host, blocking=False)
@@ -176,6 +177,14 @@ def call_parts(calls: int, repeat: int) -> list[str]:
         begin = time.perf_counter()
         transfer = hostcopy.copy_blocks_to_device(big_device, big_host, blocks, blocking=False)
         starts["16 blocks"].append(time.perf_counter() - begin)
+        transfer.wait()
+        begin = time.perf_counter()
+        _staging._sides(big_device, big_host, True, None, False)
+        starts["its _sides"].append(time.perf_counter() - begin)
+        target, source, order = big_sides
+        begin = time.perf_counter()
+        transfer = native.host_to_device(target.ptr, target.nbytes, target.owner, 0, source, 0, None, [order], order, False, False)
+        starts["its native start"].append(time.perf_counter() - begin)
         transfer.wait()
     lines.append(
         "call parts, 16 MiB H2D blocking=False, the call until it returns: "

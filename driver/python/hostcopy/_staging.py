@@ -192,9 +192,67 @@ def _refuse_during_capture(obj: Any, side: str, consumer: int) -> None:
         )
 
 
+def _torch_current_stream(torch: Any, device: int) -> int:
+    """torch's current stream on ``device``, as a handle (0: the legacy
+    default stream); through torch's raw accessor where it has one (no
+    Stream object is made)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _torch_device_side(obj: Any, side: str, consumer: int) -> Optional[_Device]:
+    """A plain CUDA torch tensor's device side read from the tensor, not
+    through a DLPack export (which costs a capsule and, for another stream,
+    an event, a third of a small call): its address and length, kept alive
+    by the tensor, ordered after torch's current stream by the stager's own
+    wait where that is not ``consumer`` (so a capturing one is refused
+    before anything is queued, as the export's wait would break the
+    capture). ``None`` for anything else, which the DLPack path reads (and
+    refuses what torch does not export: a tensor that requires grad, with
+    the conjugate or negative bit, sparse, quantized)."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if not (isinstance(tensor, type) and isinstance(obj, tensor)):
+        return None
+    if (
+        getattr(obj, "is_cuda", False) is not True
+        or obj.layout is not torch.strided
+        or obj.requires_grad
+        or obj.is_conj()
+        or obj.is_neg()
+        or obj.is_quantized
+    ):
+        return None
+    if not obj.is_contiguous():
+        raise NotContiguous(
+            f"{side} is strided (shape {tuple(obj.shape)}, strides {obj.stride()}): a transfer moves one "
+            "contiguous run of bytes",
+            side=side,
+            shape=tuple(obj.shape),
+            strides=obj.stride(),
+        )
+    current = _torch_current_stream(torch, obj.device.index)
+    streams = [consumer]
+    # 0 and 1 both name the legacy default stream.
+    if current != consumer and not (current in (0, 1) and consumer in (0, 1)):
+        if _native.stream_capturing(current):
+            raise StreamCapturing(
+                f"{side}'s library is capturing a graph on its current stream ({current:#x}): a staged "
+                "transfer cannot become part of it, and ordering it after that stream would break the "
+                "capture; copy before or after the capture"
+            )
+        streams.append(current)
+    return _Device(int(obj.data_ptr()), int(obj.nbytes), obj, streams)
+
+
 def _device_side(obj: Any, side: str, writable: bool, consumer: int) -> _Device:
     if writable:
         _refuse_jax_destination(obj, side)
+    torch_side = _torch_device_side(obj, side, consumer)
+    if torch_side is not None:
+        return torch_side
     if _is_cuda_core_buffer(obj):
         if getattr(obj, "is_closed", False):
             raise ValueError(f"{side} is a closed cuda.core Buffer")

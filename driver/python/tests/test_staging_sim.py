@@ -704,3 +704,96 @@ def test_a_copy_during_a_libraries_capture_is_refused_before_its_export_breaks_t
         stager.copy_to_host(dst, Tensor())
     assert exported == [1]
     del source
+
+
+def _torch_stand_in(monkeypatch, current: dict):
+    """A ``torch`` module with what the transfers read of a CUDA tensor
+    without exporting it: ``Tensor``, ``strided`` and the raw current
+    stream of a device (``current[device]``)."""
+    import types
+
+    torch = types.ModuleType("torch")
+    torch.strided = object()
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: current[device])
+
+    class Tensor:
+        """A contiguous CUDA uint8 tensor over a simulated device array."""
+
+        is_cuda, is_quantized, requires_grad = True, False, False
+
+        def __init__(self, array, device: int):
+            self.array, self.layout = array, torch.strided
+            self.device = types.SimpleNamespace(index=device)
+            self.shape, self.exported = (array.__cuda_array_interface__["shape"][0],), []
+
+        def data_ptr(self) -> int:
+            return self.array.__cuda_array_interface__["data"][0]
+
+        @property
+        def nbytes(self) -> int:
+            return self.shape[0]
+
+        def stride(self):
+            return (1,)
+
+        def is_contiguous(self) -> bool:
+            return True
+
+        def is_conj(self) -> bool:
+            return False
+
+        def is_neg(self) -> bool:
+            return False
+
+        def __dlpack_device__(self):
+            return (2, self.device.index)  # kDLCUDA
+
+        def __dlpack__(self, stream=None, max_version=None):
+            self.exported.append(stream)
+            raise RuntimeError("exported")
+
+    torch.Tensor = Tensor
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch
+
+
+def test_a_cuda_torch_tensor_is_read_without_an_export_and_ordered_after_torchs_stream(
+    sim, numpy, device, stager, monkeypatch
+):
+    # A plain CUDA tensor is read from its attributes, not exported through
+    # DLPack (a capsule and an event a call): the bytes move both ways, and
+    # the transfer waits for torch's current stream where it is not the
+    # stream the copy is ordered on.
+    producer = sim.stream(device)
+    current = {device: 0}
+    torch = _torch_stand_in(monkeypatch, current)
+    data = pattern(CHUNK + 5, 21)
+    tensor = torch.Tensor(sim.array(device, data), device)
+    host = numpy.zeros(len(data), numpy.uint8)
+
+    def events_recorded(copy) -> int:
+        before = sim.state(device)["event_records"]
+        copy()
+        return sim.state(device)["event_records"] - before
+
+    on_legacy = events_recorded(lambda: stager.copy_to_host(host, tensor))
+    assert host.tobytes() == data
+    current[device] = producer.handle
+    on_producer = events_recorded(lambda: stager.copy_to_host(host, tensor))
+    assert on_producer == on_legacy + 1, "the copy did not wait for torch's current stream"
+    uploaded = pattern(CHUNK + 5, 22)
+    stager.copy_to_device(tensor, numpy.frombuffer(uploaded, numpy.uint8).copy())
+    assert tensor.array.read() == uploaded
+    assert tensor.exported == []
+    # Capturing on torch's current stream: refused before anything is
+    # queued, the capture intact.
+    producer.begin_capture()
+    with pytest.raises(hostcopy.StreamCapturing, match="capturing a graph"):
+        stager.copy_to_host(host, tensor)
+    producer.end_capture().destroy()
+    # What torch refuses to export stays refused by its export.
+    tensor.requires_grad = True
+    with pytest.raises(RuntimeError, match="exported"):
+        stager.copy_to_host(host, tensor)
+    assert tensor.exported == [1]
+    sim.assert_no_violations(device)
