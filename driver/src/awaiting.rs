@@ -1,47 +1,31 @@
 //! A stager shared by the threads of a host runtime (the Python binding),
-//! the transfers it starts there, and the two threads that serve them: one
-//! that starts transfers handed to it, so that a caller on an event loop's
-//! thread returns before the chunks are queued, and one that finishes
-//! transfers and tells an event loop through a pipe.
+//! the transfers it starts there, and the thread that finishes transfers
+//! and tells an event loop through a pipe.
 //!
-//! - **A transfer's state** ([`SharedTransfer`]): `Queued` (handed to the
-//!   start thread), `Pending` (started: the engine's [`PendingTransfer`]),
-//!   `Finishing` (one caller settles it), `Ended` (its outcome, kept for
-//!   every later caller). [`SharedTransfer::finish`] takes `&self` and is
+//! - **A transfer's state** ([`SharedTransfer`]): `Pending` (started: the
+//!   engine's [`PendingTransfer`]), `Finishing` (one caller settles it),
+//!   `Ended` (its outcome, kept for every later caller). [`SharedTransfer::finish`] takes `&self` and is
 //!   idempotent: the first caller waits for the copies without the
 //!   stager's lock ([`PendingTransfer::wait_arrived`]) and then settles the
 //!   transfer under it; a caller meanwhile waits for that one. Whoever ends
 //!   it wakes the event loops that await it and lets go of what was kept
 //!   for it ([`SharedTransfer::hand_over`]).
-//! - **Starting later** ([`SharedStager::transfer`] with [`Begin::Later`]):
-//!   the caller records an event on each stream the transfer waits for and
-//!   queues, on the stream that later work must find it ordered before, a
-//!   wait for the transfer's gate, a flag in pinned memory (stream memory
-//!   wait, as the engine's own chunks use); that is the part of the start
-//!   the stream order promises rest on, a few driver calls whatever the
-//!   size. The start thread then starts the transfer after those events,
-//!   in the order the calls were made, and hands it to the finish thread,
-//!   which opens its gate once its copies are done (gates open in the
-//!   order they were queued: a flag that counts). Work queued on the
-//!   stream after the call so waits for the transfer as it waits for one
-//!   started at once, and the transfer waits for the work queued before
-//!   the call, not for what came after. The start runs on a thread of its
-//!   own: the finish thread waits for copies, and a start queued behind
-//!   such a wait would leave the engine idle meanwhile.
-//! - **Order between the two kinds of start.** A start made at once
-//!   ([`SharedStager::with_stager`]) first starts every transfer queued
-//!   before it, and orders itself after its streams only once the queue is
-//!   empty, holding the queue's lock for that: so a transfer never waits
-//!   for the gate of one the engine would start after it (which would wait
-//!   for it in turn).
+//! - **Every start is made on the caller's thread**, every chunk queued
+//!   before [`SharedStager::transfer`] returns, on an event loop's thread
+//!   too: so a wait queued on the caller's stream depends only on work
+//!   already queued. A wait on work queued later by another thread (a
+//!   start thread, tried and measured on the H200) deadlocks whenever any
+//!   thread makes a synchronous call on that stream first: while a
+//!   synchronous copy waits on the legacy stream, the driver holds back
+//!   other threads' `cuEventRecord`, copies, stream and event creation,
+//!   which that start needs.
 //! - **The finish thread** takes transfers in the order they come; one
 //!   stager's transfers complete in about the order they started (its
-//!   copier is one thread). For each it waits for the copies and opens
-//!   the gate, then leaves it to settle under the stager's lock, which
-//!   every holder of the lock does before unlocking, and which the thread
-//!   takes only when it is free: a blocking transfer holding it may wait
-//!   for the gate of a transfer queued behind. It makes no call into the
-//!   host runtime:
+//!   copier is one thread). For each it waits for the copies, then leaves
+//!   it to settle under the stager's lock, which every holder of the lock
+//!   does before unlocking, and which the thread takes only when it is
+//!   free (a blocking transfer may hold it for long). It makes no call
+//!   into the host runtime:
 //!   what was kept for a transfer is dropped there, and the host runtime's
 //!   own types decide what that means (pyo3 queues a Python reference
 //!   dropped without the GIL).
@@ -52,25 +36,23 @@
 //!   registration holds, so a write never meets a closed reader, and at
 //!   most one byte is unread, so neither side blocks on the pipe.
 //!
-//! Both threads start on first use and end once every handle of the
-//! stager and every transfer queued to them are gone. After a fork, or
+//! The finish thread starts on first use and ends once every handle of
+//! the stager and every transfer handed to it are gone. After a fork, or
 //! once the process gave up at exit ([`crate::process`]), what they hold
 //! is left as it is.
 
-use core::mem::ManuallyDrop;
 use std::boxed::Box;
-use std::collections::{BTreeSet, VecDeque};
 use std::io::{PipeReader, PipeWriter, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::string::String;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use std::vec::Vec;
 
 use crate::cuda::staging::{PendingTransfer, Stager};
-use crate::cuda::{CUdeviceptr, Context, Error, Event, PinnedBuffer, Stream, StreamRef};
+use crate::cuda::{Context, Error, StreamRef};
 use crate::process::Process;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,7 +72,7 @@ pub enum Failure {
     Layer(Error),
     /// The stager was closed before the transfer could start.
     Closed,
-    /// The thread that starts or finishes transfers could not be started.
+    /// The thread that finishes transfers could not be started.
     NoThread,
 }
 
@@ -107,8 +89,8 @@ impl From<crate::cuda::DriverError> for Failure {
 }
 
 /// The stager's last work, run by the host runtime's `on_drop`: drops the
-/// stager (which waits for the work queued on its streams) and the stream
-/// its queued starts were ordered on, both of which bind their context.
+/// stager, which waits for the work queued on its streams and binds its
+/// context.
 pub type Closing = Box<dyn FnOnce() + Send>;
 
 /// A transfer on the locked stager: with `true` it runs whole
@@ -125,9 +107,6 @@ pub enum Begin {
     Blocking,
     /// Once every chunk is queued.
     Queued,
-    /// At once: the start thread queues the chunks (a call on an event
-    /// loop's thread).
-    Later,
 }
 
 /// A stager shared by a runtime's threads, with its start and finish
@@ -137,17 +116,11 @@ pub struct SharedStager {
     stager: Arc<StagerSlot>,
     /// Set by [`close`](Self::close): later calls are refused at once.
     closed: AtomicBool,
-    starts: Arc<Starts>,
     finisher: Mutex<Option<Sender<Arc<SharedTransfer>>>>,
-    /// The stream the events of a queued start are waited for on, so that
-    /// the stager's `wait_for` sees them: used under the stager's lock.
-    order: Mutex<Option<Stream>>,
-    gate: Mutex<Option<Gate>>,
     /// Transfers the finish thread waited for that are left to settle by
     /// whoever holds the stager's lock next ([`Locked`]'s drop).
     arrived: Mutex<Vec<Arrived>>,
-    /// Runs the closing of the stager (and of its order stream) when the
-    /// last handle goes: the host runtime decides with which lock a drop
+    /// Runs the closing of the stager when the last handle goes: the host runtime decides with which lock a drop
     /// may wait, and keeps the thread's current context.
     on_drop: fn(Closing),
 }
@@ -158,78 +131,6 @@ impl core::fmt::Debug for SharedStager {
             .field("device", &self.context.ordinal())
             .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
-    }
-}
-
-/// The queue of the start thread.
-struct Starts {
-    queue: Mutex<StartQueue>,
-    more: Condvar,
-}
-
-struct StartQueue {
-    jobs: VecDeque<Job>,
-    /// The thread runs.
-    running: bool,
-    /// Its stager is gone: the thread ends.
-    stop: bool,
-}
-
-/// A start handed to the start thread.
-struct Job {
-    transfer: Arc<SharedTransfer>,
-    /// Recorded on the call's streams when it was made.
-    after: Vec<Event>,
-    start: Start,
-}
-
-/// A flag in pinned memory that the streams a queued start orders wait
-/// for (`>= seq`, compared cyclically); written once the transfers up to
-/// `seq` have ended, in order.
-struct Gate {
-    /// Never freed: a stream may not have passed its wait for the flag yet
-    /// when the stager goes (work queued before the wait still runs), and
-    /// the driver would read freed memory. 64 bytes, and the reference to
-    /// the primary context the buffer holds, per stager that ever started a
-    /// transfer later.
-    flag: ManuallyDrop<PinnedBuffer>,
-    addr: CUdeviceptr,
-    /// The last sequence number given out.
-    issued: u64,
-    /// Every transfer up to this one has ended: the flag's value.
-    opened: u64,
-    /// Ended past `opened`, waiting for the ones before.
-    ended: BTreeSet<u64>,
-}
-
-impl Gate {
-    fn new(context: &Context) -> Result<Gate, Failure> {
-        let flag = PinnedBuffer::new(context, 64)?;
-        let addr = flag.device_ptr()?;
-        // SAFETY: 64 bytes of pinned memory this gate owns, 4-byte aligned
-        // (page-aligned); stored to only atomically, as the driver reads it.
-        unsafe { AtomicU32::from_ptr(flag.raw_ptr().cast::<u32>()) }.store(0, Ordering::Release);
-        Ok(Gate {
-            flag: ManuallyDrop::new(flag),
-            addr,
-            issued: 0,
-            opened: 0,
-            ended: BTreeSet::new(),
-        })
-    }
-
-    fn end(&mut self, seq: u64) {
-        self.ended.insert(seq);
-        let before = self.opened;
-        while self.ended.remove(&(self.opened + 1)) {
-            self.opened += 1;
-        }
-        if self.opened != before {
-            // SAFETY: as in `new`; the cyclic compare of the waits takes
-            // the low 32 bits.
-            unsafe { AtomicU32::from_ptr(self.flag.raw_ptr().cast::<u32>()) }
-                .store(self.opened as u32, Ordering::Release);
-        }
     }
 }
 
@@ -290,17 +191,7 @@ impl SharedStager {
             context,
             stager: Arc::new(Mutex::new(Some(stager))),
             closed: AtomicBool::new(false),
-            starts: Arc::new(Starts {
-                queue: Mutex::new(StartQueue {
-                    jobs: VecDeque::new(),
-                    running: false,
-                    stop: false,
-                }),
-                more: Condvar::new(),
-            }),
             finisher: Mutex::new(None),
-            order: Mutex::new(None),
-            gate: Mutex::new(None),
             arrived: Mutex::new(Vec::new()),
             on_drop,
         })
@@ -349,9 +240,6 @@ impl SharedStager {
         before: Option<StreamRef<'_>>,
         start: Start,
     ) -> Result<Option<Arc<SharedTransfer>>, Failure> {
-        if begin == Begin::Later {
-            return self.start_later(after, before, start).map(Some);
-        }
         let pending = self.with_stager(
             |stager, _| after.iter().try_for_each(|&stream| stager.wait_for(stream)),
             |stager, _| {
@@ -370,205 +258,31 @@ impl SharedStager {
         Ok(pending.map(|pending| SharedTransfer::started(self, pending)))
     }
 
-    /// Runs `body` on the open stager (`Failure::Closed` once closed),
-    /// after every start queued before this call, and after `order` (the
-    /// stager's `wait_for` of this call's streams), which runs with the
-    /// queue empty and locked: see the module's documentation.
+    /// Runs `order` (the stager's `wait_for` of this call's streams), then
+    /// `body`, on the open stager (`Failure::Closed` once closed), holding
+    /// its lock.
     pub fn with_stager<T>(
         &self,
         order: impl FnOnce(&mut Stager, &Context) -> Result<(), Error>,
         body: impl FnOnce(&mut Stager, &Context) -> Result<T, Error>,
     ) -> Result<T, Failure> {
         let mut slot = self.lock();
-        loop {
-            let mut queue = lock(&self.starts.queue);
-            match queue.jobs.pop_front() {
-                Some(job) => {
-                    drop(queue);
-                    self.run_job(&mut slot, job);
-                }
-                None => {
-                    let stager = slot.as_mut().ok_or(Failure::Closed)?;
-                    order(stager, &self.context)?;
-                    drop(queue);
-                    return Ok(body(stager, &self.context)?);
-                }
-            }
-        }
+        let stager = slot.as_mut().ok_or(Failure::Closed)?;
+        order(stager, &self.context)?;
+        Ok(body(stager, &self.context)?)
     }
 
-    /// Closes the stager: every start queued runs first, then the stager's
-    /// drop waits for all the work queued on its streams. Later calls are
-    /// refused (`Failure::Closed`); transfers already started finish.
+    /// Closes the stager: its drop waits for all the work queued on its
+    /// streams. Later calls are refused (`Failure::Closed`); transfers
+    /// already started finish.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let mut slot = self.lock();
-        self.drain(&mut slot);
-        drop(slot.take());
+        drop(self.lock().take());
     }
 
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
-    }
-
-    fn drain(&self, slot: &mut Option<Stager>) {
-        loop {
-            let mut queue = lock(&self.starts.queue);
-            if Process::global().abandoned() {
-                // Given up on at exit (or forked): no more driver calls.
-                core::mem::forget(core::mem::take(&mut queue.jobs));
-                return;
-            }
-            let Some(job) = queue.jobs.pop_front() else {
-                return;
-            };
-            drop(queue);
-            self.run_job(slot, job);
-        }
-    }
-
-    /// Starts a queued transfer on the locked stager (`slot`).
-    fn run_job(&self, slot: &mut Option<Stager>, job: Job) {
-        let Job {
-            transfer,
-            after,
-            start,
-        } = job;
-        let started = match slot.as_mut() {
-            None => Err(Failure::Closed),
-            Some(stager) => self.start_after(stager, &after, start),
-        };
-        if Process::global().exiting() {
-            // The driver may be tearing its contexts down: no call on this
-            // thread to destroy the events.
-            core::mem::forget(after);
-        } else {
-            drop(after);
-        }
-        match started {
-            Ok(None) => transfer.end(Ok(())),
-            Ok(Some(pending)) => {
-                transfer.set(Progress::Pending(pending));
-                // Its gate opens once it has ended, whoever waits for it.
-                if self.finish_later(&transfer).is_err() {
-                    // No finish thread: ended here, waiting for its copies
-                    // with the stager locked (only transfers started
-                    // before it can own a gate it waits for).
-                    transfer.finish_locked(slot);
-                }
-            }
-            Err(failure) => transfer.end(Err(failure)),
-        }
-    }
-
-    fn start_after(
-        &self,
-        stager: &mut Stager,
-        after: &[Event],
-        start: Start,
-    ) -> Result<Option<PendingTransfer>, Failure> {
-        if !after.is_empty() {
-            let order = lock(&self.order);
-            let order = order
-                .as_ref()
-                .expect("made by `start_later` before it recorded an event");
-            for event in after {
-                order.as_stream().wait_event(event)?;
-            }
-            stager.wait_for(order.as_stream())?;
-        }
-        Ok(start(stager, false)?)
-    }
-
-    /// Hands `start` to the start thread and returns at once
-    /// ([`transfer`](Self::transfer) with [`Begin::Later`]): the transfer
-    /// starts after the work queued on each stream of `after` by now, and
-    /// work queued on `before` from now on waits for it (see the module's
-    /// documentation). Refused at once on a capturing stream, a stream of
-    /// another context, a closed stager, or where the driver refuses the
-    /// stream memory wait; what the start itself refuses is the transfer's
-    /// outcome.
-    fn start_later(
-        self: &Arc<Self>,
-        after: &[StreamRef<'_>],
-        before: Option<StreamRef<'_>>,
-        start: Start,
-    ) -> Result<Arc<SharedTransfer>, Failure> {
-        if self.is_closed() {
-            return Err(Failure::Closed);
-        }
-        let mut events = Vec::with_capacity(after.len());
-        for stream in after.iter().chain(before.as_ref()) {
-            self.context.expect_same(stream.context())?;
-            if stream.is_capturing()? {
-                return Err(Failure::Layer(Error::Capturing));
-            }
-        }
-        if !after.is_empty() {
-            // The start thread's order stream is made here, on the
-            // caller's thread, before a gate is queued: the driver makes a
-            // stream under a lock of the context that a call blocked
-            // behind the gate may hold (a synchronous copy on the gated
-            // stream: seen on the H200, the start thread stuck in
-            // `cuStreamCreate` while torch's copy waited for the gate).
-            let mut order = lock(&self.order);
-            if order.is_none() {
-                *order = Some(Stream::new(&self.context)?);
-            }
-        }
-        for stream in after {
-            let event = Event::ordering(&self.context)?;
-            event.record(*stream)?;
-            events.push(event);
-        }
-        let transfer = Arc::new(SharedTransfer {
-            stager: Arc::clone(self),
-            tracked: Mutex::new(Tracked {
-                progress: Progress::Queued,
-                wakeups: Vec::new(),
-                finisher: true,
-                kept: None,
-                gate: None,
-            }),
-            changed: Condvar::new(),
-        });
-        let mut queue = lock(&self.starts.queue);
-        if let Some(stream) = before {
-            let mut gate = lock(&self.gate);
-            let gate = match &mut *gate {
-                Some(gate) => gate,
-                empty => empty.insert(Gate::new(&self.context)?),
-            };
-            let seq = gate.issued + 1;
-            // SAFETY: the gate's flag is pinned memory never freed (the
-            // `ManuallyDrop` of `Gate::flag`), 4-byte aligned.
-            unsafe { stream.wait_value32_geq(gate.addr, seq as u32) }?;
-            gate.issued = seq;
-            lock(&transfer.tracked).gate = Some(seq);
-        }
-        queue.jobs.push_back(Job {
-            transfer: Arc::clone(&transfer),
-            after: events,
-            start,
-        });
-        if !queue.running {
-            let starts = Arc::clone(&self.starts);
-            let stager = Arc::downgrade(self);
-            let spawned = std::thread::Builder::new()
-                .name(String::from("hostcopy-start"))
-                .spawn(move || start_thread(&starts, &stager));
-            if spawned.is_err() {
-                // Ended at once, so that its gate opens in turn.
-                drop(queue.jobs.pop_back());
-                drop(queue);
-                transfer.end(Err(Failure::NoThread));
-                return Err(Failure::NoThread);
-            }
-            queue.running = true;
-        }
-        self.starts.more.notify_one();
-        Ok(transfer)
     }
 
     /// Queues `transfer` for the finish thread, starting it if need be.
@@ -592,19 +306,18 @@ impl SharedStager {
 }
 
 /// The finish thread (one per stager): takes transfers in the order they
-/// come, waits for each one's copies (without any lock) and opens its
-/// gate, then leaves it in the stager's `arrived` list, which whoever
-/// holds the stager's lock settles before unlocking ([`Locked`]). It never
-/// waits for that lock: a blocking transfer holding it may wait for the
-/// gate of a transfer later in this queue. While its list is not empty it
+/// come, waits for each one's copies (without any lock), then leaves it in
+/// the stager's `arrived` list, which whoever holds the stager's lock
+/// settles before unlocking ([`Locked`]). It never waits for that lock,
+/// which a blocking transfer may hold for long. While its list is not empty it
 /// tries the lock itself, after 50 us, then less often, up to every
 /// millisecond, for when no one else takes it. A transfer another caller
 /// is finishing is left to it (it tells the loops when it ends).
 fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
     use std::sync::mpsc::RecvTimeoutError;
 
-    /// The first retry of the lock: the start thread holds it for a start
-    /// (up to about a millisecond for thousands of chunks); doubled up to
+    /// The first retry of the lock: a start holds it while it queues (up
+    /// to about a millisecond for thousands of chunks); doubled up to
     /// `LONGEST` while a blocking transfer holds it.
     const FIRST: Duration = Duration::from_micros(50);
     const LONGEST: Duration = Duration::from_millis(1);
@@ -627,7 +340,6 @@ fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
             Ok(transfer) => {
                 if let Some(pending) = transfer.take_pending() {
                     let outcome = pending.wait_arrived();
-                    transfer.open_gate();
                     let stager = Arc::clone(&transfer.stager);
                     lock(&stager.arrived).push((transfer, pending, outcome));
                     waiting = Some(stager);
@@ -673,48 +385,11 @@ fn settle(slot: &mut Option<Stager>, pending: PendingTransfer) -> Result<(), Err
     }
 }
 
-fn start_thread(starts: &Starts, stager: &Weak<SharedStager>) {
-    loop {
-        {
-            let mut queue = lock(&starts.queue);
-            while queue.jobs.is_empty() && !queue.stop {
-                queue = starts
-                    .more
-                    .wait(queue)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            if queue.jobs.is_empty() {
-                queue.running = false;
-                return;
-            }
-        }
-        // A job holds its transfer, which holds the stager.
-        let Some(shared) = stager.upgrade() else {
-            return;
-        };
-        if Process::global().abandoned() {
-            let jobs = core::mem::take(&mut lock(&starts.queue).jobs);
-            core::mem::forget(jobs);
-            core::mem::forget(shared);
-            continue;
-        }
-        let mut slot = shared.lock();
-        shared.drain(&mut slot);
-        drop(slot);
-    }
-}
-
 impl Drop for SharedStager {
     fn drop(&mut self) {
-        {
-            let mut queue = lock(&self.starts.queue);
-            queue.stop = true;
-        }
-        self.starts.more.notify_all();
         if Process::global().abandoned() {
             // Forked, or given up on at exit: left as it is.
             core::mem::forget(Arc::clone(&self.stager));
-            core::mem::forget(lock(&self.order).take());
             return;
         }
         // Dropped under the lock, which the exit handler takes to close
@@ -722,12 +397,8 @@ impl Drop for SharedStager {
         // waits for the work on its streams) instead of finding the slot
         // empty while the drop still runs.
         let slot = Arc::clone(&self.stager);
-        let order = lock(&self.order).take();
-        if lock(&slot).is_some() || order.is_some() {
-            (self.on_drop)(Box::new(move || {
-                drop(lock(&slot).take());
-                drop(order);
-            }));
+        if lock(&slot).is_some() {
+            (self.on_drop)(Box::new(move || drop(lock(&slot).take())));
         }
     }
 }
@@ -736,7 +407,7 @@ impl Drop for SharedStager {
 pub struct SharedTransfer {
     stager: Arc<SharedStager>,
     tracked: Mutex<Tracked>,
-    /// Notified when `progress` leaves `Queued` or `Finishing`.
+    /// Notified when `progress` leaves `Finishing`.
     changed: Condvar,
 }
 
@@ -744,7 +415,6 @@ impl core::fmt::Debug for SharedTransfer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let tracked = lock(&self.tracked);
         let progress = match &tracked.progress {
-            Progress::Queued => "queued",
             Progress::Pending(_) => "pending",
             Progress::Finishing => "finishing",
             Progress::Ended(_) => "ended",
@@ -765,13 +435,9 @@ struct Tracked {
     finisher: bool,
     /// Let go of once it has ended.
     kept: Option<Box<dyn Send>>,
-    /// Its gate, opened once it has ended.
-    gate: Option<u64>,
 }
 
 enum Progress {
-    /// Handed to the start thread, not started yet.
-    Queued,
     Pending(PendingTransfer),
     /// Taken by one caller, not settled yet.
     Finishing,
@@ -789,7 +455,6 @@ impl SharedTransfer {
                 wakeups: Vec::new(),
                 finisher: false,
                 kept: None,
-                gate: None,
             }),
             changed: Condvar::new(),
         })
@@ -800,14 +465,8 @@ impl SharedTransfer {
         &self.stager
     }
 
-    fn set(&self, progress: Progress) {
-        lock(&self.tracked).progress = progress;
-        self.changed.notify_all();
-    }
-
     /// Finishes the transfer unless it has ended already, or waits for the
-    /// caller that finishes it (the start thread first, for a queued one);
-    /// how it ended, the same for every caller.
+    /// caller that finishes it; how it ended, the same for every caller.
     pub fn finish(&self) -> Result<(), Failure> {
         let mut tracked = lock(&self.tracked);
         let pending = loop {
@@ -816,8 +475,8 @@ impl SharedTransfer {
                     tracked.progress = Progress::Ended(outcome);
                     return outcome;
                 }
-                waiting @ (Progress::Queued | Progress::Finishing) => {
-                    tracked.progress = waiting;
+                Progress::Finishing => {
+                    tracked.progress = Progress::Finishing;
                     tracked = self
                         .changed
                         .wait(tracked)
@@ -827,39 +486,12 @@ impl SharedTransfer {
             }
         };
         drop(tracked);
-        self.finish_pending(pending, None)
-    }
-
-    /// Finishes the transfer with the stager locked by the caller
-    /// (`slot`), unless another caller has taken it: that one settles it
-    /// once the lock is free.
-    fn finish_locked(&self, slot: &mut Option<Stager>) {
-        if let Some(pending) = self.take_pending() {
-            let _ = self.finish_pending(pending, Some(slot));
-        }
-    }
-
-    /// Waits for the copies of `pending`, taken from this transfer, then
-    /// settles and ends it, on `slot` if the caller holds the stager's
-    /// lock, else under the lock.
-    fn finish_pending(
-        &self,
-        pending: PendingTransfer,
-        slot: Option<&mut Option<Stager>>,
-    ) -> Result<(), Failure> {
-        // The first error is the one reported (a driver error that is not
-        // sticky would not be seen again by `finish_pending`).
+        // The copies are waited for without the stager's lock, then the
+        // transfer is settled under it. The first error is the one
+        // reported (a driver error that is not sticky would not be seen
+        // again by `finish_pending`).
         let arrived = pending.wait_arrived();
-        // The copies are done (or failed): work ordered after it may run,
-        // before the settling below waits for the stager's lock, which a
-        // blocking transfer ordered after this one may hold. After a
-        // failure too, for that reason: the error reaches the caller, and
-        // the engine keeps the memory the copies touch until it drains.
-        self.open_gate();
-        let settled = match slot {
-            Some(slot) => settle(slot, pending),
-            None => settle(&mut self.stager.lock(), pending),
-        };
+        let settled = settle(&mut self.stager.lock(), pending);
         let outcome = arrived.and(settled).map_err(Failure::Layer);
         self.end(outcome);
         outcome
@@ -879,7 +511,7 @@ impl SharedTransfer {
     }
 
     /// Records how it ended, then tells whoever is owed: the callers
-    /// waiting, the gate, the loops, and drops what was kept.
+    /// waiting, the loops, and drops what was kept.
     fn end(&self, outcome: Result<(), Failure>) {
         let (wakeups, kept) = {
             let mut tracked = lock(&self.tracked);
@@ -887,29 +519,18 @@ impl SharedTransfer {
             (core::mem::take(&mut tracked.wakeups), tracked.kept.take())
         };
         self.changed.notify_all();
-        self.open_gate();
         for (signal, token) in wakeups {
             signal.finished(token);
         }
         drop(kept);
     }
 
-    /// Opens its gate, once (a transfer that had none: nothing).
-    fn open_gate(&self) {
-        let gate = lock(&self.tracked).gate.take();
-        if let Some(seq) = gate
-            && let Some(gate) = lock(&self.stager.gate).as_mut()
-        {
-            gate.end(seq);
-        }
-    }
-
     /// Whether it has ended, or its bytes have arrived, without waiting:
-    /// `false` while queued or while another caller settles it.
+    /// `false` while another caller settles it.
     pub fn is_done(&self) -> Result<bool, Error> {
         match &lock(&self.tracked).progress {
             Progress::Pending(pending) => pending.is_finished(),
-            Progress::Queued | Progress::Finishing => Ok(false),
+            Progress::Finishing => Ok(false),
             Progress::Ended(_) => Ok(true),
         }
     }
@@ -943,9 +564,29 @@ impl SharedTransfer {
         Ok(false)
     }
 
+    /// Hands the transfer to the finish thread, which ends it, and keeps
+    /// `value` until then (a transfer dropped unwaited where waiting for
+    /// its copies would hold an event loop): `Ok`. `value` comes back if
+    /// it has ended, or the thread could not be started.
+    pub fn end_elsewhere(self: &Arc<Self>, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
+        let mut tracked = lock(&self.tracked);
+        if matches!(tracked.progress, Progress::Ended(_)) {
+            return Err(value);
+        }
+        if !tracked.finisher {
+            // Under the transfer's lock, as in `notify_when_finished`: the
+            // thread's `end` waits for it, so `value` is kept first.
+            if self.stager.finish_later(self).is_err() {
+                return Err(value);
+            }
+            tracked.finisher = true;
+        }
+        tracked.kept = Some(value);
+        Ok(())
+    }
+
     /// Keeps `value` until the transfer has ended, when the finish thread
-    /// will end it without any other caller (it is awaited, or was started
-    /// later): `Ok`. Otherwise `value` comes back: the caller ends it, or
+    /// will end it without any other caller (it is awaited): `Ok`. Otherwise `value` comes back: the caller ends it, or
     /// it has ended.
     pub fn hand_over(&self, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
@@ -1038,9 +679,8 @@ impl Wakeup {
 mod tests {
     use super::*;
     use crate::cuda::staging::{StagingOptions, to_device, to_host};
-    use crate::cuda::{DeviceBuffer, DeviceView, sim};
+    use crate::cuda::{DeviceBuffer, DeviceView, PinnedBuffer, Stream, sim};
     use crate::{HostRange, RawHostMemory};
-    use std::sync::mpsc::Receiver;
     use std::time::{Duration, Instant};
 
     const LEN: usize = 256 << 10;
@@ -1111,11 +751,10 @@ mod tests {
         unsafe { RawHostMemory::new(range) }
     }
 
-    /// A start that waits for `go` before it queues the download of
-    /// `device` into `range`.
-    fn download_after(go: Receiver<()>, device: Arc<DeviceBuffer>, range: HostRange) -> Start {
+    /// A start that downloads `device` into `range`.
+    fn download(device: &Arc<DeviceBuffer>, range: HostRange) -> Start {
+        let device = Arc::clone(device);
         Box::new(move |stager, _| {
-            let _ = go.recv();
             // SAFETY: each test gives a range of its own to one transfer.
             let mut memory = unsafe { memory(range) };
             // SAFETY: leaked host memory nothing else touches; the view
@@ -1125,18 +764,27 @@ mod tests {
     }
 
     /// A start that uploads `range` into `target`.
-    fn upload(target: &Arc<DeviceBuffer>, range: HostRange, go: Option<Receiver<()>>) -> Start {
+    fn upload(target: &Arc<DeviceBuffer>, range: HostRange) -> Start {
         let target = Arc::clone(target);
         Box::new(move |stager, _| {
-            if let Some(go) = go {
-                let _ = go.recv();
-            }
-            // SAFETY: as in `download_after`.
+            // SAFETY: as in `download`.
             let memory = unsafe { memory(range) };
-            // SAFETY: as in `download_after`; the tests read the target only
-            // in stream order after the upload.
+            // SAFETY: as in `download`; the tests read the target only in
+            // stream order after the upload.
             unsafe { stager.start_unchecked(to_device(&mut view(&target), &memory)) }.map(Some)
         })
+    }
+
+    /// A transfer started with `Begin::Queued` (a `blocking=False` call).
+    fn start(
+        shared: &Arc<SharedStager>,
+        before: Option<StreamRef<'_>>,
+        start: Start,
+    ) -> Arc<SharedTransfer> {
+        shared
+            .transfer(Begin::Queued, &[], before, start)
+            .unwrap()
+            .expect("started, not run whole")
     }
 
     #[test]
@@ -1161,69 +809,34 @@ mod tests {
             assert_eq!(finisher.join().unwrap(), Ok(()));
         }
         assert_eq!(transfer.finish(), Ok(()));
-        assert!(transfer.has_ended() && transfer.is_done().unwrap());
         assert!(read(range) == expected);
     }
 
     #[test]
-    fn a_later_start_returns_before_the_chunks_are_queued() {
-        let (_, shared) = shared();
-        let expected = pattern(2);
-        let device = device_with(&shared, &expected);
-        let range = host(std::vec![0; LEN]);
-        let (go, wait) = channel();
-        let transfer = shared
-            .start_later(&[], None, download_after(wait, device, range))
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(!transfer.is_done().unwrap(), "queued, not started");
-        go.send(()).unwrap();
-        assert_eq!(transfer.finish(), Ok(()));
-        assert!(read(range) == expected);
-    }
-
-    #[test]
-    fn a_later_start_makes_every_stream_it_needs_on_the_calling_thread() {
-        // The driver makes a stream under a lock of the context that a
-        // synchronous copy blocked behind the gate may hold: the start
-        // thread must find the stream that orders it already made. Here it
-        // is kept from running (the stager locked) while the call returns.
+    fn a_start_returns_with_every_copy_queued_and_work_after_it_on_the_stream_waits() {
+        // What work queued on the stream after the call waits for is
+        // already queued when the call returns: no wait there depends on a
+        // driver call still to be made, which a synchronous call on that
+        // stream would hold back (a deadlock on the real driver).
         let (ordinal, shared) = shared();
-        let context = shared.context().clone();
-        let stream = Stream::new(&context).unwrap();
-        let target = Arc::new(DeviceBuffer::new(&context, LEN).unwrap());
-        let streams = sim::device_state(ordinal).streams;
-        let locked = shared.lock();
-        let transfer = shared
-            .start_later(
-                &[stream.as_stream()],
-                Some(stream.as_stream()),
-                upload(&target, host(pattern(5)), None),
-            )
-            .unwrap();
-        assert_eq!(
-            sim::device_state(ordinal).streams,
-            streams + 1,
-            "the order stream was not made by the call"
-        );
-        drop(locked);
-        assert_eq!(transfer.finish(), Ok(()));
-        assert_eq!(sim::device_state(ordinal).streams, streams + 1);
-    }
-
-    #[test]
-    fn work_queued_on_the_stream_after_a_later_start_waits_for_it() {
-        let (_, shared) = shared();
         let context = shared.context().clone();
         let expected = pattern(3);
         let target = device_with(&shared, &std::vec![0; LEN]);
-        let source = host(expected.clone());
         let stream = Stream::new(&context).unwrap();
-        let (go, wait) = channel::<()>();
-        let upload = upload(&target, source, Some(wait));
-        let transfer = shared
-            .start_later(&[], Some(stream.as_stream()), upload)
-            .unwrap();
+        let copies = |state: sim::DeviceState| state.async_copy_calls + state.batch_copy_calls;
+        let before = copies(sim::device_state(ordinal));
+        sim::hold(ordinal);
+        let transfer = start(
+            &shared,
+            Some(stream.as_stream()),
+            upload(&target, host(expected.clone())),
+        );
+        let queued = copies(sim::device_state(ordinal)) - before;
+        let chunks = (LEN / (64 << 10)) as u64;
+        assert!(
+            queued >= chunks,
+            "{queued} copies queued by the call, for {chunks} chunks"
+        );
         let back = PinnedBuffer::new(&context, LEN).unwrap();
         // SAFETY: pinned memory read only after the stream is synchronized.
         unsafe {
@@ -1237,7 +850,7 @@ mod tests {
             !stream.as_stream().query().unwrap(),
             "the stream ran ahead of the upload"
         );
-        go.send(()).unwrap();
+        sim::release(ordinal);
         stream.as_stream().synchronize().unwrap();
         // SAFETY: the copy has finished; nothing else writes the buffer.
         let copied = unsafe { core::slice::from_raw_parts(back.raw_ptr(), LEN) };
@@ -1246,118 +859,27 @@ mod tests {
             "the stream's copy read the bytes before the upload"
         );
         assert_eq!(transfer.finish(), Ok(()));
+        assert_eq!(sim::take_violations(ordinal), Vec::<String>::new());
     }
 
     #[test]
-    fn a_start_made_at_once_after_a_later_one_waits_for_it_without_deadlock() {
-        // The blocking download waits for the stream, whose gate waits for
-        // the upload started later: the upload is started first, and its
-        // gate opens before it needs the stager's lock, which the blocking
-        // download holds.
-        let (_, shared) = shared();
-        let context = shared.context().clone();
-        let expected = pattern(4);
-        let target = Arc::new(DeviceBuffer::new(&context, LEN).unwrap());
-        let source = host(expected.clone());
-        let stream = Stream::new(&context).unwrap();
-        let upload = upload(&target, source, None);
-        let later = shared
-            .start_later(&[], Some(stream.as_stream()), upload)
-            .unwrap();
-        let mut back = std::vec![0u8; LEN];
-        let started = Instant::now();
-        shared
-            .with_stager(
-                |stager, _| stager.wait_for(stream.as_stream()),
-                |stager, _| stager.run(to_host(&mut back, &*target)),
-            )
-            .unwrap();
-        assert!(started.elapsed() < Duration::from_secs(20));
-        assert!(
-            back == expected,
-            "the blocking download ran before the upload"
-        );
-        assert_eq!(later.finish(), Ok(()));
-    }
-
-    #[test]
-    fn a_blocking_transfer_waiting_for_a_later_gate_does_not_stop_the_finish_thread() {
-        // The finish thread has an earlier transfer to settle while the
-        // blocking download holds the stager and waits for the upload's
-        // gate: it opens that gate without waiting for the lock.
-        let (_, shared) = shared();
-        let context = shared.context().clone();
-        let expected = pattern(7);
-        let source = device_with(&shared, &pattern(8));
-        let target = device_with(&shared, &std::vec![0; LEN]);
-        let first_stream = Stream::new(&context).unwrap();
-        let stream = Arc::new(Stream::new(&context).unwrap());
-        let (go, wait) = channel();
-        go.send(()).unwrap();
-        let first = shared
-            .start_later(
-                &[],
-                Some(first_stream.as_stream()),
-                download_after(wait, source, host(std::vec![0; LEN])),
-            )
-            .unwrap();
-        let later = shared
-            .start_later(
-                &[],
-                Some(stream.as_stream()),
-                upload(&target, host(expected.clone()), None),
-            )
-            .unwrap();
-        let (done, finished) = channel();
-        let blocking = {
-            let shared = Arc::clone(&shared);
-            let target = Arc::clone(&target);
-            let stream = Arc::clone(&stream);
-            std::thread::spawn(move || {
-                let mut back = std::vec![0u8; LEN];
-                let stream = stream.as_stream();
-                let outcome = shared.with_stager(
-                    |stager, _| stager.wait_for(stream),
-                    |stager, _| {
-                        let outcome = stager.run(to_host(&mut back, &view(&target)));
-                        // Holds the stager while the finish thread has the
-                        // first transfer to settle.
-                        std::thread::sleep(Duration::from_millis(50));
-                        outcome
-                    },
-                );
-                let _ = done.send((outcome, back));
-            })
-        };
-        let (outcome, back) = finished
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the blocking transfer never finished");
-        blocking.join().unwrap();
-        assert_eq!(outcome, Ok(()));
-        assert!(
-            back == expected,
-            "the blocking download ran before the upload"
-        );
-        assert_eq!(first.finish(), Ok(()));
-        assert_eq!(later.finish(), Ok(()));
-    }
-
-    #[test]
-    fn closing_runs_the_starts_queued_before_it_and_refuses_later_ones() {
-        let (_, shared) = shared();
+    fn closing_lets_started_transfers_finish_and_refuses_later_ones() {
+        let (ordinal, shared) = shared();
         let expected = pattern(5);
         let device = device_with(&shared, &expected);
         let range = host(std::vec![0; LEN]);
-        let (go, wait) = channel();
-        go.send(()).unwrap();
-        let queued = shared
-            .start_later(&[], None, download_after(wait, Arc::clone(&device), range))
-            .unwrap();
-        shared.close();
-        assert_eq!(queued.finish(), Ok(()));
+        sim::hold(ordinal);
+        let started = start(&shared, None, download(&device, range));
+        let closing = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.close())
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        sim::release(ordinal);
+        closing.join().unwrap();
+        assert_eq!(started.finish(), Ok(()));
         assert!(read(range) == expected);
-        let (_, wait) = channel();
-        let refused = shared.start_later(&[], None, download_after(wait, device, range));
+        let refused = shared.transfer(Begin::Queued, &[], None, download(&device, range));
         assert_eq!(refused.err(), Some(Failure::Closed));
         assert_eq!(
             shared.with_stager(|_, _| Ok(()), |_, _| Ok(())),
@@ -1386,28 +908,53 @@ mod tests {
     }
 
     #[test]
-    fn a_start_with_no_finish_thread_ends_on_the_start_thread_without_deadlock() {
+    fn a_transfer_ended_elsewhere_keeps_its_value_until_its_copies_ran() {
+        let (ordinal, shared) = shared();
+        let expected = pattern(13);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let transfer = start(&shared, None, download(&device, range));
+        let kept = Arc::new(());
+        assert!(transfer.end_elsewhere(Box::new(Arc::clone(&kept))).is_ok());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            Arc::strong_count(&kept),
+            2,
+            "let go of before the copies ran"
+        );
+        sim::release(ordinal);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Arc::strong_count(&kept) > 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(Arc::strong_count(&kept), 1, "never let go of");
+        assert!(transfer.has_ended());
+        assert_eq!(transfer.finish(), Ok(()));
+        assert!(read(range) == expected);
+        let Err(back) = transfer.end_elsewhere(Box::new(())) else {
+            panic!("an ended transfer took a value to keep");
+        };
+        drop(back);
+    }
+
+    #[test]
+    fn an_await_with_no_finish_thread_is_refused_and_the_transfer_still_finishes() {
         let (_, shared) = shared();
         // The finish thread is gone: handing a transfer to it fails.
         *lock(&shared.finisher) = Some(channel().0);
         let expected = pattern(9);
         let device = device_with(&shared, &expected);
         let range = host(std::vec![0; LEN]);
-        let (go, wait) = channel();
-        go.send(()).unwrap();
-        let transfer = shared
-            .start_later(&[], None, download_after(wait, device, range))
-            .unwrap();
-        let (done, ended) = channel();
-        let finishing = Arc::clone(&transfer);
-        std::thread::spawn(move || done.send(finishing.finish()));
-        let Ok(outcome) = ended.recv_timeout(Duration::from_secs(20)) else {
-            // Its drop would wait for the stager's lock, which the start
-            // thread holds forever.
-            core::mem::forget(shared);
-            panic!("the start thread deadlocked on the stager's lock");
-        };
-        assert_eq!(outcome, Ok(()));
+        let transfer = start(&shared, None, download(&device, range));
+        let wakeup = Wakeup::new().unwrap();
+        assert_eq!(
+            transfer.notify_when_finished(&wakeup, 1),
+            Err(Failure::NoThread)
+        );
+        assert_eq!(transfer.hand_over(Box::new(())).map_err(drop), Err(()));
+        assert_eq!(transfer.end_elsewhere(Box::new(())).map_err(drop), Err(()));
+        assert_eq!(transfer.finish(), Ok(()));
         assert!(read(range) == expected);
         assert_eq!(shared.with_stager(|_, _| Ok(()), |_, _| Ok(1)), Ok(1));
     }
@@ -1454,10 +1001,14 @@ mod tests {
         // Two threads pass the stager's lock between them with no gap the
         // finish thread's tries would meet: whoever holds it settles what
         // the finish thread left.
-        let (_, shared) = shared();
+        let (ordinal, shared) = shared();
         let expected = pattern(11);
         let device = device_with(&shared, &expected);
         let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let transfer = start(&shared, None, download(&device, range));
+        let wakeup = Wakeup::new().unwrap();
+        assert!(!transfer.notify_when_finished(&wakeup, 1).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         let holders: Vec<_> = (0..2)
             .map(|_| {
@@ -1478,11 +1029,7 @@ mod tests {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(10));
-        let (go, wait) = channel();
-        go.send(()).unwrap();
-        let transfer = shared
-            .start_later(&[], None, download_after(wait, device, range))
-            .unwrap();
+        sim::release(ordinal);
         let deadline = Instant::now() + Duration::from_secs(2);
         while !transfer.has_ended() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
@@ -1549,14 +1096,7 @@ mod tests {
         assert_eq!(wakeup.take().unwrap(), Vec::<u64>::new());
         sim::hold(ordinal);
         let transfers: Vec<_> = (0..2)
-            .map(|_| {
-                let (go, wait) = channel();
-                go.send(()).unwrap();
-                let range = host(std::vec![0; LEN]);
-                shared
-                    .start_later(&[], None, download_after(wait, Arc::clone(&device), range))
-                    .unwrap()
-            })
+            .map(|_| start(&shared, None, download(&device, host(std::vec![0; LEN]))))
             .collect();
         assert!(!transfers[0].notify_when_finished(&wakeup, 7).unwrap());
         assert!(!transfers[1].notify_when_finished(&wakeup, 8).unwrap());

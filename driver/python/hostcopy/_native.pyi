@@ -173,11 +173,9 @@ class Stager:
     integers in the same sense (``TypeError`` otherwise), each a word
     (``hostcopy.IntegerOutOfRange`` otherwise, naming it); ``blocks`` is a
     sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers.
-    ``later=True`` (with ``blocking=False``): the call returns before the
-    chunks are queued, the stager's start thread queuing them, after the
-    work queued on ``wait_for`` by the call, and work queued on
-    ``order_before`` after the call waits for the transfer (a gate);
-    what the start refuses is raised by ``wait()`` and ``await``."""
+    ``blocking=False`` returns once every chunk is queued, on the calling
+    thread, after the work queued on ``wait_for`` by the call; work queued
+    on ``order_before`` after the call waits for the transfer."""
 
     def __new__(
         cls,
@@ -209,7 +207,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
-        later: bool = False,
     ) -> None: ...
     @overload
     def device_to_host(
@@ -224,7 +221,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
-        later: bool = False,
     ) -> Transfer: ...
     @overload
     def device_to_host(
@@ -239,7 +235,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
-        later: bool = False,
     ) -> Optional[Transfer]: ...
     @overload
     def host_to_device(
@@ -254,7 +249,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
-        later: bool = False,
     ) -> None: ...
     @overload
     def host_to_device(
@@ -269,7 +263,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
-        later: bool = False,
     ) -> Transfer: ...
     @overload
     def host_to_device(
@@ -284,7 +277,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
-        later: bool = False,
     ) -> Optional[Transfer]: ...
     @overload
     def device_to_host_blocks(
@@ -297,7 +289,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
-        later: bool = False,
     ) -> None: ...
     @overload
     def device_to_host_blocks(
@@ -310,7 +301,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
-        later: bool = False,
     ) -> Transfer: ...
     @overload
     def device_to_host_blocks(
@@ -323,7 +313,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
-        later: bool = False,
     ) -> Optional[Transfer]: ...
     @overload
     def host_to_device_blocks(
@@ -336,7 +325,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[True],
-        later: bool = False,
     ) -> None: ...
     @overload
     def host_to_device_blocks(
@@ -349,7 +337,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: Literal[False],
-        later: bool = False,
     ) -> Transfer: ...
     @overload
     def host_to_device_blocks(
@@ -362,7 +349,6 @@ class Stager:
         wait_for: Sequence[int],
         order_before: Optional[int],
         blocking: bool,
-        later: bool = False,
     ) -> Optional[Transfer]: ...
 
 @final
@@ -377,10 +363,8 @@ class Transfer:
         which waited for every copy, it reports how this one ended."""
     def done(self) -> bool:
         """Whether the bytes have arrived, without waiting for them or for the
-        stager: ``False`` while the stager's start thread has not started it
-        (a ``blocking=False`` call made on an event loop's thread), and
-        while another thread's ``wait()``, or the stager's finish thread, is
-        ending it."""
+        stager: ``False`` while another thread's ``wait()``, or the
+        stager's finish thread, is ending it."""
     def __await__(self) -> Generator[Any, None, None]:
         """``await transfer`` on the running asyncio (or uvloop) event loop:
         ``None`` once the bytes have arrived, or the error ``wait()`` raises.

@@ -2,10 +2,8 @@
 //! has (`hostcopy_driver::cuda::staging`): a `Stager` per device, and
 //! `Transfer` handles for the non-blocking ones. Conversion only: the
 //! Python half classifies the arrays; the crate stages, orders and keeps
-//! ownership, and `hostcopy_driver::awaiting` decides how a shared
-//! stager's transfers start (at once, or on its start thread for a call
-//! made on an event loop's thread), who ends them and how an event loop
-//! learns of it. The GIL is released for every driver call and for the
+//! ownership, and `hostcopy_driver::awaiting` decides who ends a shared
+//! stager's transfers and how an event loop learns of it. The GIL is released for every driver call and for the
 //! whole of a blocking transfer.
 //!
 //! A `Transfer` holds the crate's `SharedTransfer` and the host memory,
@@ -119,8 +117,8 @@ fn close_dropped(closing: Closing) {
 }
 
 /// A non-blocking transfer: `wait()` or `await` it; dropped unwaited, it
-/// waits, unless the stager's finish thread has it (awaited, or started on
-/// the stager's start thread), which then ends it.
+/// waits, unless the stager's finish thread has it (awaited, or dropped on
+/// an event loop's thread), which then ends it.
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct Transfer {
     state: Arc<SharedTransfer>,
@@ -136,13 +134,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// When a copy call returns: blocking, or not, and then on an event loop's
-/// thread (`later`) or elsewhere.
-fn begin(blocking: bool, later: bool) -> Begin {
-    match (blocking, later) {
-        (true, _) => Begin::Blocking,
-        (false, false) => Begin::Queued,
-        (false, true) => Begin::Later,
+/// When a copy call returns: once the bytes have arrived, or once every
+/// chunk is queued.
+fn begin(blocking: bool) -> Begin {
+    if blocking {
+        Begin::Blocking
+    } else {
+        Begin::Queued
     }
 }
 
@@ -426,8 +424,7 @@ impl PyStager {
         Ok(options)
     }
 
-    /// Starts the transfers its start thread has queued, then waits for
-    /// every transfer in flight (the `Stager`'s drop waits for all the work
+    /// Waits for every transfer in flight (the `Stager`'s drop waits for all the work
     /// queued on its streams), then frees the staging buffers and stops the
     /// workers, all under the stager's lock; after an error that leaves
     /// copies running it keeps them instead. Later transfers raise;
@@ -455,7 +452,7 @@ impl PyStager {
     /// the bytes have arrived; otherwise a `Transfer`, and work queued
     /// later on `order_before` waits for it (so that it cannot overwrite
     /// `src` under the copy).
-    #[pyo3(signature = (dst, dst_offset, src, src_len, src_owner, src_offset, nbytes, wait_for, order_before, blocking, later=false))]
+    #[pyo3(signature = (dst, dst_offset, src, src_len, src_owner, src_offset, nbytes, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn device_to_host(
         slf: Bound<'_, Self>,
@@ -469,7 +466,6 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
-        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let operation = "copy_to_host";
@@ -496,7 +492,7 @@ impl PyStager {
                 (src, nbytes, src_owner),
                 wait_for,
                 order_before,
-                begin(blocking, later),
+                begin(blocking),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
@@ -509,7 +505,7 @@ impl PyStager {
     /// `nbytes` converted and checked as in `device_to_host`. Blocking:
     /// returns `None` when the bytes have arrived; otherwise a `Transfer`,
     /// and work queued later on `order_before` waits for it.
-    #[pyo3(signature = (dst, dst_len, dst_owner, dst_offset, src, src_offset, nbytes, wait_for, order_before, blocking, later=false))]
+    #[pyo3(signature = (dst, dst_len, dst_owner, dst_offset, src, src_offset, nbytes, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn host_to_device(
         slf: Bound<'_, Self>,
@@ -523,7 +519,6 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
-        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let operation = "copy_to_device";
@@ -549,7 +544,7 @@ impl PyStager {
                 (dst, nbytes, dst_owner),
                 wait_for,
                 order_before,
-                begin(blocking, later),
+                begin(blocking),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, src.unbind())))
@@ -559,7 +554,7 @@ impl PyStager {
     /// `src_nbytes` bytes of device memory at `src` (kept allocated by
     /// `src_owner`) into `dst`: a batch, checked whole before anything is
     /// queued. Blocking and ordering as `device_to_host`.
-    #[pyo3(signature = (dst, src, src_owner, src_nbytes, blocks, wait_for, order_before, blocking, later=false))]
+    #[pyo3(signature = (dst, src, src_owner, src_nbytes, blocks, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn device_to_host_blocks(
         slf: Bound<'_, Self>,
@@ -571,7 +566,6 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
-        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         dst.get().check_writable(py, "dst")?;
@@ -591,7 +585,7 @@ impl PyStager {
                 (src, src_nbytes, src_owner),
                 wait_for,
                 order_before,
-                begin(blocking, later),
+                begin(blocking),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
@@ -601,7 +595,7 @@ impl PyStager {
     /// into the `dst_nbytes` bytes of device memory at `dst` (kept
     /// allocated by `dst_owner`): a batch, checked whole before anything is
     /// queued. Blocking and ordering as `host_to_device`.
-    #[pyo3(signature = (dst, dst_owner, dst_nbytes, src, blocks, wait_for, order_before, blocking, later=false))]
+    #[pyo3(signature = (dst, dst_owner, dst_nbytes, src, blocks, wait_for, order_before, blocking))]
     #[allow(clippy::too_many_arguments)]
     fn host_to_device_blocks(
         slf: Bound<'_, Self>,
@@ -613,7 +607,6 @@ impl PyStager {
         wait_for: Vec<usize>,
         order_before: Option<usize>,
         blocking: bool,
-        later: bool,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let host = src.get().range();
@@ -632,7 +625,7 @@ impl PyStager {
                 (dst, dst_nbytes, dst_owner),
                 wait_for,
                 order_before,
-                begin(blocking, later),
+                begin(blocking),
             )
         }?;
         Ok(pending.map(|state| Transfer::new(state, src.unbind())))
@@ -742,9 +735,8 @@ impl Transfer {
     }
 
     /// Whether the bytes have arrived, without waiting for them, nor for
-    /// the stager: `False` while the stager's start thread has not started
-    /// it, and while another thread's `wait()` or the finish thread is
-    /// ending it.
+    /// the stager: `False` while another thread's `wait()` or the finish
+    /// thread is ending it.
     fn done(&self, py: Python<'_>) -> PyResult<bool> {
         if life::forked() {
             return Err(errors::forked(py));
@@ -824,14 +816,23 @@ impl Drop for Transfer {
             return;
         }
         // The finish thread has it (awaited, its await cancelled or its
-        // loop gone; or started on the start thread): it ends it, so the
-        // drop does not block the event loop for the copy; the host memory
-        // goes with the state, let go of once the copies are done (without
-        // the GIL on that thread: pyo3's pool releases the reference at the
-        // next call into the extension).
+        // loop gone), or takes it here when dropped on a thread that runs
+        // an event loop: it ends it, so the drop does not block the loop
+        // for the copy; the host memory goes with the state, let go of
+        // once the copies are done (without the GIL on that thread: pyo3's
+        // pool releases the reference at the next call into the
+        // extension).
         let host = lock(&self.host).take();
         let Err(host) = self.state.hand_over(Box::new(host)) else {
             return;
+        };
+        let host = if Python::attach(on_event_loop) {
+            match self.state.end_elsewhere(host) {
+                Ok(()) => return,
+                Err(host) => host,
+            }
+        } else {
+            host
         };
         // Dropped unwaited: finish here, through the stager (which drains
         // its streams after an error), so that the arrays it holds are
@@ -844,6 +845,18 @@ impl Drop for Transfer {
         });
         drop(host);
     }
+}
+
+/// Whether the calling thread runs an asyncio (or uvloop) event loop.
+fn on_event_loop(py: Python<'_>) -> bool {
+    let running = || -> PyResult<bool> {
+        let modules = py.import("sys")?.getattr("modules")?;
+        match modules.get_item("asyncio") {
+            Ok(asyncio) => Ok(!asyncio.call_method0("_get_running_loop")?.is_none()),
+            Err(_) => Ok(false),
+        }
+    };
+    running().unwrap_or(false)
 }
 
 /// Raises what every transfer would once CUDA is unusable to this

@@ -1,7 +1,8 @@
-"""GPU tests: ``blocking=False`` started on an event loop's thread (the
-stager's start thread queues the chunks after the call returned) keeps the
-stream order a call made elsewhere keeps, with torch kernels on both sides
-of the call, on a stream of torch's and on the legacy default stream.
+"""GPU tests: ``blocking=False`` started on an event loop's thread keeps the
+stream order a call made elsewhere keeps, and a synchronous call on the
+stream after it (``tensor.cpu()``) neither deadlocks nor runs ahead, with
+torch kernels on both sides of the call, on a stream of torch's and on the
+legacy default stream.
 
 Skipped, with the reason, where torch or a GPU is missing;
 HOSTCOPY_REQUIRE_GPU=1 turns that skip into a failure (the GPU bundle sets it).
@@ -42,7 +43,7 @@ def pattern(n: int, seed: int) -> "torch.Tensor":
 
 def busy(stream: "torch.cuda.Stream") -> None:
     """About 50 ms of a kernel on `stream`, so that what is queued after it
-    is still pending when the start thread starts the transfer."""
+    is still pending while the transfer's chunks are queued and copied."""
     with torch.cuda.stream(stream):
         torch.cuda._sleep(50_000_000)
 
@@ -102,9 +103,12 @@ def test_an_upload_started_on_the_loop_is_seen_by_work_queued_after_the_call(str
 
 
 def test_a_blocking_copy_on_another_thread_after_uploads_started_on_the_loop_sees_them(stream):
-    # Two uploads started on the loop (their gates on the stream), then a
-    # blocking download of the second on another thread, ordered after the
-    # stream: it reads the new bytes, and neither side waits forever.
+    # Two uploads started on the loop, ordered before the stream, with a
+    # synchronous torch copy on that stream between them (``data.cpu()``
+    # on the legacy stream), then a blocking download of the second on
+    # another thread, ordered after the stream: it reads the new bytes, and
+    # nothing waits forever (run 73 hung here when a thread of the stager's
+    # queued the chunks after the call).
     first, second = pattern(SIZE, 7), pattern(SIZE, 11)
     targets = [torch.zeros(SIZE, dtype=torch.uint8, device="cuda") for _ in range(2)]
     back = np.zeros(SIZE, np.uint8)
