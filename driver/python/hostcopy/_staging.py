@@ -182,9 +182,15 @@ def _refuse_during_capture(obj: Any, side: str, consumer: int) -> None:
     number call). Given that very stream as ``stream=``, the producer does
     not wait, and the transfer's own check refuses the capturing stream."""
     current = _producer_stream(obj)
-    if current is None or current == consumer or current in (0, 1):
-        return
-    if _native.stream_capturing(current):
+    if current is not None and current != consumer:
+        _refuse_capturing(current, side)
+
+
+def _refuse_capturing(current: int, side: str) -> None:
+    """``StreamCapturing`` when the library's current stream ``current``
+    captures a graph. The legacy default stream (0 or 1) never captures:
+    it is not asked (which needs no current context)."""
+    if current not in (0, 1) and _native.stream_capturing(current):
         raise StreamCapturing(
             f"{side}'s library is capturing a graph on its current stream ({current:#x}): a staged transfer "
             "cannot become part of it, and ordering it after that stream would break the capture; copy "
@@ -237,12 +243,7 @@ def _torch_device_side(obj: Any, side: str, consumer: int) -> Optional[_Device]:
     streams = [consumer]
     # 0 and 1 both name the legacy default stream.
     if current != consumer and not (current in (0, 1) and consumer in (0, 1)):
-        if _native.stream_capturing(current):
-            raise StreamCapturing(
-                f"{side}'s library is capturing a graph on its current stream ({current:#x}): a staged "
-                "transfer cannot become part of it, and ordering it after that stream would break the "
-                "capture; copy before or after the capture"
-            )
+        _refuse_capturing(current, side)
         streams.append(current)
     return _Device(int(obj.data_ptr()), int(obj.nbytes), obj, streams)
 

@@ -785,6 +785,17 @@ def test_a_cuda_torch_tensor_is_read_without_an_export_and_ordered_after_torchs_
     stager.copy_to_device(tensor, numpy.frombuffer(uploaded, numpy.uint8).copy())
     assert tensor.array.read() == uploaded
     assert tensor.exported == []
+    # Ordered on a stream of its own while torch's current stream is the
+    # legacy one, from a thread with no current context (an executor's):
+    # the legacy stream never captures, so nothing asks the driver about it.
+    current[device] = 0
+    outcome = []
+    copier = threading.Thread(target=lambda: outcome.append(stager.copy_to_host(host, tensor, stream=producer)))
+    copier.start()
+    copier.join()
+    assert outcome == [None], "the copy on another thread did not finish"
+    assert host.tobytes() == uploaded
+    current[device] = producer.handle
     # Capturing on torch's current stream: refused before anything is
     # queued, the capture intact.
     producer.begin_capture()
