@@ -38,7 +38,7 @@
 //!
 //! The finish thread starts on first use and ends once every handle of
 //! the stager and every transfer handed to it are gone. After a fork, or
-//! once the process gave up at exit ([`crate::process`]), what they hold
+//! once the process gave up at exit ([`crate::process`]), what it holds
 //! is left as it is.
 
 use std::boxed::Box;
@@ -109,8 +109,8 @@ pub enum Begin {
     Queued,
 }
 
-/// A stager shared by a runtime's threads, with its start and finish
-/// threads (see the module's documentation).
+/// A stager shared by a runtime's threads, with its finish thread (see the
+/// module's documentation).
 pub struct SharedStager {
     context: Context,
     stager: Arc<StagerSlot>,
@@ -445,7 +445,7 @@ enum Progress {
 }
 
 impl SharedTransfer {
-    /// A transfer started at once on `stager` (through
+    /// A transfer started on `stager` (through
     /// [`SharedStager::with_stager`]).
     pub fn started(stager: &Arc<SharedStager>, pending: PendingTransfer) -> Arc<SharedTransfer> {
         Arc::new(SharedTransfer {
@@ -567,10 +567,11 @@ impl SharedTransfer {
     /// Hands the transfer to the finish thread, which ends it, and keeps
     /// `value` until then (a transfer dropped unwaited where waiting for
     /// its copies would hold an event loop): `Ok`. `value` comes back if
-    /// it has ended, or the thread could not be started.
+    /// it has ended, keeps a value already, or the thread could not be
+    /// started.
     pub fn end_elsewhere(self: &Arc<Self>, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_)) {
+        if matches!(tracked.progress, Progress::Ended(_)) || tracked.kept.is_some() {
             return Err(value);
         }
         if !tracked.finisher {
@@ -586,11 +587,15 @@ impl SharedTransfer {
     }
 
     /// Keeps `value` until the transfer has ended, when the finish thread
-    /// will end it without any other caller (it is awaited): `Ok`. Otherwise `value` comes back: the caller ends it, or
-    /// it has ended.
+    /// will end it without any other caller (it is awaited): `Ok`.
+    /// Otherwise `value` comes back: the caller ends it, it has ended, or
+    /// it keeps a value already.
     pub fn hand_over(&self, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_)) || !tracked.finisher {
+        if matches!(tracked.progress, Progress::Ended(_))
+            || !tracked.finisher
+            || tracked.kept.is_some()
+        {
             return Err(value);
         }
         tracked.kept = Some(value);
@@ -817,7 +822,9 @@ mod tests {
         // What work queued on the stream after the call waits for is
         // already queued when the call returns: no wait there depends on a
         // driver call still to be made, which a synchronous call on that
-        // stream would hold back (a deadlock on the real driver).
+        // stream would hold back (a deadlock on the real driver). The
+        // binding's side of the rule (every start goes through here, on
+        // an event loop's thread too) is test_async_sim.py's.
         let (ordinal, shared) = shared();
         let context = shared.context().clone();
         let expected = pattern(3);
@@ -875,6 +882,10 @@ mod tests {
             std::thread::spawn(move || shared.close())
         };
         std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !closing.is_finished(),
+            "closed before the transfer's copies ran"
+        );
         sim::release(ordinal);
         closing.join().unwrap();
         assert_eq!(started.finish(), Ok(()));
@@ -887,7 +898,7 @@ mod tests {
         );
     }
 
-    /// A download of `device` into `range` started at once on `shared`.
+    /// A download of `device` into `range` started on `shared`.
     fn download_now(
         shared: &Arc<SharedStager>,
         device: &Arc<DeviceBuffer>,
@@ -917,6 +928,14 @@ mod tests {
         let transfer = start(&shared, None, download(&device, range));
         let kept = Arc::new(());
         assert!(transfer.end_elsewhere(Box::new(Arc::clone(&kept))).is_ok());
+        // A second value does not replace the one kept.
+        let second = Arc::new(());
+        assert!(
+            transfer
+                .end_elsewhere(Box::new(Arc::clone(&second)))
+                .is_err()
+        );
+        assert!(transfer.hand_over(Box::new(second)).is_err());
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(
             Arc::strong_count(&kept),

@@ -55,8 +55,8 @@ pub(crate) struct PyStager {
     /// transfer holds).
     options: InForce,
     /// Shared with its transfers, and through them with the stager's
-    /// start and finish threads: no Python object in it, so that those
-    /// threads never need the GIL.
+    /// finish thread: no Python object in it, so that the thread never
+    /// needs the GIL.
     shared: Arc<SharedStager>,
 }
 
@@ -90,10 +90,10 @@ fn close_dropped(closing: Closing) {
     // thread-local slot of the runtime); callable with or without the
     // GIL, before, during and after finalisation.
     if unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null() {
-        // A thread Python does not know: the stager's start or finish
-        // thread, dropping the transfer that held the last reference. It
-        // holds no GIL, so there is nothing to let go of, and it must never
-        // ask for it: a thread that asks as finalisation begins blocks in
+        // A thread Python does not know: the stager's finish thread,
+        // dropping the transfer that held the last reference. It holds no
+        // GIL, so there is nothing to let go of, and it must never ask for
+        // it: a thread that asks as finalisation begins blocks in
         // the interpreter, or is ended there mid-call (see `life`), and
         // `life::exiting()` read first cannot rule that out (the flag may
         // be set just after; this thread is not counted). Closed here,
@@ -826,28 +826,54 @@ impl Drop for Transfer {
         let Err(host) = self.state.hand_over(Box::new(host)) else {
             return;
         };
-        let host = if Python::attach(on_event_loop) {
-            match self.state.end_elsewhere(host) {
-                Ok(()) => return,
-                Err(host) => host,
-            }
-        } else {
-            host
-        };
-        // Dropped unwaited: finish here, through the stager (which drains
-        // its streams after an error), so that the arrays it holds are
-        // released only after the copy. A failure cannot be raised from a
-        // destructor; it is reported as an unraisable error.
+        // A transfer is often dropped while an exception propagates (its
+        // frame unwinding): that exception is kept across the Python code
+        // and the error reporting below.
         Python::attach(|py| {
-            if let Err(failure) = self.finish(py) {
-                failure.write_unraisable(py, None);
-            }
+            keeping_exception(py, || {
+                let host = if on_event_loop(py) {
+                    match self.state.end_elsewhere(host) {
+                        Ok(()) => return,
+                        Err(host) => host,
+                    }
+                } else {
+                    host
+                };
+                // Dropped unwaited: finish here, through the stager (which
+                // drains its streams after an error), so that the arrays
+                // it holds are released only after the copy. A failure
+                // cannot be raised from a destructor; it is reported as an
+                // unraisable error.
+                if let Err(failure) = self.finish(py) {
+                    failure.write_unraisable(py, None);
+                }
+                drop(host);
+            })
         });
-        drop(host);
     }
 }
 
-/// Whether the calling thread runs an asyncio (or uvloop) event loop.
+/// Runs `f` with the exception being raised, if any, set aside, and sets
+/// it again afterwards: Python code run meanwhile neither sees it nor
+/// replaces it.
+fn keeping_exception(_py: Python<'_>, f: impl FnOnce()) {
+    let (mut kind, mut value, mut traceback) = (
+        core::ptr::null_mut(),
+        core::ptr::null_mut(),
+        core::ptr::null_mut(),
+    );
+    // SAFETY: the GIL is held (`_py`); the three references move out of
+    // the thread's error indicator into these locals (null where there is
+    // none), which own them until `PyErr_Restore` moves them back.
+    unsafe { pyo3::ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback) };
+    f();
+    // SAFETY: as above; restoring takes the three references (nulls clear
+    // the indicator, dropping whatever `f` left there).
+    unsafe { pyo3::ffi::PyErr_Restore(kind, value, traceback) };
+}
+
+/// Whether the calling thread runs an asyncio (or uvloop) event loop (not
+/// asked once the exit handler has run: `false`).
 fn on_event_loop(py: Python<'_>) -> bool {
     let running = || -> PyResult<bool> {
         let modules = py.import("sys")?.getattr("modules")?;
@@ -856,7 +882,7 @@ fn on_event_loop(py: Python<'_>) -> bool {
             Err(_) => Ok(false),
         }
     };
-    running().unwrap_or(false)
+    life::python_code(|| running().unwrap_or(false)).unwrap_or(false)
 }
 
 /// Raises what every transfer would once CUDA is unusable to this

@@ -498,3 +498,25 @@ def test_a_transfer_started_on_the_loop_and_dropped_does_not_block_it_and_keeps_
     eventually(lambda: _resizable(dst), "the destination was kept after its copy ran")
     assert bytes(dst[:size]) == data
     sim.assert_no_violations(device)
+
+
+def test_a_transfer_dropped_as_an_exception_propagates_keeps_that_exception(sim, numpy, device, stager, run):
+    # Transfers dropped unwaited while an exception unwinds their frame are
+    # finished (or, on a loop's thread, handed to the finish thread)
+    # without replacing that exception.
+    source = sim.array(device, pattern(2 * CHUNK, 85))
+    dsts = [numpy.zeros(2 * CHUNK, numpy.uint8) for _ in range(2)]
+
+    def start_then_fail():
+        return [stager.copy_to_host(dst, source, blocking=False) for dst in dsts] + [1 // 0]
+
+    with pytest.raises(ZeroDivisionError):
+        start_then_fail()
+    assert all(dst.tobytes() == pattern(2 * CHUNK, 85) for dst in dsts)
+
+    async def main():
+        with pytest.raises(ZeroDivisionError):
+            start_then_fail()
+
+    run(main())
+    sim.assert_no_violations(device)
