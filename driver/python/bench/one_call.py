@@ -118,18 +118,18 @@ def call_parts(calls: int, repeat: int) -> list[str]:
     """Where one call's time goes, microseconds per call (median of
     ``repeat`` loops of ``calls``), a 64 KiB copy each way and the start of
     a 16 MiB ``blocking=False`` upload (the offloaded KV cache's call): the
-    whole call; the default stager's lookup; the Python conversions of both
-    sides (``_sides``: torch's DLPack export with its stream order, the
-    capture check, the host side); torch's export alone; the native call
-    with the sides already converted, with and without the legacy stream's
-    wait and order."""
-    from hostcopy import _staging
+    whole call; the default stager's lookup; the native entry alone
+    (``Stager.transfer``: the sides, the stream, the bounds and the copy),
+    and the capture check of torch's current stream, which it makes where
+    that stream is not the transfer's."""
+    from hostcopy import _native, _staging
 
     n = 64 << 10
     device = torch.zeros(n, dtype=torch.uint8, device="cuda")
     host = np.zeros(n, np.uint8)
     stager = _staging._stager_for(device, "src")
     native = stager._native
+    current = torch.cuda.current_stream().cuda_stream
 
     def per_call_us(fn) -> float:
         def run():
@@ -140,35 +140,23 @@ def call_parts(calls: int, repeat: int) -> list[str]:
     def row(label, parts):
         return f"call parts, {label}: " + ", ".join(f"{name} {per_call_us(fn):.1f} us" for name, fn in parts)
 
-    d2h_device, d2h_host, consumer = _staging._sides(host, device, False, None, True)
-    h2d_device, h2d_host, _ = _staging._sides(device, host, True, None, True)
     lines = [
         row("64 KiB D2H", [
             ("whole call", lambda: hostcopy.copy_to_host(host, device)),
             ("stager lookup", lambda: _staging._stager_for(device, "src")),
-            ("_sides", lambda: _staging._sides(host, device, False, None, True)),
-            ("torch __dlpack__(stream=1)", lambda: device.__dlpack__(stream=1, max_version=(1, 0))),
-            ("capture check", lambda: _staging._refuse_during_capture(device, "src", 1)),
-            ("native", lambda: native.device_to_host(
-                d2h_host, 0, d2h_device.ptr, d2h_device.nbytes, d2h_device.owner, 0, None, [consumer], consumer, True, False)),
-            ("native, no stream order", lambda: native.device_to_host(
-                d2h_host, 0, d2h_device.ptr, d2h_device.nbytes, d2h_device.owner, 0, None, [], None, True, False)),
+            ("native transfer", lambda: native.transfer(False, host, device, None, 0, 0, None, None, True)),
+            ("capture check", lambda: _native.stream_capturing(current or 1)),
         ]),
         row("64 KiB H2D", [
             ("whole call", lambda: hostcopy.copy_to_device(device, host)),
-            ("_sides", lambda: _staging._sides(device, host, True, None, True)),
-            ("native", lambda: native.host_to_device(
-                h2d_device.ptr, h2d_device.nbytes, h2d_device.owner, 0, h2d_host, 0, None, [consumer], consumer, True, False)),
-            ("native, no stream order", lambda: native.host_to_device(
-                h2d_device.ptr, h2d_device.nbytes, h2d_device.owner, 0, h2d_host, 0, None, [], None, True, False)),
+            ("native transfer", lambda: native.transfer(True, device, host, None, 0, 0, None, None, True)),
         ]),
     ]
     big = 16 << 20
     big_device = torch.zeros(big, dtype=torch.uint8, device="cuda")
     big_host = np.zeros(big, np.uint8)
     blocks = np.array([(i * (1 << 20), i * (1 << 20), 1 << 20) for i in range(16)], dtype=np.int64)
-    big_sides = _staging._sides(big_device, big_host, True, None, False)
-    starts = {"one range": [], "16 blocks": [], "its _sides": [], "its native start": []}
+    starts = {"one range": [], "16 blocks": [], "its native transfer": []}
     for _ in range(max(repeat, 1) * 20):
         begin = time.perf_counter()
         transfer = hostcopy.copy_to_device(big_device, big_host, blocking=False)
@@ -179,12 +167,8 @@ def call_parts(calls: int, repeat: int) -> list[str]:
         starts["16 blocks"].append(time.perf_counter() - begin)
         transfer.wait()
         begin = time.perf_counter()
-        _staging._sides(big_device, big_host, True, None, False)
-        starts["its _sides"].append(time.perf_counter() - begin)
-        target, source, order = big_sides
-        begin = time.perf_counter()
-        transfer = native.host_to_device(target.ptr, target.nbytes, target.owner, 0, source, 0, None, [order], order, False, False)
-        starts["its native start"].append(time.perf_counter() - begin)
+        transfer = native.transfer(True, big_device, big_host, None, 0, 0, None, None, False)
+        starts["its native transfer"].append(time.perf_counter() - begin)
         transfer.wait()
     lines.append(
         "call parts, 16 MiB H2D blocking=False, the call until it returns: "

@@ -15,6 +15,8 @@ from typing import Any, Generator, Literal, Optional, Protocol, Sequence, Suppor
 
 from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
 
+from ._errors import NotDeviceMemory
+
 __all__ = [
     "HOST_COPY_ARGS_SIZE",
     "ABI_VERSION",
@@ -29,6 +31,7 @@ __all__ = [
     "check_usable",
     "device_holding",
     "stream_capturing",
+    "not_device_memory",
     "dlpack_host_memory",
     "pack_regions",
     "host_copy_parallel_fn_address",
@@ -119,6 +122,9 @@ def dlpack_host_memory(capsule: object, writable: bool, side: str) -> HostMemory
 def check_usable() -> None: ...
 def device_holding(ptr: int, side: str) -> int: ...
 def stream_capturing(handle: int) -> bool: ...
+def not_device_memory(obj: object, side: str, device_type: Optional[int] = None) -> NotDeviceMemory:
+    """``hostcopy.NotDeviceMemory`` for host memory ``obj`` given as the
+    device side ``side`` (``device_type``: its DLPack device type), not raised."""
 def pack_regions(
     dst: tuple[int, Optional[int], bool],
     dst_offset: int,
@@ -173,9 +179,12 @@ class Stager:
     integers in the same sense (``TypeError`` otherwise), each a word
     (``hostcopy.IntegerOutOfRange`` otherwise, naming it); ``blocks`` is a
     sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers.
-    ``blocking=False`` returns once every chunk is queued, on the calling
-    thread, after the work queued on ``wait_for`` by the call; work queued
-    on ``order_before`` after the call waits for the transfer."""
+    ``transfer`` is every copy of ``hostcopy.Stager`` and of the module's
+    functions, its arguments as they were given (``to_device``: ``dst`` is
+    the device side; ``blocks`` ``None`` for a range); it reads the sides
+    and the stream itself. ``blocking=False`` returns once every chunk is
+    queued, on the calling thread; work queued on ``stream`` after the call
+    waits for the transfer."""
 
     def __new__(
         cls,
@@ -195,159 +204,42 @@ class Stager:
         ``hostcopy.Stager.options`` returns."""
     def close(self) -> None: ...
     @overload
-    def device_to_host(
+    def transfer(
         self,
-        dst: HostMemory,
-        dst_offset: SupportsIndex,
-        src: int,
-        src_len: int,
-        src_owner: object,
-        src_offset: SupportsIndex,
+        to_device: bool,
+        dst: Any,
+        src: Any,
         nbytes: Optional[SupportsIndex],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
+        dst_offset: SupportsIndex,
+        src_offset: SupportsIndex,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any, None],
+        stream: Any,
         blocking: Literal[True],
     ) -> None: ...
     @overload
-    def device_to_host(
+    def transfer(
         self,
-        dst: HostMemory,
-        dst_offset: SupportsIndex,
-        src: int,
-        src_len: int,
-        src_owner: object,
-        src_offset: SupportsIndex,
+        to_device: bool,
+        dst: Any,
+        src: Any,
         nbytes: Optional[SupportsIndex],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
+        dst_offset: SupportsIndex,
+        src_offset: SupportsIndex,
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any, None],
+        stream: Any,
         blocking: Literal[False],
     ) -> Transfer: ...
     @overload
-    def device_to_host(
+    def transfer(
         self,
-        dst: HostMemory,
-        dst_offset: SupportsIndex,
-        src: int,
-        src_len: int,
-        src_owner: object,
-        src_offset: SupportsIndex,
+        to_device: bool,
+        dst: Any,
+        src: Any,
         nbytes: Optional[SupportsIndex],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: bool,
-    ) -> Optional[Transfer]: ...
-    @overload
-    def host_to_device(
-        self,
-        dst: int,
-        dst_len: int,
-        dst_owner: object,
         dst_offset: SupportsIndex,
-        src: HostMemory,
         src_offset: SupportsIndex,
-        nbytes: Optional[SupportsIndex],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: Literal[True],
-    ) -> None: ...
-    @overload
-    def host_to_device(
-        self,
-        dst: int,
-        dst_len: int,
-        dst_owner: object,
-        dst_offset: SupportsIndex,
-        src: HostMemory,
-        src_offset: SupportsIndex,
-        nbytes: Optional[SupportsIndex],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: Literal[False],
-    ) -> Transfer: ...
-    @overload
-    def host_to_device(
-        self,
-        dst: int,
-        dst_len: int,
-        dst_owner: object,
-        dst_offset: SupportsIndex,
-        src: HostMemory,
-        src_offset: SupportsIndex,
-        nbytes: Optional[SupportsIndex],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: bool,
-    ) -> Optional[Transfer]: ...
-    @overload
-    def device_to_host_blocks(
-        self,
-        dst: HostMemory,
-        src: int,
-        src_owner: object,
-        src_nbytes: int,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: Literal[True],
-    ) -> None: ...
-    @overload
-    def device_to_host_blocks(
-        self,
-        dst: HostMemory,
-        src: int,
-        src_owner: object,
-        src_nbytes: int,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: Literal[False],
-    ) -> Transfer: ...
-    @overload
-    def device_to_host_blocks(
-        self,
-        dst: HostMemory,
-        src: int,
-        src_owner: object,
-        src_nbytes: int,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: bool,
-    ) -> Optional[Transfer]: ...
-    @overload
-    def host_to_device_blocks(
-        self,
-        dst: int,
-        dst_owner: object,
-        dst_nbytes: int,
-        src: HostMemory,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: Literal[True],
-    ) -> None: ...
-    @overload
-    def host_to_device_blocks(
-        self,
-        dst: int,
-        dst_owner: object,
-        dst_nbytes: int,
-        src: HostMemory,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
-        blocking: Literal[False],
-    ) -> Transfer: ...
-    @overload
-    def host_to_device_blocks(
-        self,
-        dst: int,
-        dst_owner: object,
-        dst_nbytes: int,
-        src: HostMemory,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], HostBuffer],
-        wait_for: Sequence[int],
-        order_before: Optional[int],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any, None],
+        stream: Any,
         blocking: bool,
     ) -> Optional[Transfer]: ...
 

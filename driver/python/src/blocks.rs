@@ -17,10 +17,10 @@
 //! that is not a block, `TypeError` naming the block.
 
 use hostcopy_driver::cuda::staging::Block;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
 
 use crate::buffer::Export;
 use crate::integers::{out_of_range, word};
@@ -69,6 +69,78 @@ pub(crate) fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
         triples.push(Block::new(words[0], words[1], words[2]));
     }
     Ok(triples)
+}
+
+/// `blocks` as [`to_blocks`] is to read it: a numpy array as a fresh
+/// C-ordered copy of its own dtype (`numpy.array` copies: no other thread
+/// holds the copy, so none writes it while it is read; an integer dtype is
+/// read as it is, any other refused by `to_blocks`, never cast); an array
+/// of another library that numpy takes as an integer array (a CPU torch
+/// tensor, a jax array: `__array__`) the same way, without a Python object
+/// per block; other arrays (a CUDA tensor, a cupy array, which refuse
+/// `__array__`) as their `tolist()`; anything else as it is.
+pub(crate) fn private_table<'py>(blocks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = blocks.py();
+    let modules = py
+        .import("sys")?
+        .getattr("modules")?
+        .cast_into::<PyDict>()?;
+    let numpy = modules.get_item("numpy")?;
+    let c_ordered = |array: &Bound<'py, PyAny>, numpy: &Bound<'py, PyAny>| {
+        let order = PyDict::new(py);
+        order.set_item("order", "C")?;
+        numpy.call_method("array", (array,), Some(&order))
+    };
+    if let Some(numpy) = &numpy
+        && blocks.is_instance(&numpy.getattr("ndarray")?)?
+    {
+        let dtype = blocks.getattr("dtype")?;
+        if matches!(
+            dtype.getattr("kind")?.extract::<String>()?.as_str(),
+            "M" | "m"
+        ) {
+            // numpy exports no buffer of datetime64 or timedelta64 (its
+            // ValueError would say nothing of blocks): refused here, as
+            // `to_blocks` refuses every other non-integer dtype.
+            return Err(PyTypeError::new_err(format!(
+                "blocks: an array of dtype {}: blocks are integers (int8 to int64, uint8 to \
+                     uint64), and other dtypes are refused, not cast",
+                dtype.str()?
+            )));
+        }
+        return c_ordered(blocks, numpy);
+    }
+    if !blocks.hasattr("tolist")? {
+        return Ok(blocks.clone());
+    }
+    match Export::new(blocks) {
+        // A buffer (an array.array, a memoryview): read as it is.
+        Ok(_) => return Ok(blocks.clone()),
+        Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {}
+        Err(failure) => return Err(failure),
+    }
+    if let Some(numpy) = &numpy
+        && blocks.hasattr("__array__")?
+    {
+        match numpy.call_method1("asarray", (blocks,)) {
+            Ok(array) => {
+                let kind = array
+                    .getattr("dtype")?
+                    .getattr("kind")?
+                    .extract::<String>()?;
+                if matches!(kind.as_str(), "i" | "u") {
+                    return c_ordered(&array, numpy);
+                }
+            }
+            // Refused (a device array): its tolist().
+            Err(failure)
+                if failure.is_instance_of::<PyTypeError>(py)
+                    || failure.is_instance_of::<PyValueError>(py)
+                    || failure.is_instance_of::<PyRuntimeError>(py) => {}
+            Err(failure) => return Err(failure),
+        }
+    }
+    blocks.call_method0("tolist")
 }
 
 /// `str`, `bytes` and `bytearray`: sequences, but never of blocks (`"123"`

@@ -138,7 +138,11 @@ impl Drop for Export {
 /// exporter's own error (a `TypeError`) for an object without the buffer
 /// protocol.
 fn checked_export(obj: &Bound<'_, PyAny>, writable: bool, side: &str) -> PyResult<Export> {
-    let export = Export::new(obj)?;
+    checked(obj, Export::new(obj)?, writable, side)
+}
+
+/// `export`, of `obj`, if it passes [`checked_export`]'s checks.
+fn checked(obj: &Bound<'_, PyAny>, export: Export, writable: bool, side: &str) -> PyResult<Export> {
     let view = &export.view;
     let format = export.format();
     if format.contains('O') {
@@ -229,15 +233,13 @@ pub(crate) fn buffer_region(
 /// Host memory a staged transfer reads or writes, held for as long as the
 /// transfer may touch it: a buffer export (which also keeps a `bytearray`
 /// from being resized meanwhile), or the object that owns memory described
-/// another way (a DLPack capsule of a CPU tensor).
+/// another way (a DLPack capsule of a CPU tensor). Made for one side of
+/// one transfer, with that side's checks (writable for a destination), by
+/// the transfer's own call (`crate::sides`).
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct HostMemory {
     addr: usize,
     len: usize,
-    /// Whether the memory was checked writable when this was made (a
-    /// buffer export not read-only, a DLPack tensor not marked read-only):
-    /// only then may it be a destination.
-    writable: bool,
     /// Released on drop (with the GIL: a pyclass is dropped by Python).
     _export: Option<Export>,
     _owner: Option<Py<PyAny>>,
@@ -263,32 +265,11 @@ impl HostMemory {
         }
     }
 
-    /// Refuses (`hostcopy.ReadOnlyBuffer`) memory not checked writable when
-    /// it was made, as the destination `side`.
-    pub(crate) fn check_writable(&self, py: Python<'_>, side: &str) -> PyResult<()> {
-        if self.writable {
-            return Ok(());
-        }
-        Err(read_only(
-            py,
-            side,
-            self.len,
-            "host memory taken as a source (not checked writable)",
-        ))
-    }
-
-    /// Memory at `addr` that `owner` keeps allocated; `writable` says
-    /// whether the caller checked that it may be written.
-    pub(crate) fn owned_by(
-        addr: usize,
-        len: usize,
-        writable: bool,
-        owner: Py<PyAny>,
-    ) -> HostMemory {
+    /// Memory at `addr` that `owner` keeps allocated.
+    pub(crate) fn owned_by(addr: usize, len: usize, owner: Py<PyAny>) -> HostMemory {
         HostMemory {
             addr,
             len,
-            writable,
             _export: None,
             _owner: Some(owner),
         }
@@ -310,12 +291,22 @@ pub(crate) fn host_memory(
     writable: bool,
     side: &str,
 ) -> PyResult<HostMemory> {
-    let export = checked_export(obj, writable, side)?;
+    exported_host_memory(obj, Export::new(obj)?, writable, side)
+}
+
+/// The host memory of `export`, `obj`'s buffer, with the checks of
+/// [`checked_export`].
+pub(crate) fn exported_host_memory(
+    obj: &Bound<'_, PyAny>,
+    export: Export,
+    writable: bool,
+    side: &str,
+) -> PyResult<HostMemory> {
+    let export = checked(obj, export, writable, side)?;
     let (addr, len) = export.range();
     Ok(HostMemory {
         addr,
         len,
-        writable,
         _export: Some(export),
         _owner: None,
     })

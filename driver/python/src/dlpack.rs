@@ -309,7 +309,6 @@ pub(crate) fn dlpack_host_memory(
     Ok(crate::buffer::HostMemory::owned_by(
         tensor.addr,
         tensor.nbytes,
-        writable,
         capsule.unbind(),
     ))
 }

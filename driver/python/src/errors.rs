@@ -56,6 +56,7 @@ classes!(
     CudaUnavailable,
     CudaError,
     NotDeviceMemory,
+    MemoryNotHeld,
     WrongDevice,
     StreamCapturing,
     InvalidOption,

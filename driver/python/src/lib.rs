@@ -6,9 +6,10 @@
 //! `hostcopy-driver`'s checks, the parallel copy workers, owned launches
 //! and graph nodes, and staged transfers (`hostcopy_driver::cuda`, which
 //! opens libcuda when first needed, so `import hostcopy` works without a
-//! driver). The Python half (`hostcopy/__init__.py`) classifies arguments;
-//! a transfer's integers (offsets, lengths, blocks) are recognised here,
-//! once (`integers.rs`, `blocks.rs`).
+//! driver). A transfer's arguments are recognised here, once: its sides
+//! and stream (`sides.rs`), its integers (offsets, lengths, blocks:
+//! `integers.rs`, `blocks.rs`); the Python half (`hostcopy/__init__.py`)
+//! classifies the arguments of packing and launches.
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,7 @@ mod life;
 mod packing;
 mod pageable;
 mod parallel;
+mod sides;
 #[cfg(feature = "simulator")]
 mod sim;
 mod staging;
@@ -75,6 +77,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(staging::check_usable, m)?)?;
     m.add_function(wrap_pyfunction!(staging::device_holding, m)?)?;
     m.add_function(wrap_pyfunction!(staging::stream_capturing, m)?)?;
+    m.add_function(wrap_pyfunction!(sides::py_not_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(packing::pack_regions, m)?)?;
     m.add_function(wrap_pyfunction!(

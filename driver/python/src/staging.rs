@@ -1,7 +1,9 @@
 //! Staged transfers between GPU memory and the host memory Python already
 //! has (`hostcopy_driver::cuda::staging`): a `Stager` per device, and
-//! `Transfer` handles for the non-blocking ones. Conversion only: the
-//! Python half classifies the arrays; the crate stages, orders and keeps
+//! `Transfer` handles for the non-blocking ones. Conversion only: one
+//! entry, `Stager.transfer`, takes a copy's arguments as Python gave them
+//! (`crate::sides` reads the arrays and the stream, `crate::blocks` the
+//! batch) and checks a range once; the crate stages, orders and keeps
 //! ownership, and `hostcopy_driver::awaiting` decides who ends a shared
 //! stager's transfers and how an event loop learns of it. The GIL is released for every driver call and for the
 //! whole of a blocking transfer.
@@ -24,11 +26,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 
 use crate::awaiting::Wakeup;
-use crate::blocks::to_blocks;
+use crate::blocks::{private_table, to_blocks};
 use crate::buffer::HostMemory;
 use crate::errors::{self, closed, invalid_option, layer_error, out_of_bounds, transfer_failure};
 use crate::integers::word;
 use crate::life;
+use crate::sides::{self, Sides};
 
 /// A Python object that keeps device memory allocated, held by the layer
 /// for as long as queued copies may use the memory (for good after an
@@ -443,192 +446,111 @@ impl PyStager {
         .map_err(|failure| layer_error(py, "Stager.close", "device", failure))
     }
 
-    /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
-    /// byte `src_offset` of the `src_len` bytes of device memory at `src`
-    /// (kept allocated by `src_owner`) to byte `dst_offset` of `dst`, after
-    /// the work queued on each stream of `wait_for`. The offsets and
-    /// `nbytes` are converted here (`crate::integers::word`) and checked
-    /// against both sides (`OutOfBounds`). Blocking: returns `None` when
-    /// the bytes have arrived; otherwise a `Transfer`, and work queued
-    /// later on `order_before` waits for it (so that it cannot overwrite
-    /// `src` under the copy).
-    #[pyo3(signature = (dst, dst_offset, src, src_len, src_owner, src_offset, nbytes, wait_for, order_before, blocking))]
-    #[allow(clippy::too_many_arguments)]
-    fn device_to_host(
-        slf: Bound<'_, Self>,
-        dst: Bound<'_, HostMemory>,
-        dst_offset: Bound<'_, PyAny>,
-        src: CUdeviceptr,
-        src_len: usize,
-        src_owner: Py<PyAny>,
-        src_offset: Bound<'_, PyAny>,
-        nbytes: Option<Bound<'_, PyAny>>,
-        wait_for: Vec<usize>,
-        order_before: Option<usize>,
-        blocking: bool,
-    ) -> PyResult<Option<Transfer>> {
-        let py = slf.py();
-        let operation = "copy_to_host";
-        let (dst_offset, src_offset, nbytes) = span_arguments(&dst_offset, &src_offset, nbytes)?;
-        let (src, nbytes) = device_range(py, src, src_len, src_offset, nbytes, operation, "src")?;
-        dst.get().check_writable(py, "dst")?;
-        let host = host_range(py, dst.get(), dst_offset, nbytes, "dst")?;
-        // SAFETY: `host` lies inside `dst` (`host_range`), checked writable
-        // above, and `dst` is held until the transfer finishes: by this call
-        // when blocking, by the `Transfer` otherwise. What that keeps
-        // depends on the memory: a buffer export also stops the exporter
-        // resizing it (a `bytearray`); DLPack memory is held only by its
-        // capsule, which keeps the owner object alive but not its storage
-        // (torch's `resize_` frees it). That rests on the caller's promise,
-        // stated in the Python API: do not resize or free the storage of
-        // either side while a transfer runs.
-        let pending = unsafe {
-            slf.get().stage(
-                py,
-                operation,
-                Direction::ToHost,
-                host,
-                None,
-                (src, nbytes, src_owner),
-                wait_for,
-                order_before,
-                begin(blocking),
-            )
-        }?;
-        Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
-    }
-
-    /// Copies `nbytes` bytes (`None`: all of `src` past `src_offset`) from
-    /// byte `src_offset` of `src` to byte `dst_offset` of the `dst_len`
-    /// bytes of device memory at `dst` (kept allocated by `dst_owner`),
-    /// after the work queued on each stream of `wait_for`; the offsets and
-    /// `nbytes` converted and checked as in `device_to_host`. Blocking:
+    /// The one staged transfer of the Python API (`hostcopy.Stager`'s
+    /// `copy_to_host`, `copy_to_device`, `copy_blocks_to_host`,
+    /// `copy_blocks_to_device`, and the module's functions of those
+    /// names), its arguments as the caller gave them: `to_device` says
+    /// which of `dst` and `src` is the device side (`crate::sides` reads
+    /// both, and `stream`); `blocks`, if given, the batch
+    /// (`crate::blocks`), otherwise `nbytes` bytes (`None`: all of `src`
+    /// past `src_offset`) from byte `src_offset` of `src` to byte
+    /// `dst_offset` of `dst`, checked against both sides here, once
+    /// ([`span`]). The copy starts after the work queued on `stream` (and
+    /// on the streams the device side names). Blocking (`blocking` true):
     /// returns `None` when the bytes have arrived; otherwise a `Transfer`,
-    /// and work queued later on `order_before` waits for it.
-    #[pyo3(signature = (dst, dst_len, dst_owner, dst_offset, src, src_offset, nbytes, wait_for, order_before, blocking))]
-    #[allow(clippy::too_many_arguments)]
-    fn host_to_device(
+    /// and work queued later on `stream` waits for it (so that it cannot
+    /// overwrite the source under the copy).
+    #[pyo3(signature = (to_device, dst, src, nbytes, dst_offset, src_offset, blocks, stream, blocking))]
+    #[allow(clippy::too_many_arguments)] // one per argument of the Python API's copies
+    fn transfer(
         slf: Bound<'_, Self>,
-        dst: CUdeviceptr,
-        dst_len: usize,
-        dst_owner: Py<PyAny>,
-        dst_offset: Bound<'_, PyAny>,
-        src: Bound<'_, HostMemory>,
-        src_offset: Bound<'_, PyAny>,
+        to_device: bool,
+        dst: Bound<'_, PyAny>,
+        src: Bound<'_, PyAny>,
         nbytes: Option<Bound<'_, PyAny>>,
-        wait_for: Vec<usize>,
-        order_before: Option<usize>,
-        blocking: bool,
+        dst_offset: Bound<'_, PyAny>,
+        src_offset: Bound<'_, PyAny>,
+        blocks: Option<Bound<'_, PyAny>>,
+        stream: Option<Bound<'_, PyAny>>,
+        blocking: Bound<'_, PyAny>,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
-        let operation = "copy_to_device";
-        let (dst_offset, src_offset, nbytes) = span_arguments(&dst_offset, &src_offset, nbytes)?;
-        let nbytes = nbytes.unwrap_or_else(|| src.get().range().len.saturating_sub(src_offset));
-        let host = host_range(py, src.get(), src_offset, nbytes, "src")?;
-        let (dst, nbytes) =
-            device_range(py, dst, dst_len, dst_offset, Some(nbytes), operation, "dst")?;
-        // SAFETY: `host` lies inside `src` (`host_range`), held until the
-        // transfer finishes (by this call when blocking, by the `Transfer`
-        // otherwise): a buffer export, or for DLPack memory only its
-        // capsule, which keeps the owner alive but not its storage. The
-        // storage staying allocated, and the device range unshared, rest on
-        // the caller's promise (the Python API's): do not resize or free the
-        // storage of either side while a transfer runs.
+        let blocking = blocking.is_truthy()?;
+        let operation = match (to_device, blocks.is_some()) {
+            (false, false) => "copy_to_host",
+            (true, false) => "copy_to_device",
+            (false, true) => "copy_blocks_to_host",
+            (true, true) => "copy_blocks_to_device",
+        };
+        // The arguments' own code (attributes, exports, `tolist()`) runs
+        // from this frame, so not from the exit handler on
+        // (`life::python_code`), when every transfer is refused anyway.
+        let read = || -> PyResult<_> {
+            let table = blocks.map(|blocks| private_table(&blocks)).transpose()?;
+            let sides = sides::read(&dst, &src, to_device, stream.as_ref(), blocking)?;
+            Ok((table, sides))
+        };
+        let (
+            table,
+            Sides {
+                device,
+                host,
+                consumer,
+            },
+        ) = life::python_code(read).unwrap_or_else(|| Err(closed(py)))?;
+        let (device_range, host_range, blocks) = match table {
+            // Every block lies inside both sides: the stager checks the
+            // batch.
+            Some(table) => (
+                (device.ptr, device.nbytes),
+                host.get().range(),
+                Some(to_blocks(&table)?),
+            ),
+            None => {
+                let (dst_offset, src_offset, nbytes) =
+                    span_arguments(&dst_offset, &src_offset, nbytes)?;
+                let (device_range, host_range) = span(
+                    py,
+                    operation,
+                    to_device,
+                    (device.ptr, device.nbytes),
+                    host.get().range(),
+                    (dst_offset, src_offset, nbytes),
+                )?;
+                (device_range, host_range, None)
+            }
+        };
+        let direction = if to_device {
+            Direction::ToDevice
+        } else {
+            Direction::ToHost
+        };
+        // SAFETY: `host_range` lies inside `host` (`span`, or the stager's
+        // check of the batch), made writable for a copy to the host
+        // (`sides::read` checks the destination), and `host` is held until
+        // the transfer finishes: by this call when blocking, by the
+        // `Transfer` otherwise. What that keeps depends on the memory: a
+        // buffer export also stops the exporter resizing it (a
+        // `bytearray`); DLPack memory is held only by its capsule, which
+        // keeps the owner object alive but not its storage (torch's
+        // `resize_` frees it). That, and the device range staying
+        // unshared, rest on the caller's promise, stated in the Python
+        // API: do not resize or free the storage of either side while a
+        // transfer runs.
         let pending = unsafe {
             slf.get().stage(
                 py,
                 operation,
-                Direction::ToDevice,
-                host,
-                None,
-                (dst, nbytes, dst_owner),
-                wait_for,
-                order_before,
+                direction,
+                host_range,
+                blocks,
+                (device_range.0, device_range.1, device.owner),
+                device.wait_for,
+                Some(consumer),
                 begin(blocking),
             )
         }?;
-        Ok(pending.map(|state| Transfer::new(state, src.unbind())))
-    }
-
-    /// Copies each block `(device_offset, host_offset, nbytes)` from the
-    /// `src_nbytes` bytes of device memory at `src` (kept allocated by
-    /// `src_owner`) into `dst`: a batch, checked whole before anything is
-    /// queued. Blocking and ordering as `device_to_host`.
-    #[pyo3(signature = (dst, src, src_owner, src_nbytes, blocks, wait_for, order_before, blocking))]
-    #[allow(clippy::too_many_arguments)]
-    fn device_to_host_blocks(
-        slf: Bound<'_, Self>,
-        dst: Bound<'_, HostMemory>,
-        src: CUdeviceptr,
-        src_owner: Py<PyAny>,
-        src_nbytes: usize,
-        blocks: Bound<'_, PyAny>,
-        wait_for: Vec<usize>,
-        order_before: Option<usize>,
-        blocking: bool,
-    ) -> PyResult<Option<Transfer>> {
-        let py = slf.py();
-        dst.get().check_writable(py, "dst")?;
-        let host = dst.get().range();
-        let blocks = to_blocks(&blocks)?;
-        // SAFETY: as in `device_to_host`: `dst`, checked writable above, is
-        // held until the transfer finishes, and its storage stays allocated
-        // by the caller's promise where it is DLPack memory; every block
-        // lies inside it (the stager checks the batch).
-        let pending = unsafe {
-            slf.get().stage(
-                py,
-                "copy_blocks_to_host",
-                Direction::ToHost,
-                host,
-                Some(blocks),
-                (src, src_nbytes, src_owner),
-                wait_for,
-                order_before,
-                begin(blocking),
-            )
-        }?;
-        Ok(pending.map(|state| Transfer::new(state, dst.unbind())))
-    }
-
-    /// Copies each block `(device_offset, host_offset, nbytes)` from `src`
-    /// into the `dst_nbytes` bytes of device memory at `dst` (kept
-    /// allocated by `dst_owner`): a batch, checked whole before anything is
-    /// queued. Blocking and ordering as `host_to_device`.
-    #[pyo3(signature = (dst, dst_owner, dst_nbytes, src, blocks, wait_for, order_before, blocking))]
-    #[allow(clippy::too_many_arguments)]
-    fn host_to_device_blocks(
-        slf: Bound<'_, Self>,
-        dst: CUdeviceptr,
-        dst_owner: Py<PyAny>,
-        dst_nbytes: usize,
-        src: Bound<'_, HostMemory>,
-        blocks: Bound<'_, PyAny>,
-        wait_for: Vec<usize>,
-        order_before: Option<usize>,
-        blocking: bool,
-    ) -> PyResult<Option<Transfer>> {
-        let py = slf.py();
-        let host = src.get().range();
-        let blocks = to_blocks(&blocks)?;
-        // SAFETY: as in `host_to_device`: `src` is held until the transfer
-        // finishes, and its storage stays allocated (DLPack memory) and the
-        // device blocks unshared by the caller's promise; every block lies
-        // inside both (the stager checks).
-        let pending = unsafe {
-            slf.get().stage(
-                py,
-                "copy_blocks_to_device",
-                Direction::ToDevice,
-                host,
-                Some(blocks),
-                (dst, dst_nbytes, dst_owner),
-                wait_for,
-                order_before,
-                begin(blocking),
-            )
-        }?;
-        Ok(pending.map(|state| Transfer::new(state, src.unbind())))
+        Ok(pending.map(|state| Transfer::new(state, host.unbind())))
     }
 }
 
@@ -646,59 +568,77 @@ fn span_arguments(
     Ok((dst_offset, src_offset, nbytes))
 }
 
-/// The address of byte `offset` of the `len` bytes of device memory at
-/// `base`, and the bytes moved (`nbytes`, or all past `offset`), or
-/// `OutOfBounds` for `side`.
-fn device_range(
+/// The bounds check of a range transfer: `nbytes` bytes (`None`: all of
+/// the source past `src_offset`) at `src_offset` of the source and at
+/// `dst_offset` of the destination, the device side's `(address, len)`
+/// and the host side's range given, `to_device` saying which is which.
+/// The source is checked first; a range past the end of either side is
+/// `OutOfBounds` naming it. The device address and the bytes moved, and
+/// the host range.
+fn span(
     py: Python<'_>,
-    base: CUdeviceptr,
-    len: usize,
-    offset: usize,
-    nbytes: Option<usize>,
     operation: &str,
-    side: &str,
-) -> PyResult<(CUdeviceptr, usize)> {
-    let nbytes = nbytes.unwrap_or_else(|| len.saturating_sub(offset));
-    let addr = u64::try_from(offset)
-        .ok()
-        .and_then(|offset| base.checked_add(offset));
-    match (offset.checked_add(nbytes), addr) {
-        (Some(end), Some(addr)) if end <= len => Ok((addr, nbytes)),
-        _ => Err(layer_error(
-            py,
-            operation,
-            side,
-            Error::DeviceOutOfBounds {
-                offset,
-                nbytes,
-                len,
-            },
-        )),
-    }
-}
-
-/// `nbytes` bytes at `offset` of `memory`, or `OutOfBounds` for `side`.
-fn host_range(
-    py: Python<'_>,
-    memory: &HostMemory,
-    offset: usize,
-    nbytes: usize,
-    side: &str,
-) -> PyResult<HostRange> {
-    let whole = memory.range();
-    match offset.checked_add(nbytes) {
-        Some(end) if end <= whole.len => Ok(HostRange {
-            addr: whole.addr + offset,
+    to_device: bool,
+    (device, device_len): (CUdeviceptr, usize),
+    host: HostRange,
+    (dst_offset, src_offset, nbytes): (usize, usize, Option<usize>),
+) -> PyResult<((CUdeviceptr, usize), HostRange)> {
+    let (device_side, host_side) = if to_device {
+        ("dst", "src")
+    } else {
+        ("src", "dst")
+    };
+    let (device_offset, host_offset, src_len) = if to_device {
+        (dst_offset, src_offset, host.len)
+    } else {
+        (src_offset, dst_offset, device_len)
+    };
+    let nbytes = nbytes.unwrap_or_else(|| src_len.saturating_sub(src_offset));
+    let device_range = || {
+        let addr = u64::try_from(device_offset)
+            .ok()
+            .and_then(|offset| device.checked_add(offset));
+        match (device_offset.checked_add(nbytes), addr) {
+            (Some(end), Some(addr)) if end <= device_len => Ok((addr, nbytes)),
+            _ => Err(layer_error(
+                py,
+                operation,
+                device_side,
+                Error::DeviceOutOfBounds {
+                    offset: device_offset,
+                    nbytes,
+                    len: device_len,
+                },
+            )),
+        }
+    };
+    let host_range = || match host_offset.checked_add(nbytes) {
+        Some(end) if end <= host.len => Ok(HostRange {
+            addr: host.addr + host_offset,
             len: nbytes,
         }),
         _ => {
-            let len = whole.len;
+            let len = host.len;
             let message = format!(
-                "host range of {nbytes} bytes at offset {offset} is out of bounds \
+                "host range of {nbytes} bytes at offset {host_offset} is out of bounds \
                  of a {len}-byte buffer"
             );
-            Err(out_of_bounds(py, message, side, offset, nbytes, len)?)
+            Err(out_of_bounds(
+                py,
+                message,
+                host_side,
+                host_offset,
+                nbytes,
+                len,
+            )?)
         }
+    };
+    if to_device {
+        let host = host_range()?;
+        Ok((device_range()?, host))
+    } else {
+        let device = device_range()?;
+        Ok((device, host_range()?))
     }
 }
 
@@ -887,10 +827,11 @@ fn on_event_loop(py: Python<'_>) -> bool {
 
 /// Raises what every transfer would once CUDA is unusable to this
 /// process: `CudaUnavailable` in a forked child, `ValueError` (the
-/// stager is closed) once the exit handler ran. The Python layer asks it
-/// before an array's export, which would make driver calls of its own (a
-/// driver call on another thread than the exiting one may still run when
-/// the driver tears its contexts down at exit: none is made).
+/// stager is closed) once the exit handler ran. Asked before a transfer
+/// reads its arguments (`crate::sides`), and by the Python layer before it
+/// picks a device's stager: an array's export would make driver calls of
+/// its own (a driver call on another thread than the exiting one may still
+/// run when the driver tears its contexts down at exit: none is made).
 #[pyfunction]
 pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
     if life::forked() {

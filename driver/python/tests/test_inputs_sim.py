@@ -380,3 +380,60 @@ def test_torch_memory_behind_as_strided_or_a_tensor_subclass_is_refused_when_non
     finally:
         del sys.modules["torch"]
     assert sim.copies_queued(device) == 0, "nothing was queued"
+
+
+def test_a_cuda_torch_tensor_is_read_from_its_attributes_and_ordered_after_torchs_stream(sim, numpy, device, stager, monkeypatch):
+    data = pattern(4096, 24)
+    memory = sim.array(device, data)
+    other = sim.stream(device)
+    capturing = sim.stream(device)
+    current = {"stream": 0}
+    torch = type(sys)("torch")
+    torch.strided = object()
+
+    class Tensor:
+        """What the transfer reads of a CUDA tensor: no DLPack export."""
+
+        is_cuda, requires_grad, is_quantized, nbytes = True, False, False, len(data)
+        layout, shape = torch.strided, (1024, 4)
+
+        def __init__(self, contiguous=True):
+            self.contiguous = contiguous
+            self.device = type("device", (), {"index": device})()
+
+        def is_conj(self):
+            return False
+
+        def is_neg(self):
+            return False
+
+        def is_contiguous(self):
+            return self.contiguous
+
+        def stride(self):
+            return (1, 1024)
+
+        def data_ptr(self):
+            return memory.ptr
+
+    torch.Tensor = Tensor
+    torch._C = type(sys)("torch._C")
+    torch._C._cuda_getCurrentRawStream = lambda index: current["stream"]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    for stream in (0, other.handle):  # the legacy default stream, then another one waited for
+        current["stream"] = stream
+        host = numpy.zeros(len(data), numpy.uint8)
+        stager.copy_to_host(host, Tensor(), blocking=False).wait()
+        assert host.tobytes() == data
+    with pytest.raises(hostcopy.NotContiguous) as strided:
+        stager.copy_to_host(numpy.zeros(len(data), numpy.uint8), Tensor(contiguous=False))
+    assert (strided.value.side, strided.value.shape, strided.value.strides) == ("src", (1024, 4), (1, 1024))
+    capturing.begin_capture()
+    current["stream"] = capturing.handle
+    queued = sim.copies_queued(device)
+    with pytest.raises(hostcopy.StreamCapturing, match="capturing a graph on its current stream"):
+        stager.copy_to_device(Tensor(), bytes(len(data)))
+    current["stream"] = 0
+    capturing.end_capture()
+    assert sim.copies_queued(device) == queued, "nothing was queued for the refused transfers"
+    sim.assert_no_violations(device)

@@ -1,0 +1,774 @@
+//! A transfer's arguments as Python gives them, recognised once, here: the
+//! stream it is ordered on, its device side and its host side, and for a
+//! `blocking=False` transfer the host memory it cannot hold.
+//!
+//! - **Stream**: a torch or cupy stream (`.cuda_stream`, `.ptr`), a
+//!   cuda.core `Stream` (`__cuda_stream__`), a cuda.bindings `CUstream`,
+//!   an object with a `.handle` of those, or an int handle; none (or 0) is
+//!   1, the legacy default stream.
+//! - **Device side**: a plain CUDA torch tensor, read from its attributes
+//!   (no DLPack export); a cuda.core `Buffer` (told by its type); anything
+//!   with `__dlpack__` (exported for the transfer's stream); anything with
+//!   `__cuda_array_interface__`. Host memory there is `NotDeviceMemory`, a
+//!   jax array as a destination a `TypeError`.
+//! - **Host side**: the buffer protocol, or a CPU tensor through DLPack.
+//!
+//! Every Python object is looked at as the package's Python code would:
+//! attributes read with `getattr`'s default where one may be missing, an
+//! array library found in `sys.modules`, never imported.
+
+use hostcopy_driver::cuda::CUdeviceptr;
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyMemoryView, PySlice, PyTuple, PyType};
+
+use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
+use crate::dlpack::{dlpack_device_destination, dlpack_host_memory, dlpack_region};
+use crate::errors::{Class, error};
+use crate::integers::out_of_range;
+use crate::staging::{check_usable, stream_capturing};
+
+/// DLPack device types: CPU, CUDA, CUDA host (pinned), CUDA managed.
+const DL_CPU: i64 = 1;
+const DL_CUDA: i64 = 2;
+const DL_CUDA_HOST: i64 = 3;
+const DL_CUDA_MANAGED: i64 = 13;
+
+/// How many owners deep the `blocking=False` check follows host memory
+/// (a numpy array's `.base`, a memoryview's `.obj`), and how many
+/// `.handle`s deep a stream is looked for.
+const DEPTH: usize = 64;
+
+/// Where a device array's bytes are, what keeps them, and the streams a
+/// transfer waits for first.
+pub(crate) struct DeviceSide {
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) nbytes: usize,
+    pub(crate) owner: Py<PyAny>,
+    pub(crate) wait_for: Vec<usize>,
+}
+
+/// Both sides of a transfer and the stream it is ordered on.
+pub(crate) struct Sides<'py> {
+    pub(crate) device: DeviceSide,
+    pub(crate) host: Bound<'py, HostMemory>,
+    pub(crate) consumer: usize,
+}
+
+/// What every transfer reads first, in this order: in a forked child or at
+/// exit, nothing (`check_usable`); for `blocking=False`, whether the host
+/// side is memory the transfer can hold, before anything is exported; the
+/// stream; the device side; the host side (`to_device`: `dst` is the
+/// device side).
+pub(crate) fn read<'py>(
+    dst: &Bound<'py, PyAny>,
+    src: &Bound<'py, PyAny>,
+    to_device: bool,
+    stream: Option<&Bound<'py, PyAny>>,
+    blocking: bool,
+) -> PyResult<Sides<'py>> {
+    let py = dst.py();
+    check_usable(py)?;
+    let ((device, device_name), (host, host_name)) = if to_device {
+        ((dst, "dst"), (src, "src"))
+    } else {
+        ((src, "src"), (dst, "dst"))
+    };
+    if !blocking {
+        refuse_memory_not_held(host, host_name)?;
+    }
+    let consumer = consumer_stream(stream)?;
+    let device = device_side(device, device_name, to_device, consumer)?;
+    let host = Bound::new(py, host_side(host, host_name, !to_device)?)?;
+    Ok(Sides {
+        device,
+        host,
+        consumer,
+    })
+}
+
+/// `getattr(obj, name, None)`: `None` where `obj` has no such attribute
+/// (or it is `None`); any other error of the lookup is raised.
+fn attribute<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match obj.getattr(name) {
+        Ok(value) if value.is_none() => Ok(None),
+        Ok(value) => Ok(Some(value)),
+        Err(failure) if failure.is_instance_of::<PyAttributeError>(obj.py()) => Ok(None),
+        Err(failure) => Err(failure),
+    }
+}
+
+/// The module `name` if something imported it (`sys.modules`).
+fn loaded<'py>(py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let modules = py
+        .import("sys")?
+        .getattr("modules")?
+        .cast_into::<PyDict>()?;
+    modules.get_item(name)
+}
+
+/// `type(obj).__name__`.
+fn type_name(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(obj.get_type().name()?.to_string())
+}
+
+/// The top-level package of `type(obj).__module__` (`"torch"` for
+/// `torch.nn.Parameter`); empty where the type says none.
+fn library_of(obj: &Bound<'_, PyAny>) -> String {
+    let module = obj
+        .get_type()
+        .getattr("__module__")
+        .and_then(|module| module.extract::<String>())
+        .unwrap_or_default();
+    module.split('.').next().unwrap_or_default().to_owned()
+}
+
+/// `int(value)` as the integer type `T`.
+fn int_of<'py, T: FromPyObjectOwned<'py>>(value: &Bound<'py, PyAny>) -> PyResult<T> {
+    value
+        .py()
+        .get_type::<PyInt>()
+        .call1((value,))?
+        .extract()
+        .map_err(Into::into)
+}
+
+/// `torch.Tensor`, if torch is loaded.
+fn torch_tensor(py: Python<'_>) -> PyResult<Option<Bound<'_, PyType>>> {
+    let Some(torch) = loaded(py, "torch")? else {
+        return Ok(None);
+    };
+    Ok(attribute(&torch, "Tensor")?.and_then(|tensor| tensor.cast_into::<PyType>().ok()))
+}
+
+/// The stream handle a transfer is ordered on: 1 (the legacy default
+/// stream) for none, and for 0, which names the same stream.
+pub(crate) fn consumer_stream(stream: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    let handle = match stream {
+        None => 0,
+        Some(stream) => stream_handle(stream)?,
+    };
+    Ok(if handle == 0 { 1 } else { handle })
+}
+
+/// A torch or cupy stream (`.cuda_stream`, `.ptr`), or what
+/// [`protocol_stream_handle`] reads.
+fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if !stream.is_instance_of::<PyInt>() {
+        for name in ["cuda_stream", "ptr"] {
+            if let Some(value) = attribute(stream, name)?
+                && value.is_instance_of::<PyInt>()
+            {
+                return stream_word(value);
+            }
+        }
+    }
+    protocol_stream_handle(stream)
+}
+
+/// The launch functions' reading of a stream (`hostcopy._stream_handle`):
+/// a cuda.core `Stream` (`__cuda_stream__`), a cuda.bindings `CUstream`,
+/// an object with a `.handle` of those, or an int handle.
+fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let mut stream = stream.clone();
+    for _ in 0..DEPTH {
+        let is_int = stream.is_instance_of::<PyInt>();
+        if !is_int && let Some(protocol) = attribute(&stream, "__cuda_stream__")? {
+            let pair = if protocol.is_callable() {
+                protocol.call0()?
+            } else {
+                protocol
+            };
+            let (_version, handle) = pair.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+            return stream_word(stream.py().get_type::<PyInt>().call1((handle,))?);
+        }
+        let cu_stream = type_name(&stream)? == "CUstream";
+        if !is_int && !cu_stream && stream.hasattr("handle")? {
+            stream = stream.getattr("handle")?;
+            continue;
+        }
+        if stream.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err("stream must be a handle, not bool"));
+        }
+        if is_int {
+            return stream_word(stream);
+        }
+        if cu_stream {
+            return stream_word(stream.py().get_type::<PyInt>().call1((&stream,))?);
+        }
+        return Err(PyTypeError::new_err(format!(
+            "stream: expected a cuda.bindings CUstream or an int handle, got {}",
+            type_name(&stream)?
+        )));
+    }
+    Err(PyTypeError::new_err(format!(
+        "stream: no handle found {DEPTH} .handle attributes deep"
+    )))
+}
+
+/// An int handle as a word, or `IntegerOutOfRange` named `stream`.
+fn stream_word(handle: Bound<'_, PyAny>) -> PyResult<usize> {
+    match handle.extract::<usize>() {
+        Ok(handle) => Ok(handle),
+        Err(_) => Err(out_of_range(handle.py(), "stream", handle)?),
+    }
+}
+
+/// A torch tensor, of a subclass defined anywhere.
+fn is_torch_tensor(obj: &Bound<'_, PyAny>, tensor: Option<&Bound<'_, PyType>>) -> PyResult<bool> {
+    if let Some(tensor) = tensor
+        && obj.is_instance(tensor)?
+    {
+        return Ok(true);
+    }
+    Ok(library_of(obj) == "torch" && obj.hasattr("untyped_storage")?)
+}
+
+/// Refuses, for a `blocking=False` transfer, host memory whose owner can
+/// free it while the transfer holds the object (`MemoryNotHeld`): a torch
+/// tensor (of any subclass), reached directly or as the owner of a numpy
+/// array or memoryview over it (through `.base` and `.obj`, and an
+/// array-interface wrapper's `.base`, as `as_strided` makes), and memory
+/// numpy borrowed through a DLPack capsule (whose producer may be torch).
+/// Measured with torch 2.11 (bench/torch_storage_probe.py): a live capsule
+/// of a CPU tensor keeps none of its memory across `resize_` (grow),
+/// `set_`, `.data =`, `share_memory_` or a resizing `out=`.
+fn refuse_memory_not_held(obj: &Bound<'_, PyAny>, side: &str) -> PyResult<()> {
+    let py = obj.py();
+    let ndarray = match loaded(py, "numpy")? {
+        Some(numpy) => Some(numpy.getattr("ndarray")?),
+        None => None,
+    };
+    let tensor = torch_tensor(py)?;
+    let mut link = obj.clone();
+    for _ in 0..DEPTH {
+        if link.is_none() {
+            return Ok(());
+        }
+        if is_torch_tensor(&link, tensor.as_ref())? {
+            let owner = if link.is(obj) {
+                String::new()
+            } else {
+                format!(" (the owner of this {})", type_name(obj)?)
+            };
+            let message = format!(
+                "{side} is a torch tensor{owner}: torch frees a tensor's memory under any reference to it \
+                 when it is resized or given other storage (resize_(), set_(), share_memory_(), t.data = ..., \
+                 an out= of another shape), so a blocking=False transfer cannot keep it for its copies. \
+                 Copy with blocking=True (the GIL is released: in asyncio, asyncio.to_thread), or keep the \
+                 host memory in numpy (a = numpy.empty(n, numpy.uint8); t = torch.from_numpy(a)) and pass a"
+            );
+            return Err(memory_not_held(py, message, side));
+        }
+        if type_name(&link)? == "PyCapsule" {
+            let message = format!(
+                "{side} is a numpy array over a DLPack export (numpy.from_dlpack): its producer (torch, for \
+                 one) can free the memory while the array is alive, so a blocking=False transfer cannot keep \
+                 it for its copies. Copy with blocking=True, or pass memory numpy owns"
+            );
+            return Err(memory_not_held(py, message, side));
+        }
+        let is_ndarray = match &ndarray {
+            Some(ndarray) => link.is_instance(ndarray)?,
+            None => false,
+        };
+        link = if is_ndarray {
+            link.getattr("base")?
+        } else if link.is_instance_of::<PyMemoryView>() {
+            link.getattr("obj")?
+        } else if link.hasattr("__array_interface__")? && link.hasattr("base")? {
+            // numpy's as_strided wraps its input so.
+            link.getattr("base")?
+        } else {
+            return Ok(());
+        };
+    }
+    Ok(())
+}
+
+fn memory_not_held(py: Python<'_>, message: String, side: &str) -> PyErr {
+    match side.into_pyobject(py) {
+        Ok(side) => error(
+            py,
+            Class::MemoryNotHeld,
+            message,
+            [("side", side.into_any())],
+        ),
+        Err(failure) => failure.into(),
+    }
+}
+
+/// `hostcopy.NotDeviceMemory` for host memory given where GPU memory is
+/// expected: a DLPack array of a host device type (`device_type`: a CPU
+/// tensor, a numpy array, pinned memory) or a buffer-protocol object
+/// (`None`), with its address where it can be read.
+pub(crate) fn not_device_memory(
+    obj: &Bound<'_, PyAny>,
+    side: &str,
+    device_type: Option<i64>,
+) -> PyResult<PyErr> {
+    let py = obj.py();
+    let read = || -> PyResult<usize> {
+        Ok(match device_type {
+            None => buffer_region(obj, false, side)?.0,
+            Some(_) => dlpack_region(&obj.call_method0("__dlpack__")?, "device")?.0,
+        })
+    };
+    // The address is only for the message: a strided array has one too.
+    let addr = read().ok();
+    let what = match (device_type, addr) {
+        (Some(device_type), _) => format!("DLPack device type {device_type}"),
+        (None, Some(_)) => format!("a {}, host memory", type_name(obj)?),
+        (None, None) => format!("a {}", type_name(obj)?),
+    };
+    Ok(error(
+        py,
+        Class::NotDeviceMemory,
+        format!("{side} is not GPU memory ({what}): pass host arrays as the other side"),
+        [
+            ("side", side.into_pyobject(py)?.into_any()),
+            ("addr", addr.unwrap_or(0).into_pyobject(py)?.into_any()),
+        ],
+    ))
+}
+
+/// [`not_device_memory`] as the package's Python code raises it (choosing
+/// a device's stager): the exception, not raised.
+#[pyfunction]
+#[pyo3(name = "not_device_memory", signature = (obj, side, device_type=None))]
+pub(crate) fn py_not_device_memory<'py>(
+    obj: &Bound<'py, PyAny>,
+    side: &str,
+    device_type: Option<i64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    Ok(not_device_memory(obj, side, device_type)?
+        .into_value(py)
+        .into_bound(py)
+        .into_any())
+}
+
+/// jax arrays are immutable, on any device, but their unversioned DLPack
+/// capsules cannot say so: they are told by their type, for the message
+/// (an unversioned host capsule is refused as a destination anyway,
+/// `crate::dlpack`; a jax device array has no other guard).
+fn refuse_jax_destination(obj: &Bound<'_, PyAny>, side: &str) -> PyResult<()> {
+    if matches!(library_of(obj).as_str(), "jax" | "jaxlib") {
+        return Err(PyTypeError::new_err(format!(
+            "{side} is a jax array: jax arrays are immutable, so they cannot be a destination"
+        )));
+    }
+    Ok(())
+}
+
+/// `obj`'s DLPack device type, if it has `__dlpack__` and
+/// `__dlpack_device__`.
+fn dlpack_device_type(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if !(obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")?) {
+        return Ok(None);
+    }
+    let device = obj.call_method0("__dlpack_device__")?;
+    let (device_type, _device_id) = device.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+    int_of(&device_type).map(Some)
+}
+
+/// `obj.__dlpack__(**kwargs, max_version=(1, 0))`, or without
+/// `max_version` for producers older than DLPack 1.0, which refuse it
+/// (`TypeError`): a versioned capsule can say whether the tensor may be
+/// written.
+fn export_dlpack<'py>(
+    obj: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let versioned = kwargs.copy()?;
+    versioned.set_item("max_version", (1, 0))?;
+    match obj.call_method("__dlpack__", (), Some(&versioned)) {
+        Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {
+            obj.call_method("__dlpack__", (), Some(kwargs))
+        }
+        exported => exported,
+    }
+}
+
+/// `StreamCapturing` when a library's current stream `current`, which the
+/// transfer would order before its own, captures a graph. The legacy
+/// default stream (0 or 1) never captures: it is not asked (which would
+/// need a current context, and an executor's thread has none).
+fn refuse_capturing(py: Python<'_>, side: &str, current: usize) -> PyResult<()> {
+    if current <= 1 || !stream_capturing(py, current)? {
+        return Ok(());
+    }
+    Err(error(
+        py,
+        Class::StreamCapturing,
+        format!(
+            "{side}'s library is capturing a graph on its current stream ({current:#x}): a staged \
+             transfer cannot become part of it, and ordering it after that stream would break the \
+             capture; copy before or after the capture"
+        ),
+        [],
+    ))
+}
+
+/// The current stream of the library that made `obj`, on which its DLPack
+/// export orders its pending work and its graph captures run: torch's and
+/// cupy's (looked up, never imported); `None` for others.
+fn producer_stream(obj: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    let root = library_of(obj);
+    let Some(library) = loaded(obj.py(), &root)? else {
+        return Ok(None);
+    };
+    let handle = match root.as_str() {
+        "torch" => library
+            .getattr("cuda")?
+            .call_method0("current_stream")?
+            .getattr("cuda_stream")?,
+        "cupy" => library
+            .getattr("cuda")?
+            .call_method0("get_current_stream")?
+            .getattr("ptr")?,
+        _ => return Ok(None),
+    };
+    int_of(&handle).map(Some)
+}
+
+/// `StreamCapturing` when `obj`'s library captures a graph on its current
+/// stream and the export would order that stream before another one: the
+/// producer's event wait would join `consumer` to the capture and break it
+/// (`torch.cuda.graph` then fails, with every later random number call).
+/// Given that very stream as `stream=`, the producer does not wait, and
+/// the transfer's own check refuses the capturing stream.
+fn refuse_during_capture(obj: &Bound<'_, PyAny>, side: &str, consumer: usize) -> PyResult<()> {
+    match producer_stream(obj)? {
+        Some(current) if current != consumer => refuse_capturing(obj.py(), side, current),
+        _ => Ok(()),
+    }
+}
+
+/// A plain CUDA torch tensor's device side read from the tensor, not
+/// through a DLPack export (which costs a capsule and, for another stream,
+/// an event, a third of a small call): its address and length, kept alive
+/// by the tensor, ordered after torch's current stream by the stager's own
+/// wait where that is not `consumer` (so a capturing one is refused before
+/// anything is queued, as the export's wait would break the capture).
+/// `None` for anything else, which the DLPack path reads (and refuses what
+/// torch does not export: a tensor that requires grad, with the conjugate
+/// or negative bit, sparse, quantized).
+fn torch_device_side(
+    obj: &Bound<'_, PyAny>,
+    side: &str,
+    consumer: usize,
+) -> PyResult<Option<DeviceSide>> {
+    let py = obj.py();
+    let Some(tensor) = torch_tensor(py)? else {
+        return Ok(None);
+    };
+    if !obj.is_instance(&tensor)? {
+        return Ok(None);
+    }
+    let torch = loaded(py, "torch")?.ok_or_else(|| PyValueError::new_err("torch is not loaded"))?;
+    let is_cuda = attribute(obj, "is_cuda")?.is_some_and(|value| value.is(PyBool::new(py, true)));
+    if !is_cuda
+        || !obj.getattr("layout")?.is(&torch.getattr("strided")?)
+        || obj.getattr("requires_grad")?.is_truthy()?
+        || obj.call_method0("is_conj")?.is_truthy()?
+        || obj.call_method0("is_neg")?.is_truthy()?
+        || obj.getattr("is_quantized")?.is_truthy()?
+    {
+        return Ok(None);
+    }
+    if !obj.call_method0("is_contiguous")?.is_truthy()? {
+        let shape = PyTuple::new(
+            py,
+            obj.getattr("shape")?
+                .try_iter()?
+                .collect::<PyResult<Vec<_>>>()?,
+        )?;
+        let strides = obj.call_method0("stride")?;
+        return Err(error(
+            py,
+            Class::NotContiguous,
+            format!(
+                "{side} is strided (shape {}, strides {}): a transfer moves one contiguous run of bytes",
+                shape.repr()?,
+                strides.str()?
+            ),
+            [
+                ("side", side.into_pyobject(py)?.into_any()),
+                ("shape", shape.into_any()),
+                ("strides", strides),
+            ],
+        ));
+    }
+    let device = obj.getattr("device")?.getattr("index")?;
+    let current: usize = match attribute(&torch.getattr("_C")?, "_cuda_getCurrentRawStream")? {
+        // Torch's raw accessor: no Stream object is made.
+        Some(raw) => int_of(&raw.call1((device,))?)?,
+        None => int_of(
+            &torch
+                .getattr("cuda")?
+                .call_method1("current_stream", (device,))?
+                .getattr("cuda_stream")?,
+        )?,
+    };
+    let mut wait_for = vec![consumer];
+    // 0 and 1 both name the legacy default stream.
+    if current != consumer && !(current <= 1 && consumer <= 1) {
+        refuse_capturing(py, side, current)?;
+        wait_for.push(current);
+    }
+    Ok(Some(DeviceSide {
+        ptr: int_of(&obj.call_method0("data_ptr")?)?,
+        nbytes: int_of(&obj.getattr("nbytes")?)?,
+        owner: obj.clone().unbind(),
+        wait_for,
+    }))
+}
+
+/// A cuda.core `Buffer`, or an object shaped as one (`handle`, `size`,
+/// `memory_resource`): what packing and transfers read of it. Looked up on
+/// the type, so that no property runs (a Buffer's `is_host_accessible`
+/// calls the driver when it has no memory resource).
+fn is_cuda_core_buffer(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let kind = obj.get_type();
+    for name in ["handle", "size", "memory_resource"] {
+        if !kind.hasattr(name)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether C-ordered items of `item` bytes in `shape` have `strides`
+/// (none: C order; an empty array is contiguous; a dimension of length 1
+/// may have any stride).
+fn contiguous(shape: &[i128], strides: Option<&[i128]>, item: i128) -> bool {
+    let Some(strides) = strides else {
+        return true;
+    };
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = item;
+    for (&extent, &stride) in shape.iter().rev().zip(strides.iter().rev()) {
+        if extent != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(extent);
+    }
+    true
+}
+
+/// The device side `obj` as `side`, a destination when `writable`, for a
+/// transfer ordered on `consumer`.
+fn device_side(
+    obj: &Bound<'_, PyAny>,
+    side: &str,
+    writable: bool,
+    consumer: usize,
+) -> PyResult<DeviceSide> {
+    let py = obj.py();
+    if writable {
+        refuse_jax_destination(obj, side)?;
+    }
+    if let Some(device) = torch_device_side(obj, side, consumer)? {
+        return Ok(device);
+    }
+    if is_cuda_core_buffer(obj)? {
+        let closed = match attribute(obj, "is_closed")? {
+            Some(closed) => closed.is_truthy()?,
+            None => false,
+        };
+        if closed {
+            return Err(PyValueError::new_err(format!(
+                "{side} is a closed cuda.core Buffer"
+            )));
+        }
+        return Ok(DeviceSide {
+            ptr: int_of(&obj.getattr("handle")?)?,
+            nbytes: int_of(&obj.getattr("size")?)?,
+            owner: obj.clone().unbind(),
+            wait_for: Vec::new(),
+        });
+    }
+    if let Some(device_type) = dlpack_device_type(obj)? {
+        if !matches!(device_type, DL_CUDA | DL_CUDA_MANAGED) {
+            return Err(not_device_memory(obj, side, Some(device_type))?);
+        }
+        refuse_during_capture(obj, side, consumer)?;
+        // The producer orders its pending work (on its current stream)
+        // before `consumer`; the transfer then waits for `consumer`.
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("stream", consumer)?;
+        let capsule = export_dlpack(obj, &kwargs)?;
+        if writable {
+            dlpack_device_destination(&capsule, side)?;
+        }
+        let (ptr, nbytes, _, _, contiguous) = dlpack_region(&capsule, "device")?;
+        if !contiguous {
+            return Err(error(
+                py,
+                Class::NotContiguous,
+                format!("{side} is strided: a transfer moves one contiguous run of bytes"),
+                [
+                    ("side", side.into_pyobject(py)?.into_any()),
+                    ("shape", PyTuple::empty(py).into_any()),
+                    ("strides", PyTuple::empty(py).into_any()),
+                ],
+            ));
+        }
+        return Ok(DeviceSide {
+            ptr: ptr as CUdeviceptr,
+            nbytes,
+            owner: PyTuple::new(py, [obj.clone(), capsule])?
+                .into_any()
+                .unbind(),
+            wait_for: vec![consumer],
+        });
+    }
+    if let Some(interface) = attribute(obj, "__cuda_array_interface__")? {
+        return array_interface_side(obj, &interface, side, writable, consumer);
+    }
+    match Export::new(obj) {
+        Ok(export) => {
+            drop(export);
+            Err(not_device_memory(obj, side, None)?)
+        }
+        Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {
+            Err(PyTypeError::new_err(format!(
+                "{side}: expected GPU memory (a cuda.core Buffer, or an array with __dlpack__ or \
+                 __cuda_array_interface__), got {}",
+                type_name(obj)?
+            )))
+        }
+        Err(failure) => Err(failure),
+    }
+}
+
+/// The device side of an array with `__cuda_array_interface__`, ordered
+/// after the interface's `stream` too.
+fn array_interface_side(
+    obj: &Bound<'_, PyAny>,
+    interface: &Bound<'_, PyAny>,
+    side: &str,
+    writable: bool,
+    consumer: usize,
+) -> PyResult<DeviceSide> {
+    let py = obj.py();
+    let (ptr, readonly) = interface
+        .get_item("data")?
+        .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+    let shape = PyTuple::new(
+        py,
+        interface
+            .get_item("shape")?
+            .try_iter()?
+            .collect::<PyResult<Vec<_>>>()?,
+    )?;
+    // `int(typestr[2:])`: the item size of `"<f4"` and the like.
+    let size = interface
+        .get_item("typestr")?
+        .get_item(PySlice::new(py, 2, isize::MAX, 1))?;
+    let item: i128 = int_of(&size)?;
+    let strides = interface.call_method1("get", ("strides",))?;
+    let extents = shape.extract::<Vec<i128>>()?;
+    let stride_values = if strides.is_none() {
+        None
+    } else {
+        Some(
+            strides
+                .try_iter()?
+                .map(|stride| stride?.extract::<i128>())
+                .collect::<PyResult<Vec<_>>>()?,
+        )
+    };
+    if !contiguous(&extents, stride_values.as_deref(), item) {
+        return Err(error(
+            py,
+            Class::NotContiguous,
+            format!(
+                "{side} is strided (shape {}, strides {}): a transfer moves one contiguous run of bytes",
+                shape.repr()?,
+                strides.str()?
+            ),
+            [
+                ("side", side.into_pyobject(py)?.into_any()),
+                ("shape", shape.into_any()),
+                ("strides", strides),
+            ],
+        ));
+    }
+    if writable && readonly.is_truthy()? {
+        return Err(read_only_device(py, side)?);
+    }
+    let nbytes = extents
+        .iter()
+        .try_fold(item, |nbytes, &extent| nbytes.checked_mul(extent))
+        .and_then(|nbytes| usize::try_from(nbytes).ok())
+        .ok_or_else(|| PyValueError::new_err(format!("{side}: an array of shape {extents:?}")))?;
+    let mut wait_for = vec![consumer];
+    if let Some(producer) = interface
+        .call_method1("get", ("stream",))
+        .map(|producer| (!producer.is_none()).then_some(producer))?
+    {
+        let producer: usize = int_of(&producer)?;
+        if producer != consumer {
+            wait_for.push(producer);
+        }
+    }
+    let ptr: CUdeviceptr = if ptr.is_truthy()? { int_of(&ptr)? } else { 0 };
+    Ok(DeviceSide {
+        ptr,
+        nbytes,
+        owner: obj.clone().unbind(),
+        wait_for,
+    })
+}
+
+/// `ReadOnlyBuffer` for a read-only `__cuda_array_interface__` array as
+/// the destination `side`.
+fn read_only_device(py: Python<'_>, side: &str) -> PyResult<PyErr> {
+    Ok(error(
+        py,
+        Class::ReadOnlyBuffer,
+        format!("{side} is read-only: a destination must be writable"),
+        [
+            ("side", side.into_pyobject(py)?.into_any()),
+            ("len", 0usize.into_pyobject(py)?.into_any()),
+        ],
+    ))
+}
+
+/// The host side `obj` as `side`, a destination when `writable`: its
+/// buffer, or a CPU (or pinned) tensor's DLPack capsule.
+fn host_side(obj: &Bound<'_, PyAny>, side: &str, writable: bool) -> PyResult<HostMemory> {
+    let py = obj.py();
+    if writable {
+        refuse_jax_destination(obj, side)?;
+    }
+    match Export::new(obj) {
+        Ok(export) => return exported_host_memory(obj, export, writable, side),
+        // No buffer protocol: DLPack, below.
+        Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {}
+        Err(failure) => return Err(failure),
+    }
+    if let Some(device_type) = dlpack_device_type(obj)? {
+        if !matches!(device_type, DL_CPU | DL_CUDA_HOST) {
+            return Err(PyTypeError::new_err(format!(
+                "{side} is GPU memory (DLPack device type {device_type}); host memory is expected here"
+            )));
+        }
+        // A versioned capsule can say that the tensor is read-only or a
+        // copy; an unversioned one is refused as a destination (it cannot
+        // prove the tensor writable) but read as a source. The address and
+        // length come from the capsule.
+        let capsule = export_dlpack(obj, &PyDict::new(py))?;
+        return dlpack_host_memory(capsule, writable, side);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{side}: expected host memory (the buffer protocol: numpy, bytearray, memoryview, mmap; \
+         or a CPU tensor with __dlpack__), got {}",
+        type_name(obj)?
+    )))
+}
