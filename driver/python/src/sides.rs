@@ -391,6 +391,29 @@ fn export_dlpack<'py>(
     }
 }
 
+/// `NotContiguous` for a strided device side of `shape` and `strides`.
+fn not_contiguous(
+    py: Python<'_>,
+    side: &str,
+    shape: Bound<'_, PyTuple>,
+    strides: Bound<'_, PyAny>,
+) -> PyResult<PyErr> {
+    Ok(error(
+        py,
+        Class::NotContiguous,
+        format!(
+            "{side} is strided (shape {}, strides {}): a transfer moves one contiguous run of bytes",
+            shape.repr()?,
+            strides.str()?
+        ),
+        [
+            ("side", side.into_pyobject(py)?.into_any()),
+            ("shape", shape.into_any()),
+            ("strides", strides),
+        ],
+    ))
+}
+
 /// `StreamCapturing` when a library's current stream `current`, which the
 /// transfer would order before its own, captures a graph. The legacy
 /// default stream (0 or 1) never captures: it is not asked (which would
@@ -486,20 +509,7 @@ fn torch_device_side(
                 .collect::<PyResult<Vec<_>>>()?,
         )?;
         let strides = obj.call_method0("stride")?;
-        return Err(error(
-            py,
-            Class::NotContiguous,
-            format!(
-                "{side} is strided (shape {}, strides {}): a transfer moves one contiguous run of bytes",
-                shape.repr()?,
-                strides.str()?
-            ),
-            [
-                ("side", side.into_pyobject(py)?.into_any()),
-                ("shape", shape.into_any()),
-                ("strides", strides),
-            ],
-        ));
+        return Err(not_contiguous(py, side, shape, strides)?);
     }
     let device = obj.getattr("device")?.getattr("index")?;
     let current: usize = match attribute(&torch.getattr("_C")?, "_cuda_getCurrentRawStream")? {
@@ -684,20 +694,7 @@ fn array_interface_side(
         )
     };
     if !contiguous(&extents, stride_values.as_deref(), item) {
-        return Err(error(
-            py,
-            Class::NotContiguous,
-            format!(
-                "{side} is strided (shape {}, strides {}): a transfer moves one contiguous run of bytes",
-                shape.repr()?,
-                strides.str()?
-            ),
-            [
-                ("side", side.into_pyobject(py)?.into_any()),
-                ("shape", shape.into_any()),
-                ("strides", strides),
-            ],
-        ));
+        return Err(not_contiguous(py, side, shape, strides)?);
     }
     if writable && readonly.is_truthy()? {
         return Err(read_only_device(py, side)?);
