@@ -368,18 +368,6 @@ def _handle(obj: Any, what: str, type_name: str) -> int:
     raise TypeError(f"{what}: expected a cuda.bindings {type_name} or an int handle, got {type(obj).__name__}")
 
 
-def _stream_handle(stream: Any) -> int:
-    """A cuda.core Stream or GraphBuilder (``__cuda_stream__``), a
-    cuda.bindings CUstream, an object with a ``.handle`` of those, or an int."""
-    protocol = getattr(stream, "__cuda_stream__", None)
-    if protocol is not None and not isinstance(stream, int):
-        _version, handle = protocol() if callable(protocol) else protocol
-        return _word("stream", int(handle))
-    if not isinstance(stream, int) and type(stream).__name__ != "CUstream" and hasattr(stream, "handle"):
-        return _stream_handle(stream.handle)
-    return _handle(stream, "stream", "CUstream")
-
-
 def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False) -> bool:
     """Launches ``HOST_COPY_FN`` (or, with ``parallel``, ``HOST_COPY_PARALLEL_FN``)
     on ``stream`` with a packed ``record``, in stream order.
@@ -415,7 +403,7 @@ def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False)
     ``CudaUnavailable`` without a driver and ``CudaError`` when a driver
     call fails.
     """
-    return _native.launch_owned(_stream_handle(stream), bytes(record), bool(parallel))
+    return _native.launch_owned(stream, bytes(record), bool(parallel))
 
 
 def launch_host_copy(

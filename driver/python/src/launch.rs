@@ -14,6 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::layer_error;
+use crate::sides::protocol_stream_handle;
 
 fn copy(parallel: bool) -> HostCopy {
     if parallel {
@@ -40,17 +41,19 @@ fn record_from_bytes(py: Python<'_>, record: &[u8]) -> PyResult<Record<'static>>
         .map_err(|failure| layer_error(py, "pack", "dst", failure.into()))
 }
 
-/// Launches the packed `record` on the stream whose handle is `stream`; the
-/// layer owns a copy until the host function has run, or, on a capturing
+/// Launches the packed `record` on `stream` (read as
+/// [`protocol_stream_handle`] reads it: a cuda.core `Stream`, a cuda.bindings
+/// `CUstream`, an object with a `.handle` of those, or an int); the layer owns a copy until the host function has run, or, on a capturing
 /// stream, gives it to the captured graph. Returns whether the stream was
 /// capturing. The GIL is released for the driver calls.
 #[pyfunction]
 pub(crate) fn launch_owned(
     py: Python<'_>,
-    stream: usize,
+    stream: &Bound<'_, PyAny>,
     record: &[u8],
     parallel: bool,
 ) -> PyResult<bool> {
+    let stream = protocol_stream_handle(stream)?;
     let record = record_from_bytes(py, record)?;
     crate::life::use_cuda()?;
     let launch = move || -> Result<bool, Error> {

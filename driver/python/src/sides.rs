@@ -166,10 +166,10 @@ fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
     protocol_stream_handle(stream)
 }
 
-/// The launch functions' reading of a stream (`hostcopy._stream_handle`):
+/// The launch functions' reading of a stream:
 /// a cuda.core `Stream` (`__cuda_stream__`), a cuda.bindings `CUstream`,
 /// an object with a `.handle` of those, or an int handle.
-fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+pub(crate) fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
     let mut stream = stream.clone();
     for _ in 0..DEPTH {
         let is_int = stream.is_instance_of::<PyInt>();
