@@ -26,7 +26,6 @@ __all__ = [
     "load_driver",
     "buffer_region",
     "host_memory",
-    "dlpack_device_destination",
     "dlpack_region",
     "check_usable",
     "device_holding",
@@ -117,7 +116,6 @@ def dlpack_region(capsule: object, side: str = "device") -> tuple[int, int, int,
     DLPack capsule's tensor; ``hostcopy.AddressOverflow`` or
     ``hostcopy.NullWithLength``, naming ``side``, for one that cannot be
     memory."""
-def dlpack_device_destination(capsule: object, side: str) -> None: ...
 def dlpack_host_memory(capsule: object, writable: bool, side: str) -> HostMemory: ...
 def check_usable() -> None: ...
 def device_holding(ptr: int, side: str) -> int: ...

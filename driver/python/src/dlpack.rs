@@ -320,7 +320,6 @@ pub(crate) fn dlpack_host_memory(
 /// no flags and is taken as the array's library exports it: torch and cupy
 /// export writable device memory through it, and the one immutable GPU
 /// array of note, jax's, is refused by name before its export.
-#[pyfunction]
 pub(crate) fn dlpack_device_destination(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<()> {
     let py = capsule.py();
     let tensor = tensor_of(capsule, side)?;

@@ -73,7 +73,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(buffer::buffer_region, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_region, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::dlpack_device_destination, m)?)?;
     m.add_function(wrap_pyfunction!(staging::check_usable, m)?)?;
     m.add_function(wrap_pyfunction!(staging::device_holding, m)?)?;
     m.add_function(wrap_pyfunction!(staging::stream_capturing, m)?)?;
