@@ -144,12 +144,12 @@ def call_parts(calls: int, repeat: int) -> list[str]:
         row("64 KiB D2H", [
             ("whole call", lambda: hostcopy.copy_to_host(host, device)),
             ("stager lookup", lambda: _staging._stager_for(device, "src")),
-            ("native transfer", lambda: native.transfer(False, host, device, None, 0, 0, None, None, True)),
+            ("native transfer", lambda: native.transfer("copy_to_host", host, device, None, 0, 0, None, None, True)),
             ("capture check", lambda: _native.stream_capturing(current or 1)),
         ]),
         row("64 KiB H2D", [
             ("whole call", lambda: hostcopy.copy_to_device(device, host)),
-            ("native transfer", lambda: native.transfer(True, device, host, None, 0, 0, None, None, True)),
+            ("native transfer", lambda: native.transfer("copy_to_device", device, host, None, 0, 0, None, None, True)),
         ]),
     ]
     big = 16 << 20
@@ -167,7 +167,7 @@ def call_parts(calls: int, repeat: int) -> list[str]:
         starts["16 blocks"].append(time.perf_counter() - begin)
         transfer.wait()
         begin = time.perf_counter()
-        transfer = native.transfer(True, big_device, big_host, None, 0, 0, None, None, False)
+        transfer = native.transfer("copy_to_device", big_device, big_host, None, 0, 0, None, None, False)
         starts["its native transfer"].append(time.perf_counter() - begin)
         transfer.wait()
     lines.append(

@@ -100,6 +100,7 @@ class CudaCoreBuffer(Protocol):
 # What `pack_host_copy_args` takes as `dst` and `src`: a buffer, a
 # host-accessible cuda.core Buffer, or an address the caller answers for.
 HostRegion: TypeAlias = Union[HostBuffer, CudaCoreBuffer, int]
+_Operation: TypeAlias = Literal["copy_to_host", "copy_to_device", "copy_blocks_to_host", "copy_blocks_to_device"]
 
 HOST_COPY_ARGS_SIZE: int
 ABI_VERSION: int
@@ -141,8 +142,7 @@ def add_host_node(graph: int, record: bytes, dependencies: Sequence[int], parall
 def owned_record_counts() -> tuple[int, int]: ...
 @final
 class HostMemory:
-    """Host memory held for a transfer (a buffer export, or a DLPack capsule's owner),
-    and whether it was checked writable (only then may it be a destination)."""
+    """Host memory held for a transfer (a buffer export, or a DLPack capsule's owner)."""
 
     def __len__(self) -> int: ...
 
@@ -204,39 +204,39 @@ class Stager:
     @overload
     def transfer(
         self,
-        to_device: bool,
+        operation: _Operation,
         dst: Any,
         src: Any,
         nbytes: Optional[SupportsIndex],
         dst_offset: SupportsIndex,
         src_offset: SupportsIndex,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], Any, None],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
         stream: Any,
         blocking: Literal[True],
     ) -> None: ...
     @overload
     def transfer(
         self,
-        to_device: bool,
+        operation: _Operation,
         dst: Any,
         src: Any,
         nbytes: Optional[SupportsIndex],
         dst_offset: SupportsIndex,
         src_offset: SupportsIndex,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], Any, None],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
         stream: Any,
         blocking: Literal[False],
     ) -> Transfer: ...
     @overload
     def transfer(
         self,
-        to_device: bool,
+        operation: _Operation,
         dst: Any,
         src: Any,
         nbytes: Optional[SupportsIndex],
         dst_offset: SupportsIndex,
         src_offset: SupportsIndex,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], Any, None],
+        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
         stream: Any,
         blocking: bool,
     ) -> Optional[Transfer]: ...

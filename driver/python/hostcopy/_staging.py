@@ -264,7 +264,7 @@ class Stager:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from GPU memory ``src`` into host memory ``dst``; see
         ``hostcopy.copy_to_host``."""
-        return self._native.transfer(False, dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
+        return self._native.transfer("copy_to_host", dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
 
     @overload
     def copy_to_device(
@@ -319,7 +319,7 @@ class Stager:
         """Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
         from host memory ``src`` into GPU memory ``dst``; see
         ``hostcopy.copy_to_device``."""
-        return self._native.transfer(True, dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
+        return self._native.transfer("copy_to_device", dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
 
     @overload
     def copy_blocks_to_host(
@@ -366,7 +366,7 @@ class Stager:
         """Copies each block ``(device_offset, host_offset, nbytes)`` of
         ``blocks`` from GPU memory ``src`` into host memory ``dst``; see
         ``hostcopy.copy_blocks_to_host``."""
-        return self._native.transfer(False, dst, src, None, 0, 0, blocks, stream, blocking)
+        return self._native.transfer("copy_blocks_to_host", dst, src, None, 0, 0, blocks, stream, blocking)
 
     @overload
     def copy_blocks_to_device(
@@ -413,7 +413,7 @@ class Stager:
         """Copies each block ``(device_offset, host_offset, nbytes)`` of
         ``blocks`` from host memory ``src`` into GPU memory ``dst``; see
         ``hostcopy.copy_blocks_to_device``."""
-        return self._native.transfer(True, dst, src, None, 0, 0, blocks, stream, blocking)
+        return self._native.transfer("copy_blocks_to_device", dst, src, None, 0, 0, blocks, stream, blocking)
 
 
 _stagers: dict[int, Stager] = {}
@@ -574,7 +574,7 @@ def copy_to_host(
     blocking copies of several threads through it run one after another).
     """
     stager = _stager_for(src, "src")
-    return stager._native.transfer(False, dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
+    return stager._native.transfer("copy_to_host", dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
 
 
 @overload
@@ -639,7 +639,7 @@ def copy_to_device(
     free the storage of either side while a transfer runs.
     """
     stager = _stager_for(dst, "dst")
-    return stager._native.transfer(True, dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
+    return stager._native.transfer("copy_to_device", dst, src, nbytes, dst_offset, src_offset, None, stream, blocking)
 
 
 @overload
@@ -712,7 +712,7 @@ def copy_blocks_to_host(
     there: do not ``resize_`` or free the storage of either side while a
     transfer runs.
     """
-    return _stager_for(src, "src")._native.transfer(False, dst, src, None, 0, 0, blocks, stream, blocking)
+    return _stager_for(src, "src")._native.transfer("copy_blocks_to_host", dst, src, None, 0, 0, blocks, stream, blocking)
 
 
 @overload
@@ -762,4 +762,4 @@ def copy_blocks_to_device(
     bytes; they may read overlapping host bytes. Do not ``resize_`` or free
     the storage of either side while a transfer runs.
     """
-    return _stager_for(dst, "dst")._native.transfer(True, dst, src, None, 0, 0, blocks, stream, blocking)
+    return _stager_for(dst, "dst")._native.transfer("copy_blocks_to_device", dst, src, None, 0, 0, blocks, stream, blocking)

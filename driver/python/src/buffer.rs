@@ -141,11 +141,21 @@ fn checked_export(obj: &Bound<'_, PyAny>, writable: bool, side: &str) -> PyResul
     checked(obj, Export::new(obj)?, writable, side)
 }
 
+/// Whether a PEP 3118 buffer format holds object references (`O`), read
+/// outside the field names, which a structured format encloses in colons
+/// (numpy's `T{<i:Offset:}`).
+fn holds_objects(format: &str) -> bool {
+    format
+        .split(':')
+        .step_by(2)
+        .any(|codes| codes.contains('O'))
+}
+
 /// `export`, of `obj`, if it passes [`checked_export`]'s checks.
 fn checked(obj: &Bound<'_, PyAny>, export: Export, writable: bool, side: &str) -> PyResult<Export> {
     let view = &export.view;
     let format = export.format();
-    if format.contains('O') {
+    if holds_objects(&format) {
         // Copying object pointers as bytes would skip their reference counts.
         return Err(PyTypeError::new_err(format!(
             "{side} holds Python object references (buffer format {format:?}): a copy moves plain bytes"

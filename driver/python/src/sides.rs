@@ -20,7 +20,7 @@
 use hostcopy_driver::cuda::CUdeviceptr;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyMemoryView, PySlice, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMemoryView, PySlice, PyTuple, PyType};
 
 use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
 use crate::dlpack::{dlpack_device_destination, dlpack_host_memory, dlpack_region};
@@ -133,6 +133,43 @@ fn int_of<'py, T: FromPyObjectOwned<'py>>(value: &Bound<'py, PyAny>) -> PyResult
         .map_err(Into::into)
 }
 
+/// `int(value)` as a native word (a pointer, a length, a stream handle):
+/// `IntegerOutOfRange` named `name` outside `0..=usize::MAX`, `TypeError`
+/// for a bool or a float (which `int()` would take, or cut).
+fn word_of(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    if value.is_instance_of::<PyBool>() || value.is_instance_of::<PyFloat>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an integer, not {}",
+            type_name(value)?
+        )));
+    }
+    let int = value.py().get_type::<PyInt>().call1((value,))?;
+    match int.extract::<usize>() {
+        Ok(word) => Ok(word),
+        Err(_) => Err(out_of_range(value.py(), name, int)?),
+    }
+}
+
+/// The two items of a pair a protocol returns (a tuple, or any sequence
+/// of two, as Python's unpacking takes it), or a `TypeError` naming `what`.
+fn two<'py>(
+    value: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let items = value
+        .try_iter()
+        .and_then(|items| items.collect::<PyResult<Vec<_>>>())
+        .ok()
+        .filter(|items| items.len() == 2);
+    match items.map(<[_; 2]>::try_from) {
+        Some(Ok([first, second])) => Ok((first, second)),
+        _ => Err(PyTypeError::new_err(format!(
+            "{what}: expected a pair, got {}",
+            value.repr()?
+        ))),
+    }
+}
+
 /// `torch.Tensor`, if torch is loaded.
 fn torch_tensor(py: Python<'_>) -> PyResult<Option<Bound<'_, PyType>>> {
     let Some(torch) = loaded(py, "torch")? else {
@@ -158,6 +195,7 @@ fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
         for name in ["cuda_stream", "ptr"] {
             if let Some(value) = attribute(stream, name)?
                 && value.is_instance_of::<PyInt>()
+                && !value.is_instance_of::<PyBool>()
             {
                 return stream_word(value);
             }
@@ -179,8 +217,8 @@ pub(crate) fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usiz
             } else {
                 protocol
             };
-            let (_version, handle) = pair.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
-            return stream_word(stream.py().get_type::<PyInt>().call1((handle,))?);
+            let (_version, handle) = two(&pair, "__cuda_stream__()")?;
+            return word_of(&handle, "stream");
         }
         let cu_stream = type_name(&stream)? == "CUstream";
         if !is_int && !cu_stream && stream.hasattr("handle")? {
@@ -368,7 +406,7 @@ fn dlpack_device_type(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
         return Ok(None);
     }
     let device = obj.call_method0("__dlpack_device__")?;
-    let (device_type, _device_id) = device.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+    let (device_type, _device_id) = two(&device, "__dlpack_device__()")?;
     int_of(&device_type).map(Some)
 }
 
@@ -596,10 +634,11 @@ fn device_side(
             )));
         }
         return Ok(DeviceSide {
-            ptr: int_of(&obj.getattr("handle")?)?,
-            nbytes: int_of(&obj.getattr("size")?)?,
+            ptr: word_of(&obj.getattr("handle")?, &format!("{side}.handle"))? as CUdeviceptr,
+            nbytes: word_of(&obj.getattr("size")?, &format!("{side}.size"))?,
             owner: obj.clone().unbind(),
-            wait_for: Vec::new(),
+            // A Buffer names no stream of its own: ordered after `stream=`.
+            wait_for: vec![consumer],
         });
     }
     if let Some(device_type) = dlpack_device_type(obj)? {
@@ -615,7 +654,7 @@ fn device_side(
         if writable {
             dlpack_device_destination(&capsule, side)?;
         }
-        let (ptr, nbytes, _, _, contiguous) = dlpack_region(&capsule, "device")?;
+        let (ptr, nbytes, _, _, contiguous) = dlpack_region(&capsule, side)?;
         if !contiguous {
             return Err(error(
                 py,
@@ -666,9 +705,10 @@ fn array_interface_side(
     consumer: usize,
 ) -> PyResult<DeviceSide> {
     let py = obj.py();
-    let (ptr, readonly) = interface
-        .get_item("data")?
-        .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+    let (ptr, readonly) = two(
+        &interface.get_item("data")?,
+        "__cuda_array_interface__['data']",
+    )?;
     let shape = PyTuple::new(
         py,
         interface
@@ -696,25 +736,29 @@ fn array_interface_side(
     if !contiguous(&extents, stride_values.as_deref(), item) {
         return Err(not_contiguous(py, side, shape, strides)?);
     }
-    if writable && readonly.is_truthy()? {
-        return Err(read_only_device(py, side)?);
-    }
     let nbytes = extents
         .iter()
         .try_fold(item, |nbytes, &extent| nbytes.checked_mul(extent))
         .and_then(|nbytes| usize::try_from(nbytes).ok())
         .ok_or_else(|| PyValueError::new_err(format!("{side}: an array of shape {extents:?}")))?;
+    if writable && readonly.is_truthy()? {
+        return Err(read_only_device(py, side, nbytes)?);
+    }
     let mut wait_for = vec![consumer];
     if let Some(producer) = interface
         .call_method1("get", ("stream",))
         .map(|producer| (!producer.is_none()).then_some(producer))?
     {
-        let producer: usize = int_of(&producer)?;
+        let producer = word_of(&producer, "stream")?;
         if producer != consumer {
             wait_for.push(producer);
         }
     }
-    let ptr: CUdeviceptr = if ptr.is_truthy()? { int_of(&ptr)? } else { 0 };
+    let ptr: CUdeviceptr = if ptr.is_truthy()? {
+        word_of(&ptr, &format!("{side} data pointer"))? as CUdeviceptr
+    } else {
+        0
+    };
     Ok(DeviceSide {
         ptr,
         nbytes,
@@ -723,16 +767,16 @@ fn array_interface_side(
     })
 }
 
-/// `ReadOnlyBuffer` for a read-only `__cuda_array_interface__` array as
-/// the destination `side`.
-fn read_only_device(py: Python<'_>, side: &str) -> PyResult<PyErr> {
+/// `ReadOnlyBuffer` for a read-only `__cuda_array_interface__` array of
+/// `nbytes` bytes as the destination `side`.
+fn read_only_device(py: Python<'_>, side: &str, nbytes: usize) -> PyResult<PyErr> {
     Ok(error(
         py,
         Class::ReadOnlyBuffer,
         format!("{side} is read-only: a destination must be writable"),
         [
             ("side", side.into_pyobject(py)?.into_any()),
-            ("len", 0usize.into_pyobject(py)?.into_any()),
+            ("len", nbytes.into_pyobject(py)?.into_any()),
         ],
     ))
 }

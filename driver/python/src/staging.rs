@@ -180,6 +180,10 @@ impl PyStager {
             // behind.
             return Err(errors::forked(py));
         }
+        let device_side = match direction {
+            Direction::ToHost => "src",
+            Direction::ToDevice => "dst",
+        };
         let owner: Arc<dyn Send + Sync> = Arc::new(PyOwner(owner));
         let shared = &self.shared;
         life::detach(py, || {
@@ -233,8 +237,8 @@ impl PyStager {
                 Ok(shared.transfer(begin, after, before.first().copied(), start))
             })
         })
-        .map_err(|failure| layer_error(py, operation, "device", failure))?
-        .map_err(|failure| transfer_failure(py, operation, "device", failure))
+        .map_err(|failure| layer_error(py, operation, device_side, failure))?
+        .map_err(|failure| transfer_failure(py, operation, device_side, failure))
     }
 }
 
@@ -449,10 +453,11 @@ impl PyStager {
     /// The one staged transfer of the Python API (`hostcopy.Stager`'s
     /// `copy_to_host`, `copy_to_device`, `copy_blocks_to_host`,
     /// `copy_blocks_to_device`, and the module's functions of those
-    /// names), its arguments as the caller gave them: `to_device` says
-    /// which of `dst` and `src` is the device side (`crate::sides` reads
-    /// both, and `stream`); `blocks`, if given, the batch
-    /// (`crate::blocks`), otherwise `nbytes` bytes (`None`: all of `src`
+    /// names), its arguments as the caller gave them: `operation` is that
+    /// name, which says which of `dst` and `src` is the device side
+    /// (`crate::sides` reads both, and `stream`) and whether `blocks` is
+    /// the batch (`crate::blocks`; `None` there is refused as any other
+    /// non-table) or the transfer is `nbytes` bytes (`None`: all of `src`
     /// past `src_offset`) from byte `src_offset` of `src` to byte
     /// `dst_offset` of `dst`, checked against both sides here, once
     /// ([`span`]). The copy starts after the work queued on `stream` (and
@@ -460,33 +465,41 @@ impl PyStager {
     /// returns `None` when the bytes have arrived; otherwise a `Transfer`,
     /// and work queued later on `stream` waits for it (so that it cannot
     /// overwrite the source under the copy).
-    #[pyo3(signature = (to_device, dst, src, nbytes, dst_offset, src_offset, blocks, stream, blocking))]
+    #[pyo3(signature = (operation, dst, src, nbytes, dst_offset, src_offset, blocks, stream, blocking))]
     #[allow(clippy::too_many_arguments)] // one per argument of the Python API's copies
     fn transfer(
         slf: Bound<'_, Self>,
-        to_device: bool,
+        operation: &str,
         dst: Bound<'_, PyAny>,
         src: Bound<'_, PyAny>,
         nbytes: Option<Bound<'_, PyAny>>,
         dst_offset: Bound<'_, PyAny>,
         src_offset: Bound<'_, PyAny>,
-        blocks: Option<Bound<'_, PyAny>>,
+        blocks: Bound<'_, PyAny>,
         stream: Option<Bound<'_, PyAny>>,
         blocking: Bound<'_, PyAny>,
     ) -> PyResult<Option<Transfer>> {
         let py = slf.py();
         let blocking = blocking.is_truthy()?;
-        let operation = match (to_device, blocks.is_some()) {
-            (false, false) => "copy_to_host",
-            (true, false) => "copy_to_device",
-            (false, true) => "copy_blocks_to_host",
-            (true, true) => "copy_blocks_to_device",
+        let (operation, to_device, batch) = match operation {
+            "copy_to_host" => ("copy_to_host", false, false),
+            "copy_to_device" => ("copy_to_device", true, false),
+            "copy_blocks_to_host" => ("copy_blocks_to_host", false, true),
+            "copy_blocks_to_device" => ("copy_blocks_to_device", true, true),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "operation: expected copy_to_host, copy_to_device, copy_blocks_to_host \
+                     or copy_blocks_to_device, got {other:?}"
+                )));
+            }
         };
         // The arguments' own code (attributes, exports, `tolist()`) runs
         // from this frame, so not from the exit handler on
-        // (`life::python_code`), when every transfer is refused anyway.
+        // (`life::python_code`), when every transfer is refused anyway;
+        // and not in a forked child (`check_usable`, before the table).
         let read = || -> PyResult<_> {
-            let table = blocks.map(|blocks| private_table(&blocks)).transpose()?;
+            check_usable(py)?;
+            let table = batch.then(|| private_table(&blocks)).transpose()?;
             let sides = sides::read(&dst, &src, to_device, stream.as_ref(), blocking)?;
             Ok((table, sides))
         };
