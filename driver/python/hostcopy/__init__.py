@@ -447,6 +447,9 @@ def add_host_copy_node(
     Calls from several threads on one graph are serialized by the lock
     ``launch_host_copy_args`` takes; no other code may change the graph
     (add or remove nodes, instantiate or destroy it) while this call runs.
+    ``graph`` belongs to the current context and ``dependencies`` are nodes
+    of ``graph``: handles of other graphs' nodes, or of destroyed ones, are
+    passed to the driver unchecked.
     """
     record = pack_host_copy_args(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset)
     handles = [_handle(node, "dependency", "CUgraphNode") for node in dependencies]

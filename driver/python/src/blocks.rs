@@ -71,10 +71,12 @@ pub(crate) fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
     Ok(triples)
 }
 
-/// `blocks` as [`to_blocks`] is to read it: a numpy array as a fresh
+/// `blocks` as [`to_blocks`] is to read it: a numpy array, or another
+/// buffer with `tolist` (an `array.array`, a memoryview), as a fresh
 /// C-ordered copy of its own dtype (`numpy.array` copies: no other thread
 /// holds the copy, so none writes it while it is read; an integer dtype is
-/// read as it is, any other refused by `to_blocks`, never cast); an array
+/// read as it is, any other refused by `to_blocks`, never cast; without
+/// numpy, the buffer's `tolist()`); an array
 /// of another library that numpy takes as an integer array (a CPU torch
 /// tensor, a jax array: `__array__`) the same way, without a Python object
 /// per block; other arrays (a CUDA tensor, a cupy array, which refuse
@@ -114,8 +116,16 @@ pub(crate) fn private_table<'py>(blocks: &Bound<'py, PyAny>) -> PyResult<Bound<'
         return Ok(blocks.clone());
     }
     match Export::new(blocks) {
-        // A buffer (an array.array, a memoryview): read as it is.
-        Ok(_) => return Ok(blocks.clone()),
+        // A buffer (an array.array, a memoryview): a copy of it, numpy's
+        // (of the buffer's format) or its `tolist()`, as the memory it
+        // views may be written by another thread meanwhile.
+        Ok(export) => {
+            drop(export);
+            return match &numpy {
+                Some(numpy) => c_ordered(blocks, numpy),
+                None => blocks.call_method0("tolist"),
+            };
+        }
         Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {}
         Err(failure) => return Err(failure),
     }
@@ -270,10 +280,12 @@ fn from_array(py: Python<'_>, export: &Export) -> PyResult<Vec<Block>> {
             // the export, which the caller holds for this call; read
             // unaligned, so any alignment does. The GIL does not stop
             // another thread writing the memory (native code that released
-            // it may); the Python half passes a fresh private copy of a
-            // numpy array, so no other code holds that. A caller of
-            // `_native` that passes memory it writes meanwhile makes this a
-            // data race, which Rust does not define; on the machine, a
+            // it may); the transfer entry passes a fresh private copy of
+            // a numpy array, an `array.array` or a memoryview
+            // ([`private_table`]), so no other code holds that. A buffer
+            // of another exporter (no `tolist`) is read in place: its
+            // memory written meanwhile makes this a data race, which Rust
+            // does not define; on the machine, a
             // racing write can only tear the plain bytes read here, and
             // every value is range-checked after the read (below, and by
             // the stager for the batch), so a torn block is refused or

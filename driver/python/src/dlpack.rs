@@ -99,8 +99,10 @@ fn tensor_of(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<Tensor> {
         .cast::<PyCapsule>()
         .map_err(|_| PyTypeError::new_err("__dlpack__() did not return a capsule"))?;
     let name = capsule.name()?;
-    // SAFETY: a capsule's name, when set, is a NUL-terminated string that
-    // lives as long as the capsule.
+    // SAFETY: a capsule's name, when set, is a NUL-terminated string the
+    // capsule's maker keeps; DLPack producers name theirs with static
+    // strings, and no Python code (which could rename the capsule) runs
+    // between here and the name's last use below.
     let name = name.map(|name| unsafe { name.as_cstr() });
     let (tensor, flags) = if name == Some(c"dltensor") {
         let tensor = capsule.pointer_checked(Some(c"dltensor"))?;

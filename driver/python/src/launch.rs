@@ -91,8 +91,9 @@ pub(crate) fn add_host_node(
         let mut graph = unsafe { Graph::borrow_raw(&context, graph as CUgraph) };
         let dependencies: Vec<_> = dependencies
             .iter()
-            // SAFETY: the caller names nodes of this graph (the driver
-            // refuses others).
+            // SAFETY: the Python API documents the caller's promise: each
+            // dependency is a node of this graph (a node of another graph,
+            // or a destroyed one, is not checked here).
             .map(|&node| unsafe { graph.node_from_raw(node as _) })
             .collect();
         let node = graph.add_host_copy(copy(parallel), record, &dependencies)?;

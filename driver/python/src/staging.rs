@@ -673,8 +673,10 @@ impl Transfer {
         let ended = life::detach(py, || crate::keeping_current(|| Ok(state.finish())))
             .map_err(|failure| layer_error(py, "Transfer.wait", "device", failure))?;
         // Ended, or given up on with what a copy may touch kept by the
-        // layer: the host memory may go.
-        lock(&self.host).take();
+        // layer: the host memory may go (released after the lock: its
+        // exporter's code may run and call back into this transfer).
+        let host = lock(&self.host).take();
+        drop(host);
         ended.map_err(|failure| transfer_failure(py, "Transfer.wait", "device", failure))
     }
 }
@@ -796,11 +798,16 @@ impl Drop for Transfer {
                 // drains its streams after an error), so that the arrays
                 // it holds are released only after the copy. A failure
                 // cannot be raised from a destructor; it is reported as an
-                // unraisable error.
+                // unraisable error. A transfer that has not ended (no
+                // context to wait in, a panic unwinding) keeps its host
+                // memory for good: a copy may still write it.
+                let host = core::mem::ManuallyDrop::new(host);
                 if let Err(failure) = self.finish(py) {
                     failure.write_unraisable(py, None);
                 }
-                drop(host);
+                if self.state.has_ended() {
+                    drop(core::mem::ManuallyDrop::into_inner(host));
+                }
             })
         });
     }
@@ -810,19 +817,27 @@ impl Drop for Transfer {
 /// it again afterwards: Python code run meanwhile neither sees it nor
 /// replaces it.
 fn keeping_exception(_py: Python<'_>, f: impl FnOnce()) {
-    let (mut kind, mut value, mut traceback) = (
-        core::ptr::null_mut(),
-        core::ptr::null_mut(),
-        core::ptr::null_mut(),
-    );
+    /// The fetched exception, set again when dropped: after `f`, or while
+    /// a panic in it unwinds.
+    struct Kept([*mut pyo3::ffi::PyObject; 3]);
+    impl Drop for Kept {
+        fn drop(&mut self) {
+            let [kind, value, traceback] = self.0;
+            // SAFETY: the GIL is held (a `Kept` lives only inside
+            // `keeping_exception`'s frame); restoring takes the three
+            // references `PyErr_Fetch` gave (nulls clear the indicator,
+            // dropping whatever `f` left there).
+            unsafe { pyo3::ffi::PyErr_Restore(kind, value, traceback) };
+        }
+    }
+    let mut kept = Kept([core::ptr::null_mut(); 3]);
+    let [kind, value, traceback] = &mut kept.0;
     // SAFETY: the GIL is held (`_py`); the three references move out of
-    // the thread's error indicator into these locals (null where there is
-    // none), which own them until `PyErr_Restore` moves them back.
-    unsafe { pyo3::ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback) };
+    // the thread's error indicator into `kept` (null where there is
+    // none), which owns them until its drop moves them back.
+    unsafe { pyo3::ffi::PyErr_Fetch(kind, value, traceback) };
     f();
-    // SAFETY: as above; restoring takes the three references (nulls clear
-    // the indicator, dropping whatever `f` left there).
-    unsafe { pyo3::ffi::PyErr_Restore(kind, value, traceback) };
+    drop(kept);
 }
 
 /// Whether the calling thread runs an asyncio (or uvloop) event loop (not

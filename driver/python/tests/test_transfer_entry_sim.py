@@ -2,12 +2,15 @@
 ``src/sides.rs``, ``src/staging.rs``) against the documented behaviour,
 under the simulated driver: a batch without a table, a cuda.core Buffer's
 ordering, structured buffers, the side an error names, the protocols'
-pairs, refused integers, and a forked child.
+pairs, refused integers, a forked child, and a transfer dropped unwaited
+that cannot be finished.
 """
 
 import ctypes
 import subprocess
 import sys
+import time
+import weakref
 
 import pytest
 
@@ -249,3 +252,29 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- a transfer dropped unwaited that cannot be finished keeps its memory --
+
+DEINITIALIZED = 4
+
+
+def test_a_transfer_dropped_that_cannot_be_finished_keeps_its_host_memory(sim, numpy, device, stager, monkeypatch):
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    source = sim.array(device, pattern(1 << 20, 17))
+    dst = numpy.zeros(1 << 20, numpy.uint8)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    deadline = time.monotonic() + 30
+    while not transfer.done() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    alive = weakref.ref(dst)
+    del dst
+    # The drop's first driver call (saving the thread's current context)
+    # fails: the transfer is not ended, so a copy may still write its
+    # destination, which stays held for good rather than freed.
+    sim.native.sim_make_current(device)
+    sim.fail_call(device, "cuCtxGetCurrent", 1, DEINITIALIZED)
+    del transfer
+    assert alive() is not None
+    assert [type(report.exc_value) for report in reported] == [hostcopy.CudaError]
