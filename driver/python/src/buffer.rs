@@ -260,10 +260,10 @@ pub(crate) struct HostMemory {
 // in `Drop`, and every drop happens with the GIL held (see `Drop for
 // Export`), whichever thread that is.
 unsafe impl Send for Export {}
-// SAFETY: shared references reach an `Export` only through the frozen
-// `HostMemory` pyclass, and no method of `HostMemory` touches `_export`
-// after creation (its address and length are copied out when it is made):
-// nothing reads or writes the view through `&Export` from two threads.
+// SAFETY: every `&self` method of `Export` (its range, format, layout,
+// contiguity) only reads the `Py_buffer` fields, which the exporter keeps
+// fixed for as long as the export lasts; nothing writes them through a
+// shared reference, so reading them from two threads is no race.
 unsafe impl Sync for Export {}
 
 impl HostMemory {

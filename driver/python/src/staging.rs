@@ -194,9 +194,11 @@ impl PyStager {
                     .map(|&handle| stream_context(context, handle))
                     .collect::<Result<Vec<_>, Error>>()?;
                 // SAFETY: the Python API documents the caller's promise:
-                // each stream is valid for the call; its context is the one
-                // the driver named (the special handles are valid in every
-                // context).
+                // each stream is valid for the call, and no other code
+                // begins or ends a capture on it meanwhile (a broken
+                // capture or a driver error otherwise, not a memory
+                // error); its context is the one the driver named (the
+                // special handles are valid in every context).
                 let streams: Vec<StreamRef<'_>> = handles()
                     .zip(&owners)
                     .map(|(&handle, owner)| unsafe {
@@ -898,7 +900,9 @@ pub(crate) fn stream_capturing(py: Python<'_>, handle: usize) -> PyResult<bool> 
             // SAFETY: the handle is a live stream of the library that
             // reported it as current, for this call.
             let context = unsafe { Context::of_stream(raw) }?;
-            // SAFETY: as above, for the life of this `StreamRef`.
+            // SAFETY: as above, for the life of this `StreamRef`; it only
+            // reads the capture state (a capture another thread begins
+            // meanwhile is seen or not, never torn).
             let stream = unsafe { StreamRef::from_raw(&context, raw) };
             Ok(stream.is_capturing()?)
         })
