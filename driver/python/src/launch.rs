@@ -42,9 +42,10 @@ fn record_from_bytes(py: Python<'_>, record: &[u8]) -> PyResult<Record<'static>>
 }
 
 /// Launches the packed `record` on `stream` (read as
-/// [`protocol_stream_handle`] reads it: a cuda.core `Stream`, a cuda.bindings
-/// `CUstream`, an object with a `.handle` of those, or an int); the layer owns a copy until the host function has run, or, on a capturing
-/// stream, gives it to the captured graph. Returns whether the stream was
+/// [`protocol_stream_handle`] reads it: a cuda.core `Stream`, a
+/// cuda.bindings `CUstream`, an object with a `.handle` of those, or an
+/// int); the layer owns a copy until the host function has run, or, on a
+/// capturing stream, gives it to the captured graph. Returns whether the stream was
 /// capturing. The GIL is released for the driver calls.
 #[pyfunction]
 pub(crate) fn launch_owned(

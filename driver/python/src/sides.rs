@@ -197,7 +197,7 @@ fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usize> {
                 && value.is_instance_of::<PyInt>()
                 && !value.is_instance_of::<PyBool>()
             {
-                return stream_word(value);
+                return word_of(&value, "stream");
             }
         }
     }
@@ -228,11 +228,8 @@ pub(crate) fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usiz
         if stream.is_instance_of::<PyBool>() {
             return Err(PyTypeError::new_err("stream must be a handle, not bool"));
         }
-        if is_int {
-            return stream_word(stream);
-        }
-        if cu_stream {
-            return stream_word(stream.py().get_type::<PyInt>().call1((&stream,))?);
+        if is_int || cu_stream {
+            return word_of(&stream, "stream");
         }
         return Err(PyTypeError::new_err(format!(
             "stream: expected a cuda.bindings CUstream or an int handle, got {}",
@@ -242,14 +239,6 @@ pub(crate) fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usiz
     Err(PyTypeError::new_err(format!(
         "stream: no handle found {DEPTH} .handle attributes deep"
     )))
-}
-
-/// An int handle as a word, or `IntegerOutOfRange` named `stream`.
-fn stream_word(handle: Bound<'_, PyAny>) -> PyResult<usize> {
-    match handle.extract::<usize>() {
-        Ok(handle) => Ok(handle),
-        Err(_) => Err(out_of_range(handle.py(), "stream", handle)?),
-    }
 }
 
 /// A torch tensor, of a subclass defined anywhere.

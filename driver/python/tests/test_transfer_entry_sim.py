@@ -6,7 +6,6 @@ pairs, refused integers, a forked child, and a transfer dropped unwaited
 that cannot be finished.
 """
 
-import ctypes
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 import hostcopy
 from conftest import SIM_SCRIPT_PRELUDE, pattern
+from test_error_classes import unversioned_capsule
 
 
 @pytest.fixture
@@ -102,50 +102,6 @@ def test_a_structured_array_with_a_field_named_Offset_is_plain_bytes(sim, numpy,
 # --- errors name the side, src or dst -------------------------------------
 
 
-def _dlpack_capsule(data, nbytes):
-    class Device(ctypes.Structure):
-        _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-    class DataType(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-    class Tensor(ctypes.Structure):
-        _fields_ = [
-            ("data", ctypes.c_void_p),
-            ("device", Device),
-            ("ndim", ctypes.c_int32),
-            ("dtype", DataType),
-            ("shape", ctypes.POINTER(ctypes.c_int64)),
-            ("strides", ctypes.POINTER(ctypes.c_int64)),
-            ("byte_offset", ctypes.c_uint64),
-        ]
-
-    class Managed(ctypes.Structure):
-        _fields_ = [
-            ("version", ctypes.c_uint32 * 2),
-            ("manager_ctx", ctypes.c_void_p),
-            ("deleter", ctypes.c_void_p),
-            ("flags", ctypes.c_uint64),
-            ("dl_tensor", Tensor),
-        ]
-
-    shape = (ctypes.c_int64 * 1)(nbytes)
-    managed = Managed()
-    managed.version[0] = 1
-    managed.dl_tensor.data = data
-    managed.dl_tensor.device = Device(2, 0)
-    managed.dl_tensor.ndim = 1
-    managed.dl_tensor.dtype = DataType(1, 8, 1)
-    managed.dl_tensor.shape = shape
-    _dlpack_capsule.keep.append((managed, shape))
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    return new(ctypes.addressof(managed), b"dltensor_versioned", None)
-
-
-_dlpack_capsule.keep = []
-
-
 class CudaDlpack:
     def __init__(self, data, nbytes):
         self.data, self.nbytes = data, nbytes
@@ -154,7 +110,8 @@ class CudaDlpack:
         return (2, 0)
 
     def __dlpack__(self, stream=None, max_version=None):
-        return _dlpack_capsule(self.data, self.nbytes)
+        capsule, self.kept = unversioned_capsule(self.data or 0, self.nbytes, device_type=2)
+        return capsule
 
 
 def test_a_dlpack_source_at_a_null_pointer_names_src(sim, numpy, device, stager):
