@@ -9,7 +9,10 @@
 //!   stager's lock ([`PendingTransfer::wait_arrived`]) and then settles the
 //!   transfer under it; a caller meanwhile waits for that one. Whoever ends
 //!   it wakes the event loops that await it and lets go of what was kept
-//!   for it ([`SharedTransfer::hand_over`]).
+//!   for it ([`SharedTransfer::hand_over`], [`SharedTransfer::release_when_ended`]);
+//!   what was kept for a transfer dropped before it ended goes once its
+//!   copies are seen to have arrived, and is kept for good if they cannot
+//!   be.
 //! - **Every start is made on the caller's thread**, every chunk queued
 //!   before [`SharedStager::transfer`] returns, on an event loop's thread
 //!   too: so a wait queued on the caller's stream depends only on work
@@ -51,6 +54,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use std::vec::Vec;
 
+use crate::cuda::retire::{self, Kept};
 use crate::cuda::staging::{PendingTransfer, Stager};
 use crate::cuda::{Context, Error, StreamRef};
 use crate::process::Process;
@@ -433,8 +437,9 @@ struct Tracked {
     wakeups: Vec<(Arc<Signal>, u64)>,
     /// The finish thread has it, or will: it ends without any caller.
     finisher: bool,
-    /// Let go of once it has ended.
-    kept: Option<Box<dyn Send>>,
+    /// Let go of once it has ended; kept for good if it is dropped before
+    /// and its copies cannot be seen to have arrived.
+    kept: Vec<Box<dyn Send>>,
 }
 
 enum Progress {
@@ -454,7 +459,7 @@ impl SharedTransfer {
                 progress: Progress::Pending(pending),
                 wakeups: Vec::new(),
                 finisher: false,
-                kept: None,
+                kept: Vec::new(),
             }),
             changed: Condvar::new(),
         })
@@ -516,7 +521,10 @@ impl SharedTransfer {
         let (wakeups, kept) = {
             let mut tracked = lock(&self.tracked);
             tracked.progress = Progress::Ended(outcome);
-            (core::mem::take(&mut tracked.wakeups), tracked.kept.take())
+            (
+                core::mem::take(&mut tracked.wakeups),
+                core::mem::take(&mut tracked.kept),
+            )
         };
         self.changed.notify_all();
         for (signal, token) in wakeups {
@@ -571,7 +579,7 @@ impl SharedTransfer {
     /// started.
     pub fn end_elsewhere(self: &Arc<Self>, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_)) || tracked.kept.is_some() {
+        if matches!(tracked.progress, Progress::Ended(_)) || !tracked.kept.is_empty() {
             return Err(value);
         }
         if !tracked.finisher {
@@ -582,7 +590,7 @@ impl SharedTransfer {
             }
             tracked.finisher = true;
         }
-        tracked.kept = Some(value);
+        tracked.kept.push(value);
         Ok(())
     }
 
@@ -594,12 +602,60 @@ impl SharedTransfer {
         let mut tracked = lock(&self.tracked);
         if matches!(tracked.progress, Progress::Ended(_))
             || !tracked.finisher
-            || tracked.kept.is_some()
+            || !tracked.kept.is_empty()
         {
             return Err(value);
         }
-        tracked.kept = Some(value);
+        tracked.kept.push(value);
         Ok(())
+    }
+
+    /// Lets go of `value` (what a copy of the transfer may read or write:
+    /// a host runtime's arrays) only once the transfer has ended: back
+    /// (`Some`, for the caller to drop) if it has; otherwise kept, dropped
+    /// when it ends, or, if the transfer is dropped before it ends, when
+    /// its copies are seen to have arrived, and kept for good (counted in
+    /// [`leaked`](crate::cuda::staging::leaked)) when they cannot be.
+    pub fn release_when_ended(&self, value: Box<dyn Send>) -> Option<Box<dyn Send>> {
+        let mut tracked = lock(&self.tracked);
+        if matches!(tracked.progress, Progress::Ended(_)) {
+            return Some(value);
+        }
+        tracked.kept.push(value);
+        None
+    }
+}
+
+impl Drop for SharedTransfer {
+    /// What was kept for a transfer dropped before it ended (its last
+    /// handle gone with no caller finishing it) goes only once its copies
+    /// are seen to have arrived; otherwise, or in a process that gave up on
+    /// its copies (forked, or at exit), a copy may still touch it: kept for
+    /// good.
+    fn drop(&mut self) {
+        let tracked = self
+            .tracked
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if tracked.kept.is_empty() {
+            return;
+        }
+        let arrived = match &tracked.progress {
+            Progress::Ended(_) => true,
+            Progress::Pending(pending) => {
+                !Process::global().abandoned() && pending.wait_arrived().is_ok()
+            }
+            // A caller finishing it holds a handle: not while dropped.
+            Progress::Finishing => false,
+        };
+        let kept = core::mem::take(&mut tracked.kept);
+        if arrived {
+            drop(kept);
+        } else {
+            for value in kept {
+                retire::keep(value, Kept::HostValue);
+            }
+        }
     }
 }
 
@@ -955,6 +1011,75 @@ mod tests {
             panic!("an ended transfer took a value to keep");
         };
         drop(back);
+    }
+
+    /// A value whose drop is seen through the count of `Arc`s.
+    fn counted() -> (Arc<()>, Box<dyn Send>) {
+        let kept = Arc::new(());
+        let value = Box::new(Arc::clone(&kept));
+        (kept, value)
+    }
+
+    #[test]
+    fn a_value_released_when_ended_goes_only_once_the_transfer_ended() {
+        let (ordinal, shared) = shared();
+        let expected = pattern(21);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let transfer = start(&shared, None, download(&device, range));
+        let (kept, value) = counted();
+        assert!(transfer.release_when_ended(value).is_none(), "kept");
+        assert_eq!(Arc::strong_count(&kept), 2, "let go of before it ended");
+        sim::release(ordinal);
+        assert_eq!(transfer.finish(), Ok(()));
+        assert_eq!(Arc::strong_count(&kept), 1, "kept after it ended");
+        assert!(read(range) == expected);
+        // Once ended, a value comes straight back.
+        let (again, value) = counted();
+        drop(
+            transfer
+                .release_when_ended(value)
+                .expect("ended: given back"),
+        );
+        assert_eq!(Arc::strong_count(&again), 1);
+    }
+
+    #[test]
+    fn a_transfer_dropped_before_it_ended_lets_go_of_its_values_once_its_copies_arrived() {
+        let (_, shared) = shared();
+        let expected = pattern(22);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let transfer = start(&shared, None, download(&device, range));
+        let (kept, value) = counted();
+        assert!(transfer.release_when_ended(value).is_none());
+        drop(transfer);
+        assert_eq!(Arc::strong_count(&kept), 1, "never let go of");
+        assert!(read(range) == expected);
+    }
+
+    #[test]
+    fn a_transfer_dropped_before_it_ended_keeps_its_values_for_good_when_its_copies_cannot_be_seen()
+    {
+        let (ordinal, shared) = shared();
+        let device = device_with(&shared, &pattern(23));
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let transfer = start(&shared, None, download(&device, range));
+        let (kept, value) = counted();
+        assert!(transfer.release_when_ended(value).is_none());
+        let before = crate::cuda::staging::leaked().host_values;
+        // A sticky error: the wait for its copies fails, so a copy may, for
+        // all the layer can tell, still write what the value owns.
+        sim::fail_context(ordinal, 700);
+        drop(transfer);
+        sim::release(ordinal);
+        assert_eq!(Arc::strong_count(&kept), 2, "let go of");
+        assert!(
+            crate::cuda::staging::leaked().host_values > before,
+            "not counted"
+        );
     }
 
     #[test]

@@ -800,16 +800,14 @@ impl Drop for Transfer {
                 // drains its streams after an error), so that the arrays
                 // it holds are released only after the copy. A failure
                 // cannot be raised from a destructor; it is reported as an
-                // unraisable error. A transfer that has not ended (no
-                // context to wait in, a panic unwinding) keeps its host
-                // memory for good: a copy may still write it.
-                let host = core::mem::ManuallyDrop::new(host);
+                // unraisable error. The state lets go of the host memory
+                // (here, with the GIL) once the transfer has ended, and
+                // keeps it for good if it never does (a copy may still
+                // write it).
                 if let Err(failure) = self.finish(py) {
                     failure.write_unraisable(py, None);
                 }
-                if self.state.has_ended() {
-                    drop(core::mem::ManuallyDrop::into_inner(host));
-                }
+                drop(self.state.release_when_ended(host));
             })
         });
     }

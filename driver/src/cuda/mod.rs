@@ -74,7 +74,7 @@ mod graph;
 mod kernels;
 mod launch;
 mod pinned;
-mod retire;
+pub(crate) mod retire;
 mod scope;
 #[cfg(feature = "simulator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulator")))]

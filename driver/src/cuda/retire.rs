@@ -13,6 +13,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 static BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+static HOST_VALUES: AtomicUsize = AtomicUsize::new(0);
 
 /// What the layer has kept for good, process-wide.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,6 +31,11 @@ pub struct Leaked {
     /// pending transfer dropped unfinished, or a small upload whose wait
     /// failed after the driver took its bytes.
     pub device_buffers: usize,
+    /// What a host runtime kept for a transfer (the Python binding: the
+    /// arrays a transfer reads or writes) when the transfer was dropped
+    /// before it ended and its copies could not be seen to have arrived
+    /// (`SharedTransfer::release_when_ended`, the binding's support).
+    pub host_values: usize,
 }
 
 /// What the layer has kept for good in this process.
@@ -37,6 +43,7 @@ pub fn leaked() -> Leaked {
     Leaked {
         buffers: BUFFERS.load(Ordering::Relaxed),
         device_buffers: DEVICE_BUFFERS.load(Ordering::Relaxed),
+        host_values: HOST_VALUES.load(Ordering::Relaxed),
     }
 }
 
@@ -48,6 +55,8 @@ pub(crate) enum Kept {
     PinnedBuffer,
     /// A device allocation: [`Leaked::device_buffers`].
     DeviceAllocation,
+    /// A value a host runtime kept for a transfer: [`Leaked::host_values`].
+    HostValue,
     /// Counted through what it holds, or not at all (a kernel's module
     /// and scratch beside the flags that are counted).
     Uncounted,
@@ -60,6 +69,7 @@ pub(crate) fn keep<T>(value: T, what: Kept) {
     match what {
         Kept::PinnedBuffer => BUFFERS.fetch_add(1, Ordering::Relaxed),
         Kept::DeviceAllocation => DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed),
+        Kept::HostValue => HOST_VALUES.fetch_add(1, Ordering::Relaxed),
         Kept::Uncounted => 0,
     };
     core::mem::forget(value);
