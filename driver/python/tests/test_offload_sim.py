@@ -870,6 +870,17 @@ def test_updates_give_every_position_so_far_across_prefill_decode_and_writes(kv)
         assert isinstance(layer.host.base.base, hostcopy._native.PageableMemory)
 
 
+def test_a_cache_given_a_stager_makes_every_copy_through_it(kv):
+    stager = FakeStaging(kv.log)
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2, stager=stager)
+    generate(kv, cache, 2, [3, 1, 1, 1])
+    for layer in cache.layers:
+        layer.keys  # the device part written to the host through it too
+    # Uploads and writes alike: the stager given, never the shared one.
+    assert stager.count == cache.counters.uploads + cache.counters.writes > 0
+    assert kv.staging.count == 0
+
+
 def test_each_position_is_written_to_the_host_once(kv):
     cache = kv.module.HostOffloadedCache(prefetch=1, tail=4)
     generate(kv, cache, 2, [6] + [1] * 9)

@@ -203,6 +203,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self._read_blocks: Optional[tuple[tuple[int, int, int], Any]] = None
         #: The host memory it shares with the layers of its group (its own by default).
         self.region = _Region([self])
+        #: What makes its copies: a ``Stager``, or the module (the device's shared stager).
+        self.copies: Any = _staging
 
     @property
     def keys(self) -> Any:
@@ -345,7 +347,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         _after_current(stream, self.device)
         blocks = self.blocks(self.flushed, count, device_positions)
         started = time.perf_counter()
-        transfer = _staging.copy_blocks_to_host(self.host, device_range(buffer), blocks, stream=stream, blocking=False)
+        transfer = self.copies.copy_blocks_to_host(self.host, device_range(buffer), blocks, stream=stream, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.writes += 1
         self.counters.write_bytes += count * self.runs * (self.head_dim + self.value_dim) * self.item
@@ -510,6 +512,9 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     ``group``: how many consecutive offloaded layers share one host region
     and come back in one call (default 1): fewer calls a token, for
     ``group - 1`` more layers' keys and values on the device at a time.
+    ``stager``: the ``hostcopy.Stager`` that makes its copies (default: the
+    device's shared one), e.g. one with fewer ``workers``, so that the
+    copies leave more of the host to the Python thread that runs the model.
     Refused values raise ``OffloadArgumentError`` (``OffloadArgumentTypeError``
     for a type), both ``ValueError``.
 
@@ -526,11 +531,21 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     layers: list[Any]
     layer_class_to_replicate: Any
 
-    def __init__(self, config: Any = None, *, prefetch: int = 2, tail: int = TAIL, group: int = 1) -> None:
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        prefetch: int = 2,
+        tail: int = TAIL,
+        group: int = 1,
+        stager: Optional[_staging.Stager] = None,
+    ) -> None:
         prefetch = check_count("prefetch", prefetch, 1)
         tail = check_count("tail", tail, 1)
         self.group = check_count("group", group, 1)
         self._region: Optional[_Region] = None
+        #: What makes the copies: ``stager``, or the module's functions (the device's shared stager).
+        self.copies: Any = _staging if stager is None else stager
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
         super().__init__(config=config)
@@ -549,7 +564,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
 
     def _new_layer(self) -> HostLayer:
         layer = HostLayer(self.tail_positions)
-        layer.counters = self.counters
+        layer.counters, layer.copies = self.counters, self.copies
         # Consecutive offloaded layers share a region, ``group`` at a time.
         if self._region is not None and len(self._region.members) < self.group:
             self._region.members.append(layer)
@@ -622,7 +637,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         with torch.cuda.stream(side):
             buffer = torch.empty((part * len(members),), dtype=layer.dtype, device=layer.device)
         started = time.perf_counter()
-        transfer = _staging.copy_blocks_to_device(device_range(buffer), host, blocks, stream=side, blocking=False)
+        transfer = self.copies.copy_blocks_to_device(device_range(buffer), host, blocks, stream=side, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.uploads += 1
         self.counters.upload_bytes += part * len(members) * layer.item
