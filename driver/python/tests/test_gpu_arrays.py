@@ -242,9 +242,10 @@ def test_torch_a_copy_during_a_graph_capture_is_refused_and_the_capture_survives
     graph = torch.cuda.CUDAGraph()
     # The capture counts the calls of its own thread, which is where a
     # refused copy runs (it starts nothing elsewhere). In torch's default
-    # global mode a call of any thread of the process counts: in this
-    # suite the runtimes that earlier tests imported keep threads of their
-    # own (run 79 saw this capture broken once, run 78 not, on one code).
+    # global mode a call of any thread of the process counts, and in this
+    # suite other runtimes imported by earlier tests may call the driver
+    # from threads of their own (run 79 saw this capture broken once, run
+    # 78 not, on the same code).
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         y = x + 1
         with pytest.raises(hostcopy.StreamCapturing):
