@@ -11,8 +11,8 @@
 //!   it wakes the event loops that await it and lets go of what was kept
 //!   for it ([`SharedTransfer::hand_over`], [`SharedTransfer::release_when_ended`]);
 //!   what was kept for a transfer dropped before it ended goes once its
-//!   copies are seen to have arrived, and is kept for good if they cannot
-//!   be.
+//!   copier is done with the host memory (after an error too), and is
+//!   kept for good only in a process that gave up on its copies.
 //! - **Every start is made on the caller's thread**, every chunk queued
 //!   before [`SharedStager::transfer`] returns, on an event loop's thread
 //!   too: so a wait queued on the caller's stream depends only on work
@@ -437,8 +437,8 @@ struct Tracked {
     wakeups: Vec<(Arc<Signal>, u64)>,
     /// The finish thread has it, or will: it ends without any caller.
     finisher: bool,
-    /// Let go of once it has ended; kept for good if it is dropped before
-    /// and its copies cannot be seen to have arrived.
+    /// Let go of once it has ended, or once its copier is done if it is
+    /// dropped before (kept for good in a process that gave up on it).
     kept: Vec<Box<dyn Send>>,
 }
 
@@ -611,11 +611,12 @@ impl SharedTransfer {
     }
 
     /// Lets go of `value` (what a copy of the transfer may read or write:
-    /// a host runtime's arrays) only once the transfer has ended: back
-    /// (`Some`, for the caller to drop) if it has; otherwise kept, dropped
-    /// when it ends, or, if the transfer is dropped before it ends, when
-    /// its copies are seen to have arrived, and kept for good (counted in
-    /// [`leaked`](crate::cuda::staging::leaked)) when they cannot be.
+    /// a host runtime's arrays) only once no copy can touch it: back
+    /// (`Some`, for the caller to drop) if the transfer has ended;
+    /// otherwise kept, dropped when it ends or, if it is dropped before it
+    /// ends, once its copier is done (see `Drop`), and kept for good
+    /// (counted in [`leaked`](crate::cuda::staging::leaked)) in a process
+    /// that gave up on its copies.
     pub fn release_when_ended(&self, value: Box<dyn Send>) -> Option<Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
         if matches!(tracked.progress, Progress::Ended(_)) {
@@ -628,10 +629,12 @@ impl SharedTransfer {
 
 impl Drop for SharedTransfer {
     /// What was kept for a transfer dropped before it ended (its last
-    /// handle gone with no caller finishing it) goes only once its copies
-    /// are seen to have arrived; otherwise, or in a process that gave up on
-    /// its copies (forked, or at exit), a copy may still touch it: kept for
-    /// good.
+    /// handle gone with no caller finishing it) goes once the pending
+    /// transfer's own drop has returned: that waits until the copier is
+    /// done with the host memory, after an error too (the device memory
+    /// a queued copy may still use keeps itself). In a process that gave
+    /// up on its copies (forked, or at exit) nothing may wait for them:
+    /// the pending transfer and the values are kept for good.
     fn drop(&mut self) {
         let tracked = self
             .tracked
@@ -640,22 +643,17 @@ impl Drop for SharedTransfer {
         if tracked.kept.is_empty() {
             return;
         }
-        let arrived = match &tracked.progress {
-            Progress::Ended(_) => true,
-            Progress::Pending(pending) => {
-                !Process::global().abandoned() && pending.wait_arrived().is_ok()
-            }
-            // A caller finishing it holds a handle: not while dropped.
-            Progress::Finishing => false,
-        };
         let kept = core::mem::take(&mut tracked.kept);
-        if arrived {
-            drop(kept);
-        } else {
+        let progress = core::mem::replace(&mut tracked.progress, Progress::Finishing);
+        if Process::global().abandoned() {
+            core::mem::forget(progress);
             for value in kept {
                 retire::keep(value, Kept::HostValue);
             }
+            return;
         }
+        drop(progress);
+        drop(kept);
     }
 }
 
@@ -1045,41 +1043,65 @@ mod tests {
         assert_eq!(Arc::strong_count(&again), 1);
     }
 
-    #[test]
-    fn a_transfer_dropped_before_it_ended_lets_go_of_its_values_once_its_copies_arrived() {
-        let (_, shared) = shared();
-        let expected = pattern(22);
-        let device = device_with(&shared, &expected);
-        let range = host(std::vec![0; LEN]);
-        let transfer = start(&shared, None, download(&device, range));
-        let (kept, value) = counted();
-        assert!(transfer.release_when_ended(value).is_none());
-        drop(transfer);
-        assert_eq!(Arc::strong_count(&kept), 1, "never let go of");
-        assert!(read(range) == expected);
+    /// A value that records, when dropped, whether `range` then held
+    /// `expected`: what a host array handed to the state would see.
+    struct Witness {
+        range: HostRange,
+        expected: Vec<u8>,
+        seen: Arc<Mutex<Option<bool>>>,
     }
 
-    #[test]
-    fn a_transfer_dropped_before_it_ended_keeps_its_values_for_good_when_its_copies_cannot_be_seen()
-    {
+    impl Drop for Witness {
+        fn drop(&mut self) {
+            *lock(&self.seen) = Some(read(self.range) == self.expected);
+        }
+    }
+
+    /// A download of `expected` started on a held device, a [`Witness`]
+    /// of its destination handed to the state, and the transfer dropped on
+    /// another thread: what the witness saw, once `before_release` ran
+    /// with the device still held and the drop has returned.
+    fn dropped_while_held(seed: usize, before_release: impl FnOnce(usize)) -> Option<bool> {
         let (ordinal, shared) = shared();
-        let device = device_with(&shared, &pattern(23));
+        let expected = pattern(seed);
+        let device = device_with(&shared, &expected);
         let range = host(std::vec![0; LEN]);
         sim::hold(ordinal);
         let transfer = start(&shared, None, download(&device, range));
-        let (kept, value) = counted();
-        assert!(transfer.release_when_ended(value).is_none());
-        let before = crate::cuda::staging::leaked().host_values;
-        // A sticky error: the wait for its copies fails, so a copy may, for
-        // all the layer can tell, still write what the value owns.
-        sim::fail_context(ordinal, 700);
-        drop(transfer);
+        let seen = Arc::new(Mutex::new(None));
+        let witness = Witness {
+            range,
+            expected,
+            seen: Arc::clone(&seen),
+        };
+        assert!(transfer.release_when_ended(Box::new(witness)).is_none());
+        let dropping = std::thread::spawn(move || drop(transfer));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(*lock(&seen), None, "let go of while the copy was held");
+        before_release(ordinal);
         sim::release(ordinal);
-        assert_eq!(Arc::strong_count(&kept), 2, "let go of");
-        assert!(
-            crate::cuda::staging::leaked().host_values > before,
-            "not counted"
+        dropping.join().unwrap();
+        *lock(&seen)
+    }
+
+    #[test]
+    fn a_transfer_dropped_before_it_ended_lets_go_of_its_values_after_its_copies() {
+        // The drop waits for the copier: the value goes with every byte in
+        // place, not while the copy is held.
+        assert_eq!(dropped_while_held(22, |_| {}), Some(true));
+    }
+
+    #[test]
+    fn a_transfer_dropped_before_it_ended_lets_go_of_its_values_after_an_error_too() {
+        // A sticky error: the copier gives up on the transfer and touches
+        // its host memory no more, so the value goes (its bytes never
+        // came); only the device memory a queued copy may use is kept.
+        let before = crate::cuda::staging::leaked().host_values;
+        assert_eq!(
+            dropped_while_held(23, |ordinal| sim::fail_context(ordinal, 700)),
+            Some(false)
         );
+        assert_eq!(crate::cuda::staging::leaked().host_values, before);
     }
 
     #[test]

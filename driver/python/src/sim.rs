@@ -81,6 +81,17 @@ fn sim_release(ordinal: usize) {
     sim::release(ordinal);
 }
 
+/// Releases device `ordinal`'s held work after `ms` milliseconds, from a
+/// thread of its own: one that needs no GIL, for a test whose main thread
+/// holds it while it waits for that work.
+#[pyfunction]
+fn sim_release_later(ordinal: usize, ms: u64) {
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        sim::release(ordinal);
+    });
+}
+
 /// Waits (the GIL released) until device `ordinal` has run what is queued.
 #[pyfunction]
 fn sim_drain(py: Python<'_>, ordinal: usize) {
@@ -417,6 +428,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_device_state, m)?)?;
     m.add_function(wrap_pyfunction!(sim_hold, m)?)?;
     m.add_function(wrap_pyfunction!(sim_release, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_release_later, m)?)?;
     m.add_function(wrap_pyfunction!(sim_drain, m)?)?;
     m.add_function(wrap_pyfunction!(sim_fail_call, m)?)?;
     m.add_function(wrap_pyfunction!(sim_fail_context, m)?)?;

@@ -125,8 +125,9 @@ fn close_dropped(closing: Closing) {
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct Transfer {
     state: Arc<SharedTransfer>,
-    /// The host memory, held until the transfer has ended (or handed to
-    /// `state` when dropped while the finish thread has it).
+    /// The host memory, held until the transfer has ended; when dropped
+    /// unended, handed to `state`, which lets it go once no copy can touch
+    /// it.
     host: Mutex<Option<Py<HostMemory>>>,
 }
 
@@ -800,14 +801,20 @@ impl Drop for Transfer {
                 // drains its streams after an error), so that the arrays
                 // it holds are released only after the copy. A failure
                 // cannot be raised from a destructor; it is reported as an
-                // unraisable error. The state lets go of the host memory
-                // (here, with the GIL) once the transfer has ended, and
-                // keeps it for good if it never does (a copy may still
-                // write it).
+                // unraisable error. Then the state decides when the host
+                // memory goes: here (with the GIL) if the transfer ended;
+                // else once its copier is done, when the state's last
+                // handle goes (`SharedTransfer::release_when_ended`). A
+                // panic in between keeps it for good: a copy may still
+                // write it.
+                let host = core::mem::ManuallyDrop::new(host);
                 if let Err(failure) = self.finish(py) {
                     failure.write_unraisable(py, None);
                 }
-                drop(self.state.release_when_ended(host));
+                drop(
+                    self.state
+                        .release_when_ended(core::mem::ManuallyDrop::into_inner(host)),
+                );
             })
         });
     }

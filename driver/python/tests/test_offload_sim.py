@@ -881,6 +881,12 @@ def test_a_cache_given_a_stager_makes_every_copy_through_it(kv):
     assert kv.staging.count == 0
 
 
+def test_a_cache_refuses_a_stager_that_is_not_one(kv):
+    with pytest.raises(hostcopy.OffloadArgumentTypeError) as refused:
+        kv.module.HostOffloadedCache(stager="stager")
+    assert refused.value.argument == "stager" and isinstance(refused.value, TypeError)
+
+
 def test_each_position_is_written_to_the_host_once(kv):
     cache = kv.module.HostOffloadedCache(prefetch=1, tail=4)
     generate(kv, cache, 2, [6] + [1] * 9)

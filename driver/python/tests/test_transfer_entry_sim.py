@@ -218,54 +218,52 @@ DEINITIALIZED = 4
 ILLEGAL_ADDRESS = 700
 
 
-def dropped_unfinished(sim, numpy, device, stager, monkeypatch, sticky):
-    """A download dropped unwaited whose drop cannot finish it (its first
-    driver call, saving the thread's current context, fails): with its
-    copies run (``sticky`` false), or (``sticky``) held and then given a
-    sticky error, so that waiting for them fails. Whether its destination
-    is still held once the transfer is gone, and what was reported."""
+def test_a_transfer_dropped_unfinished_lets_go_of_its_host_memory_only_after_its_copier(
+    sim, numpy, device, stager, monkeypatch
+):
+    # Its drop cannot finish it (its first driver call, saving the thread's
+    # current context, fails) while its copies are held: the destination
+    # goes once the copier is done, not before and not never.
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
     source = sim.array(device, pattern(1 << 20, 17))
     dst = numpy.zeros(1 << 20, numpy.uint8)
-    if sticky:
-        sim.hold(device)
+    sim.hold(device)
     transfer = stager.copy_to_host(dst, source, blocking=False)
-    if sticky:
-        sim.fail_context(device, ILLEGAL_ADDRESS)
-        sim.release(device)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if transfer.done():
-                break
-        except hostcopy.CudaError:
-            break  # the copier met the sticky error: done with the job
-        time.sleep(0.001)
+    freed_at = []
+    alive = weakref.ref(dst, lambda _: freed_at.append(time.monotonic()))
+    del dst
+    gc.collect()  # earlier tests' garbage now, not during this drop
+    sim.native.sim_make_current(device)
+    sim.fail_call(device, "cuCtxGetCurrent", 1, DEINITIALIZED)
+    # The drop waits for the copier with the GIL held: released from a
+    # thread that needs none.
+    released_after = time.monotonic() + 0.2
+    sim.native.sim_release_later(device, 200)
+    del transfer
+    assert [type(report.exc_value) for report in reported] == [hostcopy.CudaError]
+    assert alive() is None, "kept for good"
+    assert freed_at and freed_at[0] >= released_after, "freed while the copy was held"
+
+
+def test_a_transfer_dropped_unfinished_after_a_sticky_error_lets_go_of_its_host_memory(
+    sim, numpy, device, stager, monkeypatch
+):
+    # The copier gives up on the transfer at the error and touches its host
+    # memory no more: the destination goes (it had been kept for good).
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    source = sim.array(device, pattern(1 << 20, 17))
+    dst = numpy.zeros(1 << 20, numpy.uint8)
+    sim.hold(device)
+    transfer = stager.copy_to_host(dst, source, blocking=False)
+    sim.fail_context(device, ILLEGAL_ADDRESS)
+    sim.release(device)
     alive = weakref.ref(dst)
     del dst
-    # Earlier tests' garbage dropped now, and the stager's threads idle:
-    # the one failure injected is for this drop's first call.
     gc.collect()
-    time.sleep(0.05)
     sim.native.sim_make_current(device)
     sim.fail_call(device, "cuCtxGetCurrent", 1, DEINITIALIZED)
     del transfer
-    return alive() is not None, [type(report.exc_value) for report in reported]
-
-
-def test_a_transfer_dropped_unfinished_keeps_its_host_memory_while_its_copies_cannot_be_seen_to_arrive(
-    sim, numpy, device, stager, monkeypatch
-):
-    # Not ended, and the wait for its copies fails: a copy may still write
-    # the destination, which stays held for good rather than freed.
-    held, reported = dropped_unfinished(sim, numpy, device, stager, monkeypatch, sticky=True)
-    assert (held, reported) == (True, [hostcopy.CudaError])
-
-
-def test_a_transfer_dropped_unfinished_lets_go_of_its_host_memory_once_its_copies_are_seen_to_arrive(
-    sim, numpy, device, stager, monkeypatch
-):
-    # Not ended, but its copies have run: the destination goes.
-    held, reported = dropped_unfinished(sim, numpy, device, stager, monkeypatch, sticky=False)
-    assert (held, reported) == (False, [hostcopy.CudaError])
+    assert [type(report.exc_value) for report in reported] == [hostcopy.CudaError]
+    assert alive() is None

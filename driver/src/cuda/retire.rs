@@ -33,7 +33,8 @@ pub struct Leaked {
     pub device_buffers: usize,
     /// What a host runtime kept for a transfer (the Python binding: the
     /// arrays a transfer reads or writes) when the transfer was dropped
-    /// before it ended and its copies could not be seen to have arrived
+    /// before it ended in a process that gave up on its copies (forked,
+    /// or at exit), where nothing may wait for its copier
     /// (`SharedTransfer::release_when_ended`, the binding's support).
     pub host_values: usize,
 }

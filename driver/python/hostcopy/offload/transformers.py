@@ -49,7 +49,7 @@ from collections import deque
 from typing import Any, Optional
 
 from .. import _memory, _staging
-from .._errors import OffloadError
+from .._errors import OffloadArgumentTypeError, OffloadError
 from ._ring import check_count
 from ._torch import DeviceRange, device_range
 
@@ -513,9 +513,8 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     and come back in one call (default 1): fewer calls a token, for
     ``group - 1`` more layers' keys and values on the device at a time.
     ``stager``: the ``hostcopy.Stager`` that makes its copies (default: the
-    device's shared one), e.g. one with fewer ``workers``, so that the
-    copies leave more of the host to the Python thread that runs the model.
-    Refused values raise ``OffloadArgumentError`` (``OffloadArgumentTypeError``
+    device's shared one, as for ``offload``); a stager serves one device,
+    so a model over several GPUs keeps the default. Refused values raise ``OffloadArgumentError`` (``OffloadArgumentTypeError``
     for a type), both ``ValueError``.
 
     Streams: the uploads run on a stream of their own, into buffers
@@ -543,6 +542,14 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         prefetch = check_count("prefetch", prefetch, 1)
         tail = check_count("tail", tail, 1)
         self.group = check_count("group", group, 1)
+        if stager is not None and not all(
+            callable(getattr(stager, name, None)) for name in ("copy_blocks_to_device", "copy_blocks_to_host")
+        ):
+            raise OffloadArgumentTypeError(
+                f"stager must be a hostcopy.Stager, not {stager!r} ({type(stager).__name__})",
+                argument="stager",
+                value=stager,
+            )
         self._region: Optional[_Region] = None
         #: What makes the copies: ``stager``, or the module's functions (the device's shared stager).
         self.copies: Any = _staging if stager is None else stager
