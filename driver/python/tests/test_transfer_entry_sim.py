@@ -218,24 +218,35 @@ DEINITIALIZED = 4
 ILLEGAL_ADDRESS = 700
 
 
-def test_a_transfer_dropped_unfinished_lets_go_of_its_host_memory_only_after_its_copier(
-    sim, numpy, device, stager, monkeypatch
-):
-    # Its drop cannot finish it (its first driver call, saving the thread's
-    # current context, fails) while its copies are held: the destination
-    # goes once the copier is done, not before and not never.
-    reported = []
+def held_download(sim, numpy, device, stager, monkeypatch):
+    """A ``blocking=False`` download started with the device's work held,
+    the unraisable errors reported meanwhile, and a weak reference to its
+    destination that records when the destination is freed."""
+    reported, freed_at = [], []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
     source = sim.array(device, pattern(1 << 20, 17))
     dst = numpy.zeros(1 << 20, numpy.uint8)
     sim.hold(device)
     transfer = stager.copy_to_host(dst, source, blocking=False)
-    freed_at = []
     alive = weakref.ref(dst, lambda _: freed_at.append(time.monotonic()))
-    del dst
-    gc.collect()  # earlier tests' garbage now, not during this drop
+    return transfer, alive, freed_at, reported
+
+
+def fail_the_drops_first_call(sim, device):
+    """The next drop cannot finish its transfer: its first driver call
+    (saving the thread's current context) fails."""
+    gc.collect()  # earlier tests' garbage now, not during the drop
     sim.native.sim_make_current(device)
     sim.fail_call(device, "cuCtxGetCurrent", 1, DEINITIALIZED)
+
+
+def test_a_transfer_dropped_unfinished_lets_go_of_its_host_memory_only_after_its_copier(
+    sim, numpy, device, stager, monkeypatch
+):
+    # Not finished by its drop while its copies are held: the destination
+    # goes once the copier is done, not before and not never.
+    transfer, alive, freed_at, reported = held_download(sim, numpy, device, stager, monkeypatch)
+    fail_the_drops_first_call(sim, device)
     # The drop waits for the copier with the GIL held: released from a
     # thread that needs none.
     released_after = time.monotonic() + 0.2
@@ -251,19 +262,10 @@ def test_a_transfer_dropped_unfinished_after_a_sticky_error_lets_go_of_its_host_
 ):
     # The copier gives up on the transfer at the error and touches its host
     # memory no more: the destination goes (it had been kept for good).
-    reported = []
-    monkeypatch.setattr(sys, "unraisablehook", reported.append)
-    source = sim.array(device, pattern(1 << 20, 17))
-    dst = numpy.zeros(1 << 20, numpy.uint8)
-    sim.hold(device)
-    transfer = stager.copy_to_host(dst, source, blocking=False)
+    transfer, alive, _, reported = held_download(sim, numpy, device, stager, monkeypatch)
     sim.fail_context(device, ILLEGAL_ADDRESS)
     sim.release(device)
-    alive = weakref.ref(dst)
-    del dst
-    gc.collect()
-    sim.native.sim_make_current(device)
-    sim.fail_call(device, "cuCtxGetCurrent", 1, DEINITIALIZED)
+    fail_the_drops_first_call(sim, device)
     del transfer
     assert [type(report.exc_value) for report in reported] == [hostcopy.CudaError]
     assert alive() is None
