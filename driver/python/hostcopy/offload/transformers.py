@@ -514,8 +514,9 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     ``group - 1`` more layers' keys and values on the device at a time.
     ``stager``: the ``hostcopy.Stager`` that makes its copies (default: the
     device's shared one, as for ``offload``); a stager serves one device,
-    so a model over several GPUs keeps the default. Refused values raise ``OffloadArgumentError`` (``OffloadArgumentTypeError``
-    for a type), both ``ValueError``.
+    so a model over several GPUs keeps the default. Refused values raise
+    ``OffloadArgumentError`` (``OffloadArgumentTypeError`` for a type),
+    both ``ValueError``.
 
     Streams: the uploads run on a stream of their own, into buffers
     allocated on that stream, so they wait for nothing the compute stream
