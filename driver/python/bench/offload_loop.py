@@ -20,7 +20,7 @@ weights copied in) and host memory held, pinned against hostcopy; a
 prefill of 4,096 tokens offloaded against compute alone and the uploads
 alone; ``generate`` with ``HostOffloadedCache`` against transformers'
 ``cache_implementation="offloaded"`` and ``DynamicCache`` (tokens/s, the
-same tokens), alternated over rounds, with the time a decoded token
+same tokens), rotated over rounds, with the time a decoded token
 takes apart from the prefill and where it goes (hostcopy calls, waits,
 the cache's own update against transformers' timed). A table of ratios
 last.
@@ -185,8 +185,10 @@ def timed_offloaded_cache(model):
 
 def generate_rows(model, args):
     """``generate`` with DynamicCache, transformers' offloaded cache and
-    HostOffloadedCache (the defaults, larger groups, fewer copy workers), alternated over ``--rounds`` rounds (so that no
-    kind is always the first after a change), each round a full run of
+    HostOffloadedCache (the defaults, larger groups, fewer copy workers)
+    over ``--rounds`` rounds, each round in another order (the kinds
+    rotated, so that no kind always runs after the same one), each round
+    a full run of
     ``--new-tokens`` and a prefill-only run (one new token): tokens/s of
     the full runs (median), and the time a decoded token takes apart from
     the prefill (the difference of the two runs' medians over the tokens
@@ -232,11 +234,12 @@ def generate_rows(model, args):
     times = {kind: {"full": [], "prefill": []} for kind in kinds}
     outputs, caches, pinned = {}, {}, {}
     for round_ in range(args.rounds):
-        for kind in measured:
+        shift = round_ * len(measured) // args.rounds
+        for kind in measured[shift:] + measured[:shift]:
             before = host_memory_stats()
             took, out, cache = run(kind, new)
             after = host_memory_stats()
-            if round_ == 0:
+            if kind not in outputs:
                 outputs[kind] = out
                 pinned[kind] = {k: after[k] - before.get(k, 0) for k in after if "alloc" in k and "time" not in k and after[k] != before.get(k, 0)}
             times[kind]["full"].append(took)
@@ -290,7 +293,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3, help="generate rounds, the kinds alternated")
+    parser.add_argument("--rounds", type=int, default=5, help="generate rounds, the kinds rotated")
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
