@@ -1,0 +1,2 @@
+# Run 83 (2026-12-06, NVIDIA H100 80GB HBM3), on the device host from the repository root, revision 1919599:
+b=$PWD/target/hostcopy-gpu-bundle; python3 -m pip install -q --no-index --no-deps --target /tmp/site $b/python/wheels/hostcopy-*.whl && export PYTHONPATH=/tmp/site && nvidia-smi --query-gpu=name --format=csv,noheader && python3 $b/python/bench/offload_loop.py --only-generate --rounds 7 2>&1 | tee $OUT/generate.log | tail -30
