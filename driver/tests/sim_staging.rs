@@ -1251,6 +1251,33 @@ fn the_primary_context_of_a_raw_stream_is_found() {
     device.assert_no_violations();
 }
 
+/// `of_stream_in` gives the known context itself for a stream of it,
+/// without retaining the primary context again (`of_stream` retains it
+/// once more to tell it is a primary context), and another device's
+/// context for a stream of that one, as `of_stream` does.
+#[test]
+fn a_stream_of_the_known_context_gives_that_context_without_another_retain() {
+    let ours = device();
+    let other = device();
+    let stream = Stream::new(&ours.context).unwrap();
+    let foreign = Stream::new(&other.context).unwrap();
+    let retains = sim::device_state(ours.ordinal).primary_retains;
+    // SAFETY: the stream is alive.
+    let found = unsafe { Context::of_stream_in(stream.as_stream().raw(), &ours.context) }.unwrap();
+    assert_eq!(found.raw(), ours.context.raw());
+    assert_eq!(sim::device_state(ours.ordinal).primary_retains, retains);
+    // SAFETY: as above.
+    let theirs =
+        unsafe { Context::of_stream_in(foreign.as_stream().raw(), &ours.context) }.unwrap();
+    assert_eq!(
+        (theirs.ordinal(), theirs.raw()),
+        (other.ordinal, other.context.raw())
+    );
+    drop((found, theirs, stream, foreign));
+    ours.assert_no_violations();
+    other.assert_no_violations();
+}
+
 /// `wait_for` before transfers that prove nothing complete (empty ones,
 /// pinned copies) keeps a bounded number of events alive. Before, every
 /// call kept one until a later staged transfer finished: 2,000 live events

@@ -83,11 +83,7 @@ pub(crate) fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
 /// `__array__`) as their `tolist()`; anything else as it is.
 pub(crate) fn private_table<'py>(blocks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = blocks.py();
-    let modules = py
-        .import("sys")?
-        .getattr("modules")?
-        .cast_into::<PyDict>()?;
-    let numpy = modules.get_item("numpy")?;
+    let numpy = crate::sides::modules(py)?.get_item("numpy")?;
     let c_ordered = |array: &Bound<'py, PyAny>, numpy: &Bound<'py, PyAny>| {
         let order = PyDict::new(py);
         order.set_item("order", "C")?;

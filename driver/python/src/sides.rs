@@ -20,6 +20,7 @@
 use hostcopy_driver::cuda::CUdeviceptr;
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMemoryView, PySlice, PyTuple, PyType};
 
 use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
@@ -98,13 +99,24 @@ fn attribute<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Option<Bound<
     }
 }
 
+/// `sys.modules`, the interpreter's own dict, looked up once: importing
+/// `sys` goes through the import machinery, microseconds that every
+/// transfer would pay several times over.
+pub(crate) fn modules(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
+    static MODULES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let modules = MODULES.get_or_try_init(py, || -> PyResult<Py<PyDict>> {
+        Ok(py
+            .import("sys")?
+            .getattr("modules")?
+            .cast_into::<PyDict>()?
+            .unbind())
+    })?;
+    Ok(modules.bind(py))
+}
+
 /// The module `name` if something imported it (`sys.modules`).
 fn loaded<'py>(py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let modules = py
-        .import("sys")?
-        .getattr("modules")?
-        .cast_into::<PyDict>()?;
-    modules.get_item(name)
+    modules(py)?.get_item(name)
 }
 
 /// `type(obj).__name__`.

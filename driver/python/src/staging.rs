@@ -315,7 +315,7 @@ fn stream_context(context: &Context, handle: usize) -> Result<Context, Error> {
     }
     // SAFETY: the Python API documents the caller's promise: the stream is
     // valid for the call.
-    unsafe { Context::of_stream(handle as CUstream) }
+    unsafe { Context::of_stream_in(handle as CUstream, context) }
 }
 
 #[pymethods]
@@ -851,10 +851,9 @@ fn keeping_exception(_py: Python<'_>, f: impl FnOnce()) {
 /// asked once the exit handler has run: `false`).
 fn on_event_loop(py: Python<'_>) -> bool {
     let running = || -> PyResult<bool> {
-        let modules = py.import("sys")?.getattr("modules")?;
-        match modules.get_item("asyncio") {
-            Ok(asyncio) => Ok(!asyncio.call_method0("_get_running_loop")?.is_none()),
-            Err(_) => Ok(false),
+        match crate::sides::modules(py)?.get_item("asyncio")? {
+            Some(asyncio) => Ok(!asyncio.call_method0("_get_running_loop")?.is_none()),
+            None => Ok(false),
         }
     };
     life::python_code(|| running().unwrap_or(false)).unwrap_or(false)

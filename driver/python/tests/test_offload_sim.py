@@ -699,6 +699,12 @@ class FakeCopy:
 class FakeStaging:
     def __init__(self, log):
         self.log, self.count, self.finished = log, 0, True
+        #: ``_stager_for`` calls: the device's shared stager looked up.
+        self.lookups = 0
+
+    def _stager_for(self, obj, side):
+        self.lookups += 1
+        return self  # the shared stager's copies, as the module's functions make them
 
     def _copy(self, name, device, host, blocks, stream, to_device):
         self.count += 1
@@ -879,6 +885,15 @@ def test_a_cache_given_a_stager_makes_every_copy_through_it(kv):
     # Uploads and writes alike: the stager given, never the shared one.
     assert stager.count == cache.counters.uploads + cache.counters.writes > 0
     assert kv.staging.count == 0
+
+
+def test_a_cache_looks_up_the_shared_stager_once_a_layer_not_once_a_call(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2)
+    generate(kv, cache, 3, [3] + [1] * 6)
+    # Every upload and write through the device's shared stager, which
+    # each layer looked up once, when its first positions came.
+    assert kv.staging.count == cache.counters.uploads + cache.counters.writes > 3
+    assert kv.staging.lookups == 3
 
 
 def test_a_cache_refuses_a_stager_that_is_not_one(kv):

@@ -84,6 +84,37 @@ impl Context {
     ///
     /// `stream` is a valid stream handle for the call.
     pub unsafe fn of_stream(stream: CUstream) -> Result<Context, Error> {
+        // SAFETY: our caller's promise.
+        let raw = unsafe { Self::raw_of_stream(stream) }?;
+        Self::of_raw(raw)
+    }
+
+    /// [`of_stream`](Self::of_stream) for a stream that most likely belongs
+    /// to `known`: a clone of `known` where it does, without the driver
+    /// calls that tell a primary context (a transfer on a stream of its
+    /// stager's context, the common case, pays two of them instead of
+    /// about ten); as `of_stream` otherwise.
+    ///
+    /// # Safety
+    ///
+    /// As for [`of_stream`](Self::of_stream).
+    pub unsafe fn of_stream_in(stream: CUstream, known: &Context) -> Result<Context, Error> {
+        // SAFETY: our caller's promise.
+        let raw = unsafe { Self::raw_of_stream(stream) }?;
+        // `known` keeps its context retained, so no other context can have
+        // its handle meanwhile: the same handle is the same context.
+        if raw == known.raw() {
+            return Ok(known.clone());
+        }
+        Self::of_raw(raw)
+    }
+
+    /// The handle of the context `stream` belongs to (see `of_stream`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`of_stream`](Self::of_stream).
+    unsafe fn raw_of_stream(stream: CUstream) -> Result<CUcontext, Error> {
         // SAFETY: plain driver initialization.
         unsafe { ffi::cuInit(0) }.ok()?;
         let mut raw: CUcontext = core::ptr::null_mut();
@@ -97,7 +128,7 @@ impl Context {
             // SAFETY: writes one handle; the stream is valid (our caller).
             unsafe { ffi::cuStreamGetCtx(stream, &mut raw) }.ok()?;
         }
-        Self::of_raw(raw)
+        Ok(raw)
     }
 
     /// The calling thread's current context, if it is a device's primary

@@ -141,6 +141,7 @@ class Ring:
         self.sizes = [memoryview(host).nbytes for host in self.hosts]
         self.prefetch = prefetch
         self.wrap = wrap
+        #: ``stager=``, or the device's shared stager once a copy looked it up.
         self.stager = stager
         self.on_upload = on_upload
         if slots is None:
@@ -265,9 +266,9 @@ class Ring:
         # of the upload lands (an event never recorded is waited for at once).
         self.device.wait(slot.stream, slot.free)
         host = self.hosts[group]
-        copy = _staging.copy_to_device if self.stager is None else self.stager.copy_to_device
-        transfer = copy(
-            self.device.memory(slot.buffer), host, self.sizes[group], stream=slot.stream, blocking=False
+        memory = self.device.memory(slot.buffer)
+        transfer = self._copies(memory).copy_to_device(
+            memory, host, self.sizes[group], stream=slot.stream, blocking=False
         )
         slot.transfer = transfer
         slot.group = group
@@ -275,6 +276,14 @@ class Ring:
         self.uploads += 1
         if self.on_upload is not None:
             self.on_upload(group, slot)
+
+    def _copies(self, memory: Any) -> _staging.Stager:
+        """What makes the copies: ``stager=``, else the shared stager of the
+        device holding ``memory``, looked up once (the module's functions
+        look it up again on every call)."""
+        if self.stager is None:
+            self.stager = _staging._stager_for(memory, "dst")
+        return self.stager
 
     def _settle(self, slot: Slot) -> None:
         transfer, slot.transfer = slot.transfer, None
@@ -294,7 +303,7 @@ class Ring:
         slot = self._active.get(group)
         if slot is None:
             raise OffloadError(f"group {group} is not in a forward")
-        copy = _staging.copy_to_host if self.stager is None else self.stager.copy_to_host
+        copy = self._copies(self.device.memory(slot.buffer)).copy_to_host
         stream = self.device.current_stream()
         for offset, nbytes in ranges:
             if nbytes:

@@ -203,7 +203,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self._read_blocks: Optional[tuple[tuple[int, int, int], Any]] = None
         #: The host memory it shares with the layers of its group (its own by default).
         self.region = _Region([self])
-        #: What makes its copies: a ``Stager``, or the module (the device's shared stager).
+        #: What makes its copies: a ``Stager``; the module until the first
+        #: update, which looks up the device's shared stager.
         self.copies: Any = _staging
 
     @property
@@ -229,6 +230,10 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self.batch, self.heads, _, self.head_dim = key_states.shape
         self.value_dim = self.head_dim if value_states is None else value_states.shape[-1]
         self.item = key_states.element_size()
+        if self.copies is _staging:
+            # The device's shared stager, looked up once: the module's
+            # functions look it up again on every call.
+            self.copies = _staging._stager_for(key_states, "src")
         self.is_initialized = True
         if self.region.geometry not in (None, self.geometry()):
             self._detach()  # its group's parts are of another size: memory of its own
@@ -645,7 +650,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         with torch.cuda.stream(side):
             buffer = torch.empty((part * len(members),), dtype=layer.dtype, device=layer.device)
         started = time.perf_counter()
-        transfer = self.copies.copy_blocks_to_device(device_range(buffer), host, blocks, stream=side, blocking=False)
+        transfer = layer.copies.copy_blocks_to_device(device_range(buffer), host, blocks, stream=side, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.uploads += 1
         self.counters.upload_bytes += part * len(members) * layer.item
