@@ -309,20 +309,25 @@ def test_host_kv_cache_gives_the_same_tokens_whatever_its_depth_device_part_and_
 
 
 @pytest.mark.parametrize(
-    "stager_options", [None, {"workers": 4}, {"workers": 2, "chunk": 1 << 20}], ids=["shared", "4 workers", "2 workers, 1 MiB chunks"]
+    "stager_options, group",
+    [(None, 1), ({"workers": 4}, 1), ({"workers": 2, "chunk": 1 << 20}, 1), (None, 2), (None, LAYERS)],
+    ids=["shared", "4 workers", "2 workers, 1 MiB chunks", "shared, group 2", "shared, one group"],
 )
-def test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager(cpu_model, stager_options):
+def test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager(cpu_model, stager_options, group):
     # Teacher-forced: every step's logits, not only the argmax, so that an
     # upload that brought back wrong bytes cannot hide behind a clear
     # argmax. 8 sequences of 960 positions: a layer's upload is 4 MiB in
-    # 32 blocks; with a 16-position device part, decode steps write too.
+    # 32 blocks (a group's, as many of those as it has layers); with a
+    # 16-position device part, decode steps write too.
     model = copy.deepcopy(cpu_model).cuda()
     generator = torch.Generator().manual_seed(6)
     tokens = torch.randint(0, 512, (8, 1000), generator=generator).cuda()
     stager = None if stager_options is None else hostcopy.Stager(0, **stager_options)
     caches = {
         "dynamic": transformers.DynamicCache(config=model.config),
-        "host": hostcopy.offload.transformers.HostOffloadedCache(config=model.config, tail=16, stager=stager),
+        "host": hostcopy.offload.transformers.HostOffloadedCache(
+            config=model.config, tail=16, stager=stager, group=group
+        ),
     }
     logits = {}
     with torch.inference_mode():
@@ -331,7 +336,7 @@ def test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager(cpu_m
             for at in range(960, 1000):
                 steps.append(model(tokens[:, at : at + 1], past_key_values=cache, use_cache=True).logits[:, -1])
             logits[name] = torch.stack(steps)
-    assert caches["host"].counters.uploads >= LAYERS * 40 and caches["host"].counters.writes > LAYERS
+    assert caches["host"].counters.uploads >= LAYERS // group * 40 and caches["host"].counters.writes > LAYERS
     differing = (logits["host"] != logits["dynamic"]).any(dim=-1).any(dim=-1).nonzero().flatten().tolist()
     assert differing == [], f"steps whose logits differ from DynamicCache's: {differing}"
     caches["host"].drain()
