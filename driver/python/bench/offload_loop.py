@@ -20,7 +20,7 @@ weights copied in) and host memory held, pinned against hostcopy; a
 prefill of 4,096 tokens offloaded against compute alone and the uploads
 alone; ``generate`` with ``HostOffloadedCache`` against transformers'
 ``cache_implementation="offloaded"`` and ``DynamicCache`` (tokens/s;
-tokens other than DynamicCache's named), rotated over rounds, with the time a decoded token
+tokens other than DynamicCache's named), shuffled between rounds, with the time a decoded token
 takes apart from the prefill and where it goes (hostcopy calls, waits,
 the cache's own update against transformers' timed). A table of ratios
 last.
@@ -30,6 +30,7 @@ Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] 
 
 import argparse
 import gc
+import random
 import statistics
 import sys
 import time
@@ -186,10 +187,10 @@ def timed_offloaded_cache(model):
 def generate_rows(model, args):
     """``generate`` with DynamicCache, transformers' offloaded cache and
     HostOffloadedCache (the defaults, larger groups, fewer copy workers)
-    over ``--rounds`` rounds, each round in another order (the kinds
-    rotated, so that no kind always runs after the same one), each round
-    a full run of
-    ``--new-tokens`` and a prefill-only run (one new token): tokens/s of
+    over ``--rounds`` rounds, the first in the order below, each later
+    one shuffled (seeded, so that a kind's neighbours change between
+    rounds), each round a full run of ``--new-tokens`` and a prefill-only
+    run (one new token): tokens/s of
     the full runs (median), and the time a decoded token takes apart from
     the prefill (the difference of the two runs' medians over the tokens
     after the first). Where HostOffloadedCache's time goes, per decoded
@@ -232,16 +233,19 @@ def generate_rows(model, args):
     for kind in kinds:
         run(kind, 2)  # warm-up
     times = {kind: {"full": [], "prefill": []} for kind in kinds}
-    outputs, caches, pinned = {}, {}, {}
+    outputs, caches, pinned = {kind: [] for kind in measured}, {}, {}
+    shuffle = random.Random(0).shuffle
     for round_ in range(args.rounds):
-        shift = round_ * len(measured) // args.rounds
-        for kind in measured[shift:] + measured[:shift]:
+        order = list(measured)
+        if round_:
+            shuffle(order)
+        for kind in order:
             before = host_memory_stats()
             took, out, cache = run(kind, new)
             after = host_memory_stats()
-            if kind not in outputs:
-                outputs[kind] = out
+            if not outputs[kind]:
                 pinned[kind] = {k: after[k] - before.get(k, 0) for k in after if "alloc" in k and "time" not in k and after[k] != before.get(k, 0)}
+            outputs[kind].append(out)
             times[kind]["full"].append(took)
             caches[kind] = cache
             took, _, first = run(kind, 1)
@@ -257,13 +261,15 @@ def generate_rows(model, args):
             "tps": new / full,
             "prefill_ms": first * 1e3,
             "decode_ms": (full - first) / (new - 1) * 1e3,
-            "same": torch.equal(outputs[kind], outputs["DynamicCache"]),
+            # Rounds whose tokens are DynamicCache's first round's.
+            "same_rounds": sum(torch.equal(out, outputs["DynamicCache"][0]) for out in outputs[kind]),
         }
     print(f"generate {args.prompt} + {new} tokens, median of {args.rounds} rounds (tok/s of the whole call; "
           f"prefill = one new token; ms a decoded token after the first):")
     for kind, row_ in result.items():
         print(f"  {kind}: {row_['tps']:.1f} tok/s, prefill {row_['prefill_ms']:.1f} ms, "
-              f"{row_['decode_ms']:.2f} ms a decoded token; same tokens as DynamicCache: {row_['same']}; "
+              f"{row_['decode_ms']:.2f} ms a decoded token; DynamicCache's first tokens in "
+              f"{row_['same_rounds']} of {args.rounds} rounds; "
               f"torch pinned allocator {pinned[kind]}")
     # Where HostOffloadedCache's time goes: its counters, full run less prefill run.
     for kind in variants:
@@ -293,7 +299,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5, help="generate rounds, the kinds rotated")
+    parser.add_argument("--rounds", type=int, default=5, help="generate rounds, the kinds shuffled between them")
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -320,7 +326,7 @@ def main() -> int:
             hc = generated[kind]
             print(f"generate tok/s: {kind} / transformers offloaded {hc['tps'] / tf['tps']:.2f} (target >= 1); "
                   f"ms a decoded token {hc['decode_ms'] / tf['decode_ms']:.2f}")
-        report_tokens(generated)
+        report_tokens(generated, args.rounds)
         return 0
     decode = torch.tensor([[17]], device="cuda")
     gpu_ms, reference = per_forward(model, decode, args.iterations)
@@ -459,23 +465,27 @@ def main() -> int:
         hc = generated[kind]
         print(f"| generate tok/s: {kind} / transformers offloaded | {hc['tps'] / tf['tps']:.2f} | >= 1 |")
         print(f"| ms a decoded token: {kind} / transformers offloaded | {hc['decode_ms'] / tf['decode_ms']:.2f} | <= 1 |")
-    report_tokens(generated)
+    report_tokens(generated, args.rounds)
     return 0 if all(equal for _, _, equal in rows) else 1
 
 
-def report_tokens(generated):
-    """Names the ``generate`` rows whose tokens differ from DynamicCache's.
+def report_tokens(generated, rounds):
+    """Names the ``generate`` rows whose tokens were not, in every round,
+    those of DynamicCache's first round, with DynamicCache's own count
+    beside them (where it does not repeat itself, neither can the others).
 
-    Random bf16 weights leave near-ties in the argmax, which flip between
-    runs of the same cache (transformers' own offloaded cache gave other
-    tokens than DynamicCache in runs 80 and 81, the same ones in 79 and
-    84): the tokens are reported, not judged. The GPU tests judge the
-    bytes: every step's logits bit-equal to DynamicCache's, teacher-forced,
-    on every stager and group kind
-    (``test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager``)."""
-    differing = [kind for kind, row_ in generated.items() if not row_["same"]]
+    The benchmark does not judge them: the GPU tests judge the bytes
+    (every step's logits bit-equal to DynamicCache's, teacher-forced, on
+    every stager and group kind,
+    ``test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager``),
+    and on this model's random bf16 weights transformers' own offloaded
+    cache has given other tokens than DynamicCache in some runs (80, 81)
+    and not in others (79, 84)."""
+    differing = [f"{kind} ({row_['same_rounds']} of {rounds})" for kind, row_ in generated.items()
+                 if kind != "DynamicCache" and row_["same_rounds"] < rounds]
     if differing:
-        print(f"generate: other tokens than DynamicCache's (near-ties of random bf16 weights): {', '.join(differing)}")
+        print(f"generate: tokens other than DynamicCache's first round's in some rounds: {', '.join(differing)}; "
+              f"DynamicCache's own rounds: {generated['DynamicCache']['same_rounds']} of {rounds} the same")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@
 //! array library found in `sys.modules`, never imported.
 
 use hostcopy_driver::cuda::CUdeviceptr;
-use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMemoryView, PySlice, PyTuple, PyType};
 
 use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
@@ -99,19 +98,19 @@ fn attribute<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Option<Bound<
     }
 }
 
-/// `sys.modules`, the interpreter's own dict, looked up once: importing
-/// `sys` goes through the import machinery, microseconds that every
-/// transfer would pay several times over.
-pub(crate) fn modules(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
-    static MODULES: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
-    let modules = MODULES.get_or_try_init(py, || -> PyResult<Py<PyDict>> {
-        Ok(py
-            .import("sys")?
-            .getattr("modules")?
-            .cast_into::<PyDict>()?
-            .unbind())
-    })?;
-    Ok(modules.bind(py))
+/// `sys.modules`, read from the `sys` module's attribute without importing
+/// `sys` (an import goes through the import machinery: microseconds that
+/// every transfer would pay several times over).
+pub(crate) fn modules(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    // SAFETY: the GIL is held (`py`); `PySys_GetObject` takes a
+    // NUL-terminated name and returns a borrowed reference to the attribute
+    // (null, with no exception set, where there is none), of which
+    // `from_borrowed_ptr_or_opt` takes a reference of its own.
+    let modules = unsafe {
+        Bound::from_borrowed_ptr_or_opt(py, pyo3::ffi::PySys_GetObject(c"modules".as_ptr()))
+    };
+    let modules = modules.ok_or_else(|| PyRuntimeError::new_err("sys.modules is not set"))?;
+    Ok(modules.cast_into::<PyDict>()?)
 }
 
 /// The module `name` if something imported it (`sys.modules`).

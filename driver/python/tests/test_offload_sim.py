@@ -10,6 +10,7 @@ removal puts every tensor and hook back; write-back copies only what a
 forward changed.
 """
 
+import collections
 import contextlib
 import importlib.util
 import itertools
@@ -25,6 +26,7 @@ from conftest import pattern
 torch_was_imported = "torch" in sys.modules
 import hostcopy.offload as offload  # noqa: E402
 from hostcopy.offload import Entry, Offloader  # noqa: E402
+from hostcopy.offload import _ring  # noqa: E402
 from hostcopy.offload._ring import Ring  # noqa: E402
 
 
@@ -545,6 +547,18 @@ class FailingUploads:
         return Finished()
 
 
+def test_a_ring_looks_up_the_shared_stager_once(monkeypatch):
+    uploads = FailingUploads(fail_at=0)
+    lookups = []
+    monkeypatch.setattr(_ring._staging, "_stager_for", lambda memory, side: lookups.append(side) or uploads)
+    ring = Ring(RingDevice(), [bytearray(16) for _ in range(4)], prefetch=2)
+    for group in range(4):
+        ring.enter(group)
+        ring.leave(group)
+    assert uploads.calls >= 4 and lookups == ["dst"]
+    ring.close()
+
+
 def test_a_group_whose_entry_fails_is_not_left_entered():
     # Group 0's own upload goes; the prefetch of group 1, queued inside
     # enter(0), raises. Left in the active groups with its slot in use,
@@ -697,14 +711,19 @@ class FakeCopy:
 
 
 class FakeStaging:
-    def __init__(self, log):
-        self.log, self.count, self.finished = log, 0, True
-        #: ``_stager_for`` calls: the device's shared stager looked up.
-        self.lookups = 0
+    """A stager: its copies, queued as the docs above say. ``finished``:
+    whether its copies report done (``module``'s, for the shared one)."""
 
-    def _stager_for(self, obj, side):
-        self.lookups += 1
-        return self  # the shared stager's copies, as the module's functions make them
+    def __init__(self, log, module=None):
+        self.log, self.count, self.module, self._finished = log, 0, module, True
+
+    @property
+    def finished(self):
+        return self._finished if self.module is None else self.module.finished
+
+    @finished.setter
+    def finished(self, value):
+        self._finished = value
 
     def _copy(self, name, device, host, blocks, stream, to_device):
         self.count += 1
@@ -720,6 +739,22 @@ class FakeStaging:
     def copy_blocks_to_device(self, device, host, blocks, *, stream, blocking):
         assert not blocking
         return self._copy("copy_to_device", device, host, blocks, stream, True)
+
+
+class FakeStagingModule(FakeStaging):
+    """``hostcopy._staging``: the module's copy functions (``count``), and
+    ``_stager_for``, which gives the device's shared stager (``shared``,
+    its copies counted apart), as many times as it is asked
+    (``lookups``)."""
+
+    def __init__(self, log):
+        super().__init__(log)
+        self.shared = FakeStaging(log, module=self)
+        self.lookups = 0
+
+    def _stager_for(self, obj, side):
+        self.lookups += 1
+        return self.shared
 
 
 def fake_torch(log):
@@ -832,7 +867,7 @@ def kv(monkeypatch, numpy):
     spec = importlib.util.spec_from_file_location("hostcopy.offload._transformers_with_stand_ins", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    staging = FakeStaging(log)
+    staging = FakeStagingModule(log)
     monkeypatch.setattr(module, "_staging", staging)
     return KV(module, log, torch, staging, numpy)
 
@@ -884,16 +919,41 @@ def test_a_cache_given_a_stager_makes_every_copy_through_it(kv):
         layer.keys  # the device part written to the host through it too
     # Uploads and writes alike: the stager given, never the shared one.
     assert stager.count == cache.counters.uploads + cache.counters.writes > 0
-    assert kv.staging.count == 0
+    assert kv.staging.count == kv.staging.shared.count == kv.staging.lookups == 0
 
 
 def test_a_cache_looks_up_the_shared_stager_once_a_layer_not_once_a_call(kv):
     cache = kv.module.HostOffloadedCache(prefetch=2, tail=2)
     generate(kv, cache, 3, [3] + [1] * 6)
     # Every upload and write through the device's shared stager, which
-    # each layer looked up once, when its first positions came.
-    assert kv.staging.count == cache.counters.uploads + cache.counters.writes > 3
+    # each layer looked up once, at its first copy; never through the
+    # module's functions, which look it up at every call.
+    assert kv.staging.shared.count == cache.counters.uploads + cache.counters.writes > 3
+    assert kv.staging.count == 0
     assert kv.staging.lookups == 3
+
+
+def test_a_group_over_two_devices_comes_back_in_one_call_a_device(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2, group=2)
+    np = kv.np
+    expected = [None, None]
+    for count in [4, 1, 1, 1, 1]:
+        for index, device in enumerate(("cuda:0", "cuda:1")):
+            keys, values = (state.to(device) for state in kv.states(count))
+            got_keys, got_values = cache.update(keys, values, index)
+            new = (keys.array.copy(), values.array.copy())
+            expected[index] = new if expected[index] is None else tuple(
+                np.concatenate([old, part], axis=-2) for old, part in zip(expected[index], new)
+            )
+            np.testing.assert_array_equal(got_keys.array, expected[index][0])
+            np.testing.assert_array_equal(got_values.array, expected[index][1])
+    # The two layers share host memory, but each device's upload is its
+    # own call, into a buffer on that device.
+    assert cache.layers[0].region is cache.layers[1].region
+    read = {device: cache._streams[(device, "read")].name for device in ("cuda:0", "cuda:1")}
+    calls = collections.Counter(entry[2] for entry in kv.log if entry[0] == "copy_to_device")
+    assert calls[read["cuda:0"]] >= 4 and calls[read["cuda:1"]] >= 4
+    assert sum(calls.values()) == calls[read["cuda:0"]] + calls[read["cuda:1"]] == cache.counters.uploads
 
 
 def test_a_cache_refuses_a_stager_that_is_not_one(kv):

@@ -102,7 +102,9 @@ impl Context {
         // SAFETY: our caller's promise.
         let raw = unsafe { Self::raw_of_stream(stream) }?;
         // `known` keeps its context retained, so no other context can have
-        // its handle meanwhile: the same handle is the same context.
+        // its handle meanwhile: the same handle is the same context. (A
+        // reset of the primary context by another library ignores retains;
+        // it ends every resource of `known`, whichever way this answers.)
         if raw == known.raw() {
             return Ok(known.clone());
         }

@@ -303,13 +303,14 @@ class Ring:
         slot = self._active.get(group)
         if slot is None:
             raise OffloadError(f"group {group} is not in a forward")
-        copy = self._copies(self.device.memory(slot.buffer)).copy_to_host
+        memory = self.device.memory(slot.buffer)
+        copy = self._copies(memory).copy_to_host
         stream = self.device.current_stream()
         for offset, nbytes in ranges:
             if nbytes:
                 copy(
                     self.hosts[group],
-                    self.device.memory(slot.buffer),
+                    memory,
                     nbytes,
                     stream=stream,
                     dst_offset=offset,

@@ -203,8 +203,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self._read_blocks: Optional[tuple[tuple[int, int, int], Any]] = None
         #: The host memory it shares with the layers of its group (its own by default).
         self.region = _Region([self])
-        #: What makes its copies: a ``Stager``; the module until the first
-        #: update, which looks up the device's shared stager.
+        #: What makes its copies: a ``Stager``; the module until its first
+        #: copy, which looks up the device's shared stager (``_stager``).
         self.copies: Any = _staging
 
     @property
@@ -230,10 +230,6 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self.batch, self.heads, _, self.head_dim = key_states.shape
         self.value_dim = self.head_dim if value_states is None else value_states.shape[-1]
         self.item = key_states.element_size()
-        if self.copies is _staging:
-            # The device's shared stager, looked up once: the module's
-            # functions look it up again on every call.
-            self.copies = _staging._stager_for(key_states, "src")
         self.is_initialized = True
         if self.region.geometry not in (None, self.geometry()):
             self._detach()  # its group's parts are of another size: memory of its own
@@ -343,6 +339,15 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         if self._stale:
             self._views()
 
+    def _stager(self, device_memory: Any) -> Any:
+        """What makes this layer's copies: ``stager=``, else the shared
+        stager of the device holding ``device_memory``, looked up at the
+        first copy and kept (the module's functions look it up again on
+        every call)."""
+        if self.copies is _staging:
+            self.copies = _staging._stager_for(device_memory, "dst")
+        return self.copies
+
     def write(self, buffer: Any, count: int, device_positions: int, stream: Any) -> None:
         """Queues the copy of positions ``0 .. count`` of device ``buffer``
         (laid out as ``_split`` reads it) to host positions ``flushed ..
@@ -352,7 +357,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         _after_current(stream, self.device)
         blocks = self.blocks(self.flushed, count, device_positions)
         started = time.perf_counter()
-        transfer = self.copies.copy_blocks_to_host(self.host, device_range(buffer), blocks, stream=stream, blocking=False)
+        device = device_range(buffer)
+        transfer = self._stager(device).copy_blocks_to_host(self.host, device, blocks, stream=stream, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.writes += 1
         self.counters.write_bytes += count * self.runs * (self.head_dim + self.value_dim) * self.item
@@ -623,6 +629,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
                     other.region is not layer.region
                     or following in self._fetched
                     or not other.is_initialized
+                    or other.device != layer.device  # a model over several GPUs: one call a device
                     or other.flushed != layer.flushed
                     or other.geometry() != layer.geometry()
                 ):
@@ -650,7 +657,8 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         with torch.cuda.stream(side):
             buffer = torch.empty((part * len(members),), dtype=layer.dtype, device=layer.device)
         started = time.perf_counter()
-        transfer = layer.copies.copy_blocks_to_device(device_range(buffer), host, blocks, stream=side, blocking=False)
+        device = device_range(buffer)
+        transfer = layer._stager(device).copy_blocks_to_device(device, host, blocks, stream=side, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.uploads += 1
         self.counters.upload_bytes += part * len(members) * layer.item
