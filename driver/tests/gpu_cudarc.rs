@@ -165,6 +165,17 @@ fn shared_context(context: &Context) -> Result<(), Failed> {
         || format!("a non-primary context: {refused:?}"),
     )?;
     let stream = other.new_stream()?;
+    // Its stream, resolved against this device's primary context, is
+    // refused as `of_stream` refuses it, never taken for the known one.
+    // SAFETY: the stream is alive for the call.
+    let resolved = unsafe { Context::of_stream_in(stream.cu_stream().cast(), context) };
+    check(
+        matches!(
+            resolved,
+            Err(hostcopy_driver::cuda::Error::NotPrimaryContext { .. })
+        ),
+        || format!("a non-primary context's stream: {resolved:?}"),
+    )?;
     let slice = stream.alloc_zeros::<u32>(1024)?;
     let mut stager = Stager::new(context)?;
     let mut host = vec![0u32; 1024];
