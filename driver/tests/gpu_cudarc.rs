@@ -156,26 +156,13 @@ fn shared_context(context: &Context) -> Result<(), Failed> {
     // A context of its own (cuCtxCreate) is not the primary one: refused,
     // and so is its memory and its stream in a stager's calls.
     let other = CudaContext::new_non_primary(context.ordinal(), 0)?;
-    let refused = Context::from_cudarc(&other);
-    check(
-        matches!(
-            refused,
-            Err(hostcopy_driver::cuda::Error::NotPrimaryContext { .. })
-        ),
-        || format!("a non-primary context: {refused:?}"),
-    )?;
+    not_primary(Context::from_cudarc(&other), "a non-primary context")?;
     let stream = other.new_stream()?;
     // Its stream, resolved against this device's primary context, is
     // refused as `of_stream` refuses it, never taken for the known one.
     // SAFETY: the stream is alive for the call.
     let resolved = unsafe { Context::of_stream_in(stream.cu_stream().cast(), context) };
-    check(
-        matches!(
-            resolved,
-            Err(hostcopy_driver::cuda::Error::NotPrimaryContext { .. })
-        ),
-        || format!("a non-primary context's stream: {resolved:?}"),
-    )?;
+    not_primary(resolved, "a non-primary context's stream")?;
     let slice = stream.alloc_zeros::<u32>(1024)?;
     let mut stager = Stager::new(context)?;
     let mut host = vec![0u32; 1024];
@@ -183,12 +170,20 @@ fn shared_context(context: &Context) -> Result<(), Failed> {
     // memory's context, and a non-primary one has none.
     let refused = CudarcMemory::read(&slice, &stream)
         .and_then(|memory| stager.run(to_host(&mut host, &memory)));
+    not_primary(refused, "memory of a non-primary context")
+}
+
+/// `result` is the refusal of a non-primary context (`what` names it).
+fn not_primary<T: std::fmt::Debug>(
+    result: Result<T, hostcopy_driver::cuda::Error>,
+    what: &str,
+) -> Result<(), Failed> {
     check(
         matches!(
-            refused,
+            result,
             Err(hostcopy_driver::cuda::Error::NotPrimaryContext { .. })
         ),
-        || format!("memory of a non-primary context: {refused:?}"),
+        || format!("{what}: {result:?}"),
     )
 }
 

@@ -267,7 +267,7 @@ class Ring:
         self.device.wait(slot.stream, slot.free)
         host = self.hosts[group]
         memory = self.device.memory(slot.buffer)
-        transfer = self._copies(memory).copy_to_device(
+        transfer = self._stager(memory).copy_to_device(
             memory, host, self.sizes[group], stream=slot.stream, blocking=False
         )
         slot.transfer = transfer
@@ -277,7 +277,7 @@ class Ring:
         if self.on_upload is not None:
             self.on_upload(group, slot)
 
-    def _copies(self, memory: Any) -> _staging.Stager:
+    def _stager(self, memory: Any) -> _staging.Stager:
         """What makes the copies: ``stager=``, else the shared stager of the
         device holding ``memory``, looked up once (the module's functions
         look it up again on every call)."""
@@ -304,7 +304,7 @@ class Ring:
         if slot is None:
             raise OffloadError(f"group {group} is not in a forward")
         memory = self.device.memory(slot.buffer)
-        copy = self._copies(memory).copy_to_host
+        copy = self._stager(memory).copy_to_host
         stream = self.device.current_stream()
         for offset, nbytes in ranges:
             if nbytes:

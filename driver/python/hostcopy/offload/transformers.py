@@ -357,8 +357,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         _after_current(stream, self.device)
         blocks = self.blocks(self.flushed, count, device_positions)
         started = time.perf_counter()
-        device = device_range(buffer)
-        transfer = self._stager(device).copy_blocks_to_host(self.host, device, blocks, stream=stream, blocking=False)
+        memory = device_range(buffer)
+        transfer = self._stager(memory).copy_blocks_to_host(self.host, memory, blocks, stream=stream, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.writes += 1
         self.counters.write_bytes += count * self.runs * (self.head_dim + self.value_dim) * self.item
@@ -563,7 +563,8 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
                 value=stager,
             )
         self._region: Optional[_Region] = None
-        #: What makes the copies: ``stager``, or the module's functions (the device's shared stager).
+        #: What makes the copies: ``stager``, or the module (each layer looks
+        #: up the device's shared stager at its first copy).
         self.copies: Any = _staging if stager is None else stager
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
@@ -657,8 +658,8 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         with torch.cuda.stream(side):
             buffer = torch.empty((part * len(members),), dtype=layer.dtype, device=layer.device)
         started = time.perf_counter()
-        device = device_range(buffer)
-        transfer = layer._stager(device).copy_blocks_to_device(device, host, blocks, stream=side, blocking=False)
+        memory = device_range(buffer)
+        transfer = layer._stager(memory).copy_blocks_to_device(memory, host, blocks, stream=side, blocking=False)
         self.counters.start_seconds += time.perf_counter() - started
         self.counters.uploads += 1
         self.counters.upload_bytes += part * len(members) * layer.item
