@@ -10,7 +10,9 @@ cache) per forward, in ms per forward:
 - weights pinned once (torch ``pin_memory``) and copied with
   ``copy_(non_blocking=True)`` into a ring of two GPU buffers, one layer
   ahead (the field's fix);
-- ``hostcopy.offload.offload(layers)`` (prefetch 2, and 1);
+- ``hostcopy.offload.offload(layers)`` (prefetch 2);
+- side by side, the ring and the offloader with prefetch 2 and 1 attached
+  afresh each round in a shuffled order (decode and prefill);
 - the model dispatched with a ``device_map`` placing layers 1..7 on the
   CPU: accelerate's own hooks, then ``hostcopy.offload.accelerate.use_hostcopy``.
 
@@ -162,6 +164,54 @@ class PinnedRing:
         sync()
 
 
+SIDE_PINNED = "pinned ring"
+SIDE_P2 = "hostcopy.offload (prefetch 2)"
+SIDE_P1 = "hostcopy.offload (prefetch 1)"
+
+
+def side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weights):
+    """The pinned ring and hostcopy's offloader with prefetch 2 and 1,
+    each attached afresh every round, the order shuffled (seeded) between
+    rounds. Per kind: the median over rounds of the decode forward's
+    median ms, of the prefill's, and whether every round's logits were
+    the model's wholly on the GPU (``reference``)."""
+    attach = {
+        SIDE_PINNED: lambda: PinnedRing(layers),
+        SIDE_P2: lambda: hostcopy.offload.offload(layers, prefetch=2, model=model),
+        SIDE_P1: lambda: hostcopy.offload.offload(layers, prefetch=1, model=model),
+    }
+    decode_ms = {kind: [] for kind in attach}
+    prefill_ms = {kind: [] for kind in attach}
+    logits = {kind: [] for kind in attach}
+    order = list(attach)
+    shuffle = random.Random(1).shuffle
+    for round_ in range(args.side_rounds):
+        if round_:
+            shuffle(order)
+        for kind in order:
+            load_cpu_weights()
+            gc.collect()
+            torch.cuda.empty_cache()
+            hook = attach[kind]()
+            ms, out = per_forward(model, decode, args.iterations)
+            decode_ms[kind].append(ms)
+            logits[kind].append(out)
+            prefill_ms[kind].append(per_forward(model, prefill, 2)[0])
+            hook.remove()
+            del hook
+        print(f"side by side, round {round_ + 1} ({', '.join(order)}): decode "
+              + ", ".join(f"{decode_ms[k][-1]:.1f}" for k in order) + " ms; prefill "
+              + ", ".join(f"{prefill_ms[k][-1]:.1f}" for k in order) + " ms", flush=True)
+    load_cpu_weights()
+    result = {}
+    for kind in attach:
+        equal = all(torch.equal(out, reference) for out in logits[kind])
+        result[kind] = (statistics.median(decode_ms[kind]), statistics.median(prefill_ms[kind]), equal)
+        print(f"side by side, {kind}: decode {result[kind][0]:.1f} ms, prefill 4096 {result[kind][1]:.1f} ms "
+              f"(medians of {args.side_rounds} rounds), logits equal: {equal}", flush=True)
+    return result
+
+
 def timed_offloaded_cache(model):
     """transformers' offloaded cache as ``cache_implementation="offloaded"``
     makes it (``DynamicCache(config=..., offloading=True)``), its
@@ -300,6 +350,8 @@ def main() -> int:
     parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5, help="generate rounds, the kinds shuffled between them")
+    parser.add_argument("--side-rounds", type=int, default=3,
+                        help="rounds of the pinned ring and prefetch 2 and 1 side by side, shuffled between them")
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -409,11 +461,15 @@ def main() -> int:
         times.append((time.perf_counter() - start) * 1e3)
     uploads_ms = statistics.median(times)
     off.remove()
-    off_p1 = hostcopy.offload.offload(layers, prefetch=1, model=model)
-    row("hostcopy.offload (prefetch 1)", *per_forward(model, decode, args.iterations))
-    off_p1.remove()
-    del off, off_p1
+    del off
     gc.collect()
+
+    # Side by side: the pinned ring and hostcopy with prefetch 2 and 1,
+    # each attached afresh every round in a shuffled (seeded) order, so
+    # that none is always measured first or after the same neighbour.
+    side = side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weights)
+    for kind, (decode_ms, _, equal) in side.items():
+        rows.append((f"{kind}, side by side (median of {args.side_rounds} rounds)", decode_ms, equal))
 
     # compute alone for the prefill: the model wholly on the GPU.
     load_gpu_weights()
@@ -455,6 +511,10 @@ def main() -> int:
     print("| ratio | value | target |")
     print("| --- | ---: | --- |")
     print(f"| hostcopy / pinned ring, time per forward | {hc_ms / pinned_ms:.3f} | <= 1.03 |")
+    ring_side = side[SIDE_PINNED]
+    for kind in (SIDE_P2, SIDE_P1):
+        print(f"| side by side: {kind} / pinned ring, time per forward | {side[kind][0] / ring_side[0]:.3f} | <= 1.03 |")
+    print(f"| side by side, prefill 4096: prefetch 1 / prefetch 2 | {side[SIDE_P1][1] / side[SIDE_P2][1]:.3f} | |")
     print(f"| accelerate.cpu_offload / hostcopy | {acc_ms / hc_ms:.2f} | >= 6.5 |")
     print(f"| device_map: accelerate's / use_hostcopy | {dm_acc_ms / dm_hc_ms:.2f} | >= 6 |")
     print(f"| ready, s per GB: hostcopy / pinned | {ready / (weights / GB):.3f} / {pinned_ready / (weights / GB):.3f} | <= 0.15 |")

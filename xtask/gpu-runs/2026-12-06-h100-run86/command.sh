@@ -1,0 +1,2 @@
+# run 86: the offload benchmark alone, from the bundle's wheel and the working tree's bench (5 side-by-side rounds, 3 generate rounds)
+b=$PWD/target/hostcopy-gpu-bundle; python3 -m pip install --quiet --no-index --no-deps --target /tmp/site $b/python/wheels/hostcopy-*.whl && mkdir -p $OUT && PYTHONPATH=/tmp/site timeout 400 python3 driver/python/bench/offload_loop.py --rounds 3 --side-rounds 5 > $OUT/offload_loop.log 2>&1; echo rc=$?; grep -v "^  " $OUT/offload_loop.log | tail -45
