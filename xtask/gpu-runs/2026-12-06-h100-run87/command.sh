@@ -1,3 +1,4 @@
-# run 87: a decoded token taken apart (diag.py), on two leases: diag.log, then diag-more.log (`diag.py more`)
+# run 87: a decoded token taken apart (diag.py), on three leases: diag.log, diag-more.log (`diag.py more`), diag-stagers.log (`diag.py stagers`)
 b=$PWD/target/hostcopy-gpu-bundle; python3 -m pip install --quiet --no-index --no-deps --target /tmp/site $b/python/wheels/hostcopy-*.whl; mkdir -p $OUT; PYTHONPATH=/tmp/site timeout 300 python3 xtask/gpu-runs/2026-12-06-h100-run87/diag.py 2>&1 | tee $OUT/diag.log | tail -20
 b=$PWD/target/hostcopy-gpu-bundle; python3 -m pip install --quiet --no-index --no-deps --target /tmp/site $b/python/wheels/hostcopy-*.whl; mkdir -p $OUT; PYTHONPATH=/tmp/site timeout 300 python3 xtask/gpu-runs/2026-12-06-h100-run87/diag.py more 2>&1 | tee $OUT/diag-more.log | tail -16
+b=$PWD/target/hostcopy-gpu-bundle; python3 -m pip install --quiet --no-index --no-deps --target /tmp/site $b/python/wheels/hostcopy-*.whl; mkdir -p $OUT; PYTHONPATH=/tmp/site timeout 400 python3 xtask/gpu-runs/2026-12-06-h100-run87/diag.py stagers 2>&1 | tee $OUT/diag-stagers.log | tail -16

@@ -18,7 +18,9 @@ thread and the GPU without any dependency; (b) - (a): the compute
 stream waiting for uploads; HostOffloadedCache - (b): the cache's own
 Python. With the argument ``more``: (b) with a stager of 1 and of 4
 copy workers, and the launching thread kept busy 150 and 50 us a layer
-with no upload (what its time costs the token). Run from the repository
+with no upload (what its time costs the token). With ``stagers`` (five
+rounds): (b) on stagers with streaming stores, 4 MiB chunks, 4 workers
+with streaming stores, 6 workers, and the 150 us busy thread. Run from the repository
 root with the bundle's wheel installed.
 """
 import collections
@@ -37,7 +39,8 @@ import hostcopy.offload.transformers  # noqa: E402
 from hostcopy.offload._torch import device_range  # noqa: E402
 from offload_loop import config  # noqa: E402
 
-STEPS, ROUNDS, PROMPT = 24, 3, 4096
+STEPS, PROMPT = 24, 4096
+ROUNDS = 5 if len(sys.argv) > 1 and sys.argv[1] == "stagers" else 3
 MiB = 1 << 20
 
 
@@ -153,6 +156,13 @@ def main():
         "(b) + hostcopy blocks, waited": with_uploads("blocks"),
         "(c) + hostcopy range, waited": with_uploads("range"),
         "(d) + pinned copy_, waited": with_uploads("pinned"),
+        **({} if len(sys.argv) < 2 or sys.argv[1] != "stagers" else {
+            "(i) + hostcopy blocks, waited, streaming stores": with_uploads("blocks", stager=hostcopy.Stager(0, h2d_streaming=True)),
+            "(j) + hostcopy blocks, waited, 4 MiB chunks": with_uploads("blocks", stager=hostcopy.Stager(0, chunk=4 << 20)),
+            "(k) + hostcopy blocks, waited, 4 workers, streaming": with_uploads("blocks", stager=hostcopy.Stager(0, workers=4, h2d_streaming=True)),
+            "(l) + hostcopy blocks, waited, 6 workers": with_uploads("blocks", stager=hostcopy.Stager(0, workers=6)),
+            "(g) + launching thread busy 150 us a layer": with_uploads("spin", spin_us=150),
+        }),
         **({} if len(sys.argv) < 2 or sys.argv[1] != "more" else {
             "(e) + hostcopy blocks, waited, 1 worker": with_uploads("blocks", stager=hostcopy.Stager(0, workers=1)),
             "(f) + hostcopy blocks, waited, 4 workers": with_uploads("blocks", stager=hostcopy.Stager(0, workers=4)),
