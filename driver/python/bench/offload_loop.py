@@ -236,11 +236,11 @@ def timed_offloaded_cache(model):
 
 def generate_rows(model, args):
     """``generate`` with DynamicCache, transformers' offloaded cache and
-    HostOffloadedCache (the defaults, larger groups, fewer copy workers)
-    over ``--rounds`` rounds, the first in the order below, each later
-    one shuffled (seeded, so that a kind's neighbours change between
-    rounds), each round a full run of ``--new-tokens`` and a prefill-only
-    run (one new token): tokens/s of
+    HostOffloadedCache (the defaults, a call a layer, larger groups, fewer
+    copy workers, streaming stores) over ``--rounds`` rounds, the first in
+    the order below, each later one shuffled (seeded, so that a kind's
+    neighbours change between rounds), each round a full run of
+    ``--new-tokens`` and a prefill-only run (one new token): tokens/s of
     the full runs (median), and the time a decoded token takes apart from
     the prefill (the difference of the two runs' medians over the tokens
     after the first). Where HostOffloadedCache's time goes, per decoded
@@ -248,16 +248,22 @@ def generate_rows(model, args):
     cache (run after the rounds, not in the medians)."""
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device="cuda")
     new = args.new_tokens
-    # HostOffloadedCache's variants: the defaults; fewer calls a token
-    # (``group``); stagers of their own with fewer copy workers, which leave
-    # more of the host to the Python thread that launches the model.
+    # HostOffloadedCache's variants: the defaults (two layers a call); a
+    # call a layer and fewer calls a token (``group``); stagers of their
+    # own with fewer copy workers, which leave more of the host to the
+    # Python thread that launches the model.
+    # And a stager whose staging writes are streaming (non-temporal)
+    # stores, kept out of the caches the launching thread shares (slower
+    # for a lone large upload, design-record.md; the link has room here).
     stagers = {workers: hostcopy.Stager(0, workers=workers) for workers in (4, 2)}
+    streaming = hostcopy.Stager(0, h2d_streaming=True)
     variants = {
-        "HostOffloadedCache": {},
-        "HostOffloadedCache, group 2": {"group": 2},
+        "HostOffloadedCache": {},  # group 2
+        "HostOffloadedCache, group 1": {"group": 1},
         "HostOffloadedCache, group 8": {"group": 8},
         "HostOffloadedCache, 4 workers": {"stager": stagers[4]},
         "HostOffloadedCache, 2 workers": {"stager": stagers[2]},
+        "HostOffloadedCache, streaming stores": {"stager": streaming},
     }
     kinds = {
         "DynamicCache": lambda: {"past_key_values": transformers.DynamicCache(config=model.config)},

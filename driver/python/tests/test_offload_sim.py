@@ -976,7 +976,7 @@ def test_each_position_is_written_to_the_host_once(kv):
 
 
 def test_a_decoded_token_makes_one_upload_per_layer_and_a_write_per_tail(kv):
-    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8)
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8, group=1)
     expected = generate(kv, cache, 4, [16])
     counts = []
     for _ in range(10):
@@ -988,6 +988,17 @@ def test_a_decoded_token_makes_one_upload_per_layer_and_a_write_per_tail(kv):
     assert counts == [(4, 0)] * 8 + [(4, 4)] + [(4, 0)], counts
     moved = cache.counters.upload_bytes
     assert moved > 0 and cache.counters.updates == 4 * 11
+
+
+def test_by_default_two_layers_come_back_in_one_call(kv):
+    assert kv.module.GROUP == 2
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8)
+    expected = generate(kv, cache, 4, [16])
+    assert [len(region.members) for region in dict.fromkeys(layer.region for layer in cache.layers)] == [2, 2]
+    uploads = cache.counters.uploads
+    for _ in range(3):
+        generate(kv, cache, 4, [1], expected=expected)
+    assert cache.counters.uploads - uploads == 3 * 2  # a call for each two layers, every token
 
 
 def test_an_upload_runs_on_its_own_stream_and_the_compute_stream_waits_for_it_before_the_attention(kv):

@@ -16,7 +16,8 @@ host memory, ``[2, batch, heads, capacity, head_dim]`` (keys, then
 values), at a capacity that grows by half as the sequence does. Per
 layer and decoded token:
 
-- one hostcopy call (or one for ``group`` layers): the layer's positions
+- one hostcopy call for ``group`` layers (default 2; with ``group=1``
+  one a layer): the layer's positions
   in host memory, keys and values together, brought back into one new
   device buffer (a batch of ``2 * batch * heads`` blocks), queued
   ``prefetch`` layers ahead on a stream of its own, so that it waits for
@@ -71,6 +72,13 @@ _DynamicCache: Any = cache_utils.DynamicCache
 #: Positions a layer keeps on the device before they go to the host in
 #: one write (``HostOffloadedCache(tail=...)``).
 TAIL = 64
+
+#: Consecutive offloaded layers that come back in one call
+#: (``HostOffloadedCache(group=...)``): two, because the offload
+#: benchmark's ``generate`` ran 1.05-1.10x as many tokens a second with
+#: two as with one on five hosts, the cache kinds shuffled between rounds
+#: (docs/offload.md), for one more layer's keys and values on the device.
+GROUP = 2
 
 
 class Counters:
@@ -521,8 +529,9 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     many of each layer's newest positions stay on the device before they
     are written to the host in one call (default 64; an integer >= 1).
     ``group``: how many consecutive offloaded layers share one host region
-    and come back in one call (default 1): fewer calls a token, for
-    ``group - 1`` more layers' keys and values on the device at a time.
+    and come back in one call (default 2; 1 for a call a layer): fewer
+    calls a token, for ``group - 1`` more layers' keys and values on the
+    device at a time.
     ``stager``: the ``hostcopy.Stager`` that makes its copies (default: the
     device's shared one, as for ``offload``); a stager serves one device,
     so a model over several GPUs keeps the default. Refused values raise
@@ -548,7 +557,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         *,
         prefetch: int = 2,
         tail: int = TAIL,
-        group: int = 1,
+        group: int = GROUP,
         stager: Optional[_staging.Stager] = None,
     ) -> None:
         prefetch = check_count("prefetch", prefetch, 1)
@@ -767,4 +776,4 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         )
 
 
-__all__ = ["Counters", "DeviceRange", "HostLayer", "HostOffloadedCache", "TAIL"]
+__all__ = ["Counters", "DeviceRange", "GROUP", "HostLayer", "HostOffloadedCache", "TAIL"]

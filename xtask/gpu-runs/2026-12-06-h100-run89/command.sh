@@ -1,0 +1,2 @@
+# run 89: HostOffloadedCache's update under cProfile (the wheel of f7a4e27); profile.log, then profile-callees.log (the callee lists added)
+b=$PWD/target/hostcopy-gpu-bundle; python3 -m pip install --quiet --no-index --no-deps --target /tmp/site $b/python/wheels/hostcopy-*.whl 2>/dev/null; mkdir -p $OUT; PYTHONPATH=/tmp/site timeout 300 python3 xtask/gpu-runs/2026-12-06-h100-run89/update_profile.py > $OUT/profile-callees.log 2>&1; echo rc=$?; wc -l $OUT/profile-callees.log
