@@ -12,7 +12,7 @@ cache) per forward, in ms per forward:
   ahead (the field's fix);
 - ``hostcopy.offload.offload(layers)`` (prefetch 2);
 - side by side, the ring and the offloader with prefetch 2 and 1 attached
-  afresh each round in a shuffled order (decode and prefill);
+  afresh each round in an order that turns (decode and prefill);
 - the model dispatched with a ``device_map`` placing layers 1..7 on the
   CPU: accelerate's own hooks, then ``hostcopy.offload.accelerate.use_hostcopy``.
 
@@ -27,7 +27,7 @@ takes apart from the prefill and where it goes (hostcopy calls, waits,
 the cache's own update against transformers' timed). A table of ratios
 last.
 
-Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] [--only-generate]
+Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] [--side-rounds N] [--only-generate]
 """
 
 import argparse
@@ -171,10 +171,13 @@ SIDE_P1 = "hostcopy.offload (prefetch 1)"
 
 def side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weights):
     """The pinned ring and hostcopy's offloader with prefetch 2 and 1,
-    each attached afresh every round, the order shuffled (seeded) between
-    rounds. Per kind: the median over rounds of the decode forward's
-    median ms, of the prefill's, and whether every round's logits were
-    the model's wholly on the GPU (``reference``)."""
+    each attached afresh every round, in an order that turns from round
+    to round (round ``r`` starts at kind ``r``, and every other three
+    rounds run backwards): over six rounds each kind runs first, second
+    and third twice and follows each other kind as often. Per kind: the
+    median over rounds of the decode forward's median ms, of the
+    prefill's, and whether every round's decode logits were the model's
+    wholly on the GPU (``reference``)."""
     attach = {
         SIDE_PINNED: lambda: PinnedRing(layers),
         SIDE_P2: lambda: hostcopy.offload.offload(layers, prefetch=2, model=model),
@@ -183,21 +186,24 @@ def side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weigh
     decode_ms = {kind: [] for kind in attach}
     prefill_ms = {kind: [] for kind in attach}
     logits = {kind: [] for kind in attach}
-    order = list(attach)
-    shuffle = random.Random(1).shuffle
+    kinds = list(attach)
     for round_ in range(args.side_rounds):
-        if round_:
-            shuffle(order)
+        turn = round_ % len(kinds)
+        order = kinds[turn:] + kinds[:turn]
+        if (round_ // len(kinds)) % 2:
+            order.reverse()
         for kind in order:
             load_cpu_weights()
             gc.collect()
             torch.cuda.empty_cache()
             hook = attach[kind]()
-            ms, out = per_forward(model, decode, args.iterations)
-            decode_ms[kind].append(ms)
-            logits[kind].append(out)
-            prefill_ms[kind].append(per_forward(model, prefill, 2)[0])
-            hook.remove()
+            try:
+                ms, out = per_forward(model, decode, args.iterations)
+                decode_ms[kind].append(ms)
+                logits[kind].append(out)
+                prefill_ms[kind].append(per_forward(model, prefill, 2)[0])
+            finally:
+                hook.remove()
             del hook
         print(f"side by side, round {round_ + 1} ({', '.join(order)}): decode "
               + ", ".join(f"{decode_ms[k][-1]:.1f}" for k in order) + " ms; prefill "
@@ -356,8 +362,8 @@ def main() -> int:
     parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5, help="generate rounds, the kinds shuffled between them")
-    parser.add_argument("--side-rounds", type=int, default=3,
-                        help="rounds of the pinned ring and prefetch 2 and 1 side by side, shuffled between them")
+    parser.add_argument("--side-rounds", type=int, default=6,
+                        help="rounds of the pinned ring and prefetch 2 and 1 side by side, the order turning between them")
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -471,8 +477,8 @@ def main() -> int:
     gc.collect()
 
     # Side by side: the pinned ring and hostcopy with prefetch 2 and 1,
-    # each attached afresh every round in a shuffled (seeded) order, so
-    # that none is always measured first or after the same neighbour.
+    # each attached afresh every round in an order that turns, so that
+    # none is always measured first or after the same neighbour.
     side = side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weights)
     for kind, (decode_ms, _, equal) in side.items():
         rows.append((f"{kind}, side by side (median of {args.side_rounds} rounds)", decode_ms, equal))

@@ -1125,6 +1125,31 @@ def test_a_group_of_layers_comes_back_in_one_call(kv, group, prefetch):
         kv.np.testing.assert_array_equal(layer.values.array, expected[index][1])
 
 
+def test_layers_of_a_group_of_other_shapes_each_get_memory_of_their_own(kv):
+    # Both layers of a group are made before either writes (a prompt
+    # shorter than the device part): the first write must not give the
+    # other layer a part laid out for the first one's shape.
+    np = kv.np
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=4, group=2)
+    shapes = [{"heads": 3, "key_dim": 4, "value_dim": 5}, {"heads": 5, "key_dim": 8, "value_dim": 8}]
+    expected = [None, None]
+    for count in [2] + [1] * 12:
+        for index, shape in enumerate(shapes):
+            keys, values = kv.states(count, **shape)
+            got_keys, got_values = cache.update(keys, values, index)
+            new = (keys.array, values.array)
+            expected[index] = new if expected[index] is None else tuple(
+                np.concatenate([old, part], axis=-2) for old, part in zip(expected[index], new)
+            )
+            np.testing.assert_array_equal(got_keys.array, expected[index][0])
+            np.testing.assert_array_equal(got_values.array, expected[index][1])
+    first, second = cache.layers
+    assert first.region is not second.region and first.flushed > 0 and second.flushed > 0
+    for layer, (keys, values) in zip(cache.layers, expected):
+        np.testing.assert_array_equal(layer.keys.array, keys)
+        np.testing.assert_array_equal(layer.values.array, values)
+
+
 def test_layers_of_a_group_grow_together_and_a_rewritten_one_leaves_it(kv):
     np = kv.np
     cache = kv.module.HostOffloadedCache(prefetch=1, tail=2, group=2)

@@ -19,7 +19,7 @@ layer and decoded token:
 - one hostcopy call for ``group`` layers (default 2; with ``group=1``
   one a layer): the layer's positions
   in host memory, keys and values together, brought back into one new
-  device buffer (a batch of ``2 * batch * heads`` blocks), queued
+  device buffer (a batch of ``2 * batch * heads`` blocks a layer), queued
   ``prefetch`` layers ahead on a stream of its own, so that it waits for
   no compute; the compute stream waits for its event just before the
   layer's attention;
@@ -75,9 +75,10 @@ TAIL = 64
 
 #: Consecutive offloaded layers that come back in one call
 #: (``HostOffloadedCache(group=...)``): two, because the offload
-#: benchmark's ``generate`` ran 1.05-1.10x as many tokens a second with
-#: two as with one on five hosts, the cache kinds shuffled between rounds
-#: (docs/offload.md), for one more layer's keys and values on the device.
+#: benchmark's ``generate`` ran 1.04-1.10x as many tokens a second with
+#: two as with one in every run whose cache kinds changed places between
+#: rounds (six, docs/offload.md), for one more layer's keys and values on
+#: the device.
 GROUP = 2
 
 
@@ -103,7 +104,7 @@ class Counters:
     def __init__(self) -> None:
         self.updates = 0
         self.update_seconds = 0.0
-        #: Calls that bring a layer back to the device, and their bytes.
+        #: Calls that bring layers back to the device (a group's in one), and their bytes.
         self.uploads = 0
         self.upload_bytes = 0
         #: Calls that write positions to host memory, and their bytes.
@@ -137,7 +138,7 @@ def _after_current(side: Any, device: Any) -> None:
 
 class _Region:
     """The host memory of consecutive layers (``HostOffloadedCache(group=...)``,
-    one layer by default): one ``hostcopy.empty`` region, each member a
+    ``GROUP`` by default): one ``hostcopy.empty`` region, each member a
     part of it of the same size (its keys' plane, then its values'), all
     at one capacity, so that one call can bring them back together."""
 
@@ -152,7 +153,12 @@ class _Region:
         """Room for ``needed`` positions in every part: a new region half as
         large again (at least twice the old; the same capacity where a
         member has no part yet), each member's positions written so far
-        copied in."""
+        copied in. A member already made with another geometry (its
+        group's layers made before any wrote) leaves for memory of its own
+        first: a part laid out for ``geometry`` is not its."""
+        for member in list(self.members):
+            if member.is_initialized and member.geometry() != geometry:
+                member._detach()
         for member in self.members:
             member.settle()
         if needed <= self.capacity:
