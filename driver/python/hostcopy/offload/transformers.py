@@ -77,7 +77,7 @@ TAIL = 64
 #: (``HostOffloadedCache(group=...)``): two, because the offload
 #: benchmark's ``generate`` ran 1.04-1.10x as many tokens a second with
 #: two as with one in every run whose cache kinds changed places between
-#: rounds (six, docs/offload.md), for one more layer's keys and values on
+#: rounds (seven, docs/offload.md), for one more layer's keys and values on
 #: the device.
 GROUP = 2
 
