@@ -662,3 +662,61 @@ fn the_later_of_at_and_blocks_says_which_device_bytes_move() {
     drop(stager);
     device.assert_no_violations();
 }
+
+/// The start call's cost in driver calls, as a non-blocking upload of a
+/// KV cache's blocks makes it (the Python package's: after the compute
+/// stream's work, and the compute stream after it). Counted once the
+/// stager's events are made and reused: the calls every later upload
+/// pays on the calling thread.
+#[test]
+fn a_sixteen_block_upload_starts_in_at_most_twelve_driver_calls() {
+    let device = device();
+    // The default chunk and buffers (smaller under Miri).
+    let block = scaled(1 << 20, 4096);
+    let buffers = StagingOptions::default().buffers();
+    let mut stager = device.stager(sim_support::options(16 * block, buffers, scaled(12, 2)));
+    let blocks: Vec<Block> = (0..16)
+        .map(|i| Block::new(((i * 7) % 16) * block, i * block, block))
+        .collect();
+    let host = pattern(16 * block, 3);
+    let mut target = DeviceBuffer::new(&device.context, 16 * block).unwrap();
+    let compute = Stream::new(&device.context).unwrap();
+    let rounds = 2 * buffers + 1;
+    for round in 0..rounds {
+        let ((), wait_for) = sim::count_calls(|| stager.wait_for(compute.as_stream()).unwrap());
+        let (pending, start) = sim::count_calls(|| {
+            // SAFETY: `host` and `target` outlive the transfer, finished
+            // below, and nothing else touches them meanwhile.
+            unsafe { stager.start_unchecked(to_device(&mut target, &host).blocks(&blocks)) }
+                .unwrap()
+        });
+        let ((), order_before) =
+            sim::count_calls(|| pending.order_before(compute.as_stream()).unwrap());
+        stager.finish_pending(pending).unwrap();
+        if round + 1 < rounds {
+            continue;
+        }
+        let all = start.total() + wait_for.total() + order_before.total();
+        assert!(
+            start.total() <= 12 && all <= 16,
+            "start {start:?}, wait_for {wait_for:?}, order_before {order_before:?}"
+        );
+        // One chunk on one stream: one wait for the compute stream's work.
+        assert_eq!(start.of("cuStreamWaitEvent"), 1, "{start:?}");
+        assert_eq!(start.of("cuEventCreate"), 0, "{start:?}");
+        assert_eq!(start.of("cuStreamGetCaptureInfo_v2"), 0, "{start:?}");
+        for calls in [&wait_for, &start, &order_before] {
+            assert!(calls.of("cuCtxGetCurrent") <= 1, "{calls:?}");
+            assert!(
+                calls.of("cuThreadExchangeStreamCaptureMode") <= 2,
+                "{calls:?}"
+            );
+        }
+    }
+    let mut back = vec![0u8; 16 * block];
+    target.copy_to_host(0, &mut back).unwrap();
+    for b in &blocks {
+        assert!(back[b.device_offset..][..b.len] == host[b.host_offset..][..b.len]);
+    }
+    device.assert_no_violations();
+}

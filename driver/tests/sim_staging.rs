@@ -849,10 +849,12 @@ fn a_device_buffer_a_queued_copy_may_still_use_is_kept_not_freed() {
         on_device.copy_from_host(0, &expected).unwrap();
         let mut host = expected.clone();
         let kept_before = staging::leaked().device_buffers;
-        // The copies stay queued; the wait and the drain fail without
-        // waiting (whichever call the drain makes).
+        // The copies stay queued; the wait, the transfer's wait for its
+        // own copies after it, and the drain fail without waiting
+        // (whichever call the drain makes).
         sim::hold(device.ordinal);
         sim::fail_call(device.ordinal, "cuEventSynchronize", 1, LAUNCH_FAILED);
+        sim::fail_call(device.ordinal, "cuEventSynchronize", 2, LAUNCH_FAILED);
         for drain in ["cuStreamSynchronize", "cuCtxSynchronize"] {
             sim::fail_call(device.ordinal, drain, 1, LAUNCH_FAILED);
         }
@@ -1196,6 +1198,56 @@ fn a_pending_transfer_dropped_after_a_context_error_keeps_what_its_copies_use() 
         "kept without being counted"
     );
     drop(stager);
+}
+
+/// A wait that fails without a context error (the copier's wait for a
+/// chunk's copy, here) leaves the streams able to run what was queued: the
+/// drop waits for the transfer's copies, and the device memory is freed
+/// once they have run, not kept for good.
+#[test]
+fn a_pending_transfer_dropped_after_a_failed_wait_frees_its_device_memory() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let mut host = vec![0u8; 2 * CHUNK];
+    let view = view_of(
+        DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap(),
+        0,
+        2 * CHUNK,
+    );
+    sim::hold(device.ordinal);
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 999);
+    // SAFETY: `host` and `view` are not touched until the drop below has
+    // returned.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &view)) }.unwrap();
+    let before = staging::leaked();
+    let arrived = std::thread::scope(|threads| {
+        let waiter = threads.spawn(|| {
+            let arrived = pending.wait_arrived();
+            drop(pending);
+            arrived
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        sim::release(device.ordinal);
+        waiter.join().unwrap()
+    });
+    assert!(arrived.is_err(), "the injected failure was not met");
+    drop(view);
+    assert_eq!(
+        staging::leaked().device_buffers,
+        before.device_buffers,
+        "kept for good though the streams could run its copies"
+    );
+    assert_eq!(device.state().device_allocations, 0, "not freed");
+    // The stager goes on: the failed wait was not the context's.
+    let len = CHUNK + 3;
+    let expected = pattern(len, 31);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut back = vec![0u8; len];
+    stager.run(to_host(&mut back, &source)).unwrap();
+    assert!(back == expected);
+    drop(stager);
+    device.assert_no_violations();
 }
 
 #[test]

@@ -116,24 +116,45 @@ pub(crate) fn capture_graph(
 /// refused (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) while another part of
 /// the program captures a graph in global mode. Only for such calls: a call
 /// that would reach a capturing stream is still refused, or checked first.
+///
+/// Nested on one thread, only the outermost guard exchanges the mode: the
+/// inner ones find it relaxed already, and a call made of several layer
+/// calls pays two driver calls, not two each.
 pub(crate) struct RelaxedCapture {
-    /// The mode to restore; `None` if the exchange failed (no driver).
+    /// The mode to restore; `None` if this guard exchanged nothing (an
+    /// outer one did, or the exchange failed: no driver).
     previous: Option<core::ffi::c_uint>,
+    /// The depth is the thread's.
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+std::thread_local! {
+    /// How many [`RelaxedCapture`] guards are alive on this thread.
+    static RELAXED_DEPTH: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
 }
 
 impl RelaxedCapture {
     pub(crate) fn new() -> RelaxedCapture {
-        let mut mode = ffi::CU_STREAM_CAPTURE_MODE_RELAXED;
-        // SAFETY: swaps one integer with the thread's mode.
-        let swapped = unsafe { ffi::cuThreadExchangeStreamCaptureMode(&mut mode) }.ok();
+        let depth = RELAXED_DEPTH.get();
+        RELAXED_DEPTH.set(depth + 1);
+        let previous = if depth == 0 {
+            let mut mode = ffi::CU_STREAM_CAPTURE_MODE_RELAXED;
+            // SAFETY: swaps one integer with the thread's mode.
+            let swapped = unsafe { ffi::cuThreadExchangeStreamCaptureMode(&mut mode) }.ok();
+            swapped.ok().map(|()| mode)
+        } else {
+            None
+        };
         RelaxedCapture {
-            previous: swapped.ok().map(|()| mode),
+            previous,
+            _not_send: core::marker::PhantomData,
         }
     }
 }
 
 impl Drop for RelaxedCapture {
     fn drop(&mut self) {
+        RELAXED_DEPTH.set(RELAXED_DEPTH.get() - 1);
         if let Some(mut previous) = self.previous {
             // SAFETY: as in `new`; restores what it found.
             let _ = unsafe { ffi::cuThreadExchangeStreamCaptureMode(&mut previous) };

@@ -1,8 +1,10 @@
 //! The device's primary context: what every resource of this layer lives in
 //! and keeps alive.
 
+use core::cell::Cell;
 use core::ffi::{c_char, c_int};
 use core::fmt;
+use core::marker::PhantomData;
 
 use alloc::sync::Arc;
 
@@ -149,7 +151,7 @@ impl Context {
         let _saved = Context::save_current()?;
         // SAFETY: `raw` came from the driver just now and is alive: making
         // it current lets `cuCtxGetDevice` name its device.
-        unsafe { ffi::cuCtxSetCurrent(raw) }.ok()?;
+        unsafe { set_current(raw) }?;
         let mut device: CUdevice = 0;
         // SAFETY: writes one device handle.
         unsafe { ffi::cuCtxGetDevice(&mut device) }.ok()?;
@@ -193,19 +195,48 @@ impl Context {
     /// this layer does not wrap. The layer's own calls do this themselves.
     pub fn make_current(&self) -> Result<(), DriverError> {
         // SAFETY: the context is retained while `self` lives.
-        unsafe { ffi::cuCtxSetCurrent(self.inner.raw) }.ok()
+        unsafe { set_current(self.inner.raw) }
     }
 
     /// Makes this context current on the calling thread unless it already is:
-    /// what every call of this layer on a resource does first.
+    /// what every call of this layer on a resource does first. Inside a
+    /// [`Bound`] scope whose thread's current context is this one, without
+    /// asking the driver.
     pub(crate) fn bind(&self) -> Result<(), DriverError> {
+        let raw = self.inner.raw;
+        if BOUND_DEPTH.get() > 0 && BOUND.get() == raw {
+            return Ok(());
+        }
         let mut current: CUcontext = core::ptr::null_mut();
         // SAFETY: writes one handle.
         unsafe { ffi::cuCtxGetCurrent(&mut current) }.ok()?;
-        if current == self.inner.raw {
+        if current == raw {
+            BOUND.set(raw);
             return Ok(());
         }
         self.make_current()
+    }
+
+    /// Binds this context ([`bind`](Self::bind)) and keeps the answer for
+    /// the layer's later calls on this thread until the guard drops, so
+    /// that a call made of many driver calls asks for the current context
+    /// once. Only around the layer's own code: code that is not the
+    /// layer's (a caller's closure, another library's ordering) may make
+    /// another context current without the layer knowing, so it never runs
+    /// inside such a scope.
+    pub(crate) fn bound(&self) -> Result<Bound, DriverError> {
+        // Counted first: `bind` then records what it found or set. What
+        // was recorded outside every scope may be stale by now.
+        let depth = BOUND_DEPTH.get();
+        if depth == 0 {
+            BOUND.set(core::ptr::null_mut());
+        }
+        BOUND_DEPTH.set(depth + 1);
+        let guard = Bound {
+            _not_send: PhantomData,
+        };
+        self.bind()?;
+        Ok(guard)
     }
 
     /// Waits for all work of the context.
@@ -263,6 +294,48 @@ impl Context {
     }
 }
 
+std::thread_local! {
+    /// How many [`Bound`] scopes are open on this thread.
+    static BOUND_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// While one is, the thread's current context: every change the
+    /// layer makes to it goes through [`set_current`], which records it,
+    /// and no code but the layer's runs inside a scope.
+    static BOUND: Cell<CUcontext> = const { Cell::new(core::ptr::null_mut()) };
+}
+
+/// Makes `raw` the calling thread's current context, and records it for
+/// an open [`Bound`] scope (a failed call records that nothing is known).
+///
+/// # Safety
+///
+/// `raw` is null or a live context handle.
+unsafe fn set_current(raw: CUcontext) -> Result<(), DriverError> {
+    // SAFETY: our caller's promise.
+    let result = unsafe { ffi::cuCtxSetCurrent(raw) }.ok();
+    BOUND.set(if result.is_ok() {
+        raw
+    } else {
+        core::ptr::null_mut()
+    });
+    result
+}
+
+/// A scope in which the layer knows the calling thread's current context
+/// ([`Context::bound`]); not `Send`, as what it knows is the thread's.
+pub(crate) struct Bound {
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let depth = BOUND_DEPTH.get() - 1;
+        BOUND_DEPTH.set(depth);
+        if depth == 0 {
+            BOUND.set(core::ptr::null_mut());
+        }
+    }
+}
+
 /// The context that was current when [`Context::save_current`] was called,
 /// made current again on drop (none, if none was).
 #[derive(Debug)]
@@ -276,7 +349,7 @@ impl Drop for SavedCurrent {
         // Whoever made it current normally holds it; one destroyed since is
         // refused by the driver (CUDA_ERROR_CONTEXT_IS_DESTROYED), which
         // leaves the layer's context current.
-        let _ = unsafe { ffi::cuCtxSetCurrent(self.raw) };
+        let _ = unsafe { set_current(self.raw) };
     }
 }
 

@@ -71,6 +71,14 @@ impl Event {
         self.record_locked(&capture::lock(), stream)
     }
 
+    /// [`record`](Self::record) on a stream of the layer's own that no
+    /// capture can reach (a stager's: it waits only for events recorded
+    /// on streams that were not capturing), without asking the driver
+    /// whether it captures.
+    pub(crate) fn record_on_own(&self, stream: StreamRef<'_>) -> Result<(), Error> {
+        self.record_known(&capture::lock(), stream, false)
+    }
+
     /// [`record`](Self::record) for a caller that holds the capture lock.
     pub(crate) fn record_locked(
         &self,

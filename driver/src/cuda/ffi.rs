@@ -218,6 +218,7 @@ macro_rules! entry_points {
             pub(crate) unsafe fn $name($($arg: $ty),*) -> CuResult {
                 #[cfg(feature = "simulator")]
                 if let Some(simulator) = SIMULATED.get() {
+                    (simulator.count)(stringify!($name));
                     // SAFETY: the simulator's function of this name has this
                     // entry point's contract, which our caller upholds.
                     return unsafe { (simulator.required.$name)($($arg),*) };
@@ -310,6 +311,8 @@ pub(crate) fn load_failure() -> Option<&'static LoadFailure> {
 struct Simulator {
     required: &'static Simulated,
     optional: &'static SimulatedOptional,
+    /// Told the name of every entry point called, before the call.
+    count: fn(&'static str),
 }
 
 /// The simulator's tables once it is installed: every later driver call of
@@ -318,12 +321,18 @@ struct Simulator {
 static SIMULATED: OnceLock<Simulator> = OnceLock::new();
 
 /// Routes every later driver call of this process to `table`, and every
-/// optional entry point to `optional`. The first tables installed stay.
+/// optional entry point to `optional`, telling `count` the name of each
+/// call first. The first tables installed stay.
 #[cfg(feature = "simulator")]
-pub(crate) fn route_to_simulator(table: &'static Simulated, optional: &'static SimulatedOptional) {
+pub(crate) fn route_to_simulator(
+    table: &'static Simulated,
+    optional: &'static SimulatedOptional,
+    count: fn(&'static str),
+) {
     let _ = SIMULATED.set(Simulator {
         required: table,
         optional,
+        count,
     });
 }
 
@@ -441,6 +450,7 @@ pub(crate) unsafe fn memcpy_batch_async(
 ) -> Option<CuResult> {
     #[cfg(feature = "simulator")]
     if let Some(simulator) = SIMULATED.get() {
+        (simulator.count)("cuMemcpyBatchAsync_v2");
         // SAFETY: the simulator's batch copy has the driver's contract,
         // which our caller upholds.
         return Some(unsafe {

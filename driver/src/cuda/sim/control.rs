@@ -1,6 +1,8 @@
 //! The test-side controls: install the simulator, make devices, read their
 //! state, hold and release their workers, wait for them, read violations.
 
+use core::cell::RefCell;
+use std::collections::BTreeMap;
 use std::string::String;
 use std::vec::Vec;
 
@@ -25,7 +27,59 @@ static OPTIONAL_ENTRY_POINTS: SimulatedOptional = SimulatedOptional {
 /// Idempotent. Install before the first driver call: handles from a real
 /// driver mean nothing to the simulator.
 pub fn install() {
-    route_to_simulator(&ENTRY_POINTS, &OPTIONAL_ENTRY_POINTS);
+    route_to_simulator(&ENTRY_POINTS, &OPTIONAL_ENTRY_POINTS, count_call);
+}
+
+std::thread_local! {
+    /// The driver calls of this thread by entry point, while
+    /// [`count_calls`] runs here.
+    static CALLS: RefCell<Option<DriverCalls>> = const { RefCell::new(None) };
+}
+
+/// The driver calls one thread made, by entry point: what
+/// [`count_calls`] returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverCalls {
+    /// Each entry point called, by the driver's name, and how often.
+    pub by_entry: BTreeMap<&'static str, u32>,
+}
+
+impl DriverCalls {
+    /// Every call, whatever its entry point.
+    pub fn total(&self) -> u32 {
+        self.by_entry.values().sum()
+    }
+
+    /// The calls of entry point `entry`.
+    pub fn of(&self, entry: &str) -> u32 {
+        self.by_entry.get(entry).copied().unwrap_or(0)
+    }
+}
+
+fn count_call(entry: &'static str) {
+    CALLS.with(|calls| {
+        if let Some(calls) = calls.borrow_mut().as_mut() {
+            *calls.by_entry.entry(entry).or_default() += 1;
+        }
+    });
+}
+
+/// Runs `f` and counts the driver calls this thread makes meanwhile
+/// (another thread's, a copier's or the simulator's own, are not
+/// counted): what a call of the layer costs its caller in driver calls.
+///
+/// # Panics
+///
+/// If called inside `f` of another `count_calls` on this thread.
+pub fn count_calls<R>(f: impl FnOnce() -> R) -> (R, DriverCalls) {
+    CALLS.with(|calls| {
+        let mut calls = calls.borrow_mut();
+        assert!(calls.is_none(), "count_calls: already counting here");
+        *calls = Some(DriverCalls::default());
+    });
+    let result = f();
+    let calls = CALLS.with(|calls| calls.borrow_mut().take().unwrap_or_default());
+    (result, calls)
 }
 
 /// The simulator as a C library, for a program that loads libcuda itself

@@ -114,8 +114,9 @@ mod tests;
 
 pub use context::thread_capture_mode;
 pub use control::{
-    DeviceState, c_entry_points, device_state, drain, hold, install, limit_queue, new_device,
-    refuse_batch_copies, refuse_stream_memory_waits, release, take_violations, violations,
+    DeviceState, DriverCalls, c_entry_points, count_calls, device_state, drain, hold, install,
+    limit_queue, new_device, refuse_batch_copies, refuse_stream_memory_waits, release,
+    take_violations, violations,
 };
 pub use fault::{fail_call, fail_context};
 

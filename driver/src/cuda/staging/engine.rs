@@ -155,10 +155,10 @@ impl Engine {
     /// See [`Stager::wait_for`](super::Stager::wait_for).
     pub(super) fn wait_for(&mut self, stream: StreamRef<'_>) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
+        let _bound = self.context.bound()?;
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
-        self.order
-            .record(&self.context, stream, &self.lanes.streams)
+        self.order.record(&self.context, stream)
     }
 
     /// See [`Stager::device_to_pinned`](super::Stager::device_to_pinned).
@@ -180,6 +180,9 @@ impl Engine {
             return Ok(dst);
         }
         let stream = self.lanes.streams[0].as_stream();
+        if let Err(error) = self.order.order_lane(0, stream) {
+            return Err(PinnedTransferError::new(error, Some(dst)));
+        }
         // SAFETY: `dst` is pinned, `len` writable bytes, owned here until
         // `settle_pinned` has seen the copy finish; if it cannot, the
         // buffer is leaked, so nothing reads, writes or frees it while the
@@ -208,6 +211,9 @@ impl Engine {
             return Ok(src);
         }
         let stream = self.lanes.streams[0].as_stream();
+        if let Err(error) = self.order.order_lane(0, stream) {
+            return Err(PinnedTransferError::new(error, Some(src)));
+        }
         // SAFETY: `src` is pinned and owned here until `settle_pinned` has
         // seen the copy finish; if it cannot, the buffer is leaked, so no
         // one writes or frees it while the copy may still read it. `dst`
@@ -453,6 +459,9 @@ impl Engine {
             return Ok(None);
         }
         let _relaxed = RelaxedCapture::new();
+        // From here on only the layer's own code runs until the chunks are
+        // queued: the current context is asked for once.
+        let _bound = self.context.bound()?;
         let chunk = match direction {
             Direction::DeviceToHost => self.options.chunk,
             Direction::HostToDevice => self.options.h2d_chunk(),
@@ -471,6 +480,18 @@ impl Engine {
         );
         let mut planned = planned;
         self.lanes.choose_moves(&mut planned)?;
+        // Each stream the transfer uses waits for the streams given to
+        // `wait_for` since its last transfer, before anything is queued.
+        // (At most `MAX_BUFFERS`, 64, streams: one bit each.)
+        let mut ordered = 0u64;
+        for chunk in &planned {
+            let lane = chunk.buffer % self.lanes.streams.len();
+            if ordered & (1 << lane) == 0 {
+                ordered |= 1 << lane;
+                let stream = self.lanes.streams[lane].as_stream();
+                self.order.order_lane(lane, stream)?;
+            }
+        }
         self.next_seq += planned.len() as u64;
         let stores = match direction {
             Direction::DeviceToHost => Stores::Streaming,
@@ -494,15 +515,14 @@ impl Engine {
     }
 
     /// Waits until a transfer's host side is made and its driver copies
-    /// have run; returns the first error. After an error the streams
-    /// are drained; if they cannot be, the device allocation is kept for
-    /// good.
+    /// have run, and lets go of its device memory ([`InFlight::finish`]);
+    /// returns the first error. After an error the streams are drained,
+    /// so that the staging buffers are used again only once they have.
     pub(super) fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
-        let result = in_flight.wait();
-        trace::mark(Step::Finished, 0);
         let order_upto = in_flight.order_upto();
-        let (events, device) = in_flight.settle();
+        let (result, events) = in_flight.finish();
+        trace::mark(Step::Finished, 0);
         if result.is_err() {
             // The drain waits for whatever the error left queued.
             self.drain();
@@ -510,7 +530,6 @@ impl Engine {
             self.lanes.return_lane_events(events);
             self.order.complete_below(order_upto);
         }
-        self.release(device);
         result
     }
 }

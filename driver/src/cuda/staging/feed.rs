@@ -561,7 +561,7 @@ impl Lanes {
                 Some(event) => event,
                 None => Event::ordering(&self.context)?,
             };
-            event.record(self.streams[lane].as_stream())?;
+            event.record_on_own(self.streams[lane].as_stream())?;
             events.push(event);
         }
         Ok(events)
@@ -631,7 +631,7 @@ impl Lanes {
             Some(event) => event,
             None => Event::ordering(&self.context)?,
         };
-        if let Err(error) = event.record(stream) {
+        if let Err(error) = event.record_on_own(stream) {
             self.return_event(event);
             return Err(error);
         }

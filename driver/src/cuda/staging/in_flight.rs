@@ -22,10 +22,11 @@ const NEAR_END_POLLS: core::time::Duration = core::time::Duration::from_millis(1
 /// A planned transfer whose driver side is queued whole, in the copier's
 /// hands for its host side.
 ///
-/// Dropped before the engine settles it, it waits until the copier is
-/// done with its host memory and its driver copies have run; if that wait
-/// fails (a context error), the copies may still run, and the device
-/// memory is kept for good, counted in [`leaked`](super::leaked).
+/// Finished by the engine, or dropped before, it waits until the copier
+/// is done with its host memory and its driver copies have run, then lets
+/// go of the device memory by one rule ([`finish`](Self::finish)): kept
+/// for good, counted in [`leaked`](super::leaked), only where the driver
+/// may still run its copies.
 #[derive(Debug)]
 pub(super) struct InFlight {
     job: Arc<Job>,
@@ -33,7 +34,7 @@ pub(super) struct InFlight {
     events: Vec<Event>,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,
-    /// The device allocation the queued copies use; `None` once settled.
+    /// The device allocation the queued copies use; `None` once finished.
     device: Option<DeviceInUse>,
 }
 
@@ -144,22 +145,37 @@ impl InFlight {
         self.order_upto
     }
 
-    /// Hands its events and its device memory to the engine, which has
-    /// waited for it and decides whether the memory may go.
-    pub(super) fn settle(mut self) -> (Vec<Event>, DeviceInUse) {
-        let device = self.device.take().expect("settled once, by value");
-        (core::mem::take(&mut self.events), device)
+    /// Waits for the transfer ([`wait`](Self::wait)) and lets go of its
+    /// device memory by the one rule every front shares: after an error,
+    /// the transfer's copies may still be queued, so it waits for them
+    /// too (the events after its last chunks, which come after every copy
+    /// it queued on each stream); the memory is freed once they have run,
+    /// and kept for good, counted in [`leaked`](super::leaked), only if
+    /// that wait fails too (a context error: the driver may still run
+    /// them). Returns the transfer's result, its events (for reuse once
+    /// it succeeded) and whether it succeeded.
+    pub(super) fn finish(mut self) -> (Result<(), Error>, Vec<Event>) {
+        let result = self.release();
+        (result, core::mem::take(&mut self.events))
+    }
+
+    /// [`finish`](Self::finish) without giving the events back: once; the
+    /// drop does nothing after it.
+    fn release(&mut self) -> Result<(), Error> {
+        let Some(device) = self.device.take() else {
+            return Ok(());
+        };
+        let result = self.wait();
+        if result.is_err() && self.synchronize_events().is_err() {
+            // Its driver copies may still run.
+            device.keep();
+        }
+        result
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let Some(device) = self.device.take() else {
-            return;
-        };
-        if self.wait().is_err() {
-            // Its driver copies may still run.
-            device.keep();
-        }
+        let _ = self.release();
     }
 }

@@ -21,21 +21,25 @@ pub const MAX_ORDER_EVENTS: usize = 64;
 struct OrderEvent {
     /// Its number, in the order they were recorded.
     number: u64,
-    /// Whether every stream of the stager's waits for it.
-    waited: bool,
     event: Event,
 }
 
-/// Events `wait_for` recorded, each numbered, not yet known complete: the
-/// stager's streams wait for them, and so does the stream of a transfer on
-/// the driver's path, when it starts. A staged transfer started after one
-/// that every stream waited for, and finished without error, proves it
-/// complete.
+/// Events `wait_for` recorded, each numbered, not yet known complete. A
+/// stream of the stager's waits for them when a transfer is first queued
+/// on it after they were recorded ([`order_lane`](Self::order_lane)), so
+/// that a transfer waits once on each stream it uses, not on every stream
+/// at every `wait_for`; the stream of a transfer on the driver's path
+/// waits for them all when it starts. A staged transfer started after an
+/// event, and finished without error, proves it complete: the streams it
+/// used waited for every event recorded before it.
 #[derive(Debug, Default)]
 pub(super) struct OrderEvents {
     pending: Vec<OrderEvent>,
     /// The number the next event gets.
     next: u64,
+    /// For each of the stager's streams (by index), the number of the
+    /// first event it has not waited for.
+    waited_below: Vec<u64>,
     /// Completed events, reused.
     spare: Vec<Event>,
     /// Waits for the events when they are folded into one; made the first
@@ -55,15 +59,9 @@ impl OrderEvents {
         self.pending.is_empty()
     }
 
-    /// Records an event on `stream` and makes each of `own` (the stager's
-    /// streams) wait for it. Refused on a capturing stream. Kept even if
-    /// a wait failed: a transfer on the driver's path still waits for it.
-    pub(super) fn record(
-        &mut self,
-        context: &Context,
-        stream: StreamRef<'_>,
-        own: &[Stream],
-    ) -> Result<(), Error> {
+    /// Records an event on `stream`, which the stager's streams wait for
+    /// before their next transfer. Refused on a capturing stream.
+    pub(super) fn record(&mut self, context: &Context, stream: StreamRef<'_>) -> Result<(), Error> {
         self.retire(context)?;
         let event = match self.spare.pop() {
             Some(event) => event,
@@ -81,19 +79,12 @@ impl OrderEvents {
             self.spare.push(event);
             return Err(error);
         }
-        // Every transfer started before is queued whole (by the call that
-        // started it), so these waits come after them and before every
-        // later one.
-        let ordered = own
-            .iter()
-            .try_for_each(|own| own.as_stream().wait_event(&event));
         self.pending.push(OrderEvent {
             number: self.next,
-            waited: ordered.is_ok(),
             event,
         });
         self.next += 1;
-        ordered
+        Ok(())
     }
 
     /// Makes `stream` wait for every event held.
@@ -104,6 +95,27 @@ impl OrderEvents {
         Ok(())
     }
 
+    /// Makes the stager's stream `lane` wait for every event held that it
+    /// has not waited for: before the first chunk of a transfer queued on
+    /// it. Every transfer started before is queued whole (by the call that
+    /// started it), so the waits come after them and before this one. The
+    /// stream is the stager's own, which never captures.
+    pub(super) fn order_lane(&mut self, lane: usize, stream: StreamRef<'_>) -> Result<(), Error> {
+        if self.waited_below.len() <= lane {
+            self.waited_below.resize(lane + 1, 0);
+        }
+        let below = self.waited_below[lane];
+        for pending in self
+            .pending
+            .iter()
+            .filter(|pending| pending.number >= below)
+        {
+            stream.wait_event(&pending.event)?;
+        }
+        self.waited_below[lane] = self.next;
+        Ok(())
+    }
+
     /// Every event held is complete (a stream that waited for each has run
     /// past them).
     pub(super) fn all_complete(&mut self) {
@@ -111,11 +123,11 @@ impl OrderEvents {
         self.spare.extend(done);
     }
 
-    /// The events numbered below `upto` that the streams waited for are
-    /// complete: a staged transfer started after them has finished.
+    /// The events numbered below `upto` are complete: a staged transfer
+    /// started after them has finished, on streams that waited for them.
     pub(super) fn complete_below(&mut self, upto: u64) {
         for pending in core::mem::take(&mut self.pending) {
-            if pending.waited && pending.number < upto {
+            if pending.number < upto {
                 self.spare.push(pending.event);
             } else {
                 self.pending.push(pending);
@@ -168,15 +180,14 @@ impl OrderEvents {
             self.spare.push(folded);
             return Err(error);
         }
-        // The stager's streams waited for it if they waited for every one;
-        // its number is the newest, which `complete_below` compares.
-        let waited = self.pending.iter().all(|pending| pending.waited);
+        // Its number is the newest: `complete_below` compares it, and a
+        // stream that waited for that one waited for every one folded in
+        // (`order_lane`); one that did not, waits for this.
         let number = self.pending.last().map_or(0, |pending| pending.number);
         let folded_in = self.pending.drain(..).map(|pending| pending.event);
         self.spare.extend(folded_in);
         self.pending.push(OrderEvent {
             number,
-            waited,
             event: folded,
         });
         Ok(())

@@ -22,9 +22,10 @@ use crate::cuda::stream::StreamRef;
 /// does), then lets go of the device memory: the rule of every transfer
 /// in flight, written once. The host memory is touched only by the
 /// stager's copier thread, which finishes its part of every transfer,
-/// after an error too, so nothing touches it once the drop returns. If
-/// the wait for the driver's copies fails (a context error), they may
-/// still run: the drop keeps the device memory for good, counted in
+/// after an error too, so nothing touches it once the drop returns. After
+/// an error it waits for the copies the transfer queued before it lets go
+/// of the device memory; if that wait fails too (a context error), they
+/// may still run: the drop keeps the device memory for good, counted in
 /// [`leaked`](super::leaked). Only [`Stager::finish_pending`](super::Stager::finish_pending) also
 /// drains the stager's streams after an error and reports it.
 #[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
@@ -90,6 +91,7 @@ impl PendingTransfer {
         for event in in_flight.events() {
             event.context().expect_same(stream.context())?;
         }
+        let _bound = stream.context().bound()?;
         // The check and the waits in one hold of the lock: the stream
         // cannot begin capturing in between.
         let locked = capture::lock();
