@@ -1250,6 +1250,47 @@ fn a_pending_transfer_dropped_after_a_failed_wait_frees_its_device_memory() {
     device.assert_no_violations();
 }
 
+/// A transfer waited for on one thread (a binding's waiter) and finished
+/// by its stager waits once: the finish asks the driver nothing more about
+/// its copies.
+#[test]
+fn a_pending_transfer_waited_for_then_finished_waits_once() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    for upload in [false, true] {
+        let len = 2 * CHUNK + 5;
+        let expected = pattern(len, 32);
+        let mut memory = DeviceBuffer::new(&device.context, len).unwrap();
+        let mut host = expected.clone();
+        // SAFETY: `host` and `memory` outlive the transfer, finished
+        // below, and nothing else touches them meanwhile.
+        let pending = unsafe {
+            if upload {
+                stager.start_unchecked(to_device(&mut memory, &host))
+            } else {
+                memory.copy_from_host(0, &expected).unwrap();
+                host.fill(0);
+                stager.start_unchecked(to_host(&mut host, &memory))
+            }
+        }
+        .unwrap();
+        std::thread::scope(|threads| threads.spawn(|| pending.wait_arrived()).join().unwrap())
+            .unwrap();
+        let (finished, calls) = sim::count_calls(|| stager.finish_pending(pending));
+        finished.unwrap();
+        for entry in ["cuEventSynchronize", "cuEventQuery", "cuStreamSynchronize"] {
+            assert_eq!(calls.of(entry), 0, "upload {upload}: {calls:?}");
+        }
+        if upload {
+            host.fill(0);
+            memory.copy_to_host(0, &mut host).unwrap();
+        }
+        assert!(host == expected, "upload {upload}");
+    }
+    drop(stager);
+    device.assert_no_violations();
+}
+
 #[test]
 fn transfers_wait_for_a_stream_and_refuse_a_capturing_one() {
     let device = device();

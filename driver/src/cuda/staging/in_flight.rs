@@ -2,7 +2,7 @@
 //! transfer and its end, with the one wait and the one drop rule every
 //! front shares (a scope's handle, a pending transfer, a blocking call).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::vec::Vec;
 
 use super::Direction;
@@ -36,6 +36,9 @@ pub(super) struct InFlight {
     order_upto: u64,
     /// The device allocation the queued copies use; `None` once finished.
     device: Option<DeviceInUse>,
+    /// What [`wait`](Self::wait) returned, once it has: a transfer waited
+    /// for on one thread and finished on another waits once.
+    waited: OnceLock<Result<(), Error>>,
 }
 
 impl InFlight {
@@ -50,6 +53,7 @@ impl InFlight {
             events,
             order_upto,
             device: Some(device),
+            waited: OnceLock::new(),
         }
     }
 
@@ -87,6 +91,15 @@ impl InFlight {
     /// at most, then asleep again (the copies of a small transfer may wait
     /// for a long kernel queued before it).
     pub(super) fn wait(&self) -> Result<(), Error> {
+        if let Some(waited) = self.waited.get() {
+            return *waited;
+        }
+        let waited = self.wait_once();
+        *self.waited.get_or_init(|| waited)
+    }
+
+    /// [`wait`](Self::wait)'s work.
+    fn wait_once(&self) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         match self.job.direction() {
             Direction::DeviceToHost => {
