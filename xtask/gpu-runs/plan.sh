@@ -54,10 +54,10 @@
 #                      e.g. "base poll:HOSTCOPY_X_COPIER_POLL=1" as runs 64
 #                      and 65 compared; output in bench/ for `base`,
 #                      bench-NAME/ for the others
-#   PY_BENCHES="offload_loop one_call async_lag"   python/bench/NAME.py to
-#                      run, in order, with the arguments below; the bundle
-#                      also has staged_d2h, blocks, safetensors_load and
-#                      empty_pool
+#   PY_BENCHES="offload_loop one_call async_lag decode_loop"   python/bench/
+#                      NAME.py to run, in order, with the arguments below;
+#                      the bundle also has staged_d2h, blocks,
+#                      safetensors_load and empty_pool
 set -u
 mode=${1:-}
 case $mode in
@@ -183,6 +183,7 @@ py_bench_args() { # py_bench_args NAME: its limit in seconds, then its arguments
         offload_loop) echo 170 ;;
         one_call) echo 90 --sizes-mib 64 1024 --repeat 3 --csv "$res/python/one_call.csv" ;;
         async_lag) echo 90 --seconds 1.5 ;;
+        decode_loop) echo 120 --csv "$res/python/decode_loop.csv" ;;
         staged_d2h) echo 90 ;;
         blocks) echo 120 --total-mib 256 --repeat 3 --blocks-kib 4,16,64,256 ;;
         safetensors_load) echo 120 --repeat 3 --no-cold ;;
@@ -244,7 +245,7 @@ benches() {
             export PYTHONPATH=$target
         fi
     fi
-    for bench in ${PY_BENCHES-offload_loop one_call async_lag}; do
+    for bench in ${PY_BENCHES-offload_loop one_call async_lag decode_loop}; do
         read -r limit args <<< "$(py_bench_args "$bench")"
         if [ -n "$no_gpu" ]; then
             skip "$bench" "$no_gpu"
@@ -300,6 +301,11 @@ esac
         if [ -f "$res/async_lag.log" ]; then
             echo "-- async lag"
             grep -E '^(asyncio|uvloop)' "$res/async_lag.log" | cut -c1-400
+        fi
+        if [ -f "$res/decode_loop.log" ]; then
+            echo "-- decode loop"
+            grep -E '^(decode_loop: |bound:)' "$res/decode_loop.log" | cut -c1-400
+            sed -n '/^| kind /,$p' "$res/decode_loop.log" | grep '^|'
         fi
         for bench in staged_d2h blocks safetensors_load empty_pool; do
             [ -f "$res/$bench.log" ] && { echo "-- $bench"; tail -n 15 "$res/$bench.log"; }

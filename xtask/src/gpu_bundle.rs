@@ -45,6 +45,7 @@ const STEPS: &[(&str, u32, &str)] = &[
 const FILES: &[(&str, &str)] = &[
     ("xtask/scripts/gpu-run.sh", "run.sh"),
     ("xtask/gpu-runs/plan.sh", "plan.sh"),
+    ("xtask/gpu-runs/side_by_side.sh", "side_by_side.sh"),
     ("driver/python/gpu.sh", "python/gpu.sh"),
     ("driver/python/tests/conftest.py", "python/tests/conftest.py"),
     ("driver/python/tests/test_gpu.py", "python/tests/test_gpu.py"),
@@ -66,6 +67,7 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/bench/async_lag.py", "python/bench/async_lag.py"),
     ("driver/python/bench/empty_pool.py", "python/bench/empty_pool.py"),
     ("driver/python/bench/offload_loop.py", "python/bench/offload_loop.py"),
+    ("driver/python/bench/decode_loop.py", "python/bench/decode_loop.py"),
 ];
 
 /// The bundle must travel to the GPU host in one call.

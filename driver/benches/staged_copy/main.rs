@@ -27,8 +27,12 @@
 //! chunk, a host function copying with a pool, the stager, an event per
 //! chunk with the calling thread copying), transfers beside another
 //! library's busy host functions, and CPU seconds per GiB against the
-//! driver's path. A default run takes about two minutes on
-//! an H200 host; `--quick` runs each group once at small sizes
+//! driver's path. Then (`lean.rs`) a lean staging ring written in the
+//! benchmark itself (persistent worker threads, a ring of pinned slots,
+//! events polled) beside pinned memory and the stager at 16 MiB, 64 MiB,
+//! 256 MiB and 1 GiB both ways, so that the stager's overhead is a ratio
+//! (target: stager >= 0.97x the lean ring). A default run takes about
+//! two minutes on an H200 host; `--quick` runs each group once at small sizes
 //! (CI: proves it builds and runs); with `--simulated` (feature
 //! `simulator`) it runs against the simulated driver, which checks the
 //! benchmark's logic and byte checks but measures nothing real (the rows
@@ -38,7 +42,7 @@
 //!
 //! `--only` runs the named groups alone (after the 1 GiB reference, which
 //! the others compare with): `sweep`, `sizes`, `small`, `two-gpus`,
-//! `fresh`, `batches`, `one-transfer`, `chunk-cost`, `cudarc`.
+//! `fresh`, `batches`, `one-transfer`, `chunk-cost`, `lean`, `cudarc`.
 
 mod batches;
 mod chunk_cost;
@@ -46,6 +50,7 @@ mod chunk_cost;
 mod cudarc;
 mod fresh;
 mod groups;
+mod lean;
 mod machine;
 mod paths;
 mod report;
@@ -73,7 +78,7 @@ pub(crate) struct Options {
 }
 
 /// The groups `--only` names.
-const GROUPS: [&str; 9] = [
+const GROUPS: [&str; 10] = [
     "sweep",
     "sizes",
     "small",
@@ -82,6 +87,7 @@ const GROUPS: [&str; 9] = [
     "batches",
     "one-transfer",
     "chunk-cost",
+    "lean",
     "cudarc",
 ];
 
@@ -178,6 +184,9 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
     }
     if options.runs_group("chunk-cost") {
         chunk_cost::run(&bench, &mut report)?;
+    }
+    if options.runs_group("lean") {
+        lean::run(&bench, &mut report)?;
     }
     #[cfg(feature = "cudarc")]
     if options.runs_group("cudarc") {

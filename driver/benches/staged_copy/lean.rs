@@ -1,0 +1,594 @@
+//! A lean staging ring written here, in the benchmark, beside the link and
+//! the engine: the least a staging ring can do, so that the engine's
+//! overhead (its bookkeeping, planning, copier thread and wake-ups) reads
+//! as a ratio.
+//!
+//! At 16 MiB, 64 MiB, 256 MiB and 1 GiB (16 MiB with `--quick`), both
+//! ways, three kinds of transfer take turns within each run (the order
+//! rotated run by run, so that a machine whose speed drifts drifts under
+//! all three alike), one warm-up run then `--runs` timed ones, medians:
+//! - pinned (the link): one driver copy between a [`PinnedBuffer`] of the
+//!   size and a [`DeviceBuffer`], through the stager's pinned API;
+//! - the lean ring: pre-faulted pageable memory (a `Vec<u8>` written once)
+//!   through [`SLOTS`] pinned slots of [`CHUNK`] bytes, slot `k` on stream
+//!   `k`, the host side of each chunk split between worker threads started
+//!   once before any timing, an event recorded after each chunk's device
+//!   copy and polled (`Event::query` in a loop) by the calling thread
+//!   before the slot's host side (D2H) or before the slot is reused (H2D);
+//! - the engine: one blocking [`Stager::run`] with default options.
+//!
+//! The ring does what the engine does per chunk and nothing more: the same
+//! chunk, slots and streams as the engine's defaults, as many workers
+//! ([`default_workers`]), and the same stores (to the host, each worker's
+//! part through `hostcopy_fn`, non-temporal for parts of 256 KiB and up,
+//! as the engine's D2H copies; to a slot, cached stores, the engine's
+//! default for H2D). So what the ratios measure is the engine's overhead,
+//! not a different copy. The rows give GB/s and `x pinned`; the notes give
+//! lean and engine as a share of pinned and engine / lean, whose target is
+//! at least 0.97 at every size, both ways.
+//!
+//! Every kind has its own destination (host memory or a device buffer),
+//! checked byte for byte after its runs (the program stops at the first
+//! wrong byte), so no wrong fast path is reported. With `--simulated` the
+//! group runs against the simulated driver: the byte checks hold, the
+//! figures mean nothing.
+
+use std::hint::spin_loop;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use hostcopy_core::{HostCopyArgs, hostcopy_fn};
+use hostcopy_driver::cuda::staging::{Stager, default_workers, to_device, to_host};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, Event, PinnedBuffer, Stream};
+
+use crate::Bench;
+use crate::machine::host_available;
+use crate::paths::{Direction, Timed};
+use crate::report::{Report, check, gbps, row};
+use crate::table::size;
+
+/// The sizes, both ways (the first alone with `--quick`).
+const SIZES: [usize; 4] = [16 << 20, 64 << 20, 256 << 20, 1 << 30];
+
+/// Pinned slots of the ring, each on a stream of its own: the engine's
+/// default (`DEFAULT_BUFFERS`, a stream per buffer), measured there as
+/// what keeps the link busy while one host copy runs late.
+const SLOTS: usize = 4;
+
+/// Bytes a slot carries per chunk (a chunk is `min(CHUNK, size)`): the
+/// engine's default chunk, measured there as the best (smaller chunks fill
+/// the driver's queue, larger ones fall out of the host's cache).
+const CHUNK: usize = 16 << 20;
+
+/// The target for engine / lean, at every size and both ways.
+const TARGET: f64 = 0.97;
+
+/// Runs the group.
+pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
+    let (context, options) = (bench.context, bench.options);
+    let sizes = if options.quick {
+        &SIZES[..1]
+    } else {
+        &SIZES[..]
+    };
+    let ring = Ring::new(context, default_workers(1))?;
+    let mut stager = Stager::new(context)?;
+    let mut missed = Vec::new();
+    for &bytes in sizes {
+        // Source, upload, two host destinations and a pinned buffer.
+        if host_available() < 5 * bytes {
+            report.notes.push(format!(
+                "lean, {}: not run, too little host memory",
+                size(bytes)
+            ));
+            continue;
+        }
+        let mut memory = Memory::new(context, bytes)?;
+        for direction in [Direction::D2H, Direction::H2D] {
+            let name = match direction {
+                Direction::D2H => "D2H",
+                Direction::H2D => "H2D",
+            };
+            let label = format!("lean, {name} {}", size(bytes));
+            if let Direction::H2D = direction {
+                memory.stage_upload();
+            }
+            // Times per kind, in the order of `KINDS`.
+            let mut times = [Vec::new(), Vec::new(), Vec::new()];
+            for round in 0..=options.runs {
+                for turn in 0..KINDS.len() {
+                    let which = (turn + round) % KINDS.len();
+                    let elapsed = memory.once(&ring, &mut stager, KINDS[which], direction)?;
+                    // The first round warms every kind up.
+                    if round > 0 {
+                        times[which].push(elapsed);
+                    }
+                }
+            }
+            memory.check(direction, &label)?;
+
+            let group = format!(
+                "lean, {} {name} (x pinned: pinned {name} in the same rotation)",
+                size(bytes)
+            );
+            let [pinned, lean, engine] = times.map(Timed::plain);
+            let link = gbps(bytes, &pinned);
+            let workers = match ring.workers.count() {
+                1 => "1 worker".to_owned(),
+                count => format!("{count} workers"),
+            };
+            let lean_path = format!(
+                "lean ring: {SLOTS} pinned slots of {} on a stream each, {workers}, events polled",
+                size(CHUNK.min(bytes)),
+            );
+            for (path, timed) in [
+                ("pinned (link)", &pinned),
+                (lean_path.as_str(), &lean),
+                ("staged (engine), blocking call, default options", &engine),
+            ] {
+                report
+                    .rows
+                    .push(row(&group, path, bytes, timed, link, f64::NAN));
+            }
+            let (lean, engine) = (gbps(bytes, &lean), gbps(bytes, &engine));
+            let ratio = engine / lean;
+            if ratio < TARGET {
+                missed.push(format!("{name} {} ({ratio:.3}x)", size(bytes)));
+            }
+            let note = format!(
+                "{label}: lean {:.1}% of pinned, engine {:.1}% of pinned, engine / lean {ratio:.3}x (target >= {TARGET}x: {})",
+                100.0 * lean / link,
+                100.0 * engine / link,
+                if ratio >= TARGET { "met" } else { "missed" }
+            );
+            println!("  {note}");
+            report.notes.push(note);
+        }
+    }
+    let outcome = if missed.is_empty() {
+        "met".to_owned()
+    } else {
+        format!("missed at {}", missed.join(", "))
+    };
+    let simulated = if options.simulated {
+        " (simulated driver: the figures mean nothing)"
+    } else {
+        ""
+    };
+    report.notes.push(format!(
+        "lean: engine >= {TARGET}x lean at every size run, both ways: {outcome}{simulated}"
+    ));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// What is compared, and the memory each kind copies to and from.
+
+/// The kinds of transfer, in the order of their times.
+#[derive(Clone, Copy)]
+enum Kind {
+    Pinned,
+    Lean,
+    Engine,
+}
+
+const KINDS: [Kind; 3] = [Kind::Pinned, Kind::Lean, Kind::Engine];
+
+/// A device buffer per kind, all holding `source` at first, and the host
+/// memory the kinds copy to and from: each kind writes its own destination,
+/// so one that writes nothing cannot pass on another's bytes.
+struct Memory {
+    /// What the device buffers hold at first: what D2H must bring back.
+    source: Vec<u8>,
+    /// What H2D sends (the lean ring and the engine from here, pinned
+    /// from its buffer, filled with the same bytes).
+    upload: Vec<u8>,
+    /// Pinned memory of the transfer's size, taken and given back by each
+    /// pinned copy.
+    pinned: Option<PinnedBuffer>,
+    /// D2H destinations of the lean ring and of the engine (pre-faulted).
+    lean_host: Vec<u8>,
+    engine_host: Vec<u8>,
+    /// Device buffers of the pinned copy, the lean ring and the engine.
+    devices: [DeviceBuffer; 3],
+}
+
+impl Memory {
+    fn new(context: &Context, bytes: usize) -> Result<Memory, Error> {
+        let source = pattern(bytes, 1);
+        let device = || -> Result<DeviceBuffer, Error> {
+            let mut device = DeviceBuffer::new(context, bytes)?;
+            device.copy_from_host(0, &source)?;
+            Ok(device)
+        };
+        let devices = [device()?, device()?, device()?];
+        Ok(Memory {
+            upload: pattern(bytes, 2),
+            pinned: Some(PinnedBuffer::new(context, bytes)?),
+            lean_host: pattern(bytes, 3),
+            engine_host: pattern(bytes, 4),
+            source,
+            devices,
+        })
+    }
+
+    /// Fills the pinned buffer with `upload`, for the pinned H2D copies.
+    fn stage_upload(&mut self) {
+        self.pinned
+            .as_mut()
+            .expect("every pinned copy gives the buffer back")
+            .copy_from_slice(&self.upload);
+    }
+
+    /// One transfer of `kind` in `direction`, timed.
+    fn once(
+        &mut self,
+        ring: &Ring,
+        stager: &mut Stager,
+        kind: Kind,
+        direction: Direction,
+    ) -> Result<Duration, Error> {
+        let [pinned_device, lean_device, engine_device] = &mut self.devices;
+        let start = Instant::now();
+        match (kind, direction) {
+            (Kind::Pinned, _) => {
+                let buffer = self
+                    .pinned
+                    .take()
+                    .expect("every pinned copy gives the buffer back");
+                self.pinned = Some(match direction {
+                    Direction::D2H => stager.device_to_pinned(buffer, &*pinned_device, 0)?,
+                    Direction::H2D => stager.pinned_to_device(pinned_device, buffer, 0)?,
+                });
+            }
+            (Kind::Lean, Direction::D2H) => ring.d2h(lean_device, &mut self.lean_host)?,
+            (Kind::Lean, Direction::H2D) => ring.h2d(lean_device, &self.upload)?,
+            (Kind::Engine, Direction::D2H) => {
+                stager.run(to_host(&mut self.engine_host[..], &*engine_device))?;
+            }
+            (Kind::Engine, Direction::H2D) => {
+                stager.run(to_device(engine_device, &self.upload[..]))?;
+            }
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Stops the program unless every kind's destination holds what it
+    /// was sent: `source` in host memory after D2H, `upload` in each
+    /// device buffer after H2D (read back).
+    fn check(&mut self, direction: Direction, label: &str) -> Result<(), Error> {
+        let names = ["pinned (link)", "lean ring", "engine"];
+        match direction {
+            Direction::D2H => {
+                let pinned = self
+                    .pinned
+                    .as_deref()
+                    .expect("every pinned copy gives the buffer back");
+                for (name, got) in
+                    names
+                        .iter()
+                        .zip([pinned, &self.lean_host[..], &self.engine_host[..]])
+                {
+                    check(&format!("{label}, {name}"), got, &self.source)?;
+                }
+            }
+            Direction::H2D => {
+                // The D2H destinations are checked already: read back there.
+                for (name, device) in names.iter().zip(&self.devices) {
+                    device.copy_to_host(0, &mut self.lean_host)?;
+                    check(&format!("{label}, {name}"), &self.lean_host, &self.upload)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `len` bytes of `seed`'s pattern, written once (so pre-faulted): each
+/// 8-byte word a distinct value of its index, so a chunk copied to the
+/// wrong place never matches.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    for (index, word) in bytes.chunks_mut(8).enumerate() {
+        let value = (index as u64 ^ (seed << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        word.copy_from_slice(&value.to_le_bytes()[..word.len()]);
+    }
+    bytes
+}
+
+// ---------------------------------------------------------------------
+// The ring.
+
+/// Pinned slots, a stream and an event per slot, and the workers.
+struct Ring {
+    slots: Vec<PinnedBuffer>,
+    streams: Vec<Stream>,
+    events: Vec<Event>,
+    workers: Workers,
+}
+
+impl Ring {
+    fn new(context: &Context, workers: usize) -> Result<Ring, Error> {
+        let mut ring = Ring {
+            slots: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            workers: Workers::start(workers),
+        };
+        for _ in 0..SLOTS {
+            ring.slots.push(PinnedBuffer::new(context, CHUNK)?);
+            ring.streams.push(Stream::new(context)?);
+            ring.events.push(Event::ordering(context)?);
+        }
+        Ok(ring)
+    }
+
+    /// Device to host: the first chunks' copies queued into every slot,
+    /// then per chunk, in order: poll its slot's event, copy the slot out
+    /// with the workers, queue the slot's next chunk.
+    fn d2h(&self, device: &DeviceBuffer, host: &mut [u8]) -> Result<(), Error> {
+        let chunk = CHUNK.min(host.len());
+        let chunks = host.len().div_ceil(chunk);
+        let _awake = self.workers.wake();
+        let result = (|| {
+            for index in 0..chunks.min(SLOTS) {
+                self.queue_d2h(device, chunk, host.len(), index)?;
+            }
+            for index in 0..chunks {
+                let slot = index % SLOTS;
+                self.poll(slot)?;
+                let (offset, len) = span(index, chunk, host.len());
+                // SAFETY: the slot's event has passed, so its copy of this
+                // chunk is done and none is queued into it until just
+                // below; `len` bytes fit in the slot (`CHUNK`) and in
+                // `host` from `offset`; pageable and pinned memory are
+                // disjoint.
+                unsafe {
+                    self.workers.copy(
+                        host[offset..].as_mut_ptr(),
+                        self.slots[slot].raw_ptr(),
+                        len,
+                        true,
+                    );
+                }
+                if index + SLOTS < chunks {
+                    self.queue_d2h(device, chunk, host.len(), index + SLOTS)?;
+                }
+            }
+            Ok(())
+        })();
+        self.settle(result)
+    }
+
+    /// Queues chunk `index`'s copy into its slot and records the slot's
+    /// event after it.
+    fn queue_d2h(
+        &self,
+        device: &DeviceBuffer,
+        chunk: usize,
+        total: usize,
+        index: usize,
+    ) -> Result<(), Error> {
+        let slot = index % SLOTS;
+        let (offset, len) = span(index, chunk, total);
+        let stream = self.streams[slot].as_stream();
+        // SAFETY: the slot holds `CHUNK >= len` pinned bytes, which nothing
+        // touches until the event recorded below has been seen passed
+        // (`poll`); after an error `settle` waits for every stream before
+        // the ring can be dropped. The device range is checked by the call.
+        unsafe { stream.copy_device_to_host(self.slots[slot].raw_ptr(), device, offset, len)? };
+        self.events[slot].record(stream)
+    }
+
+    /// Host to device: per chunk, in order: poll its slot's event (the
+    /// slot's previous chunk has reached the device), copy the chunk into
+    /// the slot with the workers, queue its copy to the device and record
+    /// the slot's event; then poll every slot's last event.
+    fn h2d(&self, device: &mut DeviceBuffer, host: &[u8]) -> Result<(), Error> {
+        let chunk = CHUNK.min(host.len());
+        let chunks = host.len().div_ceil(chunk);
+        let _awake = self.workers.wake();
+        let result = (|| {
+            for index in 0..chunks {
+                let slot = index % SLOTS;
+                if index >= SLOTS {
+                    self.poll(slot)?;
+                }
+                let (offset, len) = span(index, chunk, host.len());
+                let staged = self.slots[slot].raw_ptr();
+                // SAFETY: the slot is free (its event has passed, or no
+                // copy was ever queued from it); `len` bytes fit in the
+                // slot (`CHUNK`) and in `host` from `offset`; pageable and
+                // pinned memory are disjoint.
+                unsafe {
+                    self.workers
+                        .copy(staged, host[offset..].as_ptr(), len, false)
+                };
+                let stream = self.streams[slot].as_stream();
+                // SAFETY: the slot holds the chunk, and nothing writes it
+                // until the event recorded below has been seen passed
+                // (`poll`, here or at the end); after an error `settle`
+                // waits for every stream first. `device` is borrowed
+                // uniquely until then; its range is checked by the call.
+                unsafe { stream.copy_host_to_device(&*device, offset, staged, len)? };
+                self.events[slot].record(stream)?;
+            }
+            (0..chunks.min(SLOTS)).try_for_each(|slot| self.poll(slot))
+        })();
+        self.settle(result)
+    }
+
+    /// Waits for `slot`'s last recorded event, polling.
+    fn poll(&self, slot: usize) -> Result<(), Error> {
+        while !self.events[slot].query()? {
+            spin_loop();
+        }
+        Ok(())
+    }
+
+    /// After an error, waits for every stream (whatever it answers), so
+    /// that no queued copy still reads or writes a slot or a buffer the
+    /// caller may free.
+    fn settle(&self, result: Result<(), Error>) -> Result<(), Error> {
+        if result.is_err() {
+            for stream in &self.streams {
+                let _ = stream.as_stream().synchronize();
+            }
+        }
+        result
+    }
+}
+
+/// Chunk `index`'s offset and length in a transfer of `total` bytes.
+fn span(index: usize, chunk: usize, total: usize) -> (usize, usize) {
+    let offset = index * chunk;
+    (offset, chunk.min(total - offset))
+}
+
+// ---------------------------------------------------------------------
+// The workers.
+
+/// The chunk being copied, which the workers split into equal parts, one
+/// each. The calling thread posts a chunk only once every worker has
+/// copied its part of the last, so the fields never change under a worker.
+struct Job {
+    /// Bumped once per chunk, after the fields below are set.
+    generation: AtomicU64,
+    dst: AtomicPtr<u8>,
+    src: AtomicPtr<u8>,
+    len: AtomicUsize,
+    /// Through `hostcopy_fn` (non-temporal stores for large parts), or
+    /// cached stores.
+    streaming: AtomicBool,
+    /// Workers done with the current chunk.
+    done: AtomicUsize,
+    /// During a transfer the workers spin for the next chunk; between
+    /// transfers they sleep, leaving the cores to the other kinds.
+    active: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// Worker threads started once, before any timing, ended on drop.
+struct Workers {
+    job: Arc<Job>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// The workers spinning for chunks until dropped.
+struct Awake<'a>(&'a Workers);
+
+impl Drop for Awake<'_> {
+    fn drop(&mut self) {
+        self.0.job.active.store(false, Ordering::Release);
+    }
+}
+
+impl Workers {
+    fn start(count: usize) -> Workers {
+        let job = Arc::new(Job {
+            generation: AtomicU64::new(0),
+            dst: AtomicPtr::new(std::ptr::null_mut()),
+            src: AtomicPtr::new(std::ptr::null_mut()),
+            len: AtomicUsize::new(0),
+            streaming: AtomicBool::new(false),
+            done: AtomicUsize::new(0),
+            active: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let threads = (0..count)
+            .map(|index| {
+                let job = Arc::clone(&job);
+                thread::Builder::new()
+                    .name(format!("lean-copy-{index}"))
+                    .spawn(move || work(&job, index, count))
+                    .expect("a lean ring worker thread")
+            })
+            .collect();
+        Workers { job, threads }
+    }
+
+    fn count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Wakes the workers to spin for chunks until the guard is dropped.
+    fn wake(&self) -> Awake<'_> {
+        self.job.active.store(true, Ordering::Release);
+        for thread in &self.threads {
+            thread.thread().unpark();
+        }
+        Awake(self)
+    }
+
+    /// Copies `len` bytes from `src` to `dst`, split between the workers
+    /// (awake: see [`wake`](Self::wake)), and returns once every part is
+    /// copied and visible to this thread.
+    ///
+    /// # Safety
+    ///
+    /// `src` is readable and `dst` writable for `len` bytes, the ranges
+    /// are disjoint, and nothing else touches them until this returns.
+    unsafe fn copy(&self, dst: *mut u8, src: *const u8, len: usize, streaming: bool) {
+        let job = &*self.job;
+        job.done.store(0, Ordering::Relaxed);
+        job.dst.store(dst, Ordering::Relaxed);
+        job.src.store(src.cast_mut(), Ordering::Relaxed);
+        job.len.store(len, Ordering::Relaxed);
+        job.streaming.store(streaming, Ordering::Relaxed);
+        job.generation.fetch_add(1, Ordering::Release);
+        while job.done.load(Ordering::Acquire) < self.threads.len() {
+            spin_loop();
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.job.stop.store(true, Ordering::Release);
+        for thread in self.threads.drain(..) {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Worker `index` of `count`: copies its part of every chunk posted.
+fn work(job: &Job, index: usize, count: usize) {
+    let mut seen = 0;
+    loop {
+        let generation = job.generation.load(Ordering::Acquire);
+        if generation != seen {
+            seen = generation;
+            let len = job.len.load(Ordering::Relaxed);
+            // Equal parts, whole cache lines.
+            let per = len.div_ceil(count).next_multiple_of(64);
+            let start = (index * per).min(len);
+            let part = per.min(len - start);
+            let dst = job.dst.load(Ordering::Relaxed).wrapping_add(start);
+            let src = job.src.load(Ordering::Relaxed).wrapping_add(start);
+            if job.streaming.load(Ordering::Relaxed) {
+                let record =
+                    HostCopyArgs::new(dst.expose_provenance(), src.expose_provenance(), part);
+                // SAFETY: `Workers::copy`'s caller gave ranges of `len`
+                // bytes, disjoint and untouched by anyone else until every
+                // worker has counted itself done below; this part lies
+                // within them. `hostcopy_fn` fences its non-temporal
+                // stores before it returns.
+                unsafe { hostcopy_fn(record.user_data()) };
+            } else {
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst, part) };
+            }
+            job.done.fetch_add(1, Ordering::Release);
+        } else if job.stop.load(Ordering::Acquire) {
+            return;
+        } else if job.active.load(Ordering::Acquire) {
+            spin_loop();
+        } else {
+            // Woken by `wake` or by drop; a spurious return loops again.
+            thread::park();
+        }
+    }
+}
