@@ -54,10 +54,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use std::vec::Vec;
 
+/// For a host runtime's drops (the Python binding's stager and transfer).
+pub use crate::cuda::retire::keep_if_abandoned;
 use crate::cuda::retire::{self, Kept};
 use crate::cuda::staging::{PendingTransfer, Stager};
 use crate::cuda::{Context, Error, StreamRef};
-use crate::process::Process;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while one of these is held; the values stay whole.
@@ -334,12 +335,14 @@ fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
             None => transfers.recv().map_err(|_| RecvTimeoutError::Disconnected),
             Some(_) => transfers.recv_timeout(retry),
         };
-        if Process::global().abandoned() {
-            // Forked, or given up on at exit: left as it is.
-            core::mem::forget(next);
-            core::mem::forget(waiting.take());
+        // Forked, or given up on at exit: left as it is.
+        let mut next = Some(next);
+        if retire::keep_if_abandoned(|| (next.take(), waiting.take())) {
             continue;
         }
+        let Some(next) = next else {
+            unreachable!("taken only above, when abandoned");
+        };
         match next {
             Ok(transfer) => {
                 if let Some(pending) = transfer.take_pending() {
@@ -391,9 +394,8 @@ fn settle(slot: &mut Option<Stager>, pending: PendingTransfer) -> Result<(), Err
 
 impl Drop for SharedStager {
     fn drop(&mut self) {
-        if Process::global().abandoned() {
-            // Forked, or given up on at exit: left as it is.
-            core::mem::forget(Arc::clone(&self.stager));
+        // Forked, or given up on at exit: left as it is.
+        if retire::keep_if_abandoned(|| Arc::clone(&self.stager)) {
             return;
         }
         // Dropped under the lock, which the exit handler takes to close
@@ -645,8 +647,8 @@ impl Drop for SharedTransfer {
         }
         let kept = core::mem::take(&mut tracked.kept);
         let progress = core::mem::replace(&mut tracked.progress, Progress::Finishing);
-        if Process::global().abandoned() {
-            core::mem::forget(progress);
+        let mut progress = Some(progress);
+        if retire::keep_if_abandoned(|| progress.take()) {
             for value in kept {
                 retire::keep(value, Kept::HostValue);
             }

@@ -93,13 +93,6 @@ pub(crate) fn exiting() -> bool {
     process().exiting()
 }
 
-/// Whether the stagers' memory and threads are to be left alone, never
-/// waited for: in a forked child, and once the exit handler gave up
-/// waiting for them.
-pub(crate) fn abandoned() -> bool {
-    process().abandoned()
-}
-
 /// Runs `f` without the GIL, like `py.detach`, in a thread that must never
 /// ask for the GIL once the interpreter finalises. From the exit handler on
 /// (it runs before the interpreter finalises), `f` runs with the GIL held;

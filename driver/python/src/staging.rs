@@ -15,7 +15,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hostcopy_driver::awaiting::{Begin, Closing, SharedStager, SharedTransfer, Start};
+use hostcopy_driver::awaiting::{
+    Begin, Closing, SharedStager, SharedTransfer, Start, keep_if_abandoned,
+};
 use hostcopy_driver::cuda::staging::{
     Block, Stager, StagingOptions, StagingOptionsBuilder, Stores, to_device, to_host,
 };
@@ -65,12 +67,10 @@ pub(crate) struct PyStager {
 
 impl Drop for PyStager {
     fn drop(&mut self) {
-        if life::abandoned() {
-            // The stager's drop would wait for a copier and workers this
-            // process does not have (forked), or for a device the exit
-            // handler gave up on: its memory is left as it is.
-            core::mem::forget(Arc::clone(&self.shared));
-        }
+        // The stager's drop would wait for a copier and workers this
+        // process does not have (forked), or for a device the exit handler
+        // gave up on: its memory is left as it is.
+        keep_if_abandoned(|| Arc::clone(&self.shared));
     }
 }
 
@@ -756,17 +756,15 @@ impl Transfer {
 
 impl Drop for Transfer {
     fn drop(&mut self) {
-        if life::abandoned() {
-            // Its copies ran, or run, in the parent (forked), or on a
-            // device the exit handler gave up on: nothing to wait for.
-            // Finishing it, or dropping the stager through it, would wait
-            // for threads that never answer. The rule: whatever an
-            // abandoned transfer touches is leaked, never dropped. Its
-            // state (the stager's with it) and its host memory are left
-            // as they are: a copier the handler gave up on may still
-            // write that memory, which must not go back to the allocator.
-            core::mem::forget(Arc::clone(&self.state));
-            core::mem::forget(lock(&self.host).take());
+        // Its copies ran, or run, in the parent (forked), or on a device
+        // the exit handler gave up on: nothing to wait for. Finishing it,
+        // or dropping the stager through it, would wait for threads that
+        // never answer. The rule: whatever an abandoned transfer touches
+        // is leaked, never dropped. Its state (the stager's with it) and
+        // its host memory are left as they are: a copier the handler gave
+        // up on may still write that memory, which must not go back to the
+        // allocator.
+        if keep_if_abandoned(|| (Arc::clone(&self.state), lock(&self.host).take())) {
             return;
         }
         // Python drops a pyclass with the GIL held.
