@@ -392,10 +392,13 @@ fn every_staging_stream_waits_for_the_cudarc_stream() {
         ))
         .unwrap();
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
-    assert_eq!(
-        waits,
-        1 + 2 * STREAMS as u64,
-        "one per staging stream for each of the two streams"
+    // Each staging stream waits for each of the two streams' work, but
+    // for work the driver already reports done when the second is ordered
+    // after (the stager lets go of what is complete).
+    let staging = STREAMS as u64;
+    assert!(
+        (1 + staging..=1 + 2 * staging).contains(&waits),
+        "one per staging stream for each of the two streams still running: {waits}"
     );
     drop((slice, elsewhere, other));
     setup.finish();
@@ -703,10 +706,12 @@ fn the_memorys_own_stream_is_checked_and_ordered_too() {
     ));
     assert!(failed.is_err());
     let waits = sim::device_state(setup.ordinal).stream_waits - before;
-    assert_eq!(
-        waits,
-        1 + 4 * STREAMS as u64,
-        "cudarc's wait, the staging streams' waits for both streams, both streams' waits for the staging streams"
+    // As above, a stream's work the driver reports done before the
+    // transfer starts is not waited for.
+    let staging = STREAMS as u64;
+    assert!(
+        (1 + 3 * staging..=1 + 4 * staging).contains(&waits),
+        "cudarc's wait, the staging streams' waits for both streams (still running), both streams' waits for the staging streams: {waits}"
     );
     drop((slice, own));
     setup.finish();

@@ -1291,6 +1291,51 @@ fn a_pending_transfer_waited_for_then_finished_waits_once() {
     device.assert_no_violations();
 }
 
+/// A stream given to `wait_for` is waited for by each staging stream once,
+/// when a transfer is first queued on it: three one-chunk transfers on the
+/// three streams wait once each, a fourth on the first stream not again,
+/// and after a second `wait_for` the next transfer waits for it alone.
+/// (The device is held: no event is known complete, so none is let go.)
+#[test]
+fn each_staging_stream_waits_once_for_each_stream_given_to_wait_for() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let producer = Stream::new(&device.context).unwrap();
+    let expected = pattern(5 * CHUNK, 33);
+    let mut source = DeviceBuffer::new(&device.context, 5 * CHUNK).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut hosts = vec![vec![0u8; CHUNK]; 5];
+    sim::hold(device.ordinal);
+    stager.wait_for(producer.as_stream()).unwrap();
+    let mut pending = Vec::new();
+    let mut waits = Vec::new();
+    for (index, host) in hosts.iter_mut().enumerate() {
+        if index == 4 {
+            stager.wait_for(producer.as_stream()).unwrap();
+        }
+        let (started, calls) = sim::count_calls(|| {
+            // SAFETY: `host` and `source` outlive the transfer, finished
+            // below, and nothing else touches them meanwhile.
+            unsafe { stager.start_unchecked(to_host(&mut host[..], &source).at(index * CHUNK)) }
+        });
+        pending.push(started.unwrap());
+        waits.push(calls.of("cuStreamWaitEvent"));
+    }
+    sim::release(device.ordinal);
+    for transfer in pending {
+        stager.finish_pending(transfer).unwrap();
+    }
+    assert_eq!(waits, [1, 1, 1, 0, 1]);
+    for (index, host) in hosts.iter().enumerate() {
+        assert!(
+            host[..] == expected[index * CHUNK..][..CHUNK],
+            "transfer {index}"
+        );
+    }
+    drop(stager);
+    device.assert_no_violations();
+}
+
 #[test]
 fn transfers_wait_for_a_stream_and_refuse_a_capturing_one() {
     let device = device();

@@ -14,9 +14,9 @@ use std::vec::Vec;
 use super::driver_path::{self, PinnedTransferError};
 use super::feed::{CopierThread, Job, Lanes};
 use super::in_flight::InFlight;
-use super::options::{StagingOptions, Stores};
+use super::options::StagingOptions;
 use super::order::OrderEvents;
-use super::plan::{Block, Layout, chunk_sizes, plan};
+use super::plan::{self, Block, Layout, Route};
 use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
 use super::trace::{self, Step};
 use crate::HostRange;
@@ -323,23 +323,6 @@ impl Engine {
         Err(PinnedTransferError::new(error, None))
     }
 
-    /// Whether a single transfer below the crossover takes the driver's
-    /// path, which is faster there than staging: a blocking call always. A
-    /// call that returns at once (a scope's, a pending transfer) only if it
-    /// would wait neither for a stream given to [`wait_for`](Self::wait_for)
-    /// nor behind the stager's own transfers (the path returns when the
-    /// copy is done, so either wait would block the caller): else it is
-    /// staged.
-    fn driver_path_now(&mut self, queuing: Queuing) -> Result<bool, Error> {
-        if queuing == Queuing::Blocking {
-            return Ok(true);
-        }
-        // Queries of the stager's own objects: they touch no capture.
-        let _relaxed = RelaxedCapture::new();
-        self.order.retire(&self.context)?;
-        Ok(self.order.is_empty() && self.lanes.idle()?)
-    }
-
     /// A single transfer below the crossover, complete when this returns:
     /// one driver copy through a pinned buffer of the stager's own, on a
     /// stream of its own, after the streams given to `wait_for` (in the
@@ -441,44 +424,37 @@ impl Engine {
         let direction = device.direction();
         let total = spec.device_bytes(memory.memory_len())?;
         let one;
-        let blocks = match blocks {
+        let (blocks, offset) = match blocks {
             Blocks::One { offset } => {
-                if host.len > 0
-                    && host.len < self.options.driver_path_below
-                    && self.driver_path_now(queuing)?
-                {
-                    self.driver_path(host, device, offset)?;
-                    return Ok(None);
-                }
                 one = [Block::new(offset, 0, host.len)];
-                &one[..]
+                (&one[..], Some(offset))
             }
-            Blocks::Many(blocks) => blocks,
+            Blocks::Many(blocks) => (blocks, None),
         };
-        if total == 0 {
-            return Ok(None);
-        }
+        let layout = Layout {
+            direction,
+            host: host.addr,
+            device: device_ptr,
+            blocks,
+            staging: &self.staging,
+            first: self.next_seq,
+        };
+        let (order, lanes, context) = (&mut self.order, &self.lanes, &self.context);
+        let free = || driver_path_free(queuing, order, lanes, context);
+        let route = plan::route(&layout, total, offset.is_some(), &self.options, free)?;
+        let (mut planned, stores) = match route {
+            Route::Empty => return Ok(None),
+            Route::DriverPath => {
+                let offset = offset.expect("the driver's path takes one range");
+                self.driver_path(host, device, offset)?;
+                return Ok(None);
+            }
+            Route::Staged { chunks, stores } => (chunks, stores),
+        };
         let _relaxed = RelaxedCapture::new();
         // From here on only the layer's own code runs until the chunks are
         // queued: the current context is asked for once.
         let _bound = self.context.bound()?;
-        let chunk = match direction {
-            Direction::DeviceToHost => self.options.chunk,
-            Direction::HostToDevice => self.options.h2d_chunk(),
-        };
-        let sizes = chunk_sizes(total, chunk, self.options.edge_chunk());
-        let planned = plan(
-            &Layout {
-                direction,
-                host: host.addr,
-                device: device_ptr,
-                blocks,
-                staging: &self.staging,
-                first: self.next_seq,
-            },
-            &sizes,
-        );
-        let mut planned = planned;
         self.lanes.choose_moves(&mut planned)?;
         // Each stream the transfer uses waits for the streams given to
         // `wait_for` since its last transfer, before anything is queued.
@@ -493,10 +469,6 @@ impl Engine {
             }
         }
         self.next_seq += planned.len() as u64;
-        let stores = match direction {
-            Direction::DeviceToHost => Stores::Streaming,
-            Direction::HostToDevice => self.options.h2d_stores,
-        };
         let job = Arc::new(Job::new(direction, planned, stores));
         let device = memory.memory_in_use();
         match self.lanes.queue_job(&job) {
@@ -532,6 +504,27 @@ impl Engine {
         }
         result
     }
+}
+
+/// Whether the driver's path, which returns when its copy is done, would
+/// wait for no other work: a blocking call's always; a call that returns
+/// at once (a scope's, a pending transfer) only while no stream given to
+/// [`wait_for`](Engine::wait_for) is still running (`order`) and the
+/// stager's own transfers are done (`lanes`): else it is staged, since
+/// either wait would block the caller.
+fn driver_path_free(
+    queuing: Queuing,
+    order: &mut OrderEvents,
+    lanes: &Lanes,
+    context: &Context,
+) -> Result<bool, Error> {
+    if queuing == Queuing::Blocking {
+        return Ok(true);
+    }
+    // Queries of the stager's own objects: they touch no capture.
+    let _relaxed = RelaxedCapture::new();
+    order.retire(context)?;
+    Ok(order.is_empty() && lanes.idle()?)
 }
 
 impl Drop for Engine {

@@ -1,6 +1,7 @@
-//! How a transfer is cut into chunks: which bytes of which blocks each
-//! chunk carries, where they sit in its staging buffer, and the host
-//! function's list of copies.
+//! How a transfer goes: its route ([`route`]: nothing to do, the driver's
+//! path, or staged), and where it is staged, how it is cut into chunks:
+//! which bytes of which blocks each chunk carries, where they sit in its
+//! staging buffer, and the copier's list of copies.
 //!
 //! A single transfer is one block. A batch is many, packed one after the
 //! other into the staging buffers: many small blocks share one chunk (one
@@ -12,7 +13,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use super::Direction;
-use super::options::DeviceCopies;
+use super::options::{DeviceCopies, StagingOptions, Stores};
 use crate::cuda::error::{BlockSide, Error};
 use crate::cuda::ffi::CUdeviceptr;
 
@@ -347,6 +348,60 @@ pub(super) struct Layout<'a> {
     pub(super) first: u64,
 }
 
+/// How the engine carries out a transfer: the plan's decision.
+#[derive(Debug)]
+pub(super) enum Route {
+    /// Nothing to copy.
+    Empty,
+    /// One range below the stager's crossover: one driver copy through the
+    /// stager's own pinned buffer, the calling thread copying the host
+    /// side.
+    DriverPath,
+    /// Through the staging buffers: these chunks (their device moves are
+    /// chosen against the driver's capabilities, [`choose_moves`]), their
+    /// host copies written with `stores`.
+    Staged {
+        chunks: Vec<PlannedChunk>,
+        stores: Stores,
+    },
+}
+
+/// Decides the route of a checked transfer of `total` bytes laid out as
+/// `layout` says (`one_range`: a single range, `layout.blocks` its one
+/// block), with the stager's `options`:
+/// - a single range of fewer than `driver_path_below` bytes (not empty)
+///   takes the driver's path, where `driver_path_free` says that the path
+///   would wait for no other work (asked only then: a blocking call's
+///   path always is);
+/// - nothing to copy is [`Route::Empty`];
+/// - anything else is staged in chunks of the direction's size (`chunk`
+///   to the host, `h2d_chunk` to the device, growing from `edge_chunk` at
+///   both ends: [`chunk_sizes`]), with streaming stores into the caller's
+///   memory (to the host) and the stager's `h2d_stores` into its buffers.
+pub(super) fn route(
+    layout: &Layout<'_>,
+    total: usize,
+    one_range: bool,
+    options: &StagingOptions,
+    driver_path_free: impl FnOnce() -> Result<bool, Error>,
+) -> Result<Route, Error> {
+    if one_range && total > 0 && total < options.driver_path_below && driver_path_free()? {
+        return Ok(Route::DriverPath);
+    }
+    if total == 0 {
+        return Ok(Route::Empty);
+    }
+    let (chunk, stores) = match layout.direction {
+        Direction::DeviceToHost => (options.chunk, Stores::Streaming),
+        Direction::HostToDevice => (options.h2d_chunk(), options.h2d_stores),
+    };
+    let sizes = chunk_sizes(total, chunk, options.edge_chunk());
+    Ok(Route::Staged {
+        chunks: plan(layout, &sizes),
+        stores,
+    })
+}
+
 /// Cuts checked blocks into chunks of `sizes` (bytes per chunk, summing to
 /// the blocks' total), packing blocks one after the other.
 pub(super) fn plan(layout: &Layout<'_>, sizes: &[usize]) -> Vec<PlannedChunk> {
@@ -443,6 +498,62 @@ mod tests {
             first: 0,
         };
         plan(&layout, &[4096, 16 << 10])
+    }
+
+    /// The route of one range of `len` bytes in `direction`, with options
+    /// of 1 MiB chunks and a 64 KiB crossover; `free`: whether the
+    /// driver's path would wait for nothing, `None` where it must not be
+    /// asked.
+    fn route_of(len: usize, direction: Direction, free: Option<bool>) -> Route {
+        let options = StagingOptions::builder()
+            .chunk(1 << 20)
+            .driver_path_below(64 << 10)
+            .h2d_stores(Stores::Cached)
+            .build()
+            .unwrap();
+        let blocks = [Block::new(0, 0, len)];
+        let layout = Layout {
+            direction,
+            host: 1 << 40,
+            device: 1 << 44,
+            blocks: &blocks,
+            staging: &[1 << 41, 1 << 42],
+            first: 0,
+        };
+        let asked = || Ok(free.expect("the driver's path was asked about"));
+        route(&layout, len, true, &options, asked).unwrap()
+    }
+
+    #[test]
+    fn the_route_is_the_driver_path_below_the_crossover_only_while_it_is_free() {
+        let small = 4 << 10;
+        assert!(matches!(
+            route_of(small, Direction::DeviceToHost, Some(true)),
+            Route::DriverPath
+        ));
+        match route_of(small, Direction::DeviceToHost, Some(false)) {
+            Route::Staged { chunks, stores } => {
+                assert_eq!(chunks.len(), 1);
+                assert_eq!(chunks[0].len, small);
+                assert_eq!(stores, Stores::Streaming);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing to copy, and from the crossover on, asks nothing.
+        assert!(matches!(
+            route_of(0, Direction::HostToDevice, None),
+            Route::Empty
+        ));
+        match route_of(3 << 20, Direction::HostToDevice, None) {
+            Route::Staged { chunks, stores } => {
+                let sizes: Vec<usize> = chunks.iter().map(|chunk| chunk.len).collect();
+                assert_eq!(sizes, [1 << 20; 3]);
+                // The stager's stores to the device (streaming to the host).
+                assert_eq!(stores, Stores::Cached);
+                assert_eq!(chunks[1].buffer, 1, "buffers taken in turn");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     fn moves(chunks: &[PlannedChunk]) -> Vec<DeviceMove> {
