@@ -335,9 +335,14 @@ fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
             None => transfers.recv().map_err(|_| RecvTimeoutError::Disconnected),
             Some(_) => transfers.recv_timeout(retry),
         };
-        // Forked, or given up on at exit: left as it is.
+        // Forked, or given up on at exit: left as it is; the thread ends
+        // once no stager can send it more.
+        let disconnected = matches!(next, Err(RecvTimeoutError::Disconnected));
         let mut next = Some(next);
         if retire::keep_if_abandoned(|| (next.take(), waiting.take())) {
+            if disconnected {
+                return;
+            }
             continue;
         }
         let Some(next) = next else {

@@ -1200,6 +1200,33 @@ fn a_pending_transfer_dropped_after_a_context_error_keeps_what_its_copies_use() 
     drop(stager);
 }
 
+/// After a failed wait the engine drains its streams; once they drained,
+/// the transfer's device memory is freed even where its own events could
+/// not be waited for (the drain waited for its copies).
+#[test]
+fn a_transfer_whose_streams_drained_after_an_error_frees_its_device_memory() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let source = DeviceBuffer::new(&device.context, CHUNK).unwrap();
+    let mut host = vec![0u8; CHUNK];
+    let before = staging::leaked().device_buffers;
+    // The copier's wait for the chunk's copy, then any wait for the
+    // transfer's events: both fail, and no drain does.
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 999);
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 2, 999);
+    let failed = stager.run(to_host(&mut host, &source));
+    assert!(failed.is_err(), "the injected failure was not met");
+    drop(source);
+    assert_eq!(
+        staging::leaked().device_buffers,
+        before,
+        "kept after a drain"
+    );
+    assert_eq!(device.state().device_allocations, 0, "not freed");
+    drop(stager);
+    device.assert_no_violations();
+}
+
 /// A wait that fails without a context error (the copier's wait for a
 /// chunk's copy, here) leaves the streams able to run what was queued: the
 /// drop waits for the transfer's copies, and the device memory is freed

@@ -28,9 +28,10 @@ pub struct Leaked {
     /// Device allocations kept because a queued driver copy could still
     /// have read or written them when their transfer returned (the
     /// [`DeviceBuffer`](super::DeviceBuffer) was free to drop; its memory
-    /// was not freed): by a staged transfer that could not be drained, a
-    /// pending transfer dropped unfinished, or a small upload whose wait
-    /// failed after the driver took its bytes.
+    /// was not freed): by a staged transfer whose copies could be waited
+    /// for neither by a drain nor by their own events after an error (a
+    /// pending transfer dropped unfinished among them), or a small upload
+    /// whose wait failed after the driver took its bytes.
     pub device_buffers: usize,
     /// What a host runtime kept for a transfer (the Python binding: the
     /// arrays a transfer reads or writes) when the transfer was dropped

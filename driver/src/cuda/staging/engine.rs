@@ -493,12 +493,15 @@ impl Engine {
     pub(super) fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         let order_upto = in_flight.order_upto();
-        let (result, events) = in_flight.finish();
-        trace::mark(Step::Finished, 0);
-        if result.is_err() {
-            // The drain waits for whatever the error left queued.
+        if in_flight.wait().is_err() {
+            // The drain waits for whatever the error left queued, the
+            // transfer's own copies with the rest.
             self.drain();
-        } else {
+        }
+        let drained = self.undrained.is_none();
+        let (result, events) = in_flight.finish(drained);
+        trace::mark(Step::Finished, 0);
+        if result.is_ok() {
             self.lanes.return_lane_events(events);
             self.order.complete_below(order_upto);
         }

@@ -160,26 +160,27 @@ impl InFlight {
 
     /// Waits for the transfer ([`wait`](Self::wait)) and lets go of its
     /// device memory by the one rule every front shares: after an error,
-    /// the transfer's copies may still be queued, so it waits for them
-    /// too (the events after its last chunks, which come after every copy
-    /// it queued on each stream); the memory is freed once they have run,
-    /// and kept for good, counted in [`leaked`](super::leaked), only if
-    /// that wait fails too (a context error: the driver may still run
-    /// them). Returns the transfer's result, its events (for reuse once
-    /// it succeeded) and whether it succeeded.
-    pub(super) fn finish(mut self) -> (Result<(), Error>, Vec<Event>) {
-        let result = self.release();
+    /// the transfer's copies may still be queued, so unless the caller
+    /// has seen the stager's streams drained since (`drained`), it waits
+    /// for them too (the events after its last chunks, which come after
+    /// every copy it queued on each stream); the memory is freed once they
+    /// have run, and kept for good, counted in [`leaked`](super::leaked),
+    /// only if that wait fails too (a context error: the driver may still
+    /// run them). Returns the transfer's result and its events (for reuse
+    /// once it succeeded).
+    pub(super) fn finish(mut self, drained: bool) -> (Result<(), Error>, Vec<Event>) {
+        let result = self.release(drained);
         (result, core::mem::take(&mut self.events))
     }
 
     /// [`finish`](Self::finish) without giving the events back: once; the
     /// drop does nothing after it.
-    fn release(&mut self) -> Result<(), Error> {
+    fn release(&mut self, drained: bool) -> Result<(), Error> {
         let Some(device) = self.device.take() else {
             return Ok(());
         };
         let result = self.wait();
-        if result.is_err() && self.synchronize_events().is_err() {
+        if result.is_err() && !drained && self.synchronize_events().is_err() {
             // Its driver copies may still run.
             device.keep();
         }
@@ -189,6 +190,6 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let _ = self.release();
+        let _ = self.release(false);
     }
 }

@@ -133,8 +133,9 @@
 //! on as before.
 //!
 //! If the streams cannot be drained (a sticky error), queued copies may
-//! still read or write the staging buffers and the device buffer: the
-//! device allocation is kept for good (dropping the [`DeviceBuffer`](super::DeviceBuffer) then
+//! still read or write the staging buffers, and, where the transfer's own
+//! copies cannot be waited for either, the device buffer: the device
+//! allocation is then kept for good (dropping the [`DeviceBuffer`](super::DeviceBuffer) then
 //! frees nothing), and the stager refuses further transfers with that
 //! error until its streams drain, leaking its staging buffers if it is
 //! dropped before. Each leak is counted in [`leaked`].
