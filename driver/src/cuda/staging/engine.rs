@@ -17,7 +17,7 @@ use super::in_flight::InFlight;
 use super::options::StagingOptions;
 use super::order::OrderEvents;
 use super::plan::{self, Block, Layout, Route};
-use super::spec::{Blocks, DeviceSide, Direction, TransferSpec};
+use super::spec::{Blocks, DeviceSide, TransferSpec};
 use super::trace::{self, Step};
 use crate::HostRange;
 use crate::cuda::capture::RelaxedCapture;
@@ -243,7 +243,7 @@ impl Engine {
         spec: TransferSpec<'_>,
         order: &dyn OwnerOrder,
     ) -> Result<(), Error> {
-        let writes = spec.device.direction() == Direction::HostToDevice;
+        let writes = spec.device.direction() == super::Direction::HostToDevice;
         order.check(&self.context, writes)?;
         if spec.device_bytes(spec.device.memory().memory_len())? == 0 {
             return Ok(());
