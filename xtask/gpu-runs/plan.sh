@@ -57,7 +57,9 @@
 #   PY_BENCHES="offload_loop one_call async_lag decode_loop"   python/bench/
 #                      NAME.py to run, in order, with the arguments below;
 #                      the bundle also has staged_d2h, blocks,
-#                      safetensors_load and empty_pool
+#                      safetensors_load and empty_pool; generate_gqa and
+#                      generate_link run offload_loop's generate rows alone
+#                      on the two shapes of issue 53
 set -u
 mode=${1:-}
 case $mode in
@@ -181,6 +183,10 @@ tests() {
 py_bench_args() { # py_bench_args NAME: its limit in seconds, then its arguments
     case $1 in
         offload_loop) echo 170 ;;
+        # offload_loop's generate rows alone, on the two shapes issue 53
+        # holds HostOffloadedCache to.
+        generate_gqa) echo 200 --only-generate --variants default --rounds 3 ;;
+        generate_link) echo 240 --only-generate --variants default --rounds 3 --kv-heads 32 --batch 4 --prompt 2048 ;;
         one_call) echo 90 --sizes-mib 64 1024 --repeat 3 --csv "$res/python/one_call.csv" ;;
         async_lag) echo 90 --seconds 1.5 ;;
         decode_loop) echo 120 --csv "$res/python/decode_loop.csv" ;;
@@ -245,17 +251,20 @@ benches() {
             export PYTHONPATH=$target
         fi
     fi
+    local script
     for bench in ${PY_BENCHES-offload_loop one_call async_lag decode_loop}; do
         read -r limit args <<< "$(py_bench_args "$bench")"
+        script=$bench
+        case $bench in generate_*) script=offload_loop ;; esac
         if [ -n "$no_gpu" ]; then
             skip "$bench" "$no_gpu"
-        elif [ ! -f "$bundle/python/bench/$bench.py" ]; then
-            skip "$bench" "python/bench/$bench.py is not in the bundle"
+        elif [ ! -f "$bundle/python/bench/$script.py" ]; then
+            skip "$bench" "python/bench/$script.py is not in the bundle"
         elif [ -n "$py" ]; then
             skip "$bench" "$py"
         else
             # shellcheck disable=SC2086 # the arguments split at spaces
-            step "$bench" "$limit" "$python" "$bundle/python/bench/$bench.py" $args
+            step "$bench" "$limit" "$python" "$bundle/python/bench/$script.py" $args
         fi
     done
     echo "load after: $(cat /proc/loadavg)" >> "$res/machine.txt"
@@ -285,7 +294,7 @@ esac
             txt=$res/$dir/bench.txt
             [ -f "$txt" ] || continue
             echo "-- Rust rows ($dir)"
-            grep -E '^one transfer, (D2H|H2D) [0-9]+ [MG]iB of pinned \(|^interleaved, (D2H|H2D)|^per chunk of|^the host side alone, per copy|^foreign host functions|^CPU seconds per GiB|^caller share, ' "$txt" | cut -c1-400
+            grep -E '^one transfer, (D2H|H2D) [0-9]+ [MG]iB of pinned \(|^interleaved, (D2H|H2D)|^per chunk of|^the host side alone, per copy|^foreign host functions|^CPU seconds per GiB|^caller share, |^ *lean, (D2H|H2D) |^lean:' "$txt" | cut -c1-400
             awk '!/^\|/ {split($0, g, " [(]"); group = g[1]} (group ~ /^sizes, / || group ~ /^back to back/) && /staged|pinned/ {print group " " $0}' "$txt" | cut -c1-160
             sed -n '/^timeline/,/finished/p' "$txt" | head -n 30
         done
@@ -294,6 +303,11 @@ esac
             grep -E '^(model:|hostcopy: made ready|pinned: made ready|prefill|generate|per decoded token)' "$res/offload_loop.log" | cut -c1-300
             sed -n '/^| ratio /,$p' "$res/offload_loop.log"
         fi
+        for bench in generate_gqa generate_link; do
+            [ -f "$res/$bench.log" ] || continue
+            echo "-- $bench"
+            grep -E '^(model:|generate tok/s)|^  (bound:|.*x the bound|DynamicCache:|transformers offloaded:|HostOffloadedCache:)' "$res/$bench.log" | cut -c1-300
+        done
         if [ -f "$res/one_call.log" ]; then
             echo "-- one call"
             grep -E '^(per call,|call parts,|blocking=False return,)' "$res/one_call.log" | cut -c1-400

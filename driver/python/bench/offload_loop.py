@@ -27,7 +27,15 @@ takes apart from the prefill and where it goes (hostcopy calls, waits,
 the cache's own update against transformers' timed). A table of ratios
 last.
 
-Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] [--side-rounds N] [--only-generate]
+Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] [--side-rounds N]
+    [--only-generate [--kv-heads N] [--batch N] [--prompt N] [--new-tokens N]]
+
+The generate rows alone, on the two shapes the engine is held to (a GQA
+model, one sequence of 4,096 tokens; a link-bound one, 32 KV heads and
+four sequences of 2,048):
+
+    python driver/python/bench/offload_loop.py --only-generate
+    python driver/python/bench/offload_loop.py --only-generate --kv-heads 32 --batch 4 --prompt 2048
 """
 
 import argparse
@@ -58,13 +66,13 @@ GB = 1e9
 LAYERS = 8
 
 
-def config(layers: int = LAYERS):
+def config(layers: int = LAYERS, kv_heads: int = 8):
     return transformers.LlamaConfig(
         hidden_size=4096,
         intermediate_size=14336,
         num_hidden_layers=layers,
         num_attention_heads=32,
-        num_key_value_heads=8,
+        num_key_value_heads=kv_heads,
         vocab_size=1024,
         max_position_embeddings=8192,
     )
@@ -218,6 +226,21 @@ def side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weigh
     return result
 
 
+def pinned_link_gbps(nbytes: int = 1 << 30) -> float:
+    """GB/s of a pinned host-to-device copy of ``nbytes`` (median of three)."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    took = []
+    for _ in range(4):
+        sync()
+        start = time.perf_counter()
+        device.copy_(host, non_blocking=True)
+        sync()
+        took.append(time.perf_counter() - start)
+    del host, device
+    return nbytes / statistics.median(took[1:]) / GB
+
+
 def timed_offloaded_cache(model):
     """transformers' offloaded cache as ``cache_implementation="offloaded"``
     makes it (``DynamicCache(config=..., offloading=True)``), its
@@ -252,7 +275,7 @@ def generate_rows(model, args):
     after the first). Where HostOffloadedCache's time goes, per decoded
     token, from its ``counters``; transformers' from a timed copy of its
     cache (run after the rounds, not in the medians)."""
-    prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), device="cuda")
+    prompt = torch.randint(0, model.config.vocab_size, (args.batch, args.prompt), device="cuda")
     new = args.new_tokens
     # HostOffloadedCache's variants: the defaults (two layers a call); a
     # call a layer and fewer calls a token (``group``); stagers of their
@@ -271,6 +294,8 @@ def generate_rows(model, args):
         "HostOffloadedCache, 2 workers": {"stager": stagers[2]},
         "HostOffloadedCache, streaming stores": {"stager": streaming},
     }
+    if args.variants == "default":
+        variants = {"HostOffloadedCache": {}}
     kinds = {
         "DynamicCache": lambda: {"past_key_values": transformers.DynamicCache(config=model.config)},
         "transformers offloaded": lambda: {"cache_implementation": "offloaded"},
@@ -333,6 +358,18 @@ def generate_rows(model, args):
               f"{row_['decode_ms']:.2f} ms a decoded token; DynamicCache's first tokens in "
               f"{row_['same_rounds']} of {args.rounds} rounds; "
               f"torch pinned allocator {pinned[kind]}")
+    # The bound a host-held cache can reach: the GPU-resident step
+    # (DynamicCache's), or the KV bytes a step uploads over the link
+    # (every layer's keys and values, at the middle of the decode).
+    link = pinned_link_gbps()
+    cfg = model.config
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    kv_step = 2 * cfg.num_hidden_layers * args.batch * cfg.num_key_value_heads * head_dim * (args.prompt + new // 2) * 2
+    bound_ms = max(result["DynamicCache"]["decode_ms"], kv_step / (link * GB) * 1e3)
+    print(f"  bound: max(GPU-resident step {result['DynamicCache']['decode_ms']:.2f} ms, {kv_step / 2**20:.0f} MiB of KV "
+          f"a step at {link:.1f} GB/s (pinned, measured) = {kv_step / (link * GB) * 1e3:.2f} ms) = {bound_ms:.2f} ms a token")
+    for kind in ["transformers offloaded", *variants]:
+        print(f"  {kind}: {result[kind]['decode_ms'] / bound_ms:.2f}x the bound a decoded token (target <= 1.10 for HostOffloadedCache)")
     # Where HostOffloadedCache's time goes: its counters, full run less prefill run.
     for kind in variants:
         full, first = caches[kind].counters, caches[kind + ", prefill"].counters
@@ -365,6 +402,10 @@ def main() -> int:
     parser.add_argument("--side-rounds", type=int, default=6,
                         help="rounds of the pinned ring and prefetch 2 and 1 side by side, the order turning between them")
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
+    parser.add_argument("--kv-heads", type=int, default=8, help="KV heads of the model (32: no GQA)")
+    parser.add_argument("--batch", type=int, default=1, help="sequences generated at once")
+    parser.add_argument("--variants", choices=["all", "default"], default="all",
+                        help="HostOffloadedCache's variants in the generate rows (default: its defaults alone)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("offload_loop: skipped: no GPU")
@@ -373,7 +414,7 @@ def main() -> int:
     torch.manual_seed(0)
     build = time.perf_counter()
     with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(config()).to(torch.bfloat16).eval()
+        model = transformers.LlamaForCausalLM(config(kv_heads=args.kv_heads)).to(torch.bfloat16).eval()
     layers = model.model.layers
     layer_bytes = sum(p.numel() * p.element_size() for p in layers[0].parameters())
     weights = layer_bytes * LAYERS
