@@ -185,8 +185,8 @@ py_bench_args() { # py_bench_args NAME: its limit in seconds, then its arguments
         offload_loop) echo 170 ;;
         # offload_loop's generate rows alone, on the two shapes issue 53
         # holds HostOffloadedCache to.
-        generate_gqa) echo 200 --only-generate --variants default --rounds 3 ;;
-        generate_link) echo 240 --only-generate --variants default --rounds 3 --kv-heads 32 --batch 4 --prompt 2048 ;;
+        generate_gqa) echo 200 --only-generate --variants "${GENERATE_VARIANTS:-default}" --rounds 3 ;;
+        generate_link) echo 240 --only-generate --variants "${GENERATE_VARIANTS:-default}" --rounds 3 --kv-heads 32 --batch 4 --prompt 2048 ;;
         one_call) echo 90 --sizes-mib 64 1024 --repeat 3 --csv "$res/python/one_call.csv" ;;
         async_lag) echo 90 --seconds 1.5 ;;
         decode_loop) echo 120 --csv "$res/python/decode_loop.csv" ;;
@@ -306,7 +306,7 @@ esac
         for bench in generate_gqa generate_link; do
             [ -f "$res/$bench.log" ] || continue
             echo "-- $bench"
-            grep -E '^(model:|generate tok/s)|^  (bound:|.*x the bound|DynamicCache:|transformers offloaded:|HostOffloadedCache:)' "$res/$bench.log" | cut -c1-300
+            grep -E '^(model:|generate tok/s)|^  (bound:|.*x the bound|DynamicCache:|transformers offloaded:|HostOffloadedCache[^:]*: [0-9])' "$res/$bench.log" | cut -c1-300
         done
         if [ -f "$res/one_call.log" ]; then
             echo "-- one call"

@@ -15,7 +15,10 @@
 //!   once before any timing, an event recorded after each chunk's device
 //!   copy and polled (`Event::query` in a loop) by the calling thread
 //!   before the slot's host side (D2H) or before the slot is reused (H2D);
-//! - the engine: one blocking [`Stager::run`] with default options.
+//! - the engine: one blocking [`Stager::run`] with default options;
+//! - the engine with smaller chunks ([`CHUNK_VARIANTS`]: 4 and 8 MiB, both
+//!   ways), each through a stager of its own: what cutting a transfer
+//!   finer buys or costs at each size, beside the default.
 //!
 //! The ring does what the engine does per chunk and nothing more: the same
 //! chunk, slots and streams as the engine's defaults, as many workers
@@ -40,7 +43,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
-use hostcopy_driver::cuda::staging::{Stager, default_workers, to_device, to_host};
+use hostcopy_driver::cuda::staging::{
+    Stager, StagingOptions, default_workers, to_device, to_host,
+};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, Event, PinnedBuffer, Stream};
 
 use crate::Bench;
@@ -62,6 +67,9 @@ const SLOTS: usize = 4;
 /// the driver's queue, larger ones fall out of the host's cache).
 const CHUNK: usize = 16 << 20;
 
+/// Chunk sizes of the engine's variant rows, both ways.
+const CHUNK_VARIANTS: [usize; 2] = [4 << 20, 8 << 20];
+
 /// The target for engine / lean, at every size and both ways.
 const TARGET: f64 = 0.97;
 
@@ -75,17 +83,23 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
     };
     let ring = Ring::new(context, default_workers(1))?;
     let mut stager = Stager::new(context)?;
+    let mut variants = Vec::new();
+    for chunk in CHUNK_VARIANTS {
+        let options = StagingOptions::builder().chunk(chunk).build()?;
+        variants.push(Stager::with_options(context, options)?);
+    }
+    let kinds = kinds();
     let mut missed = Vec::new();
     for &bytes in sizes {
         // Source, upload, two host destinations and a pinned buffer.
-        if host_available() < 5 * bytes {
+        if host_available() < (4 + kinds.len()) * bytes {
             report.notes.push(format!(
                 "lean, {}: not run, too little host memory",
                 size(bytes)
             ));
             continue;
         }
-        let mut memory = Memory::new(context, bytes)?;
+        let mut memory = Memory::new(context, bytes, kinds.len())?;
         for direction in [Direction::D2H, Direction::H2D] {
             let name = match direction {
                 Direction::D2H => "D2H",
@@ -95,26 +109,31 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
             if let Direction::H2D = direction {
                 memory.stage_upload();
             }
-            // Times per kind, in the order of `KINDS`.
-            let mut times = [Vec::new(), Vec::new(), Vec::new()];
+            // Times per kind, in the order of `kinds`.
+            let mut times = vec![Vec::new(); kinds.len()];
             for round in 0..=options.runs {
-                for turn in 0..KINDS.len() {
-                    let which = (turn + round) % KINDS.len();
-                    let elapsed = memory.once(&ring, &mut stager, KINDS[which], direction)?;
+                for turn in 0..kinds.len() {
+                    let which = (turn + round) % kinds.len();
+                    let stager = match kinds[which] {
+                        Kind::Chunked(variant) => &mut variants[variant],
+                        _ => &mut stager,
+                    };
+                    let elapsed = memory.once(&ring, stager, which, kinds[which], direction)?;
                     // The first round warms every kind up.
                     if round > 0 {
                         times[which].push(elapsed);
                     }
                 }
             }
-            memory.check(direction, &label)?;
+            memory.check(&kinds, direction, &label)?;
 
             let group = format!(
                 "lean, {} {name} (x pinned: pinned {name} in the same rotation)",
                 size(bytes)
             );
-            let [pinned, lean, engine] = times.map(Timed::plain);
-            let link = gbps(bytes, &pinned);
+            let timed: Vec<Timed> = times.into_iter().map(Timed::plain).collect();
+            let (pinned, lean, engine) = (&timed[0], &timed[1], &timed[2]);
+            let link = gbps(bytes, pinned);
             let workers = match ring.workers.count() {
                 1 => "1 worker".to_owned(),
                 count => format!("{count} workers"),
@@ -123,25 +142,34 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
                 "lean ring: {SLOTS} pinned slots of {} on a stream each, {workers}, events polled",
                 size(CHUNK.min(bytes)),
             );
-            for (path, timed) in [
-                ("pinned (link)", &pinned),
-                (lean_path.as_str(), &lean),
-                ("staged (engine), blocking call, default options", &engine),
-            ] {
+            for (kind, timed) in kinds.iter().zip(&timed) {
+                let path = match kind {
+                    Kind::Lean => lean_path.clone(),
+                    kind => kind.name(),
+                };
                 report
                     .rows
-                    .push(row(&group, path, bytes, timed, link, f64::NAN));
+                    .push(row(&group, &path, bytes, timed, link, f64::NAN));
             }
-            let (lean, engine) = (gbps(bytes, &lean), gbps(bytes, &engine));
+            let chunked: Vec<String> = kinds
+                .iter()
+                .zip(&timed)
+                .filter(|(kind, _)| matches!(kind, Kind::Chunked(_)))
+                .map(|(kind, timed)| {
+                    format!("{} {:.1}%", kind.name(), 100.0 * gbps(bytes, timed) / link)
+                })
+                .collect();
+            let (lean, engine) = (gbps(bytes, lean), gbps(bytes, engine));
             let ratio = engine / lean;
             if ratio < TARGET {
                 missed.push(format!("{name} {} ({ratio:.3}x)", size(bytes)));
             }
             let note = format!(
-                "{label}: lean {:.1}% of pinned, engine {:.1}% of pinned, engine / lean {ratio:.3}x (target >= {TARGET}x: {})",
+                "{label}: lean {:.1}% of pinned, engine {:.1}% of pinned, engine / lean {ratio:.3}x (target >= {TARGET}x: {}); {}",
                 100.0 * lean / link,
                 100.0 * engine / link,
-                if ratio >= TARGET { "met" } else { "missed" }
+                if ratio >= TARGET { "met" } else { "missed" },
+                chunked.join(", "),
             );
             println!("  {note}");
             report.notes.push(note);
@@ -172,9 +200,30 @@ enum Kind {
     Pinned,
     Lean,
     Engine,
+    /// The engine with chunks of `CHUNK_VARIANTS[_]`.
+    Chunked(usize),
 }
 
-const KINDS: [Kind; 3] = [Kind::Pinned, Kind::Lean, Kind::Engine];
+impl Kind {
+    fn name(self) -> String {
+        match self {
+            Kind::Pinned => "pinned (link)".to_owned(),
+            Kind::Lean => "lean ring".to_owned(),
+            Kind::Engine => "staged (engine), blocking call, default options".to_owned(),
+            Kind::Chunked(variant) => format!(
+                "staged (engine), chunks of {}",
+                size(CHUNK_VARIANTS[variant])
+            ),
+        }
+    }
+}
+
+/// Every kind, in the order of their times: pinned, lean, engine first.
+fn kinds() -> Vec<Kind> {
+    let mut kinds = vec![Kind::Pinned, Kind::Lean, Kind::Engine];
+    kinds.extend((0..CHUNK_VARIANTS.len()).map(Kind::Chunked));
+    kinds
+}
 
 /// A device buffer per kind, all holding `source` at first, and the host
 /// memory the kinds copy to and from: each kind writes its own destination,
@@ -188,27 +237,33 @@ struct Memory {
     /// Pinned memory of the transfer's size, taken and given back by each
     /// pinned copy.
     pinned: Option<PinnedBuffer>,
-    /// D2H destinations of the lean ring and of the engine (pre-faulted).
-    lean_host: Vec<u8>,
-    engine_host: Vec<u8>,
-    /// Device buffers of the pinned copy, the lean ring and the engine.
-    devices: [DeviceBuffer; 3],
+    /// D2H destinations of every kind but pinned (pre-faulted), by the
+    /// kind's index (index 0, pinned's, is unused and empty).
+    hosts: Vec<Vec<u8>>,
+    /// A device buffer per kind, by the kind's index.
+    devices: Vec<DeviceBuffer>,
 }
 
 impl Memory {
-    fn new(context: &Context, bytes: usize) -> Result<Memory, Error> {
+    fn new(context: &Context, bytes: usize, kinds: usize) -> Result<Memory, Error> {
         let source = pattern(bytes, 1);
-        let device = || -> Result<DeviceBuffer, Error> {
-            let mut device = DeviceBuffer::new(context, bytes)?;
-            device.copy_from_host(0, &source)?;
-            Ok(device)
-        };
-        let devices = [device()?, device()?, device()?];
+        let devices = (0..kinds)
+            .map(|_| {
+                let mut device = DeviceBuffer::new(context, bytes)?;
+                device.copy_from_host(0, &source)?;
+                Ok(device)
+            })
+            .collect::<Result<_, Error>>()?;
+        let hosts = (0..kinds)
+            .map(|index| match index {
+                0 => Vec::new(),
+                index => pattern(bytes, 2 + index as u64),
+            })
+            .collect();
         Ok(Memory {
             upload: pattern(bytes, 2),
             pinned: Some(PinnedBuffer::new(context, bytes)?),
-            lean_host: pattern(bytes, 3),
-            engine_host: pattern(bytes, 4),
+            hosts,
             source,
             devices,
         })
@@ -222,15 +277,17 @@ impl Memory {
             .copy_from_slice(&self.upload);
     }
 
-    /// One transfer of `kind` in `direction`, timed.
+    /// One transfer of `kind` (the kind at `index`) in `direction`,
+    /// timed.
     fn once(
         &mut self,
         ring: &Ring,
         stager: &mut Stager,
+        index: usize,
         kind: Kind,
         direction: Direction,
     ) -> Result<Duration, Error> {
-        let [pinned_device, lean_device, engine_device] = &mut self.devices;
+        let (device, host) = (&mut self.devices[index], &mut self.hosts[index]);
         let start = Instant::now();
         match (kind, direction) {
             (Kind::Pinned, _) => {
@@ -239,17 +296,17 @@ impl Memory {
                     .take()
                     .expect("every pinned copy gives the buffer back");
                 self.pinned = Some(match direction {
-                    Direction::D2H => stager.device_to_pinned(buffer, &*pinned_device, 0)?,
-                    Direction::H2D => stager.pinned_to_device(pinned_device, buffer, 0)?,
+                    Direction::D2H => stager.device_to_pinned(buffer, &*device, 0)?,
+                    Direction::H2D => stager.pinned_to_device(device, buffer, 0)?,
                 });
             }
-            (Kind::Lean, Direction::D2H) => ring.d2h(lean_device, &mut self.lean_host)?,
-            (Kind::Lean, Direction::H2D) => ring.h2d(lean_device, &self.upload)?,
-            (Kind::Engine, Direction::D2H) => {
-                stager.run(to_host(&mut self.engine_host[..], &*engine_device))?;
+            (Kind::Lean, Direction::D2H) => ring.d2h(device, host)?,
+            (Kind::Lean, Direction::H2D) => ring.h2d(device, &self.upload)?,
+            (Kind::Engine | Kind::Chunked(_), Direction::D2H) => {
+                stager.run(to_host(&mut host[..], &*device))?;
             }
-            (Kind::Engine, Direction::H2D) => {
-                stager.run(to_device(engine_device, &self.upload[..]))?;
+            (Kind::Engine | Kind::Chunked(_), Direction::H2D) => {
+                stager.run(to_device(device, &self.upload[..]))?;
             }
         }
         Ok(start.elapsed())
@@ -258,27 +315,27 @@ impl Memory {
     /// Stops the program unless every kind's destination holds what it
     /// was sent: `source` in host memory after D2H, `upload` in each
     /// device buffer after H2D (read back).
-    fn check(&mut self, direction: Direction, label: &str) -> Result<(), Error> {
-        let names = ["pinned (link)", "lean ring", "engine"];
+    fn check(&mut self, kinds: &[Kind], direction: Direction, label: &str) -> Result<(), Error> {
         match direction {
             Direction::D2H => {
                 let pinned = self
                     .pinned
                     .as_deref()
                     .expect("every pinned copy gives the buffer back");
-                for (name, got) in
-                    names
-                        .iter()
-                        .zip([pinned, &self.lean_host[..], &self.engine_host[..]])
-                {
-                    check(&format!("{label}, {name}"), got, &self.source)?;
+                for (index, kind) in kinds.iter().enumerate() {
+                    let got = match kind {
+                        Kind::Pinned => pinned,
+                        _ => &self.hosts[index][..],
+                    };
+                    check(&format!("{label}, {}", kind.name()), got, &self.source)?;
                 }
             }
             Direction::H2D => {
-                // The D2H destinations are checked already: read back there.
-                for (name, device) in names.iter().zip(&self.devices) {
-                    device.copy_to_host(0, &mut self.lean_host)?;
-                    check(&format!("{label}, {name}"), &self.lean_host, &self.upload)?;
+                // The D2H destinations are checked already: read back into
+                // the lean ring's.
+                for (kind, device) in kinds.iter().zip(&self.devices) {
+                    device.copy_to_host(0, &mut self.hosts[1])?;
+                    check(&format!("{label}, {}", kind.name()), &self.hosts[1], &self.upload)?;
                 }
             }
         }

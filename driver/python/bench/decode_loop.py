@@ -37,7 +37,11 @@ per layer):
   before the slot takes the next upload (the offloader's ring does the
   same);
 - ``torch pageable``: ``copy_(non_blocking=True)`` from ordinary CPU
-  tensors (the driver stages it, blocking the thread), for context.
+  tensors (the driver stages it, blocking the thread), for context;
+- ``hostcopy/VARIANT`` (``--stagers``): ``hostcopy`` through a
+  ``hostcopy.Stager`` of its own, made with the options VARIANT names:
+  ``w4`` 4 copy workers, ``c4`` chunks of 4 MiB, ``b8`` 8 staging
+  buffers, ``s`` streaming stores, together as in ``w4c4``.
 
 Each kind runs --warmup tokens (default 4) then --tokens timed tokens
 (default 64) per round, over --rounds rounds (default 5) whose order turns
@@ -65,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import re
 import statistics
 import sys
 import time
@@ -178,6 +183,7 @@ class Uploader:
         self.side = torch.cuda.Stream()
         self.hosts: List[Any] = []
         self.pool: Optional[Any] = None
+        self.stager: Optional[Any] = None
         if kind == "pinned":
             for ref in model.reference:
                 host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
@@ -188,7 +194,8 @@ class Uploader:
                 host = torch.empty(n, dtype=torch.uint8)
                 host.copy_(ref)
                 self.hosts.append(host)
-        elif kind == "hostcopy":
+        elif is_hostcopy(kind):
+            self.stager = stager_of(kind)
             self.pool = hostcopy.empty((model.layers, n), dtype=np.uint8)
             for i, ref in enumerate(model.reference):
                 torch.from_numpy(self.pool[i]).copy_(ref)
@@ -220,8 +227,8 @@ class Uploader:
         if previous is not None:
             self.transfers[s] = None
             previous.wait()
-        if self.kind == "hostcopy":
-            self.transfers[s] = hostcopy.copy_to_device(
+        if is_hostcopy(self.kind):
+            self.transfers[s] = (self.stager or hostcopy).copy_to_device(
                 self.targets[s], self.hosts[layer], self.model.upload_bytes, stream=self.side, blocking=False
             )
         else:
@@ -260,6 +267,32 @@ class Uploader:
 
 
 AHEAD = 2
+
+
+def is_hostcopy(kind: str) -> bool:
+    return kind == "hostcopy" or kind.startswith("hostcopy/")
+
+
+def stager_of(kind: str) -> Optional[Any]:
+    """``hostcopy/VARIANT``'s own stager (None for ``hostcopy``: the
+    default one): ``w<N>`` workers, ``c<MiB>`` chunk, ``b<N>`` buffers,
+    ``s`` streaming stores."""
+    if kind == "hostcopy":
+        return None
+    options: Dict[str, Any] = {}
+    for part in re.findall(r"[a-z]\d*", kind.split("/", 1)[1]):
+        key, value = part[0], part[1:]
+        if key == "w" and value:
+            options["workers"] = int(value)
+        elif key == "c" and value:
+            options["chunk"] = int(value) * MiB
+        elif key == "b" and value:
+            options["buffers"] = int(value)
+        elif key == "s" and not value:
+            options["h2d_streaming"] = True
+        else:
+            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s)")
+    return hostcopy.Stager(0, **options)
 
 
 class Runner:
@@ -364,6 +397,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=4, help="device buffers in the ring (at least 3)")
     parser.add_argument("--kinds", default="none,pinned,hostcopy,pageable",
                         help="comma-separated, of: none, pinned, hostcopy, pageable (none is always run)")
+    parser.add_argument("--stagers", default="",
+                        help="comma-separated hostcopy variants run beside the rest, each with a stager of its own: "
+                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming stores (e.g. w4,c4,w4c4)")
     parser.add_argument("--csv", help="write the rows to this CSV file")
     args = parser.parse_args()
     quick = {"layers": 8, "tokens": 8, "rounds": 2, "warmup": 2}
@@ -376,6 +412,10 @@ def parse() -> argparse.Namespace:
     if unknown:
         parser.error(f"--kinds: unknown {unknown}; known: {', '.join(KINDS)}")
     args.kinds = ["none"] + [k for k in KINDS if k in kinds and k != "none"]
+    for variant in [v.strip() for v in args.stagers.split(",") if v.strip()]:
+        kind = f"hostcopy/{variant}"
+        KINDS[kind] = kind
+        args.kinds.append(kind)
     if args.slots < AHEAD + 1:
         parser.error(f"--slots must be at least {AHEAD + 1}")
     for name in ("layers", "tokens", "rounds", "matmuls", "upload_mib", "hidden"):
@@ -439,8 +479,8 @@ def main() -> int:
 
         # For context: the uploads alone (no compute), a token of them.
         alone: Dict[str, float] = {}
-        for kind in ("pinned", "hostcopy"):
-            if kind in runners:
+        for kind in args.kinds:
+            if kind == "pinned" or is_hostcopy(kind):
                 alone[kind] = run_round(runners[kind], args.tokens, args.warmup, compute=False)[0]
                 up = uploaders[kind]
                 equal, checked = up.bytes_equal()
@@ -506,6 +546,11 @@ def main() -> int:
                   f"{by_kind['pageable']['token_ms'] / by_kind['hostcopy']['token_ms']:.2f} | |")
         print(f"decode_loop: added a token: hostcopy {hc_added:+.2f} ms, torch pinned {pinned_added:+.2f} ms "
               f"(ratio {ratio}; target <= 1.2)")
+        for kind in [k for k in args.kinds if k.startswith("hostcopy/")]:
+            added = by_kind[kind]["added_ms"]
+            ratio = f"{added / pinned_added:.2f}" if pinned_added > 0.05 else "n/a"
+            print(f"decode_loop: added a token: {kind} {added:+.2f} ms (ratio to torch pinned {ratio}; "
+                  f"issued in {by_kind[kind]['issue_ms']:.2f} ms)")
     wrong = [row["label"] for row in rows if row["kind"] != "none" and not (row["bytes_equal"] and row["output_equal"])]
     if wrong:
         print(f"{NAME}: WRONG bytes or output: {', '.join(wrong)}")
