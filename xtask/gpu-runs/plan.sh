@@ -296,7 +296,7 @@ esac
             echo "-- Rust rows ($dir)"
             grep -E '^one transfer, (D2H|H2D) [0-9]+ [MG]iB of pinned \(|^interleaved, (D2H|H2D)|^per chunk of|^the host side alone, per copy|^foreign host functions|^CPU seconds per GiB|^caller share, |^ *lean, (D2H|H2D) |^lean:' "$txt" | cut -c1-400
             awk '!/^\|/ {split($0, g, " [(]"); group = g[1]} (group ~ /^sizes, / || group ~ /^back to back/) && /staged|pinned/ {print group " " $0}' "$txt" | cut -c1-160
-            sed -n '/^timeline/,/finished/p' "$txt" | head -n 30
+            sed -n '/^timeline/,/finished/p' "$txt" | head -n 40
         done
         if [ -f "$res/offload_loop.log" ]; then
             echo "-- offload loop"

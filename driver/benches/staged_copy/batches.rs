@@ -926,12 +926,28 @@ fn timeline(
     direction: Direction,
     label: &str,
 ) -> Result<String, Error> {
+    traced(label, || {
+        memory
+            .staged(stager, direction, false, 60, 1, label)
+            .map(drop)
+    })
+}
+
+/// The timeline of the last transfer `run` made with the stagers' trace
+/// on (`staging::trace`): per chunk, in microseconds from the call that
+/// began it, when the caller queued it, when the device met its wait and
+/// made its copy, when the copier saw it ready and made its host side;
+/// then when the caller saw the end.
+pub(crate) fn traced(
+    label: &str,
+    run: impl FnOnce() -> Result<(), Error>,
+) -> Result<String, Error> {
     use hostcopy_driver::cuda::staging::trace::{self, Step};
     trace::start();
-    let result = memory.staged(stager, direction, false, 60, 1, label);
+    let result = run();
     let marks = trace::stop();
     result?;
-    // The timed run (the second): from its `QueueBegin` on.
+    // The last transfer: from its `QueueBegin` on.
     let begins: Vec<usize> = (0..marks.len())
         .filter(|&i| marks[i].step == Step::QueueBegin)
         .collect();

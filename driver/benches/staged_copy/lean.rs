@@ -43,9 +43,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
-use hostcopy_driver::cuda::staging::{
-    Stager, StagingOptions, default_workers, to_device, to_host,
-};
+use hostcopy_driver::cuda::staging::{Stager, StagingOptions, default_workers, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, Event, PinnedBuffer, Stream};
 
 use crate::Bench;
@@ -126,6 +124,24 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
                 }
             }
             memory.check(&kinds, direction, &label)?;
+            // Where the smallest size's time goes: one traced transfer of
+            // each engine kind.
+            if bytes == SIZES[0] {
+                for (index, kind) in kinds.iter().enumerate() {
+                    let stager = match kind {
+                        Kind::Chunked(variant) => &mut variants[*variant],
+                        Kind::Engine => &mut stager,
+                        _ => continue,
+                    };
+                    let traced =
+                        crate::batches::traced(&format!("{label}, {}", kind.name()), || {
+                            memory
+                                .once(&ring, stager, index, *kind, direction)
+                                .map(drop)
+                        })?;
+                    report.notes.push(traced);
+                }
+            }
 
             let group = format!(
                 "lean, {} {name} (x pinned: pinned {name} in the same rotation)",
@@ -335,7 +351,11 @@ impl Memory {
                 // the lean ring's.
                 for (kind, device) in kinds.iter().zip(&self.devices) {
                     device.copy_to_host(0, &mut self.hosts[1])?;
-                    check(&format!("{label}, {}", kind.name()), &self.hosts[1], &self.upload)?;
+                    check(
+                        &format!("{label}, {}", kind.name()),
+                        &self.hosts[1],
+                        &self.upload,
+                    )?;
                 }
             }
         }
