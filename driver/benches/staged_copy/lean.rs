@@ -16,9 +16,10 @@
 //!   copy and polled (`Event::query` in a loop) by the calling thread
 //!   before the slot's host side (D2H) or before the slot is reused (H2D);
 //! - the engine: one blocking [`Stager::run`] with default options;
-//! - the engine with smaller chunks ([`CHUNK_VARIANTS`]: 4 and 8 MiB, both
-//!   ways), each through a stager of its own: what cutting a transfer
-//!   finer buys or costs at each size, beside the default.
+//! - the engine with other options ([`VARIANTS`]: smaller chunks,
+//!   streaming stores into the staging buffers, one stream with small
+//!   edge chunks), each through a stager of its own: what each buys or
+//!   costs at each size, beside the default.
 //!
 //! The ring does what the engine does per chunk and nothing more: the same
 //! chunk, slots and streams as the engine's defaults, as many workers
@@ -43,7 +44,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hostcopy_core::{HostCopyArgs, hostcopy_fn};
-use hostcopy_driver::cuda::staging::{Stager, StagingOptions, default_workers, to_device, to_host};
+use hostcopy_driver::cuda::staging::{
+    Stager, StagingOptions, StagingOptionsBuilder, Stores, default_workers, to_device, to_host,
+};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, Event, PinnedBuffer, Stream};
 
 use crate::Bench;
@@ -65,8 +68,28 @@ const SLOTS: usize = 4;
 /// the driver's queue, larger ones fall out of the host's cache).
 const CHUNK: usize = 16 << 20;
 
-/// Chunk sizes of the engine's variant rows, both ways.
-const CHUNK_VARIANTS: [usize; 2] = [4 << 20, 8 << 20];
+/// The engine's variant rows: a name and the options beside the
+/// defaults.
+type Variant = (
+    &'static str,
+    fn(StagingOptionsBuilder) -> StagingOptionsBuilder,
+);
+const VARIANTS: [Variant; 6] = [
+    ("chunks of 4 MiB", |b| b.chunk(4 << 20)),
+    ("chunks of 8 MiB", |b| b.chunk(8 << 20)),
+    ("streaming stores", |b| b.h2d_stores(Stores::Streaming)),
+    ("chunks of 4 MiB, streaming stores", |b| {
+        b.chunk(4 << 20).h2d_stores(Stores::Streaming)
+    }),
+    ("one stream, edges from 2 MiB", |b| {
+        b.streams(1).edge_chunk(2 << 20)
+    }),
+    ("one stream, edges from 2 MiB, streaming stores", |b| {
+        b.streams(1)
+            .edge_chunk(2 << 20)
+            .h2d_stores(Stores::Streaming)
+    }),
+];
 
 /// The target for engine / lean, at every size and both ways.
 const TARGET: f64 = 0.97;
@@ -82,8 +105,8 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
     let ring = Ring::new(context, default_workers(1))?;
     let mut stager = Stager::new(context)?;
     let mut variants = Vec::new();
-    for chunk in CHUNK_VARIANTS {
-        let options = StagingOptions::builder().chunk(chunk).build()?;
+    for (_, with) in VARIANTS {
+        let options = with(StagingOptions::builder()).build()?;
         variants.push(Stager::with_options(context, options)?);
     }
     let kinds = kinds();
@@ -113,7 +136,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
                 for turn in 0..kinds.len() {
                     let which = (turn + round) % kinds.len();
                     let stager = match kinds[which] {
-                        Kind::Chunked(variant) => &mut variants[variant],
+                        Kind::Variant(variant) => &mut variants[variant],
                         _ => &mut stager,
                     };
                     let elapsed = memory.once(&ring, stager, which, kinds[which], direction)?;
@@ -129,7 +152,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
             if bytes == SIZES[0] {
                 for (index, kind) in kinds.iter().enumerate() {
                     let stager = match kind {
-                        Kind::Chunked(variant) => &mut variants[*variant],
+                        Kind::Variant(variant) => &mut variants[*variant],
                         Kind::Engine => &mut stager,
                         _ => continue,
                     };
@@ -170,7 +193,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
             let chunked: Vec<String> = kinds
                 .iter()
                 .zip(&timed)
-                .filter(|(kind, _)| matches!(kind, Kind::Chunked(_)))
+                .filter(|(kind, _)| matches!(kind, Kind::Variant(_)))
                 .map(|(kind, timed)| {
                     format!("{} {:.1}%", kind.name(), 100.0 * gbps(bytes, timed) / link)
                 })
@@ -216,8 +239,8 @@ enum Kind {
     Pinned,
     Lean,
     Engine,
-    /// The engine with chunks of `CHUNK_VARIANTS[_]`.
-    Chunked(usize),
+    /// The engine with the options of `VARIANTS[_]`.
+    Variant(usize),
 }
 
 impl Kind {
@@ -226,10 +249,7 @@ impl Kind {
             Kind::Pinned => "pinned (link)".to_owned(),
             Kind::Lean => "lean ring".to_owned(),
             Kind::Engine => "staged (engine), blocking call, default options".to_owned(),
-            Kind::Chunked(variant) => format!(
-                "staged (engine), chunks of {}",
-                size(CHUNK_VARIANTS[variant])
-            ),
+            Kind::Variant(variant) => format!("staged (engine), {}", VARIANTS[variant].0),
         }
     }
 }
@@ -237,7 +257,7 @@ impl Kind {
 /// Every kind, in the order of their times: pinned, lean, engine first.
 fn kinds() -> Vec<Kind> {
     let mut kinds = vec![Kind::Pinned, Kind::Lean, Kind::Engine];
-    kinds.extend((0..CHUNK_VARIANTS.len()).map(Kind::Chunked));
+    kinds.extend((0..VARIANTS.len()).map(Kind::Variant));
     kinds
 }
 
@@ -318,10 +338,10 @@ impl Memory {
             }
             (Kind::Lean, Direction::D2H) => ring.d2h(device, host)?,
             (Kind::Lean, Direction::H2D) => ring.h2d(device, &self.upload)?,
-            (Kind::Engine | Kind::Chunked(_), Direction::D2H) => {
+            (Kind::Engine | Kind::Variant(_), Direction::D2H) => {
                 stager.run(to_host(&mut host[..], &*device))?;
             }
-            (Kind::Engine | Kind::Chunked(_), Direction::H2D) => {
+            (Kind::Engine | Kind::Variant(_), Direction::H2D) => {
                 stager.run(to_device(device, &self.upload[..]))?;
             }
         }
