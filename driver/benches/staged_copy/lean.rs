@@ -17,8 +17,8 @@
 //!   before the slot's host side (D2H) or before the slot is reused (H2D);
 //! - the engine: one blocking [`Stager::run`] with default options;
 //! - the engine with other options ([`VARIANTS`]: smaller chunks,
-//!   cached or streaming stores into the staging buffers at every size,
-//!   one stream with small edge chunks), each through a stager of its own: what each buys or
+//!   streaming stores into the staging buffers, one stream with small
+//!   edge chunks), each through a stager of its own: what each buys or
 //!   costs at each size, beside the default.
 //!
 //! The ring does what the engine does per chunk and nothing more: the same
@@ -77,8 +77,10 @@ type Variant = (
 const VARIANTS: [Variant; 6] = [
     ("chunks of 4 MiB", |b| b.chunk(4 << 20)),
     ("chunks of 8 MiB", |b| b.chunk(8 << 20)),
-    ("cached stores", |b| b.h2d_stores(Stores::Cached)),
     ("streaming stores", |b| b.h2d_stores(Stores::Streaming)),
+    ("chunks of 4 MiB, streaming stores", |b| {
+        b.chunk(4 << 20).h2d_stores(Stores::Streaming)
+    }),
     ("one stream, edges from 2 MiB", |b| {
         b.streams(1).edge_chunk(2 << 20)
     }),

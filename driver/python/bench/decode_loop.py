@@ -41,8 +41,7 @@ per layer):
 - ``hostcopy/VARIANT`` (``--stagers``): ``hostcopy`` through a
   ``hostcopy.Stager`` of its own, made with the options VARIANT names:
   ``w4`` 4 copy workers, ``c4`` chunks of 4 MiB, ``b8`` 8 staging
-  buffers, ``s`` streaming stores, ``k`` cached stores (the default
-  picks them by the upload's size), together as in ``w4c4``.
+  buffers, ``s`` streaming stores, together as in ``w4c4``.
 
 Each kind runs --warmup tokens (default 4) then --tokens timed tokens
 (default 64) per round, over --rounds rounds (default 5) whose order turns
@@ -277,7 +276,7 @@ def is_hostcopy(kind: str) -> bool:
 def stager_of(kind: str) -> Optional[Any]:
     """``hostcopy/VARIANT``'s own stager (None for ``hostcopy``: the
     default one): ``w<N>`` workers, ``c<MiB>`` chunk, ``b<N>`` buffers,
-    ``s`` streaming stores, ``k`` cached stores (the default: by size)."""
+    ``s`` streaming stores."""
     if kind == "hostcopy":
         return None
     options: Dict[str, Any] = {}
@@ -291,10 +290,8 @@ def stager_of(kind: str) -> Optional[Any]:
             options["buffers"] = int(value)
         elif key == "s" and not value:
             options["h2d_streaming"] = True
-        elif key == "k" and not value:
-            options["h2d_streaming"] = False
         else:
-            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s, k)")
+            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s)")
     return hostcopy.Stager(0, **options)
 
 
@@ -402,7 +399,7 @@ def parse() -> argparse.Namespace:
                         help="comma-separated, of: none, pinned, hostcopy, pageable (none is always run)")
     parser.add_argument("--stagers", default="",
                         help="comma-separated hostcopy variants run beside the rest, each with a stager of its own: "
-                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming or k cached stores (e.g. w4,c4,k)")
+                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming stores (e.g. w4,c4,w4c4)")
     parser.add_argument("--csv", help="write the rows to this CSV file")
     args = parser.parse_args()
     quick = {"layers": 8, "tokens": 8, "rounds": 2, "warmup": 2}

@@ -165,7 +165,7 @@ class StagerOptions(TypedDict):
     chunk: int
     buffers: int
     workers: int
-    h2d_streaming: Optional[bool]
+    h2d_streaming: bool
     driver_path_below: int
     prefault: bool
 

@@ -114,10 +114,8 @@ class StagerOptions(TypedDict):
     #: Copy threads of the stager's own pool as started (fewer than asked
     #: where the system refused a thread).
     workers: int
-    #: Whether host-to-device chunks are written with streaming stores:
-    #: ``None`` (the default), by the transfer's size: streaming below
-    #: 512 MiB, where the driver reads them faster, cached from there.
-    h2d_streaming: Optional[bool]
+    #: Whether host-to-device chunks are written with streaming stores.
+    h2d_streaming: bool
     #: Transfers below this many bytes take the driver's own path.
     driver_path_below: int
     #: Whether a never-touched destination's pages are made present ahead

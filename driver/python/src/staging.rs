@@ -47,9 +47,7 @@ struct InForce {
     chunk: usize,
     buffers: usize,
     workers: usize,
-    /// `None`: by the transfer's size (streaming below
-    /// `H2D_STREAMING_BELOW`).
-    h2d_streaming: Option<bool>,
+    h2d_streaming: bool,
     driver_path_below: usize,
     prefault: bool,
 }
@@ -398,9 +396,7 @@ impl PyStager {
                 chunk: options.chunk(),
                 buffers: options.buffers(),
                 workers,
-                h2d_streaming: options
-                    .h2d_stores()
-                    .map(|stores| stores == Stores::Streaming),
+                h2d_streaming: options.h2d_stores() == Stores::Streaming,
                 driver_path_below: options.driver_path_below(),
                 prefault: options.prefault(),
             },

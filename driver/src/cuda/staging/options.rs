@@ -50,24 +50,6 @@ pub const DEFAULT_H2D_CHUNK: usize = usize::MAX;
 /// to the device: options, measured").
 pub const DEFAULT_EDGE_CHUNK: usize = usize::MAX;
 
-/// Transfers to the device smaller than this write the staging buffers
-/// with [`Stores::Streaming`], larger ones with [`Stores::Cached`], where
-/// the options name no stores ([`StagingOptionsBuilder::h2d_stores`]).
-///
-/// Measured on an H100 host (16 cores, one transfer at a time, runs 93
-/// and 94, side by side in one process): the driver read a staging buffer
-/// filled with cached stores at 22 to 33 GB/s, one filled with streaming
-/// stores at the link's 54 (a 16 MiB chunk's copy 770 us against 311),
-/// and the streaming host copy was no slower (198 us against 339). One
-/// transfer of 16 MiB reached 47 and 61% of pinned against 28 and 36%,
-/// 64 MiB 68 and 70% against 54 and 55%, 256 MiB 68 and 81% against 60
-/// and 64%. From 1 GiB the pipeline overlaps those reads with the next
-/// chunks' host copies and cached stores win (88 and 84% against 70 and
-/// 81% there, 96% against 75% on the H200 host: docs/design-record.md,
-/// "Non-temporal stores in `hostcopy_fn`; cached stores into staging
-/// buffers"). 512 MiB was not measured.
-pub const H2D_STREAMING_BELOW: usize = 512 << 20;
-
 /// Default number of streams a stager queues its chunks on
 /// ([`StagingOptionsBuilder::streams`]): `usize::MAX`, which
 /// [`StagingOptions::streams`] reads as one per staging buffer.
@@ -199,7 +181,7 @@ pub struct StagingOptions {
     pub(super) streams: usize,
     pub(super) workers: usize,
     pub(super) d2h_workers: usize,
-    pub(super) h2d_stores: Option<Stores>,
+    pub(super) h2d_stores: Stores,
     pub(super) driver_path_below: usize,
     pub(super) device_copies: DeviceCopies,
     pub(super) kernel_below: usize,
@@ -208,8 +190,7 @@ pub struct StagingOptions {
 
 impl Default for StagingOptions {
     /// [`DEFAULT_CHUNK`], [`DEFAULT_BUFFERS`], [`default_workers`]`(1)`,
-    /// host-to-device stores by the transfer's size
-    /// ([`H2D_STREAMING_BELOW`]), [`DRIVER_PATH_BELOW`],
+    /// cached stores for host-to-device, [`DRIVER_PATH_BELOW`],
     /// [`DeviceCopies::Auto`] with [`KERNEL_BELOW`], prefault on.
     fn default() -> Self {
         StagingOptions {
@@ -220,7 +201,7 @@ impl Default for StagingOptions {
             streams: DEFAULT_STREAMS,
             workers: default_workers(1),
             d2h_workers: DEFAULT_D2H_WORKERS,
-            h2d_stores: None,
+            h2d_stores: Stores::Cached,
             driver_path_below: DRIVER_PATH_BELOW,
             device_copies: DeviceCopies::Auto,
             kernel_below: KERNEL_BELOW,
@@ -291,23 +272,9 @@ impl StagingOptions {
         self.d2h_workers.min(self.workers)
     }
 
-    /// How host-to-device chunks are written into staging buffers: the
-    /// stores named, or `None` where the transfer's size picks them
-    /// ([`h2d_stores_for`](Self::h2d_stores_for)).
-    pub fn h2d_stores(&self) -> Option<Stores> {
+    /// How host-to-device chunks are written into staging buffers.
+    pub fn h2d_stores(&self) -> Stores {
         self.h2d_stores
-    }
-
-    /// The stores that fill the staging buffers for a transfer to the
-    /// device of `len` bytes: the stores named, else
-    /// [`Stores::Streaming`] below [`H2D_STREAMING_BELOW`] and
-    /// [`Stores::Cached`] from there.
-    pub fn h2d_stores_for(&self, len: usize) -> Stores {
-        match self.h2d_stores {
-            Some(stores) => stores,
-            None if len < H2D_STREAMING_BELOW => Stores::Streaming,
-            None => Stores::Cached,
-        }
     }
 
     /// Transfers below this many bytes take the driver's own path.
@@ -405,11 +372,10 @@ impl StagingOptionsBuilder {
         self
     }
 
-    /// Stores for every host-to-device copy into staging buffers (by
-    /// default none named: streaming below [`H2D_STREAMING_BELOW`] bytes,
-    /// cached from there, measured: see there and [`Stores`]).
+    /// Stores for host-to-device copies into staging buffers (default
+    /// [`Stores::Cached`], measured: see [`Stores`]).
     pub fn h2d_stores(mut self, stores: Stores) -> Self {
-        self.options.h2d_stores = Some(stores);
+        self.options.h2d_stores = stores;
         self
     }
 

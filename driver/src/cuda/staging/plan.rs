@@ -377,8 +377,7 @@ pub(super) enum Route {
 /// - anything else is staged in chunks of the direction's size (`chunk`
 ///   to the host, `h2d_chunk` to the device, growing from `edge_chunk` at
 ///   both ends: [`chunk_sizes`]), with streaming stores into the caller's
-///   memory (to the host) and, into its buffers, the stores
-///   `StagingOptions::h2d_stores_for` picks for the transfer's size.
+///   memory (to the host) and the stager's `h2d_stores` into its buffers.
 pub(super) fn route(
     layout: &Layout<'_>,
     total: usize,
@@ -394,7 +393,7 @@ pub(super) fn route(
     }
     let (chunk, stores) = match layout.direction {
         Direction::DeviceToHost => (options.chunk, Stores::Streaming),
-        Direction::HostToDevice => (options.h2d_chunk(), options.h2d_stores_for(total)),
+        Direction::HostToDevice => (options.h2d_chunk(), options.h2d_stores),
     };
     let sizes = chunk_sizes(total, chunk, options.edge_chunk());
     Ok(Route::Staged {
@@ -482,7 +481,6 @@ fn push_host(list: &mut Vec<HostCopyArgs>, copy: HostCopyArgs, join: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::options::H2D_STREAMING_BELOW;
     use super::*;
 
     /// Two chunks: one of 4 pieces of 1 KiB, one of a single 16 KiB piece.
@@ -507,23 +505,12 @@ mod tests {
     /// driver's path would wait for nothing, `None` where it must not be
     /// asked.
     fn route_of(len: usize, direction: Direction, free: Option<bool>) -> Route {
-        route_with(len, direction, free, Some(Stores::Cached))
-    }
-
-    /// [`route_of`] with the stores to the device named, or none.
-    fn route_with(
-        len: usize,
-        direction: Direction,
-        free: Option<bool>,
-        stores: Option<Stores>,
-    ) -> Route {
-        let mut options = StagingOptions::builder()
+        let options = StagingOptions::builder()
             .chunk(1 << 20)
-            .driver_path_below(64 << 10);
-        if let Some(stores) = stores {
-            options = options.h2d_stores(stores);
-        }
-        let options = options.build().unwrap();
+            .driver_path_below(64 << 10)
+            .h2d_stores(Stores::Cached)
+            .build()
+            .unwrap();
         let blocks = [Block::new(0, 0, len)];
         let layout = Layout {
             direction,
@@ -565,33 +552,6 @@ mod tests {
                 assert_eq!(stores, Stores::Cached);
                 assert_eq!(chunks[1].buffer, 1, "buffers taken in turn");
             }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn uploads_below_the_crossover_of_stores_stream_unless_stores_are_named() {
-        let stores = |len: usize, named: Option<Stores>| match route_with(
-            len,
-            Direction::HostToDevice,
-            None,
-            named,
-        ) {
-            Route::Staged { stores, .. } => stores,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(StagingOptions::default().h2d_stores(), None);
-        assert_eq!(stores(16 << 20, None), Stores::Streaming);
-        assert_eq!(stores(H2D_STREAMING_BELOW - 16, None), Stores::Streaming);
-        assert_eq!(stores(H2D_STREAMING_BELOW, None), Stores::Cached);
-        assert_eq!(stores(1 << 30, None), Stores::Cached);
-        for named in [Stores::Cached, Stores::Streaming] {
-            assert_eq!(stores(16 << 20, Some(named)), named);
-            assert_eq!(stores(1 << 30, Some(named)), named);
-        }
-        // To the host the caller's memory always takes streaming stores.
-        match route_with(16 << 20, Direction::DeviceToHost, None, None) {
-            Route::Staged { stores, .. } => assert_eq!(stores, Stores::Streaming),
             other => panic!("{other:?}"),
         }
     }
