@@ -5,12 +5,91 @@
 
 use hostcopy_core::HostCopyArgs;
 
+use super::order::OrderEvents;
 use super::spec::DeviceSide;
 use crate::HostRange;
-use crate::cuda::StreamRef;
+use crate::cuda::context::Context;
 use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
+use crate::cuda::retire::{self, Kept};
+use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::{CopyPool, Stores};
+
+/// The driver's path of a stager: its stream and its pinned buffer, each
+/// made for the first transfer that takes the path.
+#[derive(Debug)]
+pub(super) struct DriverPath {
+    context: Context,
+    /// The buffer's bytes.
+    room: usize,
+    stream: Option<Stream>,
+    bounce: Option<PinnedBuffer>,
+}
+
+impl DriverPath {
+    /// The path of a stager in `context`, through a buffer of `room`
+    /// bytes; nothing is made until the first transfer.
+    pub(super) fn new(context: &Context, room: usize) -> DriverPath {
+        DriverPath {
+            context: context.clone(),
+            room,
+            stream: None,
+            bounce: None,
+        }
+    }
+
+    /// A transfer below the crossover, complete when this returns (see
+    /// [`bounced`]), queued after the streams given to `wait_for`
+    /// (`order`). In the relaxed capture mode: it touches no capture. The
+    /// error comes with whether a copy may still run.
+    pub(super) fn run(
+        &mut self,
+        order: &mut OrderEvents,
+        workers: &CopyPool,
+        host: HostRange,
+        device: DeviceSide<'_>,
+        offset: usize,
+    ) -> Result<(), (Error, bool)> {
+        let _relaxed = crate::cuda::capture::RelaxedCapture::new();
+        // Refused before anything is queued.
+        fn made(error: impl Into<Error>) -> (Error, bool) {
+            (error.into(), false)
+        }
+        if self.stream.is_none() {
+            self.stream = Some(Stream::new(&self.context).map_err(made)?);
+        }
+        if self.bounce.is_none() {
+            self.bounce = Some(PinnedBuffer::new(&self.context, self.room).map_err(made)?);
+        }
+        let (Some(stream), Some(bounce)) = (&self.stream, &self.bounce) else {
+            unreachable!("made above");
+        };
+        let stream = stream.as_stream();
+        order.order(stream).map_err(made)?;
+        bounced(stream, bounce, workers, host, device, offset)?;
+        // The stream waited for every order event and ran past.
+        order.all_complete();
+        Ok(())
+    }
+
+    /// The path's stream, once made.
+    pub(super) fn stream(&self) -> Option<&Stream> {
+        self.stream.as_ref()
+    }
+
+    /// Lets go of the stream, and of the buffer: freed where `drained`
+    /// (no queued copy touches it), else kept for good, counted, as the
+    /// staging buffers are.
+    pub(super) fn retire(&mut self, drained: bool) {
+        self.stream = None;
+        if let Some(bounce) = self.bounce.take()
+            && !drained
+        {
+            // A small transfer's copy may still touch it.
+            retire::keep(bounce, Kept::PinnedBuffer);
+        }
+    }
+}
 
 /// A transfer below the crossover through `bounce`, a pinned buffer of the
 /// stager's own, on `stream`, a piece of the buffer's size at a time: the

@@ -1,17 +1,26 @@
 //! The staging engine under the [`Stager`](super::Stager)'s fronts: the
 //! lanes and their copier, the staging buffers, the worker pool, the
-//! order events and the small-transfer path, and the stager's health
-//! (whether its streams drained after an error). Every front is made of
-//! its two calls: [`Engine::start`] checks a [`TransferSpec`] whole, plans
-//! it and has its chunks queued ([`InFlight`]); [`Engine::finish`] waits
-//! for them and retires what they used. The fronts decide only when the
-//! caller waits.
+//! order events and the driver's path ([`DriverPath`]), and the stager's
+//! health (whether its streams drained after an error). Every front is
+//! made of its two calls: [`Engine::start`] checks a [`TransferSpec`]
+//! whole, plans it and has its chunks queued ([`InFlight`]);
+//! [`Engine::finish`] waits for them and retires what they used. The
+//! fronts decide only when the caller waits.
+//!
+//! Beside them, in files of their own: copies from and into pinned memory
+//! (`pinned`), and blocking transfers in the order a memory's owner keeps
+//! (`owner_order`, cudarc's).
+
+mod pinned;
+
+#[cfg(feature = "cudarc")]
+mod owner_order;
 
 use core::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::vec::Vec;
 
-use super::driver_path::{self, PinnedTransferError};
+use super::driver_path::DriverPath;
 use super::feed::{CopierThread, Job, Lanes};
 use super::in_flight::InFlight;
 use super::options::StagingOptions;
@@ -22,12 +31,8 @@ use super::trace::{self, Step};
 use crate::HostRange;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
-#[cfg(feature = "cudarc")]
-use crate::cuda::device::sealed::OwnerOrder;
-use crate::cuda::device::{DeviceInUse, DeviceMemory, device_range};
+use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::{DriverError, Error};
-#[cfg(feature = "cudarc")]
-use crate::cuda::event::Event;
 use crate::cuda::pinned::PinnedBuffer;
 use crate::cuda::retire::{self, Kept};
 use crate::cuda::stream::{Stream, StreamRef};
@@ -68,11 +73,8 @@ pub(super) struct Engine {
     undrained: Option<DriverError>,
     /// The events `wait_for` recorded, until known complete.
     order: OrderEvents,
-    /// Carries the transfers below the crossover; made for the first.
-    driver_stream: Option<Stream>,
-    /// Their pinned buffer, of `driver_path_below` bytes (at most a
-    /// chunk); made for the first.
-    bounce: Option<PinnedBuffer>,
+    /// Carries the transfers below the crossover.
+    driver_path: DriverPath,
 }
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`, for a copier thread the system refused.
@@ -121,8 +123,8 @@ impl Engine {
             next_seq: 0,
             undrained: None,
             order: OrderEvents::default(),
-            driver_stream: None,
-            bounce: None,
+            // A buffer of the crossover's size, at most a chunk.
+            driver_path: DriverPath::new(context, options.driver_path_below.min(options.chunk)),
         };
         Ok(engine)
     }
@@ -161,68 +163,6 @@ impl Engine {
         self.order.record(&self.context, stream)
     }
 
-    /// See [`Stager::device_to_pinned`](super::Stager::device_to_pinned).
-    pub(super) fn device_to_pinned<S: DeviceMemory>(
-        &mut self,
-        dst: PinnedBuffer,
-        src: &S,
-        device_offset: usize,
-    ) -> Result<PinnedBuffer, PinnedTransferError> {
-        let _relaxed = RelaxedCapture::new();
-        if let Err(error) = self
-            .check_usable()
-            .and_then(|()| self.context.expect_same(src.memory_context()))
-            .and_then(|()| device_range(src, device_offset, dst.len()))
-        {
-            return Err(PinnedTransferError::new(error, Some(dst)));
-        }
-        if dst.is_empty() {
-            return Ok(dst);
-        }
-        let stream = self.lanes.streams[0].as_stream();
-        if let Err(error) = self.order.order_lane(0, stream) {
-            return Err(PinnedTransferError::new(error, Some(dst)));
-        }
-        // SAFETY: `dst` is pinned, `len` writable bytes, owned here until
-        // `settle_pinned` has seen the copy finish; if it cannot, the
-        // buffer is leaked, so nothing reads, writes or frees it while the
-        // copy may still write it.
-        let queued =
-            unsafe { stream.copy_device_to_host(dst.raw_ptr(), src, device_offset, dst.len()) };
-        self.settle_pinned(queued, dst, src.memory_in_use())
-    }
-
-    /// See [`Stager::pinned_to_device`](super::Stager::pinned_to_device).
-    pub(super) fn pinned_to_device<D: DeviceMemory>(
-        &mut self,
-        dst: &mut D,
-        src: PinnedBuffer,
-        device_offset: usize,
-    ) -> Result<PinnedBuffer, PinnedTransferError> {
-        let _relaxed = RelaxedCapture::new();
-        if let Err(error) = self
-            .check_usable()
-            .and_then(|()| self.context.expect_same(dst.memory_context()))
-            .and_then(|()| device_range(dst, device_offset, src.len()))
-        {
-            return Err(PinnedTransferError::new(error, Some(src)));
-        }
-        if src.is_empty() {
-            return Ok(src);
-        }
-        let stream = self.lanes.streams[0].as_stream();
-        if let Err(error) = self.order.order_lane(0, stream) {
-            return Err(PinnedTransferError::new(error, Some(src)));
-        }
-        // SAFETY: `src` is pinned and owned here until `settle_pinned` has
-        // seen the copy finish; if it cannot, the buffer is leaked, so no
-        // one writes or frees it while the copy may still read it. `dst`
-        // is mutably borrowed.
-        let queued =
-            unsafe { stream.copy_host_to_device(dst, device_offset, src.raw_ptr(), src.len()) };
-        self.settle_pinned(queued, src, dst.memory_in_use())
-    }
-
     /// A transfer the caller's thread queues and waits for.
     fn run_now(&mut self, spec: TransferSpec<'_>) -> Result<(), Error> {
         match self.start(spec, Queuing::Blocking)? {
@@ -231,130 +171,24 @@ impl Engine {
         }
     }
 
-    /// A blocking transfer on memory whose owner orders its use (cudarc's:
-    /// see the `cudarc` module): checked before the owner or the stager
-    /// orders anything; then, between the owner's wait for the memory's
-    /// earlier uses and its record of this one, the stager's streams wait
-    /// for the owner's, and after a transfer that could not be drained the
-    /// owner's streams wait for the stager's.
-    #[cfg(feature = "cudarc")]
-    fn run_in_owner_order(
-        &mut self,
-        spec: TransferSpec<'_>,
-        order: &dyn OwnerOrder,
-    ) -> Result<(), Error> {
-        let writes = spec.device.direction() == super::Direction::HostToDevice;
-        order.check(&self.context, writes)?;
-        if spec.device_bytes(spec.device.memory().memory_len())? == 0 {
-            return Ok(());
-        }
-        order.check_not_capturing(&self.context)?;
-        let context = self.context.clone();
-        let (stream, own) = order.streams();
-        // SAFETY: the owner's streams live as long as `order`, which our
-        // caller borrows for this call, and belong to the stager's context
-        // (`check`).
-        let (stream, own) = unsafe {
-            (
-                StreamRef::from_raw(&context, stream),
-                own.map(|own| StreamRef::from_raw(&context, own)),
-            )
-        };
-        order.in_order(writes, &mut |memory| {
-            self.wait_for(stream)?;
-            if let Some(own) = own {
-                self.wait_for(own)?;
-            }
-            let spec = spec.with_device(memory);
-            // A small transfer too: it goes on a stream of the stager's,
-            // which `order_after_queued` covers.
-            let result = self.run_now(spec);
-            if self.undrained.is_some() {
-                self.order_after_queued(stream);
-                if let Some(own) = own {
-                    self.order_after_queued(own);
-                }
-            }
-            result
-        })
-    }
-
-    /// Makes `stream` wait for everything queued on the stager's streams:
-    /// after a transfer that could not be drained, so that the owner's next
-    /// use of the memory (its release too) comes after the copies the
-    /// driver may still run. Failures are not reported: the transfer's own
-    /// error is, and a context that refuses these calls refuses that next
-    /// use too (a sticky error).
-    #[cfg(feature = "cudarc")]
-    fn order_after_queued(&self, stream: StreamRef<'_>) {
-        let _relaxed = RelaxedCapture::new();
-        for own in self.lanes.streams.iter().chain(&self.driver_stream) {
-            if let Ok(event) = Event::ordering(&self.context)
-                && event.record(own.as_stream()).is_ok()
-            {
-                let _ = stream.wait_event(&event);
-            }
-        }
-    }
-
-    /// Waits for a copy queued on stream 0 between `pinned` and `device`
-    /// (if it was queued), draining the streams after an error. Gives
-    /// `pinned` back unless a copy may still use it; keeps `device` for
-    /// good in that case.
-    fn settle_pinned(
-        &mut self,
-        queued: Result<(), Error>,
-        pinned: PinnedBuffer,
-        device: DeviceInUse,
-    ) -> Result<PinnedBuffer, PinnedTransferError> {
-        let was_queued = queued.is_ok();
-        let result = queued.and_then(|()| Ok(self.lanes.streams[0].as_stream().synchronize()?));
-        let Err(error) = result else {
-            return Ok(pinned);
-        };
-        self.drain();
-        // A copy the driver refused was never queued; drained streams have
-        // finished every copy. Otherwise the copy may still run.
-        if !was_queued || self.undrained.is_none() {
-            return Err(PinnedTransferError::new(error, Some(pinned)));
-        }
-        retire::keep(pinned, Kept::PinnedBuffer);
-        self.release(device);
-        Err(PinnedTransferError::new(error, None))
-    }
-
     /// A single transfer below the crossover, complete when this returns:
     /// one driver copy through a pinned buffer of the stager's own, on a
-    /// stream of its own, after the streams given to `wait_for` (in the
-    /// relaxed capture mode: it touches no capture), the host side copied
-    /// by the calling thread (see [`driver_path::bounced`]). After an error
-    /// the streams are drained; if they cannot be, the device memory is
-    /// kept for good, counted, and the buffer as the staging buffers are.
+    /// stream of its own, after the streams given to `wait_for`, the host
+    /// side copied by the calling thread ([`DriverPath::run`]). After an
+    /// error the streams are drained; if they cannot be, the device memory
+    /// is kept for good, counted, and the buffer as the staging buffers
+    /// are.
     fn driver_path(
         &mut self,
         host: HostRange,
         device: DeviceSide<'_>,
         offset: usize,
     ) -> Result<(), Error> {
-        let _relaxed = RelaxedCapture::new();
-        if self.driver_stream.is_none() {
-            self.driver_stream = Some(Stream::new(&self.context)?);
-        }
-        if self.bounce.is_none() {
-            let room = self.options.driver_path_below.min(self.options.chunk);
-            self.bounce = Some(PinnedBuffer::new(&self.context, room)?);
-        }
-        let (Some(stream), Some(bounce)) = (&self.driver_stream, &self.bounce) else {
-            unreachable!("made above");
-        };
-        let stream = stream.as_stream();
-        self.order.order(stream)?;
-        match driver_path::bounced(stream, bounce, &self.workers, host, device, offset) {
-            Ok(()) => {
-                // The stream waited for every order event and ran past.
-                self.order.all_complete();
-                Ok(())
-            }
+        match self
+            .driver_path
+            .run(&mut self.order, &self.workers, host, device, offset)
+        {
+            Ok(()) => Ok(()),
             Err((error, queued)) => {
                 if queued {
                     // Until the streams drain, the stager refuses
@@ -391,7 +225,7 @@ impl Engine {
             .lanes
             .streams
             .iter()
-            .chain(&self.driver_stream)
+            .chain(self.driver_path.stream())
             .map(|stream| stream.as_stream().synchronize())
             .find_map(Result::err);
     }
@@ -541,12 +375,8 @@ impl Drop for Engine {
         self.copier = None;
         self.drain();
         self.order = OrderEvents::default();
-        self.driver_stream = None;
+        self.driver_path.retire(self.undrained.is_none());
         if self.undrained.is_some() {
-            if let Some(bounce) = self.bounce.take() {
-                // A small transfer's copy may still touch it.
-                retire::keep(bounce, Kept::PinnedBuffer);
-            }
             for buffer in self.buffers.drain(..) {
                 retire::keep(ManuallyDrop::into_inner(buffer), Kept::PinnedBuffer);
             }
@@ -557,8 +387,6 @@ impl Drop for Engine {
                 None => retire::keep(Arc::clone(&self.lanes), Kept::Uncounted),
             }
         } else {
-            // Freed here, in the relaxed mode: no queued copy touches it.
-            self.bounce = None;
             for buffer in &mut self.buffers {
                 // SAFETY: the streams drained just above: no queued work
                 // touches the buffer. Dropped once, here.
