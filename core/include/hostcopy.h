@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * hostcopy.h: the C interface of hostcopy-core.
  *
