@@ -17,11 +17,12 @@
 #   - embed-cmake: the guide's CMake line for the same, in CMakeLists.txt;
 #   - firmware, firmware-nomem: the thumbv7em firmware, linked and run under
 #     qemu-system-arm, with the archive's memcpy and with newlib's.
-# Besides: the header as C99, C11, C++11 and C++17 (gcc and clang, -Wall
-# -Wextra -pedantic -Werror) and a broken copy refused; SONAME, links, no
-# debug info; CMake's hostcopy::hostcopy_static and the major-version rule;
-# each Linux cross archive's program linked with its cross gcc, static and
-# shared, and run under qemu-user.
+# Besides: every archive's licence texts (the repository's) and the SPDX
+# line its header opens with; the header as C99, C11, C++11 and C++17 (gcc
+# and clang, -Wall -Wextra -pedantic -Werror) and a broken copy refused;
+# SONAME, links, no debug info; CMake's hostcopy::hostcopy_static and the
+# major-version rule; each Linux cross archive's program linked with its
+# cross gcc, static and shared, and run under qemu-user.
 # Run by `cargo xtask dist --check`, which builds the archives.
 #
 # usage: check.sh ARCHIVE.tar.gz...   (this machine's, x86_64 Linux, among them)
@@ -90,6 +91,19 @@ cd "$work"
 warnings="-Wall -Wextra -pedantic -Werror"
 
 echo "hostcopy dist check in $work"
+
+check "contents: the licence texts and the header's SPDX line, in every archive"
+for archive in "$@"; do
+    name=$(basename "$archive")
+    triple=$(triple_of "$archive")
+    for licence in LICENSE-MIT LICENSE-APACHE; do
+        [ -f "$triple/$licence" ] || fail "$name has no $licence"
+        cmp -s "$triple/$licence" "$here/../../$licence" || fail "$name's $licence is not the repository's"
+    done
+    head -n 1 "$triple/include/hostcopy.h" | grep -Fqx '/* SPDX-License-Identifier: MIT OR Apache-2.0 */' ||
+        fail "$name's include/hostcopy.h does not open with its SPDX-License-Identifier line"
+done
+ok
 
 check "header: C99, C11 (gcc, clang); C++11, C++17 (g++, clang++)"
 for cc in gcc clang; do

@@ -4,7 +4,8 @@
 //! Per target, `target/dist/hostcopy-VERSION-TARGET/`:
 //!
 //! ```text
-//! include/hostcopy.h
+//! LICENSE-MIT, LICENSE-APACHE           the licence texts (either, at the user's option)
+//! include/hostcopy.h                    its first line the SPDX licence identifier
 //! lib/libhostcopy.a                     debug info stripped (MSVC: hostcopy.lib)
 //! lib/libhostcopy-nomem.a               bare metal, wasm: without memcpy, memmove,
 //!                                       memset, memcmp (the C library's instead)
@@ -47,14 +48,16 @@ pub(crate) const USAGE: &str = "\
 cargo xtask dist [--target TRIPLE]... [--check]
 
   Builds the C libraries of hostcopy (core/capi) for each target into
-  target/dist/hostcopy-VERSION-TRIPLE/ and a .tar.gz of it: include/,
-  lib/ (static, shared with SONAME and links, or DLL and import library;
-  on bare metal also libhostcopy-nomem.a), lib/pkgconfig/hostcopy.pc,
-  lib/cmake/hostcopy/. VERSION is the workspace's (Cargo.toml). Default
-  target: this machine's. Any target of `cargo xtask abi` is accepted.
+  target/dist/hostcopy-VERSION-TRIPLE/ and a .tar.gz of it: the licence
+  texts (LICENSE-MIT, LICENSE-APACHE), include/, lib/ (static, shared
+  with SONAME and links, or DLL and import library; on bare metal also
+  libhostcopy-nomem.a), lib/pkgconfig/hostcopy.pc, lib/cmake/hostcopy/.
+  VERSION is the workspace's (Cargo.toml). Default target: this
+  machine's. Any target of `cargo xtask abi` is accepted.
 
   --check       also package aarch64 and ppc64le Linux and
                 thumbv7em-none-eabihf, and run abi-tests/dist/check.sh:
+                the licence texts and SPDX line in every archive,
                 docs/c-and-firmware.md's commands as written (pkg-config, CMake,
                 a shared library embedding the static one, a firmware
                 under qemu-system-arm), the header as C99 to C++17
@@ -64,6 +67,8 @@ const TEMPLATE_PC: &str = include_str!("../dist/hostcopy.pc.in");
 const TEMPLATE_CONFIG: &str = include_str!("../dist/hostcopyConfig.cmake.in");
 const TEMPLATE_CONFIG_VERSION: &str = include_str!("../dist/hostcopyConfigVersion.cmake.in");
 const DESCRIPTION: &str = "CUDA host function (CUhostFn) that copies bytes in stream order";
+/// The licence texts, from the workspace's root to the archive's.
+const LICENCES: &[&str] = &["LICENSE-MIT", "LICENSE-APACHE"];
 
 /// The targets `--check` packages besides this machine's, and what its script runs.
 const CHECK_TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu", "thumbv7em-none-eabihf"];
@@ -173,6 +178,9 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
     let lib = folder.join("lib");
     for dir in ["include", "lib/pkgconfig", "lib/cmake/hostcopy"] {
         create_dir(&folder.join(dir))?;
+    }
+    for licence in LICENCES {
+        copy(&workspace.root.join(licence), &folder.join(licence))?;
     }
     copy(&workspace.root.join("core/include/hostcopy.h"), &folder.join("include/hostcopy.h"))?;
     let staticlib = target.staticlib_name();
