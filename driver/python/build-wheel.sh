@@ -37,6 +37,14 @@ CARGO_ZIGBUILD_PYTHON_PATH="$venv/bin/python" "$venv/bin/maturin" build --quiet 
     --manifest-path "$here/Cargo.toml" --out "$staging" "$@"
 mkdir -p "$out"
 for wheel in "$staging"/*.whl; do
+    # The licence texts travel in the wheel (pyproject.toml's license-files).
+    "$venv/bin/python" - "$wheel" LICENSE-MIT LICENSE-APACHE <<'EOF'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+missing = [n for n in sys.argv[2:] if not any(f.endswith(".dist-info/licenses/" + n) for f in names)]
+if missing:
+    sys.exit(f"{sys.argv[1]} has no .dist-info/licenses/ {' '.join(missing)}")
+EOF
     mv "$wheel" "$out/"
     echo "$out/$(basename "$wheel")"
 done

@@ -2,9 +2,9 @@
 # The Python package's CPU checks, on a fresh machine with Rust and Python 3.9+:
 # its version against the workspace's, rustfmt and clippy on the extension
 # crate, then a fresh virtual environment with maturin, pytest, numpy and
-# uvloop, `pip install` of this folder, its sdist (twine check), its types
-# (mypy, tests/typing), its API reference (Sphinx, docs/, warnings as
-# errors), and pytest.
+# uvloop, `pip install` of this folder, its sdist (twine check, licence
+# texts), its types (mypy, tests/typing), its API reference (Sphinx, docs/,
+# warnings as errors), and pytest.
 # Usage: driver/python/ci.sh   (PYTHON picks the interpreter, default python3)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -54,6 +54,15 @@ echo "--- the sdist as a package index takes it: maturin sdist (no compile), twi
 "$venv/bin/python" -m pip install --quiet twine
 "$venv/bin/maturin" sdist --out "$(dirname "$venv")/sdist"
 "$venv/bin/twine" check --strict "$(dirname "$venv")"/sdist/*.tar.gz
+# The wheel's are checked by tests/test_licences.py on the installed package.
+echo "--- the sdist carries the licence texts (pyproject.toml's license-files)"
+sdist_files="$(tar -tzf "$(dirname "$venv")"/sdist/*.tar.gz)"
+for licence in LICENSE-MIT LICENSE-APACHE; do
+    if ! grep -qx "hostcopy-[^/]*/$licence" <<<"$sdist_files"; then
+        echo "the sdist has no $licence beside its pyproject.toml" >&2
+        exit 1
+    fi
+done
 
 # From outside the source tree, so that `import hostcopy` finds the installed
 # package (and mypy its installed files), through the venv's scripts
