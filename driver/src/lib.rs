@@ -147,3 +147,8 @@ pub struct RustGuideDoctests;
 #[cfg(all(doctest, feature = "cuda"))]
 #[doc = include_str!("../../docs/tuning.md")]
 pub struct TuningGuideDoctests;
+
+/// The compatibility page's Rust block, compiled as a doctest.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../../docs/compatibility.md")]
+pub struct CompatibilityDoctests;
