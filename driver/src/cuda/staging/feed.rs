@@ -52,7 +52,7 @@ mod ahead;
 mod handoff;
 mod sync;
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::vec::Vec;
 
 use self::ahead::{Ahead, FaultInCopy};
@@ -131,6 +131,15 @@ pub(super) struct Lanes {
     spare_lane_events: Mutex<Vec<Event>>,
     /// The jobs handed to the copier, and its stop.
     handoff: Arc<Handoff<Arc<Job>>>,
+    /// The stager's health: the error with which its streams last failed
+    /// to drain ([`Lanes::drain`]). Until they drain, queued work may
+    /// still use the staging buffers, and the stager refuses transfers.
+    undrained: Mutex<Option<DriverError>>,
+    /// The `wait_for` events numbered below this are complete: the
+    /// largest `order_upto` of a transfer that finished without an error
+    /// (its streams ran past their waits for them), for the engine to let
+    /// go of ([`Lanes::finished_below`]).
+    finished_below: AtomicU64,
 }
 
 /// The staging buffers' counters: `buffers` `u32`s in a pinned buffer of
@@ -448,6 +457,8 @@ impl Lanes {
             spare_events: Mutex::new(Vec::new()),
             spare_lane_events: Mutex::new(Vec::new()),
             handoff: Arc::new(Handoff::new()),
+            undrained: Mutex::new(None),
+            finished_below: AtomicU64::new(0),
         })
     }
 
@@ -491,6 +502,55 @@ impl Lanes {
         let mut spare = lock(&self.spare_lane_events);
         spare.extend(events);
         spare.truncate(self.streams.len() * 4);
+    }
+
+    /// Waits for everything queued on the stager's streams, and on `also`
+    /// (the driver's path's stream), in the relaxed capture mode: only the
+    /// stager's streams, since synchronizing the context would be refused
+    /// while another stream of it captures a graph, and would break that
+    /// capture. A failure (a sticky error) is recorded as the stager's
+    /// health ([`undrained`](Self::undrained)); a success clears it only
+    /// where `every` stream of the stager was drained (`also` given where
+    /// the stager has made it).
+    pub(super) fn drain(&self, also: Option<&Stream>, every: bool) -> Result<(), DriverError> {
+        let _relaxed = RelaxedCapture::new();
+        let failed = self
+            .streams
+            .iter()
+            .chain(also)
+            .map(|stream| stream.as_stream().synchronize())
+            .find_map(Result::err);
+        let mut undrained = lock(&self.undrained);
+        match failed {
+            Some(error) => {
+                *undrained = Some(error);
+                Err(error)
+            }
+            None => {
+                if every {
+                    *undrained = None;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The error with which the stager's streams last failed to drain,
+    /// while they have not drained since.
+    pub(super) fn undrained(&self) -> Option<DriverError> {
+        *lock(&self.undrained)
+    }
+
+    /// A transfer ordered after the `wait_for` events numbered below
+    /// `upto` finished: they are complete.
+    pub(super) fn note_finished_below(&self, upto: u64) {
+        self.finished_below.fetch_max(upto, Ordering::Relaxed);
+    }
+
+    /// The `wait_for` events numbered below this are complete (see
+    /// [`note_finished_below`](Self::note_finished_below)).
+    pub(super) fn finished_below(&self) -> u64 {
+        self.finished_below.load(Ordering::Relaxed)
     }
 
     /// Whether no work of the stager's is queued or in the copier's hands:

@@ -1,12 +1,14 @@
 //! A staged transfer in flight: what a front holds between starting a
-//! transfer and its end, with the one wait and the one drop rule every
-//! front shares (a scope's handle, a pending transfer, a blocking call).
+//! transfer and its end, with the one wait and the one rule for its end
+//! every front shares (a scope's handle, a pending transfer, a blocking
+//! call). It carries what it needs to end (the stager's lanes and their
+//! health), so it ends without its stager, on any thread, once.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::vec::Vec;
 
 use super::Direction;
-use super::feed::Job;
+use super::feed::{Job, Lanes};
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
@@ -22,38 +24,45 @@ const NEAR_END_POLLS: core::time::Duration = core::time::Duration::from_millis(1
 /// A planned transfer whose driver side is queued whole, in the copier's
 /// hands for its host side.
 ///
-/// Finished by the engine, or dropped before, it waits until the copier
-/// is done with its host memory and its driver copies have run, then lets
-/// go of the device memory by one rule ([`finish`](Self::finish)): kept
-/// for good, counted in [`leaked`](super::leaked), only where the driver
-/// may still run its copies.
+/// Finished ([`finish`](Self::finish)), or dropped before, it waits until
+/// the copier is done with its host memory and its driver copies have
+/// run, then lets go of the device memory by one rule: kept for good,
+/// counted in [`leaked`](super::leaked), only where the driver may still
+/// run its copies.
 #[derive(Debug)]
 pub(super) struct InFlight {
     job: Arc<Job>,
+    /// The stager's streams, their health, and the events it reuses.
+    lanes: Arc<Lanes>,
     /// Recorded after the transfer's last chunk on each stream it used.
     events: Vec<Event>,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,
-    /// The device allocation the queued copies use; `None` once finished.
-    device: Option<DeviceInUse>,
+    /// The device allocation the queued copies use; `None` once ended.
+    device: Mutex<Option<DeviceInUse>>,
     /// What [`wait`](Self::wait) returned, once it has: a transfer waited
     /// for on one thread and finished on another waits once.
     waited: OnceLock<Result<(), Error>>,
+    /// How it ended, once it has: every later finish returns it.
+    ended: OnceLock<Result<(), Error>>,
 }
 
 impl InFlight {
     pub(super) fn new(
         job: Arc<Job>,
+        lanes: &Arc<Lanes>,
         events: Vec<Event>,
         order_upto: u64,
         device: DeviceInUse,
     ) -> InFlight {
         InFlight {
             job,
+            lanes: Arc::clone(lanes),
             events,
             order_upto,
-            device: Some(device),
+            device: Mutex::new(Some(device)),
             waited: OnceLock::new(),
+            ended: OnceLock::new(),
         }
     }
 
@@ -153,43 +162,56 @@ impl InFlight {
         &self.events
     }
 
-    /// The number of the next `wait_for` event when it started.
-    pub(super) fn order_upto(&self) -> u64 {
-        self.order_upto
+    /// Waits for the transfer ([`wait`](Self::wait)), then ends it: after
+    /// an error, drains the stager's streams (its copies queued after the
+    /// error may still run until they drain; a stream that does not drain
+    /// leaves the stager refusing transfers until one does). Idempotent:
+    /// the first caller ends it, a caller meanwhile waits for that one,
+    /// and every caller gets the one result.
+    pub(super) fn finish(&self) -> Result<(), Error> {
+        *self.ended.get_or_init(|| self.end(true))
     }
 
-    /// Waits for the transfer ([`wait`](Self::wait)) and lets go of its
-    /// device memory by the one rule every front shares: after an error,
-    /// the transfer's copies may still be queued, so unless the caller
-    /// has seen the stager's streams drained since (`drained`), it waits
-    /// for them too (the events after its last chunks, which come after
-    /// every copy it queued on each stream); the memory is freed once they
-    /// have run, and kept for good, counted in [`leaked`](super::leaked),
-    /// only if that wait fails too (a context error: the driver may still
-    /// run them). Returns the transfer's result and its events (for reuse
-    /// once it succeeded).
-    pub(super) fn finish(mut self, drained: bool) -> (Result<(), Error>, Vec<Event>) {
-        let result = self.release(drained);
-        (result, core::mem::take(&mut self.events))
-    }
-
-    /// [`finish`](Self::finish) without giving the events back: once; the
-    /// drop does nothing after it.
-    fn release(&mut self, drained: bool) -> Result<(), Error> {
-        let Some(device) = self.device.take() else {
-            return Ok(());
-        };
+    /// The one rule for the transfer's device memory, every front's, on
+    /// finishing and on a drop alike: after an error its copies may still
+    /// be queued, so unless the stager's streams drained (`drain`: a
+    /// drain is tried), it waits for them (the events after its last
+    /// chunks, which come after every copy it queued on each stream); the
+    /// memory is freed once they have run, and kept for good, counted in
+    /// [`leaked`](super::leaked), only if that wait fails too (a context
+    /// error: the driver may still run them).
+    fn end(&self, drain: bool) -> Result<(), Error> {
         let result = self.wait();
-        if result.is_err() && !drained && self.synchronize_events().is_err() {
-            // Its driver copies may still run.
-            device.keep();
+        let device = self
+            .device
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(device) = device
+            && result.is_err()
+        {
+            let drained = drain && self.lanes.drain(None, false).is_ok();
+            if !drained && self.synchronize_events().is_err() {
+                // Its driver copies may still run.
+                device.keep();
+            }
+        }
+        if result.is_ok() {
+            self.lanes.note_finished_below(self.order_upto);
         }
         result
     }
 }
 
 impl Drop for InFlight {
+    /// Ends it unless it has ended ([`end`](Self::end), without a
+    /// drain); once it ended without an error, its events go back to the
+    /// stager for reuse.
     fn drop(&mut self) {
-        let _ = self.release(false);
+        let ended = *self.ended.get_or_init(|| self.end(false));
+        if ended.is_ok() {
+            self.lanes
+                .return_lane_events(core::mem::take(&mut self.events));
+        }
     }
 }

@@ -126,6 +126,9 @@ impl OrderEvents {
     /// The events numbered below `upto` are complete: a staged transfer
     /// started after them has finished, on streams that waited for them.
     pub(super) fn complete_below(&mut self, upto: u64) {
+        if self.pending.iter().all(|pending| pending.number >= upto) {
+            return;
+        }
         for pending in core::mem::take(&mut self.pending) {
             if pending.number < upto {
                 self.spare.push(pending.event);

@@ -68,9 +68,6 @@ pub(super) struct Engine {
     workers: Arc<CopyPool>,
     /// The number of the next chunk planned.
     next_seq: u64,
-    /// The error with which the streams last failed to drain: until they
-    /// drain, queued work may still use the staging buffers.
-    undrained: Option<DriverError>,
     /// The events `wait_for` recorded, until known complete.
     order: OrderEvents,
     /// Carries the transfers below the crossover.
@@ -121,7 +118,6 @@ impl Engine {
             staging,
             workers,
             next_seq: 0,
-            undrained: None,
             order: OrderEvents::default(),
             // A buffer of the crossover's size, at most a chunk.
             driver_path: DriverPath::new(context, options.driver_path_below.min(options.chunk)),
@@ -160,6 +156,7 @@ impl Engine {
         let _bound = self.context.bound()?;
         self.check_usable()?;
         self.context.expect_same(stream.context())?;
+        self.retire_order();
         self.order.record(&self.context, stream)
     }
 
@@ -206,37 +203,39 @@ impl Engine {
     /// the streams are drained once more, and the error is returned if
     /// they still cannot be.
     fn check_usable(&mut self) -> Result<(), Error> {
-        if self.undrained.is_some() {
+        if self.lanes.undrained().is_some() {
             self.drain();
         }
-        match self.undrained {
+        match self.lanes.undrained() {
             Some(error) => Err(error.into()),
             None => Ok(()),
         }
     }
 
-    /// Waits for everything queued on the stager's own streams; records
-    /// the error if that fails (a sticky error). Only the stager's streams:
-    /// synchronizing the context would be refused while another stream of
-    /// it captures a graph, and would break that capture.
-    fn drain(&mut self) {
-        let _relaxed = RelaxedCapture::new();
-        self.undrained = self
-            .lanes
-            .streams
-            .iter()
-            .chain(self.driver_path.stream())
-            .map(|stream| stream.as_stream().synchronize())
-            .find_map(Result::err);
+    /// Waits for everything queued on every stream of the stager's
+    /// ([`Lanes::drain`]), recording whether they drained.
+    fn drain(&self) {
+        let _ = self.lanes.drain(self.driver_path.stream(), true);
+    }
+
+    /// Whether the stager's streams drained since their last error.
+    fn drained(&self) -> bool {
+        self.lanes.undrained().is_none()
     }
 
     /// Lets go of a device allocation that queued copies used: dropped if
     /// the streams are drained, kept for good (and counted) if not. (A
     /// borrowed allocation, cudarc's, is neither: see the `cudarc` module.)
     fn release(&self, device: DeviceInUse) {
-        if self.undrained.is_some() {
+        if !self.drained() {
             device.keep();
         }
+    }
+
+    /// Lets go of the `wait_for` events that transfers finished since
+    /// (here or elsewhere) prove complete.
+    fn retire_order(&mut self) {
+        self.order.complete_below(self.lanes.finished_below());
     }
 
     /// Checks a transfer and either completes it on the driver's path
@@ -306,7 +305,13 @@ impl Engine {
         let job = Arc::new(Job::new(direction, planned, stores));
         let device = memory.memory_in_use();
         match self.lanes.queue_job(&job) {
-            Ok(events) => Ok(Some(InFlight::new(job, events, self.order.next(), device))),
+            Ok(events) => Ok(Some(InFlight::new(
+                job,
+                &self.lanes,
+                events,
+                self.order.next(),
+                device,
+            ))),
             Err(error) => {
                 // What was queued runs, the chunk that failed perhaps in
                 // part: wait until the copier has made its host sides and
@@ -325,20 +330,10 @@ impl Engine {
     /// returns the first error. After an error the streams are drained,
     /// so that the staging buffers are used again only once they have.
     pub(super) fn finish(&mut self, in_flight: InFlight) -> Result<(), Error> {
-        let _relaxed = RelaxedCapture::new();
-        let order_upto = in_flight.order_upto();
-        if in_flight.wait().is_err() {
-            // The drain waits for whatever the error left queued, the
-            // transfer's own copies with the rest.
-            self.drain();
-        }
-        let drained = self.undrained.is_none();
-        let (result, events) = in_flight.finish(drained);
+        let result = in_flight.finish();
         trace::mark(Step::Finished, 0);
-        if result.is_ok() {
-            self.lanes.return_lane_events(events);
-            self.order.complete_below(order_upto);
-        }
+        drop(in_flight);
+        self.retire_order();
         result
     }
 }
@@ -360,6 +355,7 @@ fn driver_path_free(
     }
     // Queries of the stager's own objects: they touch no capture.
     let _relaxed = RelaxedCapture::new();
+    order.complete_below(lanes.finished_below());
     order.retire(context)?;
     Ok(order.is_empty() && lanes.idle()?)
 }
@@ -375,8 +371,9 @@ impl Drop for Engine {
         self.copier = None;
         self.drain();
         self.order = OrderEvents::default();
-        self.driver_path.retire(self.undrained.is_none());
-        if self.undrained.is_some() {
+        let drained = self.drained();
+        self.driver_path.retire(drained);
+        if !drained {
             for buffer in self.buffers.drain(..) {
                 retire::keep(ManuallyDrop::into_inner(buffer), Kept::PinnedBuffer);
             }

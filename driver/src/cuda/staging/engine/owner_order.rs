@@ -49,7 +49,7 @@ impl Engine {
             // A small transfer too: it goes on a stream of the stager's,
             // which `order_after_queued` covers.
             let result = self.run_now(spec);
-            if self.undrained.is_some() {
+            if !self.drained() {
                 self.order_after_queued(stream);
                 if let Some(own) = own {
                     self.order_after_queued(own);

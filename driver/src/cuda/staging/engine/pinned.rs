@@ -91,7 +91,7 @@ impl Engine {
         self.drain();
         // A copy the driver refused was never queued; drained streams have
         // finished every copy. Otherwise the copy may still run.
-        if !was_queued || self.undrained.is_none() {
+        if !was_queued || self.drained() {
             return Err(PinnedTransferError::new(error, Some(pinned)));
         }
         retire::keep(pinned, Kept::PinnedBuffer);
