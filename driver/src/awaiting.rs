@@ -2,17 +2,18 @@
 //! the transfers it starts there, and the thread that finishes transfers
 //! and tells an event loop through a pipe.
 //!
-//! - **A transfer's state** ([`SharedTransfer`]): `Pending` (started: the
-//!   engine's [`PendingTransfer`]), `Finishing` (one caller settles it),
-//!   `Ended` (its outcome, kept for every later caller). [`SharedTransfer::finish`] takes `&self` and is
-//!   idempotent: the first caller waits for the copies without the
-//!   stager's lock ([`PendingTransfer::wait_arrived`]) and then settles the
-//!   transfer under it; a caller meanwhile waits for that one. Whoever ends
-//!   it wakes the event loops that await it and lets go of what was kept
-//!   for it ([`SharedTransfer::hand_over`], [`SharedTransfer::release_when_ended`]);
-//!   what was kept for a transfer dropped before it ended goes once its
-//!   copier is done with the host memory (after an error too), and is
-//!   kept for good only in a process that gave up on its copies.
+//! - **A transfer** ([`SharedTransfer`]): the engine's
+//!   [`PendingTransfer`], which ends itself without the stager, once
+//!   ([`PendingTransfer::finish`]), and how it ended, kept for every later
+//!   caller. [`SharedTransfer::finish`] takes `&self` and is idempotent:
+//!   the first caller waits for the copies and ends the transfer, a caller
+//!   meanwhile waits for that one, and none takes the stager's lock.
+//!   Whoever ends it wakes the event loops that await it and lets go of
+//!   what was kept for it ([`SharedTransfer::hand_over`],
+//!   [`SharedTransfer::release_when_ended`]); what was kept for a transfer
+//!   dropped before it ended goes once its copier is done with the host
+//!   memory (after an error too), and is kept for good only in a process
+//!   that gave up on its copies.
 //! - **Every start is made on the caller's thread**, every chunk queued
 //!   before [`SharedStager::transfer`] returns, on an event loop's thread
 //!   too: so a wait queued on the caller's stream depends only on work
@@ -22,16 +23,13 @@
 //!   synchronous copy waits on the legacy stream, the driver holds back
 //!   other threads' `cuEventRecord`, copies, stream and event creation,
 //!   which that start needs.
-//! - **The finish thread** takes transfers in the order they come; one
-//!   stager's transfers complete in about the order they started (its
-//!   copier is one thread). For each it waits for the copies, then leaves
-//!   it to settle under the stager's lock, which every holder of the lock
-//!   does before unlocking, and which the thread takes only when it is
-//!   free (a blocking transfer may hold it for long). It makes no call
-//!   into the host runtime:
-//!   what was kept for a transfer is dropped there, and the host runtime's
-//!   own types decide what that means (pyo3 queues a Python reference
-//!   dropped without the GIL).
+//! - **The finish thread** takes transfers in the order they come and
+//!   finishes each; one stager's transfers complete in about the order
+//!   they started (its copier is one thread). It never takes the stager's
+//!   lock, which a blocking transfer may hold for long. It makes no call
+//!   into the host runtime: what was kept for a transfer is dropped there,
+//!   and the host runtime's own types decide what that means (pyo3 queues
+//!   a Python reference dropped without the GIL).
 //! - **A [`Wakeup`]** is one pipe per event loop: the thread that ends a
 //!   transfer adds the awaiting loop's token to a list and writes one byte
 //!   if none is unread; the loop's reader takes the list and the byte
@@ -50,8 +48,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::string::String;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::vec::Vec;
 
 /// For a host runtime's drops (the Python binding's stager and transfer).
@@ -122,9 +119,6 @@ pub struct SharedStager {
     /// Set by [`close`](Self::close): later calls are refused at once.
     closed: AtomicBool,
     finisher: Mutex<Option<Sender<Arc<SharedTransfer>>>>,
-    /// Transfers the finish thread waited for that are left to settle by
-    /// whoever holds the stager's lock next ([`Locked`]'s drop).
-    arrived: Mutex<Vec<Arrived>>,
     /// Runs the closing of the stager when the last handle goes: the host runtime decides with which lock a drop
     /// may wait, and keeps the thread's current context.
     on_drop: fn(Closing),
@@ -139,55 +133,6 @@ impl core::fmt::Debug for SharedStager {
     }
 }
 
-/// A transfer whose copies the finish thread waited for (how they
-/// ended), left to settle under the stager's lock.
-type Arrived = (Arc<SharedTransfer>, PendingTransfer, Result<(), Error>);
-
-/// The stager, locked. Before it unlocks it settles the transfers the
-/// finish thread left (`SharedStager::arrived`), and ends them once
-/// unlocked: the finish thread never waits for the lock, so without this a
-/// lock passed from holder to holder (two threads copying in a loop) would
-/// leave them unsettled, their loops not woken, their memory kept.
-struct Locked<'a> {
-    shared: &'a SharedStager,
-    /// `Some` until dropped.
-    slot: Option<MutexGuard<'a, Option<Stager>>>,
-}
-
-impl core::ops::Deref for Locked<'_> {
-    type Target = Option<Stager>;
-
-    fn deref(&self) -> &Option<Stager> {
-        self.slot.as_ref().expect("locked until dropped")
-    }
-}
-
-impl core::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Option<Stager> {
-        self.slot.as_mut().expect("locked until dropped")
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        let Some(mut slot) = self.slot.take() else {
-            return;
-        };
-        let arrived = core::mem::take(&mut *lock(&self.shared.arrived));
-        let settled: Vec<_> = arrived
-            .into_iter()
-            .map(|(transfer, pending, outcome)| {
-                let settled = settle(&mut slot, pending);
-                (transfer, outcome.and(settled).map_err(Failure::Layer))
-            })
-            .collect();
-        drop(slot);
-        for (transfer, outcome) in settled {
-            transfer.end(outcome);
-        }
-    }
-}
-
 impl SharedStager {
     /// Shares `stager` of `context`; `on_drop` runs its closing once the
     /// last handle is gone, unless the process abandoned it.
@@ -197,7 +142,6 @@ impl SharedStager {
             stager: Arc::new(Mutex::new(Some(stager))),
             closed: AtomicBool::new(false),
             finisher: Mutex::new(None),
-            arrived: Mutex::new(Vec::new()),
             on_drop,
         })
     }
@@ -210,27 +154,6 @@ impl SharedStager {
     /// The stager itself, for the exit handler's registry.
     pub fn slot(&self) -> &Arc<StagerSlot> {
         &self.stager
-    }
-
-    /// Locks the stager, waiting for the lock.
-    fn lock(&self) -> Locked<'_> {
-        Locked {
-            shared: self,
-            slot: Some(lock(&self.stager)),
-        }
-    }
-
-    /// Locks the stager unless another thread holds it.
-    fn try_lock(&self) -> Option<Locked<'_>> {
-        let slot = match self.stager.try_lock() {
-            Ok(slot) => slot,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
-        Some(Locked {
-            shared: self,
-            slot: Some(slot),
-        })
     }
 
     /// A transfer: after the work queued on each stream of `after` by
@@ -271,7 +194,7 @@ impl SharedStager {
         order: impl FnOnce(&mut Stager, &Context) -> Result<(), Error>,
         body: impl FnOnce(&mut Stager, &Context) -> Result<T, Error>,
     ) -> Result<T, Failure> {
-        let mut slot = self.lock();
+        let mut slot = lock(&self.stager);
         let stager = slot.as_mut().ok_or(Failure::Closed)?;
         order(stager, &self.context)?;
         Ok(body(stager, &self.context)?)
@@ -282,7 +205,8 @@ impl SharedStager {
     /// already started finish.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        drop(self.lock().take());
+        let stager = lock(&self.stager).take();
+        drop(stager);
     }
 
     /// Whether [`close`](Self::close) was called.
@@ -311,88 +235,20 @@ impl SharedStager {
 }
 
 /// The finish thread (one per stager): takes transfers in the order they
-/// come, waits for each one's copies (without any lock), then leaves it in
-/// the stager's `arrived` list, which whoever holds the stager's lock
-/// settles before unlocking ([`Locked`]). It never waits for that lock,
-/// which a blocking transfer may hold for long. While its list is not empty it
-/// tries the lock itself, after 50 us, then less often, up to every
-/// millisecond, for when no one else takes it. A transfer another caller
-/// is finishing is left to it (it tells the loops when it ends).
+/// come and finishes each, holding no lock of the stager's. A transfer
+/// another caller is finishing is waited for, then told (its `end` tells
+/// the loops once).
 fn finish_thread(transfers: &std::sync::mpsc::Receiver<Arc<SharedTransfer>>) {
-    use std::sync::mpsc::RecvTimeoutError;
-
-    /// The first retry of the lock: a start holds it while it queues (up
-    /// to about a millisecond for thousands of chunks); doubled up to
-    /// `LONGEST` while a blocking transfer holds it.
-    const FIRST: Duration = Duration::from_micros(50);
-    const LONGEST: Duration = Duration::from_millis(1);
-    // The stager of the transfers left to settle, while there are any
-    // (only this thread adds to its list).
-    let mut waiting: Option<Arc<SharedStager>> = None;
-    let mut retry = FIRST;
-    loop {
-        let next = match waiting {
-            None => transfers.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(_) => transfers.recv_timeout(retry),
-        };
-        // Forked, or given up on at exit: left as it is; the thread ends
-        // once no stager can send it more.
-        let disconnected = matches!(next, Err(RecvTimeoutError::Disconnected));
-        let mut next = Some(next);
-        if retire::keep_if_abandoned(|| (next.take(), waiting.take())) {
-            if disconnected {
-                return;
-            }
+    // Ends once no stager can send it more.
+    while let Ok(transfer) = transfers.recv() {
+        // Forked, or given up on at exit: left as it is.
+        let mut next = Some(transfer);
+        if retire::keep_if_abandoned(|| next.take()) {
             continue;
         }
-        let Some(next) = next else {
-            unreachable!("taken only above, when abandoned");
-        };
-        match next {
-            Ok(transfer) => {
-                if let Some(pending) = transfer.take_pending() {
-                    let outcome = pending.wait_arrived();
-                    let stager = Arc::clone(&transfer.stager);
-                    lock(&stager.arrived).push((transfer, pending, outcome));
-                    waiting = Some(stager);
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            // The stager is gone, and with it every transfer (one left to
-            // settle holds it).
-            Err(RecvTimeoutError::Disconnected) => return,
-        }
-        let Some(stager) = &waiting else {
-            continue;
-        };
-        match stager.try_lock() {
-            // Settles the list as it unlocks.
-            Some(locked) => {
-                drop(locked);
-                retry = FIRST;
-            }
-            None => retry = (retry * 2).min(LONGEST),
-        }
-        if lock(&stager.arrived).is_empty() {
-            waiting = None;
-        }
-    }
-}
-
-/// Settles a transfer whose copies were waited for, on the locked stager
-/// (`slot`). Settled after an error too (which drains the stager's
-/// streams).
-fn settle(slot: &mut Option<Stager>, pending: PendingTransfer) -> Result<(), Error> {
-    match slot.as_mut() {
-        Some(stager) => stager.finish_pending(pending),
-        // Closed meanwhile: the stager's drop waited for all the work
-        // queued on its streams, so only how the copies ended is left to
-        // ask. Dropped, the transfer frees its chunk records, or keeps what
-        // its copies touch for good if they may still run.
-        None => {
-            let ended = pending.is_finished().map(drop);
-            drop(pending);
-            ended
+        if let Some(transfer) = next {
+            // How it ended goes to whoever awaits it (`end`).
+            let _ = transfer.finish();
         }
     }
 }
@@ -417,21 +273,16 @@ impl Drop for SharedStager {
 /// A transfer of a [`SharedStager`] (see the module's documentation).
 pub struct SharedTransfer {
     stager: Arc<SharedStager>,
+    /// `None` only in its drop.
+    pending: Option<PendingTransfer>,
     tracked: Mutex<Tracked>,
-    /// Notified when `progress` leaves `Finishing`.
-    changed: Condvar,
 }
 
 impl core::fmt::Debug for SharedTransfer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let tracked = lock(&self.tracked);
-        let progress = match &tracked.progress {
-            Progress::Pending(_) => "pending",
-            Progress::Finishing => "finishing",
-            Progress::Ended(_) => "ended",
-        };
+        let ended = lock(&self.tracked).ended.is_some();
         f.debug_struct("SharedTransfer")
-            .field("progress", &progress)
+            .field("ended", &ended)
             .finish_non_exhaustive()
     }
 }
@@ -439,7 +290,8 @@ impl core::fmt::Debug for SharedTransfer {
 /// Under the transfer's own lock: never held while waiting for the
 /// stager's lock, nor for the copies.
 struct Tracked {
-    progress: Progress,
+    /// How it ended, once it has.
+    ended: Option<Result<(), Failure>>,
     /// The loops to tell once it has ended.
     wakeups: Vec<(Arc<Signal>, u64)>,
     /// The finish thread has it, or will: it ends without any caller.
@@ -449,26 +301,19 @@ struct Tracked {
     kept: Vec<Box<dyn Send>>,
 }
 
-enum Progress {
-    Pending(PendingTransfer),
-    /// Taken by one caller, not settled yet.
-    Finishing,
-    Ended(Result<(), Failure>),
-}
-
 impl SharedTransfer {
     /// A transfer started on `stager` (through
     /// [`SharedStager::with_stager`]).
     pub fn started(stager: &Arc<SharedStager>, pending: PendingTransfer) -> Arc<SharedTransfer> {
         Arc::new(SharedTransfer {
             stager: Arc::clone(stager),
+            pending: Some(pending),
             tracked: Mutex::new(Tracked {
-                progress: Progress::Pending(pending),
+                ended: None,
                 wakeups: Vec::new(),
                 finisher: false,
                 kept: Vec::new(),
             }),
-            changed: Condvar::new(),
         })
     }
 
@@ -477,82 +322,50 @@ impl SharedTransfer {
         &self.stager
     }
 
+    fn pending(&self) -> &PendingTransfer {
+        self.pending.as_ref().expect("taken only by the drop")
+    }
+
     /// Finishes the transfer unless it has ended already, or waits for the
     /// caller that finishes it; how it ended, the same for every caller.
+    /// Takes no lock of the stager's ([`PendingTransfer::finish`]).
     pub fn finish(&self) -> Result<(), Failure> {
-        let mut tracked = lock(&self.tracked);
-        let pending = loop {
-            match core::mem::replace(&mut tracked.progress, Progress::Finishing) {
-                Progress::Ended(outcome) => {
-                    tracked.progress = Progress::Ended(outcome);
-                    return outcome;
-                }
-                Progress::Finishing => {
-                    tracked.progress = Progress::Finishing;
-                    tracked = self
-                        .changed
-                        .wait(tracked)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                Progress::Pending(pending) => break pending,
-            }
-        };
-        drop(tracked);
-        // The copies are waited for without the stager's lock, then the
-        // transfer is settled under it. The first error is the one
-        // reported (a driver error that is not sticky would not be seen
-        // again by `finish_pending`).
-        let arrived = pending.wait_arrived();
-        let settled = settle(&mut self.stager.lock(), pending);
-        let outcome = arrived.and(settled).map_err(Failure::Layer);
+        if let Some(outcome) = lock(&self.tracked).ended {
+            return outcome;
+        }
+        let outcome = self.pending().finish().map_err(Failure::Layer);
         self.end(outcome);
         outcome
     }
 
-    /// Takes the pending transfer to finish it, if no one has: `None` once
-    /// it has ended or while another caller finishes it (never waits).
-    fn take_pending(&self) -> Option<PendingTransfer> {
-        let mut tracked = lock(&self.tracked);
-        match core::mem::replace(&mut tracked.progress, Progress::Finishing) {
-            Progress::Pending(pending) => Some(pending),
-            other => {
-                tracked.progress = other;
-                None
-            }
-        }
-    }
-
-    /// Records how it ended, then tells whoever is owed: the callers
-    /// waiting, the loops, and drops what was kept.
+    /// Records how it ended, then tells whoever is owed: the loops, and
+    /// drops what was kept. Once: a later call finds nothing to tell.
     fn end(&self, outcome: Result<(), Failure>) {
         let (wakeups, kept) = {
             let mut tracked = lock(&self.tracked);
-            tracked.progress = Progress::Ended(outcome);
+            tracked.ended.get_or_insert(outcome);
             (
                 core::mem::take(&mut tracked.wakeups),
                 core::mem::take(&mut tracked.kept),
             )
         };
-        self.changed.notify_all();
         for (signal, token) in wakeups {
             signal.finished(token);
         }
         drop(kept);
     }
 
-    /// Whether it has ended, or its bytes have arrived, without waiting:
-    /// `false` while another caller settles it.
+    /// Whether it has ended, or its bytes have arrived, without waiting.
     pub fn is_done(&self) -> Result<bool, Error> {
-        match &lock(&self.tracked).progress {
-            Progress::Pending(pending) => pending.is_finished(),
-            Progress::Finishing => Ok(false),
-            Progress::Ended(_) => Ok(true),
+        if lock(&self.tracked).ended.is_some() {
+            return Ok(true);
         }
+        self.pending().is_finished()
     }
 
     /// Whether it has ended.
     pub fn has_ended(&self) -> bool {
-        matches!(lock(&self.tracked).progress, Progress::Ended(_))
+        lock(&self.tracked).ended.is_some()
     }
 
     /// Tells `wakeup` with `token` once the transfer has ended, handing it
@@ -564,7 +377,7 @@ impl SharedTransfer {
         token: u64,
     ) -> Result<bool, Failure> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_)) {
+        if tracked.ended.is_some() {
             return Ok(true);
         }
         if !tracked.finisher {
@@ -586,7 +399,7 @@ impl SharedTransfer {
     /// started.
     pub fn end_elsewhere(self: &Arc<Self>, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_)) || !tracked.kept.is_empty() {
+        if tracked.ended.is_some() || !tracked.kept.is_empty() {
             return Err(value);
         }
         if !tracked.finisher {
@@ -607,10 +420,7 @@ impl SharedTransfer {
     /// it keeps a value already.
     pub fn hand_over(&self, value: Box<dyn Send>) -> Result<(), Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_))
-            || !tracked.finisher
-            || !tracked.kept.is_empty()
-        {
+        if tracked.ended.is_some() || !tracked.finisher || !tracked.kept.is_empty() {
             return Err(value);
         }
         tracked.kept.push(value);
@@ -626,7 +436,7 @@ impl SharedTransfer {
     /// that gave up on its copies.
     pub fn release_when_ended(&self, value: Box<dyn Send>) -> Option<Box<dyn Send>> {
         let mut tracked = lock(&self.tracked);
-        if matches!(tracked.progress, Progress::Ended(_)) {
+        if tracked.ended.is_some() {
             return Some(value);
         }
         tracked.kept.push(value);
@@ -651,15 +461,14 @@ impl Drop for SharedTransfer {
             return;
         }
         let kept = core::mem::take(&mut tracked.kept);
-        let progress = core::mem::replace(&mut tracked.progress, Progress::Finishing);
-        let mut progress = Some(progress);
-        if retire::keep_if_abandoned(|| progress.take()) {
+        let mut pending = self.pending.take();
+        if retire::keep_if_abandoned(|| pending.take()) {
             for value in kept {
                 retire::keep(value, Kept::HostValue);
             }
             return;
         }
-        drop(progress);
+        drop(pending);
         drop(kept);
     }
 }
@@ -875,6 +684,45 @@ mod tests {
             assert_eq!(finisher.join().unwrap(), Ok(()));
         }
         assert_eq!(transfer.finish(), Ok(()));
+        assert!(read(range) == expected);
+    }
+
+    #[test]
+    fn a_transfer_finishes_while_another_thread_holds_the_stager() {
+        // A blocking transfer may hold the stager's lock for long: a
+        // transfer's finish, on any thread, takes no lock of the stager's.
+        use std::sync::mpsc::channel;
+        let (_, shared) = shared();
+        let expected = pattern(12);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let transfer = start(&shared, None, download(&device, range));
+        let (held, holding) = channel();
+        let (release, released) = channel::<()>();
+        let holder = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                shared.with_stager(
+                    |_, _| Ok(()),
+                    |_, _| {
+                        held.send(()).unwrap();
+                        let _ = released.recv();
+                        Ok(())
+                    },
+                )
+            })
+        };
+        holding.recv().unwrap();
+        let (finished, outcome) = channel();
+        let finisher = {
+            let transfer = Arc::clone(&transfer);
+            std::thread::spawn(move || finished.send(transfer.finish()).unwrap())
+        };
+        let ended = outcome.recv_timeout(Duration::from_secs(10));
+        release.send(()).unwrap();
+        assert_eq!(ended, Ok(Ok(())), "the finish waited for the stager's lock");
+        finisher.join().unwrap();
+        assert_eq!(holder.join().unwrap(), Ok(()));
         assert!(read(range) == expected);
     }
 
@@ -1171,9 +1019,8 @@ mod tests {
 
     #[test]
     fn transfers_the_finish_thread_waited_for_end_while_others_keep_the_stager_locked() {
-        // Two threads pass the stager's lock between them with no gap the
-        // finish thread's tries would meet: whoever holds it settles what
-        // the finish thread left.
+        // Two threads pass the stager's lock between them with hardly a
+        // gap: the finish thread ends the transfer without taking it.
         let (ordinal, shared) = shared();
         let expected = pattern(11);
         let device = device_with(&shared, &expected);

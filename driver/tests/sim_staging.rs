@@ -1318,6 +1318,107 @@ fn a_pending_transfer_waited_for_then_finished_waits_once() {
     device.assert_no_violations();
 }
 
+/// A pending transfer ends without its stager: finished on two threads at
+/// once while the stager's owner runs another transfer, both get the one
+/// result; one finished after its stager was dropped ends too, and
+/// neither keeps any memory for good.
+#[test]
+fn a_pending_transfer_finishes_on_any_thread_once_without_its_stager() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 3 * CHUNK + 5;
+    let expected = pattern(len, 33);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    let mut other = vec![0u8; len];
+    let before = staging::leaked();
+    sim::hold(device.ordinal);
+    // SAFETY: `host` and `source` are not touched until the transfer has
+    // finished below.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
+    let results = std::thread::scope(|threads| {
+        let finishers: Vec<_> = (0..2).map(|_| threads.spawn(|| pending.finish())).collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(
+            finishers.iter().all(|finisher| !finisher.is_finished()),
+            "a finish returned while the device was held"
+        );
+        sim::release(device.ordinal);
+        // The stager's owner goes on meanwhile.
+        stager.run(to_host(&mut other, &source)).unwrap();
+        finishers
+            .into_iter()
+            .map(|finisher| finisher.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(results, [Ok(()), Ok(())]);
+    assert!(
+        pending.finish().is_ok(),
+        "a third finish gets the result too"
+    );
+    drop(pending);
+    assert!(host == expected && other == expected);
+    // One started and finished after its stager is gone.
+    host.fill(0);
+    // SAFETY: as above.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
+    drop(stager);
+    pending.finish().unwrap();
+    drop(pending);
+    assert!(host == expected);
+    assert_eq!(staging::leaked(), before, "nothing kept for good");
+    drop(source);
+    assert_eq!(device.state().device_allocations, 0);
+    device.assert_no_violations();
+}
+
+/// A pending transfer whose wait failed (not a context error) drains the
+/// stager's streams when it is finished without its stager, frees its
+/// device memory, and leaves the stager usable.
+#[test]
+fn a_pending_transfer_finished_after_a_failed_wait_drains_and_frees_without_its_stager() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let mut host = vec![0u8; 2 * CHUNK];
+    let view = view_of(
+        DeviceBuffer::new(&device.context, 2 * CHUNK).unwrap(),
+        0,
+        2 * CHUNK,
+    );
+    sim::fail_call(device.ordinal, "cuEventSynchronize", 1, 999);
+    let before = staging::leaked();
+    // SAFETY: `host` and `view` are not touched until the transfer has
+    // finished below.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &view)) }.unwrap();
+    let (finished, calls) = std::thread::scope(|threads| {
+        threads
+            .spawn(|| sim::count_calls(|| (pending.finish(), pending.finish())))
+            .join()
+            .unwrap()
+    });
+    assert!(finished.0.is_err(), "the injected failure was not met");
+    assert_eq!(finished.0, finished.1, "every finish gets the one result");
+    assert!(calls.of("cuStreamSynchronize") >= 1, "no drain: {calls:?}");
+    drop(pending);
+    drop(view);
+    assert_eq!(
+        staging::leaked(),
+        before,
+        "kept for good though the streams drained"
+    );
+    assert_eq!(device.state().device_allocations, 0, "not freed");
+    let len = CHUNK + 3;
+    let expected = pattern(len, 34);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut back = vec![0u8; len];
+    stager.run(to_host(&mut back, &source)).unwrap();
+    assert!(back == expected);
+    drop(stager);
+    device.assert_no_violations();
+}
+
 /// A stream given to `wait_for` is waited for by each staging stream once,
 /// when a transfer is first queued on it: three one-chunk transfers on the
 /// three streams wait once each, a fourth on the first stream not again,

@@ -1,8 +1,8 @@
 //! Transfers that borrow nothing: started by
 //! [`Stager::start_unchecked`](super::Stager::start_unchecked), whose caller keeps the memories valid, held
 //! as a [`PendingTransfer`] for as long as the caller likes (across
-//! threads, inside another language's object), waited for on any thread
-//! ([`PendingTransfer::wait_arrived`]), and finished by
+//! threads, inside another language's object), and finished on any
+//! thread, without the stager ([`PendingTransfer::finish`]), or by
 //! [`Stager::finish_pending`](super::Stager::finish_pending). What a binding (the Python package) builds
 //! its non-blocking transfers on; Rust code has [`Stager::scope`](super::Stager::scope), which
 //! proves the same with borrows.
@@ -15,8 +15,10 @@ use crate::cuda::error::Error;
 use crate::cuda::stream::StreamRef;
 
 /// A staged transfer in flight, not tied to a borrow: see
-/// [`Stager::start_unchecked`](super::Stager::start_unchecked). Finish it with [`Stager::finish_pending`](super::Stager::finish_pending)
-/// on the stager that started it.
+/// [`Stager::start_unchecked`](super::Stager::start_unchecked). Finish it
+/// with [`finish`](Self::finish), on any thread, once or many times, or
+/// with [`Stager::finish_pending`](super::Stager::finish_pending) on the
+/// stager that started it.
 ///
 /// Dropped unfinished, it waits for its copies (as a Python `Transfer`
 /// does), then lets go of the device memory: the rule of every transfer
@@ -26,8 +28,8 @@ use crate::cuda::stream::StreamRef;
 /// an error it waits for the copies the transfer queued before it lets go
 /// of the device memory; if that wait fails too (a context error), they
 /// may still run: the drop keeps the device memory for good, counted in
-/// [`leaked`](super::leaked). Only [`Stager::finish_pending`](super::Stager::finish_pending) also
-/// drains the stager's streams after an error and reports it.
+/// [`leaked`](super::leaked). Only a finish also drains the stager's
+/// streams after an error and reports it.
 #[must_use = "a pending transfer is finished by `Stager::finish_pending`"]
 #[derive(Debug)]
 pub struct PendingTransfer {
@@ -63,19 +65,26 @@ impl PendingTransfer {
         self.in_flight.take()
     }
 
+    /// Waits until the transfer's bytes have arrived and ends it: lets go
+    /// of the device memory as the drop does (see the type), and after an
+    /// error drains the stager's streams, so that the stager refuses
+    /// transfers until they have drained. Takes no stager: any thread may
+    /// finish it, the stager's owner meanwhile starting others, and the
+    /// stager may have been dropped. Idempotent: a second caller, on any
+    /// thread, waits for the first and gets the same result.
+    pub fn finish(&self) -> Result<(), Error> {
+        self.in_flight.as_ref().map_or(Ok(()), InFlight::finish)
+    }
+
     /// Whether the transfer's bytes have arrived, without waiting.
     pub fn is_finished(&self) -> Result<bool, Error> {
         self.in_flight.as_ref().map_or(Ok(true), InFlight::poll)
     }
 
-    /// Waits until the transfer's bytes have arrived, or it failed, without
-    /// its stager: a thread other than the stager's owner waits here (the
-    /// Python package's `wait()` and its waiter thread for `await`), so
-    /// that the [`Stager::finish_pending`](super::Stager::finish_pending)
-    /// that follows holds the stager only to settle it, not for the whole
-    /// copy. Settles nothing: the transfer still goes to `finish_pending`,
-    /// which reports the same error (and drains the stager's streams after
-    /// one).
+    /// Waits until the transfer's bytes have arrived, or it failed, and
+    /// ends nothing: [`finish`](Self::finish) after it reports the same
+    /// error (and drains the stager's streams after one) without waiting
+    /// again.
     pub fn wait_arrived(&self) -> Result<(), Error> {
         self.in_flight.as_ref().map_or(Ok(()), InFlight::wait)
     }

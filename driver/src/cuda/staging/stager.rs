@@ -123,7 +123,8 @@ impl Stager {
     /// Starts the copy `spec` describes and returns at once with a
     /// transfer that borrows nothing: for a binding (the Python package)
     /// whose transfers live inside another language's objects. Finish it
-    /// with [`finish_pending`](Self::finish_pending); Rust code has
+    /// with [`PendingTransfer::finish`], on any thread, or
+    /// [`finish_pending`](Self::finish_pending); Rust code has
     /// [`scope`](Self::scope), which proves the same with borrows.
     ///
     /// The driver's side of its chunks is queued by this call, all at once
@@ -141,7 +142,7 @@ impl Stager {
     ///
     /// The borrows in `spec` end when this call returns, but the transfer
     /// goes on: the caller keeps both memories allocated and untouched
-    /// until the transfer is given to `finish_pending` and that returns, or
+    /// until the transfer's `finish` (or `finish_pending`) returns, or
     /// until it is dropped (for good if it is dropped after a context
     /// error: then its copies may still run). Untouched: nothing else
     /// reads or writes the destination's bytes, nor writes the source's.
@@ -173,9 +174,10 @@ impl Stager {
         Ok(PendingTransfer::new(in_flight, self.id))
     }
 
-    /// Waits for a transfer this stager started, then settles it; its
-    /// error, if any (see the [module documentation](super) for what an
-    /// error leaves behind).
+    /// Waits for a transfer this stager started, then ends it
+    /// ([`PendingTransfer::finish`], which needs no stager); its error, if
+    /// any (see the [module documentation](super) for what an error leaves
+    /// behind).
     ///
     /// # Panics
     ///
