@@ -273,8 +273,11 @@ impl Drop for SharedStager {
 /// A transfer of a [`SharedStager`] (see the module's documentation).
 pub struct SharedTransfer {
     stager: Arc<SharedStager>,
-    /// `None` only in its drop.
-    pending: Option<PendingTransfer>,
+    /// Let go of once it has ended (by `end`, or by its drop before),
+    /// so that an ended transfer kept alive holds none of the stager's
+    /// streams or events. Cloned out for each call, never held locked
+    /// while it waits.
+    pending: Mutex<Option<Arc<PendingTransfer>>>,
     tracked: Mutex<Tracked>,
 }
 
@@ -307,7 +310,7 @@ impl SharedTransfer {
     pub fn started(stager: &Arc<SharedStager>, pending: PendingTransfer) -> Arc<SharedTransfer> {
         Arc::new(SharedTransfer {
             stager: Arc::clone(stager),
-            pending: Some(pending),
+            pending: Mutex::new(Some(Arc::new(pending))),
             tracked: Mutex::new(Tracked {
                 ended: None,
                 wakeups: Vec::new(),
@@ -322,24 +325,38 @@ impl SharedTransfer {
         &self.stager
     }
 
-    fn pending(&self) -> &PendingTransfer {
-        self.pending.as_ref().expect("taken only by the drop")
+    /// The pending transfer, until it has ended.
+    fn pending(&self) -> Option<Arc<PendingTransfer>> {
+        lock(&self.pending).clone()
+    }
+
+    /// How it ended, once it has.
+    fn ended(&self) -> Option<Result<(), Failure>> {
+        lock(&self.tracked).ended
     }
 
     /// Finishes the transfer unless it has ended already, or waits for the
     /// caller that finishes it; how it ended, the same for every caller.
     /// Takes no lock of the stager's ([`PendingTransfer::finish`]).
     pub fn finish(&self) -> Result<(), Failure> {
-        if let Some(outcome) = lock(&self.tracked).ended {
+        if let Some(outcome) = self.ended() {
             return outcome;
         }
-        let outcome = self.pending().finish().map_err(Failure::Layer);
+        let Some(pending) = self.pending() else {
+            // Ended meanwhile: `end` records the outcome before it lets go
+            // of the transfer.
+            return self.ended().expect("let go of once it has ended");
+        };
+        let outcome = pending.finish().map_err(Failure::Layer);
         self.end(outcome);
         outcome
     }
 
-    /// Records how it ended, then tells whoever is owed: the loops, and
-    /// drops what was kept. Once: a later call finds nothing to tell.
+    /// Records how it ended, lets go of the pending transfer (its streams
+    /// and events go back to the stager), then tells whoever is owed: the
+    /// loops, and drops what was kept. Once: a later call finds nothing
+    /// to tell. Called only once the transfer's finish has returned, so
+    /// the copier is done with the host memory that was kept.
     fn end(&self, outcome: Result<(), Failure>) {
         let (wakeups, kept) = {
             let mut tracked = lock(&self.tracked);
@@ -349,6 +366,8 @@ impl SharedTransfer {
                 core::mem::take(&mut tracked.kept),
             )
         };
+        let pending = lock(&self.pending).take();
+        drop(pending);
         for (signal, token) in wakeups {
             signal.finished(token);
         }
@@ -357,10 +376,13 @@ impl SharedTransfer {
 
     /// Whether it has ended, or its bytes have arrived, without waiting.
     pub fn is_done(&self) -> Result<bool, Error> {
-        if lock(&self.tracked).ended.is_some() {
+        if self.ended().is_some() {
             return Ok(true);
         }
-        self.pending().is_finished()
+        match self.pending() {
+            Some(pending) => pending.is_finished(),
+            None => Ok(true),
+        }
     }
 
     /// Whether it has ended.
@@ -461,7 +483,11 @@ impl Drop for SharedTransfer {
             return;
         }
         let kept = core::mem::take(&mut tracked.kept);
-        let mut pending = self.pending.take();
+        let mut pending = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if retire::keep_if_abandoned(|| pending.take()) {
             for value in kept {
                 retire::keep(value, Kept::HostValue);
@@ -723,6 +749,33 @@ mod tests {
         assert_eq!(ended, Ok(Ok(())), "the finish waited for the stager's lock");
         finisher.join().unwrap();
         assert_eq!(holder.join().unwrap(), Ok(()));
+        assert!(read(range) == expected);
+    }
+
+    #[test]
+    fn an_ended_transfer_holds_none_of_the_stagers_streams() {
+        // A transfer the program keeps after it ended (a Python `Transfer`
+        // object) let go of the stager's streams and flags when it ended:
+        // closing the stager frees them then, in the relaxed capture mode,
+        // and the transfer's later drop touches no capture.
+        let (ordinal, shared) = shared();
+        let expected = pattern(13);
+        let device = device_with(&shared, &expected);
+        let range = host(std::vec![0; LEN]);
+        let transfer = start(&shared, None, download(&device, range));
+        assert_eq!(transfer.finish(), Ok(()));
+        shared.close();
+        let state = sim::device_state(ordinal);
+        assert_eq!(state.host_allocations, 0, "the flags outlived the close");
+        assert_eq!(state.streams, 0, "the streams outlived the close");
+        let capturing = Stream::new(shared.context()).unwrap();
+        capturing
+            .as_stream()
+            .begin_capture(crate::cuda::CaptureMode::Global)
+            .unwrap();
+        drop(transfer);
+        let ended = capturing.as_stream().end_capture();
+        assert!(ended.is_ok(), "the global capture was broken: {ended:?}");
         assert!(read(range) == expected);
     }
 

@@ -1373,6 +1373,104 @@ fn a_pending_transfer_finishes_on_any_thread_once_without_its_stager() {
     device.assert_no_violations();
 }
 
+/// A pending transfer that outlives its stager holds the last reference to
+/// the stager's streams and flags: its drop lets go of them in the
+/// relaxed capture mode, so another thread's global capture goes on, and
+/// the flags' pinned memory is freed, not refused and left.
+#[test]
+fn a_pending_transfer_that_outlives_its_stager_lets_go_of_its_streams_in_the_relaxed_mode() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 3 * CHUNK + 5;
+    let expected = pattern(len, 35);
+    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+    source.copy_from_host(0, &expected).unwrap();
+    let mut host = vec![0u8; len];
+    // SAFETY: `host` and `source` are not touched until the transfer has
+    // finished below.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
+    drop(stager);
+    pending.finish().unwrap();
+    let capturing = Stream::new(&device.context).unwrap();
+    capturing
+        .as_stream()
+        .begin_capture(CaptureMode::Global)
+        .unwrap();
+    drop(pending);
+    let host_allocations = device.state().host_allocations;
+    let ended = capturing.as_stream().end_capture();
+    assert!(ended.is_ok(), "the global capture was broken: {ended:?}");
+    assert_eq!(host_allocations, 0, "the flags were not freed");
+    assert!(host == expected);
+    device.assert_no_violations();
+}
+
+/// After a context error, what the streams may still use is kept for good
+/// and counted the same whichever goes first, the stager or a pending
+/// transfer that holds its streams.
+#[test]
+fn what_a_context_error_keeps_is_counted_whichever_of_stager_and_transfer_goes_first() {
+    let kept = |transfer_first: bool| {
+        let device = device();
+        let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+        let len = 3 * CHUNK + 5;
+        let mut source = DeviceBuffer::new(&device.context, len).unwrap();
+        source.copy_from_host(0, &pattern(len, 36)).unwrap();
+        let mut host = vec![0u8; len];
+        sim::hold(device.ordinal);
+        // SAFETY: `host` outlives the transfer; `source` is kept for good
+        // below (a queued copy may still read it).
+        let pending = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
+        sim::fail_context(device.ordinal, 700);
+        sim::release(device.ordinal);
+        let before = staging::leaked();
+        if transfer_first {
+            drop(pending);
+            drop(stager);
+        } else {
+            drop(stager);
+            drop(pending);
+        }
+        let counted = staging::leaked().buffers - before.buffers;
+        let left = device.state().host_allocations;
+        std::mem::forget(source);
+        (counted, left)
+    };
+    let (transfer_first, stager_first) = (kept(true), kept(false));
+    assert_eq!(transfer_first, stager_first);
+    assert_eq!(transfer_first.0, transfer_first.1, "kept but not counted");
+}
+
+/// A finish that frees the transfer's device memory (its owner let go of
+/// it while the copies ran) frees it in the relaxed capture mode: another
+/// thread's global capture goes on, and the memory is freed, not refused
+/// and left.
+#[test]
+fn a_finished_transfer_frees_its_device_memory_in_the_relaxed_capture_mode() {
+    let device = device();
+    let mut stager = Stager::with_options(&device.context, options(Stores::Streaming)).unwrap();
+    let len = 2 * CHUNK;
+    let mut host = vec![0u8; len];
+    let view = view_of(DeviceBuffer::new(&device.context, len).unwrap(), 0, len);
+    // SAFETY: `host` is not touched until the transfer has finished; the
+    // view keeps the device memory until the transfer lets go of it.
+    let pending = unsafe { stager.start_unchecked(to_host(&mut host, &view)) }.unwrap();
+    drop(view);
+    let capturing = Stream::new(&device.context).unwrap();
+    capturing
+        .as_stream()
+        .begin_capture(CaptureMode::Global)
+        .unwrap();
+    let finished = stager.finish_pending(pending);
+    let device_allocations = device.state().device_allocations;
+    let ended = capturing.as_stream().end_capture();
+    assert_eq!(finished, Ok(()));
+    assert!(ended.is_ok(), "the global capture was broken: {ended:?}");
+    assert_eq!(device_allocations, 0, "the device memory was not freed");
+    drop(stager);
+    device.assert_no_violations();
+}
+
 /// A pending transfer whose wait failed (not a context error) drains the
 /// stager's streams when it is finished without its stager, frees its
 /// device memory, and leaves the stager usable.

@@ -142,6 +142,14 @@ pub(super) struct Lanes {
     finished_below: AtomicU64,
 }
 
+impl Drop for Lanes {
+    /// With the last reference, the stager's or that of a transfer that
+    /// outlived it ([`Lanes::tear_down`]).
+    fn drop(&mut self) {
+        self.tear_down();
+    }
+}
+
 /// The staging buffers' counters: `buffers` `u32`s in a pinned buffer of
 /// the stager's, which its streams wait on and the copier advances.
 #[derive(Debug)]
@@ -473,6 +481,19 @@ impl Lanes {
         lock(&self.spare_lane_events).clear();
         self.flags.memory = None;
         drop(self.gather.take());
+    }
+
+    /// Lets go of the streams, the flags and the gather kernel in the
+    /// relaxed capture mode (a teardown touches no capture): the flags
+    /// and the kernel kept for good, counted, where the streams did not
+    /// drain ([`undrained`](Self::undrained)), since they may still wait
+    /// on them.
+    fn tear_down(&mut self) {
+        let _relaxed = RelaxedCapture::new();
+        if self.undrained().is_some() {
+            self.keep_flags();
+        }
+        self.clear();
     }
 
     /// Keeps the flags for good, counted: streams that could not be

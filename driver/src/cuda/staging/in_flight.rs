@@ -32,8 +32,9 @@ const NEAR_END_POLLS: core::time::Duration = core::time::Duration::from_millis(1
 #[derive(Debug)]
 pub(super) struct InFlight {
     job: Arc<Job>,
-    /// The stager's streams, their health, and the events it reuses.
-    lanes: Arc<Lanes>,
+    /// The stager's streams, their health, and the events it reuses;
+    /// `None` only in its drop.
+    lanes: Option<Arc<Lanes>>,
     /// Recorded after the transfer's last chunk on each stream it used.
     events: Vec<Event>,
     /// The number of the next `wait_for` event when it started.
@@ -57,7 +58,7 @@ impl InFlight {
     ) -> InFlight {
         InFlight {
             job,
-            lanes: Arc::clone(lanes),
+            lanes: Some(Arc::clone(lanes)),
             events,
             order_upto,
             device: Mutex::new(Some(device)),
@@ -181,6 +182,9 @@ impl InFlight {
     /// [`leaked`](super::leaked), only if that wait fails too (a context
     /// error: the driver may still run them).
     fn end(&self, drain: bool) -> Result<(), Error> {
+        // The device memory is freed in the relaxed capture mode, as
+        // every teardown of the layer's: it touches no capture.
+        let _relaxed = RelaxedCapture::new();
         let result = self.wait();
         let device = self
             .device
@@ -190,28 +194,38 @@ impl InFlight {
         if let Some(device) = device
             && result.is_err()
         {
-            let drained = drain && self.lanes.drain(None, false).is_ok();
+            let drained = drain && self.lanes().drain(None, false).is_ok();
             if !drained && self.synchronize_events().is_err() {
                 // Its driver copies may still run.
                 device.keep();
             }
         }
         if result.is_ok() {
-            self.lanes.note_finished_below(self.order_upto);
+            self.lanes().note_finished_below(self.order_upto);
         }
         result
+    }
+
+    fn lanes(&self) -> &Lanes {
+        self.lanes.as_ref().expect("taken only by the drop")
     }
 }
 
 impl Drop for InFlight {
     /// Ends it unless it has ended ([`end`](Self::end), without a
     /// drain); once it ended without an error, its events go back to the
-    /// stager for reuse.
+    /// stager for reuse. What it lets go of goes here, in the relaxed
+    /// capture mode: its events, and the lanes where this transfer held
+    /// the last reference (its stager dropped first).
     fn drop(&mut self) {
         let ended = *self.ended.get_or_init(|| self.end(false));
-        if ended.is_ok() {
-            self.lanes
-                .return_lane_events(core::mem::take(&mut self.events));
+        let _relaxed = RelaxedCapture::new();
+        let events = core::mem::take(&mut self.events);
+        let lanes = self.lanes.take();
+        match &lanes {
+            Some(lanes) if ended.is_ok() => lanes.return_lane_events(events),
+            _ => drop(events),
         }
+        drop(lanes);
     }
 }

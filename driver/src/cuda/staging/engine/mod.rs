@@ -377,12 +377,6 @@ impl Drop for Engine {
             for buffer in self.buffers.drain(..) {
                 retire::keep(ManuallyDrop::into_inner(buffer), Kept::PinnedBuffer);
             }
-            // The streams may still wait on the flags.
-            match Arc::get_mut(&mut self.lanes) {
-                Some(lanes) => lanes.keep_flags(),
-                // Not reached (the copier is joined); kept whole if it were.
-                None => retire::keep(Arc::clone(&self.lanes), Kept::Uncounted),
-            }
         } else {
             for buffer in &mut self.buffers {
                 // SAFETY: the streams drained just above: no queued work
@@ -390,9 +384,8 @@ impl Drop for Engine {
                 unsafe { ManuallyDrop::drop(buffer) };
             }
         }
-        // The copier is joined: the stager holds the only reference.
-        if let Some(lanes) = Arc::get_mut(&mut self.lanes) {
-            lanes.clear();
-        }
+        // The lanes (streams, flags) go with their last reference, the
+        // stager's or a transfer's that outlives it, by their own rule
+        // (`Lanes`' drop: the flags kept where the streams did not drain).
     }
 }
