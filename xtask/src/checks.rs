@@ -234,11 +234,27 @@ impl Workspace {
 
     /// Step 3: the names a C caller references are global functions of the
     /// static library.
-    pub(crate) fn symbols(&self, target: &Target, built: &Built) -> Result<String, String> {
+    pub(crate) fn symbols(&self, target: &Target, built: &Built) -> Result<Vec<String>, String> {
         let defined = self.archive_symbols(built)?;
         let references = self.probe_references(target, &[], "symbol_probe.o")?;
         check_references(target, &references, &defined)?;
-        Ok(references.join(", "))
+        Ok(references)
+    }
+
+    /// The hostcopy names the shared library exports, sorted; `None` where
+    /// the target has none.
+    pub(crate) fn hostcopy_exports(&self, target: &Target, built: &Built) -> Result<Option<Vec<String>>, String> {
+        let Some(shared) = &built.shared else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = self
+            .shared_exports(target, shared)?
+            .into_iter()
+            .filter(|name| name.starts_with("hostcopy_") && !name.contains("hostcopy_core"))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(Some(names))
     }
 
     /// Step 4: the shared library, where the target has one, exports the

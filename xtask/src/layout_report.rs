@@ -82,9 +82,19 @@ impl Layout {
 
     /// Every value where the two differ, with both: empty when they agree.
     pub(crate) fn differences(&self, rust: &Layout, this_side: &str) -> Vec<String> {
-        let pairs = NAMES.iter().zip(rust.values.iter().zip(self.values));
-        let differ = pairs.filter(|(_, (r, c))| **r != *c);
-        differ.map(|((name, _), (r, c))| format!("{name}: Rust {r}, {this_side} {c}")).collect()
+        self.differences_from(rust, "Rust", this_side)
+    }
+
+    /// [`differences`](Self::differences) with `other` named `other_side`.
+    pub(crate) fn differences_from(&self, other: &Layout, other_side: &str, this_side: &str) -> Vec<String> {
+        let pairs = NAMES.iter().zip(other.values.iter().zip(self.values));
+        let differ = pairs.filter(|(_, (o, t))| **o != *t);
+        differ.map(|((name, _), (o, t))| format!("{name}: {other_side} {o}, {this_side} {t}")).collect()
+    }
+
+    /// The values, in report order.
+    pub(crate) fn values(&self) -> [u32; FIELDS] {
+        self.values
     }
 
     /// Where the layout is not the contract's for a pointer width: three

@@ -6,6 +6,7 @@ mod bench;
 mod checks;
 mod command;
 mod dist;
+mod frozen;
 mod gpu_bundle;
 mod layout_report;
 mod report;

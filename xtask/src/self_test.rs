@@ -8,13 +8,16 @@
 //! the library does not define (the i686 Windows caller declared without
 //! `HOSTCOPY_CB`, a renamed function); and on i686 Windows the C consumer
 //! calling the stdcall `hostcopy_fn` through a cdecl pointer, which links
-//! and must fail when it runs under wine. The unmodified header, probe and
-//! consumer pass first on each target, so a variant counts as caught only
-//! where the real thing passes.
+//! and must fail when it runs under wine; and builds that changed on both
+//! sides at once (a field moved, a function renamed), which only the
+//! comparison with the frozen ABI version 1 can report. The unmodified
+//! header, probe and consumer pass first on each target (the frozen check
+//! too), so a variant counts as caught only where the real thing passes.
 
 use std::fs;
 
 use crate::checks::{self, Workspace};
+use crate::frozen::{Abi, Frozen};
 use crate::layout_report::Layout;
 use crate::report::{self, progress};
 use crate::targets::Target;
@@ -33,6 +36,9 @@ enum Breaks {
     Probe(&'static [&'static str]),
     /// The C consumer compiled with these flags: it must link, and fail when it runs on the target.
     Consumer(&'static [&'static str]),
+    /// What the real build showed, changed as a change made on both sides
+    /// alike would change it: the frozen ABI check must fail.
+    Frozen(fn(&mut Abi)),
 }
 
 #[derive(Clone, Copy)]
@@ -93,6 +99,27 @@ const VARIANTS: &[Variant] = &[
         breaks: Breaks::Consumer(&["-DHOSTCOPY_CALLER_CB=__attribute__((stdcall))", "-Wno-incompatible-pointer-types"]),
         applies_to: |t| t.triple == "i686-unknown-linux-gnu",
     },
+    // Changes made to the Rust record and the header together pass every
+    // comparison of one side with the other: the frozen ABI reports them.
+    Variant {
+        name: "frozen ABI: nbytes moved first, on both sides",
+        breaks: Breaks::Frozen(|abi| {
+            let [size, align, dst, src, nbytes, rest @ ..] = abi.layout.values();
+            let mut values = [size, align, nbytes, dst, src, 0, 0, 0, 0, 0];
+            values[5..].copy_from_slice(&rest);
+            abi.layout = Layout::from_values(values);
+        }),
+        applies_to: |_| true,
+    },
+    Variant {
+        name: "frozen ABI: hostcopy_rejected renamed, everywhere",
+        breaks: Breaks::Frozen(|abi| {
+            let rename = |name: &mut String| *name = name.replace("hostcopy_rejected", "hostcopy_refused");
+            abi.symbols.iter_mut().for_each(rename);
+            abi.exports.iter_mut().flatten().for_each(rename);
+        }),
+        applies_to: |_| true,
+    },
 ];
 const MISMATCH: Expect = Expect::Mismatch(None);
 
@@ -124,7 +151,12 @@ impl Tally {
     }
 }
 
-pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl FnMut(&str, &'static str, String)) {
+pub(crate) fn run(
+    workspace: &Workspace,
+    targets: &[&Target],
+    frozen: &Frozen,
+    fail: &mut impl FnMut(&str, &'static str, String),
+) {
     let mut tallies: Vec<Tally> = VARIANTS.iter().map(|_| Tally::default()).collect();
     for (i, target) in targets.iter().enumerate() {
         eprintln!("\n[{}/{}] {}", i + 1, targets.len(), target.triple);
@@ -139,9 +171,12 @@ pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl Fn
             if VARIANTS.iter().any(|v| matches!(v.breaks, Breaks::Consumer(_)) && (v.applies_to)(target)) {
                 workspace.c_consumer(target, &built, &rust, &[])?;
             }
-            Ok((built, rust, defined))
+            let exports = workspace.hostcopy_exports(target, &built)?;
+            let abi = Abi { layout: rust, symbols: references, exports };
+            frozen.check(target.triple, &abi)?;
+            Ok((built, rust, defined, abi))
         });
-        let (built, rust, defined) = match control {
+        let (built, rust, defined, abi) = match control {
             Ok(control) => control,
             Err(error) => {
                 let why = "the unmodified checks fail, so no variant can show anything";
@@ -173,6 +208,14 @@ pub(crate) fn run(workspace: &Workspace, targets: &[&Target], fail: &mut impl Fn
                     Err(error) => Ok(error.lines().last().unwrap_or_default().trim().to_owned()),
                     Ok(_) => Err("the C consumer passed with the wrong calling convention".to_owned()),
                 },
+                Breaks::Frozen(change) => {
+                    let mut changed = abi.clone();
+                    change(&mut changed);
+                    match frozen.check(target.triple, &changed) {
+                        Err(report) => Ok(report),
+                        Ok(_) => Err("the frozen ABI check passed the changed build".to_owned()),
+                    }
+                }
             });
             tally.record(target.triple, result);
         }
