@@ -1266,15 +1266,36 @@ fn a_pending_transfer_dropped_after_a_failed_wait_frees_its_device_memory() {
     );
     assert_eq!(device.state().device_allocations, 0, "not freed");
     // The stager goes on: the failed wait was not the context's.
+    assert_it_still_transfers(&device, &mut stager, 31);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+/// `stager` still moves bytes: one blocking transfer of a little more than
+/// a chunk (of `seed`'s pattern) to the host arrives whole.
+fn assert_it_still_transfers(device: &sim_support::Device, stager: &mut Stager, seed: u8) {
     let len = CHUNK + 3;
-    let expected = pattern(len, 31);
+    let expected = pattern(len, seed);
     let mut source = DeviceBuffer::new(&device.context, len).unwrap();
     source.copy_from_host(0, &expected).unwrap();
     let mut back = vec![0u8; len];
     stager.run(to_host(&mut back, &source)).unwrap();
     assert!(back == expected);
-    drop(stager);
-    device.assert_no_violations();
+}
+
+/// Runs `during` while another stream of the device captures a graph in
+/// the global mode; its result, once the capture has ended unbroken (the
+/// layer's teardowns must not touch it).
+fn in_a_global_capture<T>(device: &sim_support::Device, during: impl FnOnce() -> T) -> T {
+    let capturing = Stream::new(&device.context).unwrap();
+    capturing
+        .as_stream()
+        .begin_capture(CaptureMode::Global)
+        .unwrap();
+    let result = during();
+    let ended = capturing.as_stream().end_capture();
+    assert!(ended.is_ok(), "the global capture was broken: {ended:?}");
+    result
 }
 
 /// A transfer waited for on one thread (a binding's waiter) and finished
@@ -1391,15 +1412,10 @@ fn a_pending_transfer_that_outlives_its_stager_lets_go_of_its_streams_in_the_rel
     let pending = unsafe { stager.start_unchecked(to_host(&mut host, &source)) }.unwrap();
     drop(stager);
     pending.finish().unwrap();
-    let capturing = Stream::new(&device.context).unwrap();
-    capturing
-        .as_stream()
-        .begin_capture(CaptureMode::Global)
-        .unwrap();
-    drop(pending);
-    let host_allocations = device.state().host_allocations;
-    let ended = capturing.as_stream().end_capture();
-    assert!(ended.is_ok(), "the global capture was broken: {ended:?}");
+    let host_allocations = in_a_global_capture(&device, || {
+        drop(pending);
+        device.state().host_allocations
+    });
     assert_eq!(host_allocations, 0, "the flags were not freed");
     assert!(host == expected);
     device.assert_no_violations();
@@ -1456,16 +1472,11 @@ fn a_finished_transfer_frees_its_device_memory_in_the_relaxed_capture_mode() {
     // view keeps the device memory until the transfer lets go of it.
     let pending = unsafe { stager.start_unchecked(to_host(&mut host, &view)) }.unwrap();
     drop(view);
-    let capturing = Stream::new(&device.context).unwrap();
-    capturing
-        .as_stream()
-        .begin_capture(CaptureMode::Global)
-        .unwrap();
-    let finished = stager.finish_pending(pending);
-    let device_allocations = device.state().device_allocations;
-    let ended = capturing.as_stream().end_capture();
+    let (finished, device_allocations) = in_a_global_capture(&device, || {
+        let finished = stager.finish_pending(pending);
+        (finished, device.state().device_allocations)
+    });
     assert_eq!(finished, Ok(()));
-    assert!(ended.is_ok(), "the global capture was broken: {ended:?}");
     assert_eq!(device_allocations, 0, "the device memory was not freed");
     drop(stager);
     device.assert_no_violations();
@@ -1506,13 +1517,7 @@ fn a_pending_transfer_finished_after_a_failed_wait_drains_and_frees_without_its_
         "kept for good though the streams drained"
     );
     assert_eq!(device.state().device_allocations, 0, "not freed");
-    let len = CHUNK + 3;
-    let expected = pattern(len, 34);
-    let mut source = DeviceBuffer::new(&device.context, len).unwrap();
-    source.copy_from_host(0, &expected).unwrap();
-    let mut back = vec![0u8; len];
-    stager.run(to_host(&mut back, &source)).unwrap();
-    assert!(back == expected);
+    assert_it_still_transfers(&device, &mut stager, 34);
     drop(stager);
     device.assert_no_violations();
 }
