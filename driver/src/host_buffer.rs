@@ -42,6 +42,10 @@ use crate::prefault::{self, FaultIn};
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
+    /// Its registration with the driver, once asked for
+    /// ([`register`](Self::register)).
+    #[cfg(feature = "cuda")]
+    registrar: Option<crate::cuda::registration::Registrar>,
 }
 
 // SAFETY: the buffer owns its mapping alone, as a `Box<[u8]>` owns its
@@ -168,13 +172,20 @@ impl HostBuffer {
             return Ok(HostBuffer {
                 ptr: NonNull::dangling(),
                 len: 0,
+                #[cfg(feature = "cuda")]
+                registrar: None,
             });
         }
         let ptr = sys::map(len).map_err(|error| match error {
             Some(error) => HostBufferError::Map { len, error },
             None => HostBufferError::Unsupported,
         })?;
-        Ok(HostBuffer { ptr, len })
+        Ok(HostBuffer {
+            ptr,
+            len,
+            #[cfg(feature = "cuda")]
+            registrar: None,
+        })
     }
 
     /// Its bytes.
@@ -185,6 +196,86 @@ impl HostBuffer {
     /// Whether it has none.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// Registration with the driver (feature `cuda`): see
+/// [`cuda::registration`](crate::cuda::registration).
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+impl HostBuffer {
+    /// Registers the buffer's memory with the driver (page-locked, portable
+    /// to every context), as `when` says, in ranges of
+    /// [`REGISTER_RANGE`](crate::cuda::registration::REGISTER_RANGE) bytes
+    /// from its first byte on. Staged transfers copy its registered bytes
+    /// straight between them and the device, at the link and with no CPU
+    /// copy, and stage the rest; a transfer over a half-registered buffer
+    /// is staged where it is not yet registered.
+    ///
+    /// Nothing here fails: a range the driver refuses (a locked-memory
+    /// limit, a platform that registers nothing) ends the registration
+    /// there and is told by [`registration`](Self::registration). Once
+    /// asked for, a registration stays until the buffer is dropped: a
+    /// second call returns how far the first has got. The drop stops it
+    /// and unregisters the memory.
+    ///
+    /// Registered memory is locked: the kernel cannot swap it out or
+    /// reclaim it while the buffer lives.
+    ///
+    /// ```no_run
+    /// use hostcopy_driver::HostBuffer;
+    /// use hostcopy_driver::cuda::Context;
+    /// use hostcopy_driver::cuda::registration::Register;
+    ///
+    /// let context = Context::primary(0)?;
+    /// let mut pool = HostBuffer::new(64 << 30)?;
+    /// // Usable at once (staged); direct as its ranges are registered.
+    /// pool.register(&context, Register::Background);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn register(
+        &mut self,
+        context: &crate::cuda::Context,
+        when: crate::cuda::registration::Register,
+    ) -> crate::cuda::registration::Registration {
+        self.register_in_ranges(context, when, crate::cuda::registration::REGISTER_RANGE)
+    }
+
+    /// [`register`](Self::register) in ranges of `range` bytes (rounded up
+    /// to whole pages): no direct copy spans two ranges.
+    pub fn register_in_ranges(
+        &mut self,
+        context: &crate::cuda::Context,
+        when: crate::cuda::registration::Register,
+        range: usize,
+    ) -> crate::cuda::registration::Registration {
+        if self.registrar.is_none() {
+            let start = self.ptr.as_ptr().expose_provenance();
+            // SAFETY: the mapping is the buffer's own, registered by no one
+            // else (the buffer has no registrar yet); `Drop` unmaps it only
+            // after `end` returned `true`.
+            self.registrar = unsafe {
+                crate::cuda::registration::Registrar::start(context, start, self.len, when, range)
+            };
+        }
+        self.registration()
+    }
+
+    /// How far its registration has got.
+    pub fn registration(&self) -> crate::cuda::registration::Registration {
+        match &self.registrar {
+            Some(registrar) => registrar.status(),
+            None => crate::cuda::registration::Registration::none(self.len),
+        }
+    }
+
+    /// Waits until its registration has ended (every range registered, or
+    /// one refused) and returns how far it got.
+    pub fn wait_registered(&mut self) -> crate::cuda::registration::Registration {
+        match &mut self.registrar {
+            Some(registrar) => registrar.wait(),
+            None => crate::cuda::registration::Registration::none(self.len),
+        }
     }
 }
 
@@ -245,6 +336,16 @@ impl AsMut<[u8]> for HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
+        #[cfg(feature = "cuda")]
+        if let Some(registrar) = self.registrar.take()
+            && !registrar.end()
+        {
+            // A copy the driver may still run reads or writes it (or the
+            // process gave up on its copies): mapped and registered for
+            // good.
+            crate::cuda::retire::keep((), crate::cuda::retire::Kept::HostBuffer);
+            return;
+        }
         if self.len > 0 {
             // SAFETY: the mapping `new` made, unmapped once; no borrow of
             // it outlives the buffer.

@@ -74,6 +74,7 @@ mod graph;
 mod kernels;
 mod launch;
 mod pinned;
+pub mod registration;
 pub(crate) mod retire;
 mod scope;
 #[cfg(feature = "simulator")]

@@ -15,6 +15,7 @@ static BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static DEVICE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 static HOST_VALUES: AtomicUsize = AtomicUsize::new(0);
 static ABANDONED: AtomicUsize = AtomicUsize::new(0);
+static HOST_BUFFERS: AtomicUsize = AtomicUsize::new(0);
 
 /// What the layer has kept for good, process-wide.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +46,11 @@ pub struct Leaked {
     /// would wait for threads, copies or a device the process no longer
     /// has ([`keep_if_abandoned`]).
     pub abandoned: usize,
+    /// Registered [`HostBuffer`](crate::HostBuffer)s left mapped and
+    /// registered when dropped, because a transfer's direct copies of them
+    /// could not be waited for after an error (or the process gave up on
+    /// its copies).
+    pub host_buffers: usize,
 }
 
 /// What the layer has kept for good in this process.
@@ -54,6 +60,7 @@ pub fn leaked() -> Leaked {
         device_buffers: DEVICE_BUFFERS.load(Ordering::Relaxed),
         host_values: HOST_VALUES.load(Ordering::Relaxed),
         abandoned: ABANDONED.load(Ordering::Relaxed),
+        host_buffers: HOST_BUFFERS.load(Ordering::Relaxed),
     }
 }
 
@@ -70,6 +77,8 @@ pub(crate) enum Kept {
     /// A value left as it was in a process that gave up on its copies:
     /// [`Leaked::abandoned`].
     Abandoned,
+    /// A registered host buffer's mapping: [`Leaked::host_buffers`].
+    HostBuffer,
     /// Counted through what it holds, or not at all (a kernel's module
     /// and scratch beside the flags that are counted).
     Uncounted,
@@ -84,6 +93,7 @@ pub(crate) fn keep<T>(value: T, what: Kept) {
         Kept::DeviceAllocation => DEVICE_BUFFERS.fetch_add(1, Ordering::Relaxed),
         Kept::HostValue => HOST_VALUES.fetch_add(1, Ordering::Relaxed),
         Kept::Abandoned => ABANDONED.fetch_add(1, Ordering::Relaxed),
+        Kept::HostBuffer => HOST_BUFFERS.fetch_add(1, Ordering::Relaxed),
         Kept::Uncounted => 0,
     };
     core::mem::forget(value);

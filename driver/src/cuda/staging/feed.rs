@@ -743,18 +743,32 @@ impl Lanes {
 
     /// The driver's side of a chunk the gather kernel does not move: one
     /// copy; or for a chunk of several pieces, one batch call gathering
-    /// (or scattering) them, or a loop of copies, as planned. A batch copy
-    /// the driver does not have becomes the loop, unless the stager was
-    /// told to batch ([`DeviceCopies::Batch`]).
+    /// (or scattering) them, or a loop of copies, as planned
+    /// ([`move_pieces`](Self::move_pieces)).
     fn device_copy(
         &self,
         direction: Direction,
         planned: &PlannedChunk,
         stream: StreamRef<'_>,
     ) -> Result<(), Error> {
+        let batch = planned.device_move == DeviceMove::Batch;
+        self.move_pieces(direction, &planned.device, batch, stream)
+    }
+
+    /// Copies `pieces` between the device and page-locked host memory (a
+    /// staging buffer, or registered memory of hostcopy's): one batch call
+    /// where `batch`, else one copy each. A batch copy the driver does not
+    /// have becomes the loop, unless the stager was told to batch
+    /// ([`DeviceCopies::Batch`]).
+    fn move_pieces(
+        &self,
+        direction: Direction,
+        pieces: &[DevicePiece],
+        batch: bool,
+        stream: StreamRef<'_>,
+    ) -> Result<(), Error> {
         use core::sync::atomic::Ordering::Relaxed;
-        let pieces = &planned.device[..];
-        if planned.device_move == DeviceMove::Batch {
+        if batch {
             let staging = pieces.iter().map(|piece| piece.staging as CUdeviceptr);
             let device = pieces.iter().map(|piece| piece.device);
             let (mut dsts, mut srcs): (Vec<CUdeviceptr>, Vec<CUdeviceptr>) = match direction {
@@ -764,10 +778,12 @@ impl Lanes {
             let mut sizes: Vec<usize> = pieces.iter().map(|piece| piece.len).collect();
             // SAFETY: planned from checked blocks: each device range lies in
             // the transfer's device memory, kept alive by the transfer; each
-            // staging range in a pinned staging buffer that only this
-            // stream's copies and the copier touch, in the order the flags
-            // and events give; destinations are disjoint (distinct staging
-            // ranges, or blocks checked disjoint).
+            // host range in a pinned staging buffer that only this stream's
+            // copies and the copier touch, in the order the flags and
+            // events give, or in registered memory the transfer borrows
+            // (kept for good if its copies cannot be waited for);
+            // destinations are disjoint (distinct staging ranges, or blocks
+            // checked disjoint).
             if unsafe { stream.copy_batch(&mut dsts, &mut srcs, &mut sizes) }? {
                 return Ok(());
             }
@@ -777,6 +793,34 @@ impl Lanes {
             self.batch_unavailable.store(true, Relaxed);
         }
         self.copy_pieces(direction, pieces, stream)
+    }
+
+    /// Queues a transfer's direct copies (between registered host memory
+    /// and the device) on lane `lane`'s stream, and records an event after
+    /// them. Several pieces go in one batch call unless the stager copies
+    /// in a loop or the driver has no batch copy.
+    pub(super) fn queue_direct(
+        &self,
+        direction: Direction,
+        pieces: &[DevicePiece],
+        lane: usize,
+    ) -> Result<Event, Error> {
+        let stream = self.streams[lane].as_stream();
+        let capabilities = self.capabilities();
+        let batch = pieces.len() > 1
+            && capabilities.batch
+            && matches!(
+                self.device_copies,
+                DeviceCopies::Auto | DeviceCopies::Batch | DeviceCopies::Kernel
+            );
+        self.move_pieces(direction, pieces, batch, stream)?;
+        let spare = lock(&self.spare_lane_events).pop();
+        let event = match spare {
+            Some(event) => event,
+            None => Event::ordering(&self.context)?,
+        };
+        event.record_on_own(stream)?;
+        Ok(event)
     }
 
     /// What the planner knows of the driver's side: the stager's choice,

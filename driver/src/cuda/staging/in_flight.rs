@@ -13,6 +13,36 @@ use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
 use crate::cuda::event::Event;
+use crate::cuda::registration::Region;
+
+/// The memory a transfer's queued copies use, which its end lets go of by
+/// one rule: the device allocation, and hostcopy's registered host buffers
+/// that direct copies read or write.
+#[derive(Debug)]
+pub(super) struct InUse {
+    pub(super) device: DeviceInUse,
+    pub(super) host: Vec<Arc<Region>>,
+}
+
+impl InUse {
+    /// The device allocation alone.
+    pub(super) fn device(device: DeviceInUse) -> InUse {
+        InUse {
+            device,
+            host: Vec::new(),
+        }
+    }
+
+    /// A copy the driver may still run uses it: the device memory is kept
+    /// for good, counted, and the host buffers are never unregistered nor
+    /// unmapped.
+    pub(super) fn keep(self) {
+        for region in &self.host {
+            region.keep();
+        }
+        self.device.keep();
+    }
+}
 
 /// How long a caller waiting for a transfer to the host polls for its
 /// last copies once the copier nears the end: about three times the
@@ -31,7 +61,9 @@ const NEAR_END_POLLS: core::time::Duration = core::time::Duration::from_millis(1
 /// run its copies.
 #[derive(Debug)]
 pub(super) struct InFlight {
-    job: Arc<Job>,
+    /// Its staged chunks, in the copier's hands; `None` where every byte
+    /// is copied directly.
+    job: Option<Arc<Job>>,
     /// The stager's streams, their health, and the events it reuses;
     /// `None` only in its drop.
     lanes: Option<Arc<Lanes>>,
@@ -39,8 +71,8 @@ pub(super) struct InFlight {
     events: Vec<Event>,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,
-    /// The device allocation the queued copies use; `None` once ended.
-    device: Mutex<Option<DeviceInUse>>,
+    /// The memory the queued copies use; `None` once ended.
+    in_use: Mutex<Option<InUse>>,
     /// What [`wait`](Self::wait) returned, once it has: a transfer waited
     /// for on one thread and finished on another waits once.
     waited: OnceLock<Result<(), Error>>,
@@ -50,18 +82,18 @@ pub(super) struct InFlight {
 
 impl InFlight {
     pub(super) fn new(
-        job: Arc<Job>,
+        job: Option<Arc<Job>>,
         lanes: &Arc<Lanes>,
         events: Vec<Event>,
         order_upto: u64,
-        device: DeviceInUse,
+        in_use: InUse,
     ) -> InFlight {
         InFlight {
             job,
             lanes: Some(Arc::clone(lanes)),
             events,
             order_upto,
-            device: Mutex::new(Some(device)),
+            in_use: Mutex::new(Some(in_use)),
             waited: OnceLock::new(),
             ended: OnceLock::new(),
         }
@@ -69,8 +101,8 @@ impl InFlight {
 
     /// Whether the bytes have arrived, without waiting; the first error.
     pub(super) fn poll(&self) -> Result<bool, Error> {
-        {
-            let done = self.job.done_now();
+        if let Some(job) = &self.job {
+            let done = job.done_now();
             if !done.finished {
                 return Ok(false);
             }
@@ -111,27 +143,31 @@ impl InFlight {
     /// [`wait`](Self::wait)'s work.
     fn wait_once(&self) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
-        match self.job.direction() {
+        let Some(job) = &self.job else {
+            // Direct copies alone: the driver's wait.
+            return self.synchronize_events();
+        };
+        match job.direction() {
             Direction::DeviceToHost => {
                 // Asleep until the copier nears the end; then polling,
                 // until the copies have run, or the copier is done (after
                 // an error, perhaps before they ran), or a poll fails
                 // (which the copier's wait meets too).
-                self.job.wait_near_end();
+                job.wait_near_end();
                 let polling = std::time::Instant::now();
-                while !self.job.done_now().finished
+                while !job.done_now().finished
                     && self.query_events() == Ok(false)
                     && polling.elapsed() < NEAR_END_POLLS
                 {
                     std::thread::yield_now();
                 }
-                if let Some(error) = self.job.wait_done_soon().error {
+                if let Some(error) = job.wait_done_soon().error {
                     return Err(error);
                 }
                 self.synchronize_events()
             }
             Direction::HostToDevice => {
-                if let Some(error) = self.job.wait_done().error {
+                if let Some(error) = job.wait_done().error {
                     return Err(error);
                 }
                 self.synchronize_events()
@@ -186,18 +222,18 @@ impl InFlight {
         // every teardown of the layer's: it touches no capture.
         let _relaxed = RelaxedCapture::new();
         let result = self.wait();
-        let device = self
-            .device
+        let in_use = self
+            .in_use
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(device) = device
+        if let Some(in_use) = in_use
             && result.is_err()
         {
             let drained = drain && self.lanes().drain(None, false).is_ok();
             if !drained && self.synchronize_events().is_err() {
                 // Its driver copies may still run.
-                device.keep();
+                in_use.keep();
             }
         }
         if result.is_ok() {

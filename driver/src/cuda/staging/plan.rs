@@ -132,7 +132,8 @@ fn equal_chunks(len: usize, chunk: usize) -> impl Iterator<Item = usize> {
 }
 
 /// A range of a chunk's driver copy: `len` bytes between `device` and
-/// staging address `staging`.
+/// staging address `staging` (for a direct copy, the registered host
+/// address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct DevicePiece {
     pub(super) device: CUdeviceptr,
@@ -336,6 +337,7 @@ fn overlap_by_sorting(
 }
 
 /// Where a transfer's memories are and how it is cut.
+#[derive(Clone, Copy)]
 pub(super) struct Layout<'a> {
     pub(super) direction: Direction,
     pub(super) host: usize,
@@ -357,22 +359,33 @@ pub(super) enum Route {
     /// stager's own pinned buffer, the calling thread copying the host
     /// side.
     DriverPath,
-    /// Through the staging buffers: these chunks (their device moves are
-    /// chosen against the driver's capabilities, [`choose_moves`]), their
-    /// host copies written with `stores`.
-    Staged {
-        chunks: Vec<PlannedChunk>,
+    /// Queued on the stager's streams: the bytes over registered host
+    /// memory as `direct` driver copies between it and the device (each
+    /// within one registered range; `staging` is the host address), the
+    /// rest through the staging buffers in `staged` chunks (their device
+    /// moves are chosen against the driver's capabilities,
+    /// [`choose_moves`]), their host copies written with `stores`.
+    Queued {
+        direct: Vec<DevicePiece>,
+        staged: Vec<PlannedChunk>,
         stores: Stores,
     },
 }
 
+/// How many bytes from a host address on are registered, at most a
+/// given length, within one registered range: 0 where none are.
+pub(super) type Registered<'a> = &'a mut dyn FnMut(usize, usize) -> usize;
+
 /// Decides the route of a checked transfer of `total` bytes laid out as
 /// `layout` says (`one_range`: a single range, `layout.blocks` its one
 /// block), with the stager's `options`:
-/// - a single range of fewer than `driver_path_below` bytes (not empty)
-///   takes the driver's path, where `driver_path_free` says that the path
-///   would wait for no other work (asked only then: a blocking call's
-///   path always is);
+/// - the bytes of each block that lie in registered host memory
+///   (`registered`, where any is) are copied directly, the rest staged as
+///   below;
+/// - a single range of fewer than `driver_path_below` bytes (not empty,
+///   nothing registered) takes the driver's path, where
+///   `driver_path_free` says that the path would wait for no other work
+///   (asked only then: a blocking call's path always is);
 /// - nothing to copy is [`Route::Empty`];
 /// - anything else is staged in chunks of the direction's size (`chunk`
 ///   to the host, `h2d_chunk` to the device, growing from `edge_chunk` at
@@ -384,8 +397,19 @@ pub(super) fn route(
     one_range: bool,
     options: &StagingOptions,
     driver_path_free: impl FnOnce() -> Result<bool, Error>,
+    registered: Option<Registered<'_>>,
 ) -> Result<Route, Error> {
-    if one_range && total > 0 && total < options.driver_path_below && driver_path_free()? {
+    let (direct, rest) = match registered {
+        Some(registered) => split_registered(layout, registered),
+        None => (Vec::new(), None),
+    };
+    let direct_bytes: usize = direct.iter().map(|piece| piece.len).sum();
+    if direct.is_empty()
+        && one_range
+        && total > 0
+        && total < options.driver_path_below
+        && driver_path_free()?
+    {
         return Ok(Route::DriverPath);
     }
     if total == 0 {
@@ -395,11 +419,71 @@ pub(super) fn route(
         Direction::DeviceToHost => (options.chunk, Stores::Streaming),
         Direction::HostToDevice => (options.h2d_chunk(), options.h2d_stores),
     };
-    let sizes = chunk_sizes(total, chunk, options.edge_chunk());
-    Ok(Route::Staged {
-        chunks: plan(layout, &sizes),
+    let staged_bytes = total - direct_bytes;
+    let staged = match (&rest, staged_bytes) {
+        (_, 0) => Vec::new(),
+        (Some(rest), _) => {
+            let layout = Layout {
+                blocks: rest,
+                ..*layout
+            };
+            plan(
+                &layout,
+                &chunk_sizes(staged_bytes, chunk, options.edge_chunk()),
+            )
+        }
+        (None, _) => plan(
+            layout,
+            &chunk_sizes(staged_bytes, chunk, options.edge_chunk()),
+        ),
+    };
+    Ok(Route::Queued {
+        direct,
+        staged,
         stores,
     })
+}
+
+/// The direct copies of the blocks' registered bytes (in `registered`'s
+/// ranges), and, where there are any, the blocks that are left to stage
+/// (`None`: all of `layout.blocks`).
+fn split_registered(
+    layout: &Layout<'_>,
+    registered: Registered<'_>,
+) -> (Vec<DevicePiece>, Option<Vec<Block>>) {
+    let mut direct = Vec::new();
+    let mut rest = Vec::new();
+    for (index, block) in layout.blocks.iter().enumerate() {
+        let mut block = *block;
+        while block.len > 0 {
+            let host = layout.host + block.host_offset;
+            let len = registered(host, block.len).min(block.len);
+            if len == 0 {
+                break;
+            }
+            if direct.is_empty() {
+                // The first registered bytes: every block before is
+                // staged whole.
+                rest.extend_from_slice(&layout.blocks[..index]);
+            }
+            direct.push(DevicePiece {
+                device: layout.device + block.device_offset as CUdeviceptr,
+                staging: host,
+                len,
+            });
+            block.device_offset += len;
+            block.host_offset += len;
+            block.len -= len;
+        }
+        if !direct.is_empty() && block.len > 0 {
+            rest.push(block);
+        }
+    }
+    if direct.is_empty() {
+        (direct, None)
+    } else {
+        (direct, Some(rest))
+    }
 }
 
 /// Cuts checked blocks into chunks of `sizes` (bytes per chunk, summing to
@@ -521,7 +605,84 @@ mod tests {
             first: 0,
         };
         let asked = || Ok(free.expect("the driver's path was asked about"));
-        route(&layout, len, true, &options, asked).unwrap()
+        route(&layout, len, true, &options, asked, None).unwrap()
+    }
+
+    /// Registered bytes are copied directly, one copy a registered range,
+    /// and the rest staged, block by block; a single small range that is
+    /// registered never takes the driver's path.
+    #[test]
+    fn registered_bytes_are_copied_directly_and_the_rest_staged_block_by_block() {
+        const HOST: usize = 1 << 40;
+        // The first 3 KiB registered, in ranges of 1 KiB.
+        let mut registered = |addr: usize, len: usize| {
+            let offset = addr - HOST;
+            if offset >= 3072 {
+                return 0;
+            }
+            len.min(3072.min((offset / 1024 + 1) * 1024) - offset)
+        };
+        let blocks = [
+            Block::new(0, 0, 2048),
+            Block::new(4096, 2560, 1024),
+            Block::new(8192, 8192, 1024),
+        ];
+        let layout = Layout {
+            direction: Direction::HostToDevice,
+            host: HOST,
+            device: 1 << 44,
+            blocks: &blocks,
+            staging: &[1 << 41, 1 << 42],
+            first: 0,
+        };
+        let options = StagingOptions::builder()
+            .chunk(1 << 20)
+            .driver_path_below(64 << 10)
+            .build()
+            .unwrap();
+        let asked = || panic!("the driver's path was asked about");
+        let planned = route(&layout, 4096, false, &options, asked, Some(&mut registered)).unwrap();
+        let Route::Queued { direct, staged, .. } = planned else {
+            panic!("{planned:?}");
+        };
+        let piece = |device: u64, host: usize, len| DevicePiece {
+            device: (1 << 44) + device,
+            staging: HOST + host,
+            len,
+        };
+        assert_eq!(
+            direct,
+            [
+                piece(0, 0, 1024),
+                piece(1024, 1024, 1024),
+                piece(4096, 2560, 512)
+            ]
+        );
+        assert_eq!(staged.len(), 1);
+        let copies: Vec<(usize, usize)> = staged[0]
+            .host
+            .iter()
+            .map(|copy| (copy.src - HOST, copy.nbytes))
+            .collect();
+        assert_eq!(copies, [(3072, 512), (8192, 1024)], "the rest, staged");
+        let moved: Vec<u64> = staged[0]
+            .device
+            .iter()
+            .map(|piece| piece.device - (1 << 44))
+            .collect();
+        assert_eq!(moved, [4608, 8192]);
+        // One small registered range: direct, not the driver's path.
+        let one = [Block::new(0, 0, 512)];
+        let layout = Layout {
+            blocks: &one,
+            ..layout
+        };
+        let asked = || panic!("the driver's path was asked about");
+        let planned = route(&layout, 512, true, &options, asked, Some(&mut registered)).unwrap();
+        assert!(
+            matches!(&planned, Route::Queued { direct, staged, .. } if direct.len() == 1 && staged.is_empty()),
+            "{planned:?}"
+        );
     }
 
     #[test]
@@ -532,7 +693,12 @@ mod tests {
             Route::DriverPath
         ));
         match route_of(small, Direction::DeviceToHost, Some(false)) {
-            Route::Staged { chunks, stores } => {
+            Route::Queued {
+                direct,
+                staged: chunks,
+                stores,
+            } => {
+                assert!(direct.is_empty());
                 assert_eq!(chunks.len(), 1);
                 assert_eq!(chunks[0].len, small);
                 assert_eq!(stores, Stores::Streaming);
@@ -545,7 +711,12 @@ mod tests {
             Route::Empty
         ));
         match route_of(3 << 20, Direction::HostToDevice, None) {
-            Route::Staged { chunks, stores } => {
+            Route::Queued {
+                direct,
+                staged: chunks,
+                stores,
+            } => {
+                assert!(direct.is_empty());
                 let sizes: Vec<usize> = chunks.iter().map(|chunk| chunk.len).collect();
                 assert_eq!(sizes, [1 << 20; 3]);
                 // The stager's stores to the device (streaming to the host).

@@ -22,7 +22,7 @@ use std::vec::Vec;
 
 use super::driver_path::DriverPath;
 use super::feed::{CopierThread, Job, Lanes};
-use super::in_flight::InFlight;
+use super::in_flight::{InFlight, InUse};
 use super::options::StagingOptions;
 use super::order::OrderEvents;
 use super::plan::{self, Block, Layout, Route};
@@ -31,9 +31,9 @@ use super::trace::{self, Step};
 use crate::HostRange;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
-use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::{DriverError, Error};
 use crate::cuda::pinned::PinnedBuffer;
+use crate::cuda::registration::{self, Region};
 use crate::cuda::retire::{self, Kept};
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::CopyPool;
@@ -73,6 +73,10 @@ pub(super) struct Engine {
     /// Carries the transfers below the crossover.
     driver_path: DriverPath,
 }
+
+/// The stream a transfer's direct copies (of registered host memory) go
+/// on.
+const DIRECT_LANE: usize = 0;
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`, for a copier thread the system refused.
 const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
@@ -193,7 +197,7 @@ impl Engine {
                     // buffer if it is dropped (as its staging buffers).
                     self.drain();
                 }
-                self.release(device.memory().memory_in_use());
+                self.release(InUse::device(device.memory().memory_in_use()));
                 Err(error)
             }
         }
@@ -223,12 +227,12 @@ impl Engine {
         self.lanes.undrained().is_none()
     }
 
-    /// Lets go of a device allocation that queued copies used: dropped if
-    /// the streams are drained, kept for good (and counted) if not. (A
+    /// Lets go of the memory that queued copies used: dropped if the
+    /// streams are drained, kept for good (and counted) if not. (A
     /// borrowed allocation, cudarc's, is neither: see the `cudarc` module.)
-    fn release(&self, device: DeviceInUse) {
+    fn release(&self, in_use: InUse) {
         if !self.drained() {
-            device.keep();
+            in_use.keep();
         }
     }
 
@@ -272,57 +276,119 @@ impl Engine {
             staging: &self.staging,
             first: self.next_seq,
         };
-        let (order, lanes, context) = (&mut self.order, &self.lanes, &self.context);
-        let free = || driver_path_free(queuing, order, lanes, context);
-        let route = plan::route(&layout, total, offset.is_some(), &self.options, free)?;
-        let (mut planned, stores) = match route {
+        // The buffers of hostcopy's that the direct copies use, each once.
+        let mut regions: Vec<Arc<Region>> = Vec::new();
+        let route = {
+            let table = registration::table();
+            let mut registered = |addr: usize, len: usize| {
+                let Some((region, bytes)) = table
+                    .as_deref()
+                    .and_then(|table| registration::registered_at(table, addr, len))
+                else {
+                    return 0;
+                };
+                if !regions.iter().any(|known| Arc::ptr_eq(known, region)) {
+                    regions.push(Arc::clone(region));
+                }
+                bytes
+            };
+            let registered: Option<plan::Registered<'_>> = match table {
+                Some(_) => Some(&mut registered),
+                None => None,
+            };
+            let (order, lanes, context) = (&mut self.order, &self.lanes, &self.context);
+            let free = || driver_path_free(queuing, order, lanes, context);
+            plan::route(
+                &layout,
+                total,
+                offset.is_some(),
+                &self.options,
+                free,
+                registered,
+            )?
+        };
+        let (direct, mut planned, stores) = match route {
             Route::Empty => return Ok(None),
             Route::DriverPath => {
                 let offset = offset.expect("the driver's path takes one range");
                 self.driver_path(host, device, offset)?;
                 return Ok(None);
             }
-            Route::Staged { chunks, stores } => (chunks, stores),
+            Route::Queued {
+                direct,
+                staged,
+                stores,
+            } => (direct, staged, stores),
         };
         let _relaxed = RelaxedCapture::new();
         // From here on only the layer's own code runs until the chunks are
         // queued: the current context is asked for once.
         let _bound = self.context.bound()?;
-        self.lanes.choose_moves(&mut planned)?;
+        if !planned.is_empty() {
+            self.lanes.choose_moves(&mut planned)?;
+        }
         // Each stream the transfer uses waits for the streams given to
         // `wait_for` since its last transfer, before anything is queued.
         // (At most `MAX_BUFFERS`, 64, streams: one bit each.)
+        let streams = self.lanes.streams.len();
         let mut ordered = 0u64;
-        for chunk in &planned {
-            let lane = chunk.buffer % self.lanes.streams.len();
+        let used = planned.iter().map(|chunk| chunk.buffer % streams);
+        for lane in (!direct.is_empty())
+            .then_some(DIRECT_LANE)
+            .into_iter()
+            .chain(used)
+        {
             if ordered & (1 << lane) == 0 {
                 ordered |= 1 << lane;
                 let stream = self.lanes.streams[lane].as_stream();
                 self.order.order_lane(lane, stream)?;
             }
         }
-        self.next_seq += planned.len() as u64;
-        let job = Arc::new(Job::new(direction, planned, stores));
-        let device = memory.memory_in_use();
-        match self.lanes.queue_job(&job) {
-            Ok(events) => Ok(Some(InFlight::new(
-                job,
-                &self.lanes,
-                events,
-                self.order.next(),
-                device,
-            ))),
-            Err(error) => {
-                // What was queued runs, the chunk that failed perhaps in
-                // part: wait until the copier has made its host sides and
-                // the streams have run it all, before anything else uses
-                // the buffers (the stager refuses work until they drain).
-                drop(job.wait_done());
-                self.drain();
-                self.release(device);
-                Err(error)
+        let in_use = InUse {
+            device: memory.memory_in_use(),
+            host: regions,
+        };
+        let mut events = Vec::new();
+        if !direct.is_empty() {
+            match self.lanes.queue_direct(direction, &direct, DIRECT_LANE) {
+                Ok(event) => events.push(event),
+                Err(error) => {
+                    // What was queued runs: the streams drain before
+                    // anything else uses them.
+                    self.drain();
+                    self.release(in_use);
+                    return Err(error);
+                }
             }
         }
+        let job = if planned.is_empty() {
+            None
+        } else {
+            self.next_seq += planned.len() as u64;
+            let job = Arc::new(Job::new(direction, planned, stores));
+            match self.lanes.queue_job(&job) {
+                Ok(job_events) => events.extend(job_events),
+                Err(error) => {
+                    // What was queued runs, the chunk that failed perhaps
+                    // in part: wait until the copier has made its host
+                    // sides and the streams have run it all, before
+                    // anything else uses the buffers (the stager refuses
+                    // work until they drain).
+                    drop(job.wait_done());
+                    self.drain();
+                    self.release(in_use);
+                    return Err(error);
+                }
+            }
+            Some(job)
+        };
+        Ok(Some(InFlight::new(
+            job,
+            &self.lanes,
+            events,
+            self.order.next(),
+            in_use,
+        )))
     }
 
     /// Waits until a transfer's host side is made and its driver copies

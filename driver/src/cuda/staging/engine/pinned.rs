@@ -9,6 +9,7 @@ use crate::cuda::error::Error;
 use crate::cuda::pinned::PinnedBuffer;
 use crate::cuda::retire::{self, Kept};
 use crate::cuda::staging::driver_path::PinnedTransferError;
+use crate::cuda::staging::in_flight::InUse;
 
 impl Engine {
     /// See [`Stager::device_to_pinned`](crate::cuda::staging::Stager::device_to_pinned).
@@ -95,7 +96,7 @@ impl Engine {
             return Err(PinnedTransferError::new(error, Some(pinned)));
         }
         retire::keep(pinned, Kept::PinnedBuffer);
-        self.release(device);
+        self.release(InUse::device(device));
         Err(PinnedTransferError::new(error, None))
     }
 }

@@ -1,0 +1,318 @@
+//! hostcopy's own host memory ([`HostBuffer`](crate::HostBuffer)) registered
+//! with the driver range by range, in the background or at once, and the
+//! process-wide table that staged transfers consult: a chunk whose host
+//! bytes are registered is copied by the driver straight between them and
+//! the device (no staging buffer, no host copy); the rest is staged.
+//!
+//! Registration goes from the buffer's first byte on, one range at a time
+//! (`cuMemHostRegister`, portable to every context), so what is registered
+//! is always a prefix: a transfer planned while it goes on sees a prefix
+//! that only grows. A range the driver refuses (a locked-memory limit, a
+//! size limit, a platform that registers nothing, any error) ends the
+//! registration there: the rest stays staged, never an error, and the
+//! refusal is readable ([`Registration::refused`]).
+//!
+//! The buffer's drop stops the registering thread, takes the buffer out of
+//! the table, and unregisters its ranges. A transfer borrows the memory it
+//! copies, so no copy of it is queued then, unless a transfer's copies
+//! could not be waited for after an error: such a transfer marks the
+//! buffer kept, and its memory stays mapped and registered for the rest of
+//! the process (counted in [`leaked`](super::staging::leaked)).
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
+
+use super::context::Context;
+use super::error::DriverError;
+use super::ffi;
+
+/// When [`HostBuffer::register`](crate::HostBuffer::register) registers a
+/// buffer's memory with the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Register {
+    /// Never: every transfer of the buffer is staged.
+    #[default]
+    Never,
+    /// On a thread of its own, range by range, from the first byte on: the
+    /// call returns at once, transfers are staged until their bytes are
+    /// registered and direct from then on.
+    Background,
+    /// In the call, range by range: it returns once every range is
+    /// registered or the driver refused one.
+    Now,
+}
+
+/// How far a buffer's registration has got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Registration {
+    /// Bytes registered, from the buffer's first byte on.
+    pub registered: usize,
+    /// The buffer's bytes.
+    pub len: usize,
+    /// Why the driver refused the range after `registered`: the rest stays
+    /// staged.
+    pub refused: Option<DriverError>,
+    /// Whether registering has ended: every byte registered, a range
+    /// refused, or never asked for.
+    pub finished: bool,
+}
+
+impl Registration {
+    /// Not registered, nor to be.
+    pub(crate) fn none(len: usize) -> Registration {
+        Registration {
+            registered: 0,
+            len,
+            refused: None,
+            finished: true,
+        }
+    }
+
+    /// Whether every byte is registered.
+    pub fn is_complete(&self) -> bool {
+        self.registered == self.len
+    }
+}
+
+/// The range a registration takes at a time, unless told otherwise: about
+/// 40 ms of `cuMemHostRegister` at 0.1 to 0.2 s a GiB, so that the first
+/// bytes are direct soon and a drop waits little for the range under way.
+pub const REGISTER_RANGE: usize = 256 << 20;
+
+/// One buffer's registration, shared by its registering thread, the table
+/// and the transfers that copy straight from or into it.
+#[derive(Debug)]
+pub(crate) struct Region {
+    start: usize,
+    len: usize,
+    /// Bytes each registration takes; copies never span two.
+    range: usize,
+    context: Context,
+    /// Bytes registered from `start` on: stored (release) once the driver
+    /// has registered them.
+    registered: AtomicUsize,
+    /// Asks the registering thread to stop after its range.
+    stop: AtomicBool,
+    finished: AtomicBool,
+    refused: Mutex<Option<DriverError>>,
+    /// A transfer's copies of this memory could not be waited for: it
+    /// stays mapped and registered for good.
+    kept: AtomicBool,
+}
+
+impl Region {
+    /// A copy the driver may still run reads or writes this memory: it is
+    /// never unregistered nor unmapped.
+    pub(crate) fn keep(&self) {
+        self.kept.store(true, Ordering::Release);
+    }
+
+    /// Registers the next range; `false` once none is left, the driver
+    /// refused one, or a stop was asked for.
+    fn register_next(&self) -> bool {
+        let at = self.registered.load(Ordering::Relaxed);
+        if at == self.len || self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let len = self.range.min(self.len - at);
+        let registered = self.context.bind().and_then(|()| {
+            // SAFETY: `[start + at, start + at + len)` lies in the buffer's
+            // mapping, which outlives the registration: the buffer's drop
+            // unregisters every range (or keeps the mapping) before it
+            // unmaps. Ranges never overlap: each starts where the last
+            // ended.
+            unsafe {
+                ffi::cuMemHostRegister_v2(
+                    core::ptr::with_exposed_provenance_mut(self.start + at),
+                    len,
+                    ffi::CU_MEMHOSTREGISTER_PORTABLE,
+                )
+            }
+            .ok()
+        });
+        match registered {
+            Ok(()) => {
+                self.registered.store(at + len, Ordering::Release);
+                true
+            }
+            Err(error) => {
+                *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+                false
+            }
+        }
+    }
+
+    fn register_all(&self) {
+        while self.register_next() {}
+        self.finished.store(true, Ordering::Release);
+    }
+
+    fn status(&self) -> Registration {
+        // `finished` first: once it is seen, `registered` and `refused`
+        // are final.
+        let finished = self.finished.load(Ordering::Acquire);
+        Registration {
+            registered: self.registered.load(Ordering::Acquire),
+            len: self.len,
+            refused: *self.refused.lock().unwrap_or_else(PoisonError::into_inner),
+            finished,
+        }
+    }
+}
+
+/// Every registered (or registering) buffer by its first byte's address.
+static TABLE: RwLock<BTreeMap<usize, Arc<Region>>> = RwLock::new(BTreeMap::new());
+/// Whether `TABLE` has any entry: a transfer asks nothing otherwise.
+static ANY: AtomicUsize = AtomicUsize::new(0);
+
+/// The registered bytes from `addr` on, at most `len`, within one
+/// registered range, and the buffer they belong to; `None` where `addr` is
+/// not registered memory of hostcopy's. A copy of them reads (or writes)
+/// page-locked memory of one registration, as the driver needs for a
+/// copy to run at the link.
+pub(crate) fn registered_at(
+    table: &BTreeMap<usize, Arc<Region>>,
+    addr: usize,
+    len: usize,
+) -> Option<(&Arc<Region>, usize)> {
+    let (&start, region) = table.range(..=addr).next_back()?;
+    let offset = addr - start;
+    let registered = region.registered.load(Ordering::Acquire);
+    if offset >= registered {
+        return None;
+    }
+    let range_end = (offset / region.range + 1) * region.range;
+    Some((region, len.min(registered.min(range_end) - offset)))
+}
+
+/// The table, read-locked, or `None` without a lock when no buffer is
+/// registered.
+pub(crate) fn table() -> Option<RwLockReadGuard<'static, BTreeMap<usize, Arc<Region>>>> {
+    if ANY.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    Some(TABLE.read().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// A buffer's registration: its entry in the table and its registering
+/// thread, if any.
+#[derive(Debug)]
+pub(crate) struct Registrar {
+    region: Arc<Region>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Registrar {
+    /// Registers `len` bytes at `start` in `context`, in ranges of `range`
+    /// bytes (at least one page), as `when` says; `None` for
+    /// [`Register::Never`] and for no bytes.
+    ///
+    /// # Safety
+    ///
+    /// `[start, start + len)` is a mapping the caller owns, not registered,
+    /// and unmapped only after [`end`](Self::end) returned `true` (never
+    /// after `false`).
+    pub(crate) unsafe fn start(
+        context: &Context,
+        start: usize,
+        len: usize,
+        when: Register,
+        range: usize,
+    ) -> Option<Registrar> {
+        if when == Register::Never || len == 0 {
+            return None;
+        }
+        let page = crate::prefault::page_size();
+        let region = Arc::new(Region {
+            start,
+            len,
+            range: range.max(1).next_multiple_of(page),
+            context: context.clone(),
+            registered: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            refused: Mutex::new(None),
+            kept: AtomicBool::new(false),
+        });
+        {
+            let mut table = TABLE.write().unwrap_or_else(PoisonError::into_inner);
+            table.insert(start, Arc::clone(&region));
+            ANY.store(table.len(), Ordering::Release);
+        }
+        let thread = match when {
+            Register::Now => {
+                region.register_all();
+                None
+            }
+            _ => {
+                let shared = Arc::clone(&region);
+                let spawned = std::thread::Builder::new()
+                    .name("hostcopy-register".into())
+                    .spawn(move || shared.register_all());
+                match spawned {
+                    Ok(thread) => Some(thread),
+                    // No thread to be had: registered in the call instead.
+                    Err(_) => {
+                        region.register_all();
+                        None
+                    }
+                }
+            }
+        };
+        Some(Registrar { region, thread })
+    }
+
+    pub(crate) fn status(&self) -> Registration {
+        self.region.status()
+    }
+
+    /// Waits until registering has ended (every range, or a refusal).
+    pub(crate) fn wait(&mut self) -> Registration {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.status()
+    }
+
+    /// Stops registering (after the range under way), takes the buffer out
+    /// of the table and unregisters it: `true` if its memory may be
+    /// unmapped now; `false` if a transfer's copies of it could not be
+    /// waited for (or this process gave up on its copies), and it stays
+    /// mapped and registered for good.
+    pub(crate) fn end(mut self) -> bool {
+        if crate::process::Process::global().abandoned() {
+            // Its thread is not in this process (forked) or may be stuck
+            // in the driver (at exit): nothing is joined or asked.
+            super::retire::keep(self, super::retire::Kept::Uncounted);
+            return false;
+        }
+        self.region.stop.store(true, Ordering::Release);
+        self.wait();
+        {
+            let mut table = TABLE.write().unwrap_or_else(PoisonError::into_inner);
+            table.remove(&self.region.start);
+            ANY.store(table.len(), Ordering::Release);
+        }
+        if self.region.kept.load(Ordering::Acquire) {
+            return false;
+        }
+        let region = &self.region;
+        let registered = region.registered.load(Ordering::Acquire);
+        if region.context.bind().is_ok() {
+            for at in (0..registered).step_by(region.range) {
+                // SAFETY: a range `register_next` registered; no transfer
+                // borrows the buffer any more and none kept it, so no
+                // queued copy reads or writes it.
+                let _ = unsafe {
+                    ffi::cuMemHostUnregister(core::ptr::with_exposed_provenance_mut(
+                        region.start + at,
+                    ))
+                };
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,230 @@
+//! hostcopy's own host memory registered with the (simulated) driver: a
+//! transfer copies its registered bytes directly and stages the rest,
+//! byte-exact both ways however far registration got; a refused range
+//! ends registration there, readable, never an error; a dropped buffer
+//! unregisters every range, unless a transfer's copies of it could not be
+//! waited for, when it stays mapped and registered, counted.
+
+#![cfg(all(feature = "cuda", feature = "simulator"))]
+
+mod sim_support;
+
+use hostcopy_driver::HostBuffer;
+use hostcopy_driver::cuda::registration::Register;
+use hostcopy_driver::cuda::sim;
+use hostcopy_driver::cuda::staging::{self, DeviceCopies, Stager, to_device, to_host};
+use hostcopy_driver::cuda::{DeviceBuffer, DeviceView};
+use sim_support::{device, pattern, scaled};
+use std::sync::Arc;
+
+/// Chunk size of the tests.
+const CHUNK: usize = scaled(1 << 20, staging::MIN_CHUNK);
+/// Bytes each registration takes: two chunks' worth (whole pages), so
+/// that direct copies (one a range) and staged ones (one a chunk) differ
+/// in number.
+const RANGE: usize = 2 * CHUNK;
+/// The buffer: three ranges and a ragged tail.
+const LEN: usize = 3 * RANGE + 4096 + 17;
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`, as a locked-memory limit is reported.
+const OUT_OF_MEMORY: u32 = 2;
+/// A sticky error (`CUDA_ERROR_LAUNCH_FAILED`).
+const LAUNCH_FAILED: u32 = 719;
+
+/// A stager that copies one piece per driver call, so that copies count.
+fn stager(device: &sim_support::Device) -> Stager {
+    device.stager(
+        sim_support::options(CHUNK, 3, 2)
+            .driver_path_below(0)
+            .device_copies(DeviceCopies::Loop),
+    )
+}
+
+/// A buffer of `LEN` bytes holding `pattern(LEN, seed)`.
+fn filled(seed: u8) -> HostBuffer {
+    let mut buffer = HostBuffer::new(LEN).unwrap();
+    buffer.copy_from_slice(&pattern(LEN, seed));
+    buffer
+}
+
+/// Moves `buffer` to the device and back into it (zeroed between), checks
+/// the bytes, and returns the driver copies each way queued.
+fn round_trip(
+    stager: &mut Stager,
+    device: &sim_support::Device,
+    buffer: &mut HostBuffer,
+    seed: u8,
+) -> (u32, u32) {
+    let expected = pattern(LEN, seed);
+    let mut target = DeviceBuffer::new(&device.context, LEN).unwrap();
+    let (up, calls) = sim::count_calls(|| stager.run(to_device(&mut target, &buffer[..])));
+    up.unwrap();
+    let uploads = calls.of("cuMemcpyHtoDAsync_v2");
+    buffer.fill(0);
+    let (down, calls) = sim::count_calls(|| stager.run(to_host(&mut buffer[..], &target)));
+    down.unwrap();
+    let downloads = calls.of("cuMemcpyDtoHAsync_v2");
+    assert!(buffer[..] == expected[..], "the bytes differ");
+    (uploads, downloads)
+}
+
+#[test]
+fn a_registered_buffer_is_copied_directly_one_copy_a_range_both_ways() {
+    let device = device();
+    let mut stager = stager(&device);
+    let mut buffer = filled(3);
+    // Staged: a copy per chunk (seven) each way.
+    assert_eq!(round_trip(&mut stager, &device, &mut buffer, 3), (7, 7));
+    let registered = buffer.register_in_ranges(&device.context, Register::Now, RANGE);
+    assert!(
+        registered.is_complete() && registered.finished,
+        "{registered:?}"
+    );
+    assert_eq!(registered.refused, None);
+    assert_eq!(device.state().registrations, 4);
+    buffer.copy_from_slice(&pattern(LEN, 5));
+    // Direct: a copy per registered range, none across two.
+    assert_eq!(round_trip(&mut stager, &device, &mut buffer, 5), (4, 4));
+    // A transfer of part of it, from the middle of a range.
+    let mut target = DeviceBuffer::new(&device.context, RANGE).unwrap();
+    let part = RANGE / 2..RANGE / 2 + RANGE;
+    let (up, calls) =
+        sim::count_calls(|| stager.run(to_device(&mut target, &buffer[part.clone()])));
+    up.unwrap();
+    assert_eq!(
+        calls.of("cuMemcpyHtoDAsync_v2"),
+        2,
+        "split at the range's end"
+    );
+    let mut back = vec![0u8; RANGE];
+    stager.run(to_host(&mut back, &target)).unwrap();
+    assert!(back[..] == buffer[part], "the part differs");
+    drop(buffer);
+    assert_eq!(device.state().registrations, 0, "a range left registered");
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_refused_range_ends_registration_and_the_rest_is_staged_byte_exact() {
+    let device = device();
+    let mut stager = stager(&device);
+    let mut buffer = filled(7);
+    sim::fail_call(device.ordinal, "cuMemHostRegister_v2", 2, OUT_OF_MEMORY);
+    let registered = buffer.register_in_ranges(&device.context, Register::Now, RANGE);
+    assert_eq!(registered.registered, RANGE);
+    assert_eq!(registered.len, LEN);
+    assert!(registered.finished && !registered.is_complete());
+    let refused = registered.refused.expect("the refusal is told");
+    assert_eq!(refused.code(), OUT_OF_MEMORY);
+    assert_eq!(buffer.registration(), registered, "read back as it ended");
+    // One direct copy for the registered range; the rest staged in
+    // chunks (four and a short one).
+    assert_eq!(round_trip(&mut stager, &device, &mut buffer, 7), (6, 6));
+    // A transfer wholly past the registered prefix is staged; one that
+    // starts in it is direct up to its end.
+    let mut target = DeviceBuffer::new(&device.context, 2 * RANGE).unwrap();
+    let straddling = RANGE / 2..RANGE / 2 + 2 * RANGE;
+    stager
+        .run(to_device(&mut target, &buffer[straddling.clone()]))
+        .unwrap();
+    let mut back = vec![0u8; 2 * RANGE];
+    stager.run(to_host(&mut back, &target)).unwrap();
+    assert!(
+        back[..] == buffer[straddling],
+        "the straddling part differs"
+    );
+    drop(buffer);
+    assert_eq!(device.state().registrations, 0);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_registration_on_a_failed_context_registers_nothing_and_the_buffer_frees() {
+    let device = device();
+    let mut buffer = filled(9);
+    sim::fail_context(device.ordinal, LAUNCH_FAILED);
+    let registered = buffer.register_in_ranges(&device.context, Register::Now, RANGE);
+    assert_eq!(registered.registered, 0);
+    assert_eq!(
+        registered.refused.map(|error| error.code()),
+        Some(LAUNCH_FAILED)
+    );
+    let before = staging::leaked().host_buffers;
+    drop(buffer);
+    assert_eq!(staging::leaked().host_buffers, before);
+    device.assert_no_violations();
+}
+
+#[test]
+fn a_background_registration_ends_complete_and_transfers_meanwhile_are_byte_exact() {
+    let device = device();
+    let mut stager = stager(&device);
+    let mut buffer = filled(11);
+    // A page a range: many ranges, so that transfers meet it half done.
+    let page = 4096;
+    let started = buffer.register_in_ranges(&device.context, Register::Background, page);
+    assert_eq!(started.len, LEN);
+    for seed in 12..scaled(16, 13) as u8 {
+        buffer.copy_from_slice(&pattern(LEN, seed));
+        round_trip(&mut stager, &device, &mut buffer, seed);
+    }
+    let ended = buffer.wait_registered();
+    assert!(ended.is_complete() && ended.finished && ended.refused.is_none());
+    assert_eq!(device.state().registrations, LEN.div_ceil(page));
+    // A second request changes nothing.
+    let again = buffer.register(&device.context, Register::Now);
+    assert_eq!(again, ended);
+    drop(buffer);
+    assert_eq!(device.state().registrations, 0);
+    drop(stager);
+    device.assert_no_violations();
+}
+
+#[test]
+fn never_registers_nothing() {
+    let device = device();
+    let mut buffer = filled(13);
+    let registration = buffer.register(&device.context, Register::Never);
+    assert_eq!(registration.registered, 0);
+    assert!(registration.finished && registration.refused.is_none());
+    assert_eq!(device.state().registrations, 0);
+    // Asked for after `Never`: registered now.
+    let later = buffer.register_in_ranges(&device.context, Register::Now, RANGE);
+    assert!(later.is_complete());
+}
+
+/// A pending transfer's direct copies that cannot be waited for (a context
+/// error while they are queued): the buffer they read stays mapped and
+/// registered when it is dropped, counted, since the driver may still run
+/// them.
+#[test]
+fn a_buffer_whose_direct_copies_could_not_be_waited_for_stays_mapped_and_registered() {
+    let device = device();
+    let mut stager = stager(&device);
+    let mut buffer = filled(17);
+    buffer.register_in_ranges(&device.context, Register::Now, RANGE);
+    let target = DeviceBuffer::new(&device.context, LEN).unwrap();
+    let (ptr, context) = (target.raw(), target.context().clone());
+    // SAFETY: the owner is the buffer itself; nothing else frees it.
+    let view = unsafe { DeviceView::new(&context, ptr, LEN, Arc::new(target)) }.unwrap();
+    // SAFETY: a second view of the buffer's bytes for the transfer alone;
+    // the buffer is not read or written until the transfer has ended, and
+    // its memory outlives the transfer (kept, as this test checks).
+    let host = unsafe { core::slice::from_raw_parts_mut(buffer.as_mut_ptr(), LEN) };
+    sim::hold(device.ordinal);
+    // SAFETY: `host` is valid until the buffer is dropped, after the
+    // transfer; `view` is dropped only with the transfer.
+    let pending = unsafe { stager.start_unchecked(to_host(host, &view)) }.unwrap();
+    sim::fail_context(device.ordinal, LAUNCH_FAILED);
+    let before = staging::leaked();
+    drop((pending, view));
+    drop(buffer);
+    let kept = staging::leaked();
+    let registrations = device.state().registrations;
+    sim::release(device.ordinal);
+    assert_eq!(registrations, 4, "unregistered under a queued copy");
+    assert_eq!(kept.host_buffers, before.host_buffers + 1, "kept uncounted");
+    drop(stager);
+}
