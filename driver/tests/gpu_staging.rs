@@ -13,6 +13,8 @@
 mod gpu_support;
 
 use gpu_support::{check, pattern};
+use hostcopy_driver::HostBuffer;
+use hostcopy_driver::cuda::registration::Register;
 use hostcopy_driver::cuda::staging::{
     Block, DEFAULT_CHUNK, DeviceCopies, Stager, StagingOptions, Stores, to_device, to_host,
 };
@@ -63,6 +65,10 @@ fn main() {
             (
                 "a_host_function_blocked_on_another_stream_holds_up_no_transfer",
                 beside_a_blocked_host_function,
+            ),
+            (
+                "host_buffers_registered_whole_half_and_not_are_byte_exact_both_ways",
+                registered_host_buffers,
             ),
         ],
     )
@@ -605,4 +611,40 @@ fn beside_a_blocked_host_function(context: &Context) -> Result<(), Failed> {
     let mut back = vec![0u8; len];
     target.copy_to_host(0, &mut back)?;
     check(back == expected, || "the upload differs".into())
+}
+
+/// A `HostBuffer` never registered, registering in the background (in
+/// ranges of 16 MiB, so that the first transfers meet it half done) and
+/// registered whole: each uploaded and downloaded byte-exact, and the
+/// registrations end complete.
+fn registered_host_buffers(context: &Context) -> Result<(), Failed> {
+    let len = (256 << 20) + 12_345;
+    let mut stager = Stager::new(context)?;
+    for (seed, when) in [Register::Never, Register::Background, Register::Now]
+        .into_iter()
+        .enumerate()
+    {
+        let expected = pattern(len, 40 + seed as u32);
+        let mut host = HostBuffer::new(len)?;
+        host.copy_from_slice(&expected);
+        host.register_in_ranges(context, when, 16 << 20);
+        let mut target = DeviceBuffer::new(context, len)?;
+        stager.run(to_device(&mut target, &host[..]))?;
+        let mut back = vec![0u8; len];
+        target.copy_to_host(0, &mut back)?;
+        check(back == expected, || {
+            format!("{when:?}: host to device differs")
+        })?;
+        host.fill(0);
+        stager.run(to_host(&mut host[..], &target))?;
+        check(host[..] == expected[..], || {
+            format!("{when:?}: device to host differs")
+        })?;
+        let registered = host.wait_registered();
+        let complete = when == Register::Never || registered.is_complete();
+        check(complete, || {
+            format!("{when:?}: registration ended {registered:?}")
+        })?;
+    }
+    Ok(())
 }

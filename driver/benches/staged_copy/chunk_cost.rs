@@ -633,21 +633,6 @@ fn foreign_host_functions(
 // ---------------------------------------------------------------------
 // CPU time.
 
-/// CPU time every thread of the process has used so far (the first field
-/// of each thread's `schedstat`, in nanoseconds); `None` where the kernel
-/// does not say.
-fn process_cpu() -> Option<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        let Ok(text) = std::fs::read_to_string(path) else {
-            continue; // a thread that ended meanwhile
-        };
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(Duration::from_nanos(total))
-}
-
 /// Worker counts the CPU rows try beside the default (the default first).
 const CPU_WORKERS: [usize; 4] = [12, 8, 6, 4];
 
@@ -691,7 +676,7 @@ fn cpu_time(
         paths.extend((0..counts.len()).map(Some));
         let mut seconds = Vec::new();
         for path in paths {
-            let Some(before) = process_cpu() else {
+            let Some(before) = crate::machine::process_cpu() else {
                 report
                     .notes
                     .push("CPU time: not measured (no /proc/self/task/*/schedstat)".into());
@@ -723,7 +708,7 @@ fn cpu_time(
                     paths::driver_h2d(&mut memory.device, &memory.host, options.runs)?
                 }
             };
-            let after = process_cpu().unwrap_or(before);
+            let after = crate::machine::process_cpu().unwrap_or(before);
             let per_gib = (after - before).as_secs_f64() / gib;
             let label = match path {
                 None => String::from("driver pageable"),

@@ -1,5 +1,6 @@
 //! The machine the figures come from: the line at the head of the report,
-//! and the host memory that bounds which sizes the groups try.
+//! the host memory that bounds which sizes the groups try, and the CPU
+//! time the process has used.
 
 use hostcopy_driver::cuda::Context;
 use hostcopy_driver::cuda::staging::StagingOptions;
@@ -32,4 +33,19 @@ pub(crate) fn host_available() -> usize {
             line.split_whitespace().nth(1)?.parse::<usize>().ok()
         })
         .map_or(usize::MAX, |kib| kib << 10)
+}
+
+/// CPU time every thread of the process has used so far (the first field
+/// of each thread's `schedstat`, in nanoseconds); `None` where the kernel
+/// does not say.
+pub(crate) fn process_cpu() -> Option<std::time::Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("schedstat");
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue; // a thread that ended meanwhile
+        };
+        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(std::time::Duration::from_nanos(total))
 }

@@ -31,7 +31,11 @@
 //! benchmark itself (persistent worker threads, a ring of pinned slots,
 //! events polled) beside pinned memory and the stager at 16 MiB, 64 MiB,
 //! 256 MiB and 1 GiB both ways, so that the stager's overhead is a ratio
-//! (target: stager >= 0.97x the lean ring). A default run takes about
+//! (target: stager >= 0.97x the lean ring). Then (`registered.rs`)
+//! hostcopy's own memory registered with the driver beside pinned memory
+//! and the same memory staged, at the same sizes, with CPU seconds per
+//! GiB, and a 64 GiB buffer registered in the background while its first
+//! GiB is uploaded. A default run takes about
 //! two minutes on an H200 host; `--quick` runs each group once at small sizes
 //! (CI: proves it builds and runs); with `--simulated` (feature
 //! `simulator`) it runs against the simulated driver, which checks the
@@ -42,7 +46,8 @@
 //!
 //! `--only` runs the named groups alone (after the 1 GiB reference, which
 //! the others compare with): `sweep`, `sizes`, `small`, `two-gpus`,
-//! `fresh`, `batches`, `one-transfer`, `chunk-cost`, `lean`, `cudarc`.
+//! `fresh`, `batches`, `one-transfer`, `chunk-cost`, `lean`, `registered`,
+//! `cudarc`.
 
 mod batches;
 mod chunk_cost;
@@ -53,6 +58,7 @@ mod groups;
 mod lean;
 mod machine;
 mod paths;
+mod registered;
 mod report;
 mod table;
 
@@ -78,7 +84,7 @@ pub(crate) struct Options {
 }
 
 /// The groups `--only` names.
-const GROUPS: [&str; 10] = [
+const GROUPS: [&str; 11] = [
     "sweep",
     "sizes",
     "small",
@@ -88,6 +94,7 @@ const GROUPS: [&str; 10] = [
     "one-transfer",
     "chunk-cost",
     "lean",
+    "registered",
     "cudarc",
 ];
 
@@ -187,6 +194,9 @@ fn run_groups(context: &Context, options: &Options) -> Result<Report, Error> {
     }
     if options.runs_group("lean") {
         lean::run(&bench, &mut report)?;
+    }
+    if options.runs_group("registered") {
+        registered::run(&bench, &mut report)?;
     }
     #[cfg(feature = "cudarc")]
     if options.runs_group("cudarc") {

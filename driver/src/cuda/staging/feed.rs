@@ -129,6 +129,9 @@ pub(super) struct Lanes {
     spare_events: Mutex<Vec<Event>>,
     /// Transfer completion events, reused.
     spare_lane_events: Mutex<Vec<Event>>,
+    /// Completion events of direct copies, reused: a wait for them sleeps
+    /// ([`Event::blocking`]), since no copier's host side follows them.
+    spare_direct_events: Mutex<Vec<Event>>,
     /// The jobs handed to the copier, and its stop.
     handoff: Arc<Handoff<Arc<Job>>>,
     /// The stager's health: the error with which its streams last failed
@@ -464,6 +467,7 @@ impl Lanes {
             batch_unavailable: AtomicBool::new(false),
             spare_events: Mutex::new(Vec::new()),
             spare_lane_events: Mutex::new(Vec::new()),
+            spare_direct_events: Mutex::new(Vec::new()),
             handoff: Arc::new(Handoff::new()),
             undrained: Mutex::new(None),
             finished_below: AtomicU64::new(0),
@@ -479,6 +483,7 @@ impl Lanes {
         self.streams.clear();
         lock(&self.spare_events).clear();
         lock(&self.spare_lane_events).clear();
+        lock(&self.spare_direct_events).clear();
         self.flags.memory = None;
         drop(self.gather.take());
     }
@@ -523,6 +528,14 @@ impl Lanes {
         let mut spare = lock(&self.spare_lane_events);
         spare.extend(events);
         spare.truncate(self.streams.len() * 4);
+    }
+
+    /// Gives a direct copies' completion event back for reuse.
+    pub(super) fn return_direct_event(&self, event: Event) {
+        let mut spare = lock(&self.spare_direct_events);
+        if spare.len() < SPARE_EVENTS {
+            spare.push(event);
+        }
     }
 
     /// Waits for everything queued on the stager's streams, and on `also`
@@ -797,8 +810,10 @@ impl Lanes {
 
     /// Queues a transfer's direct copies (between registered host memory
     /// and the device) on lane `lane`'s stream, and records an event after
-    /// them. Several pieces go in one batch call unless the stager copies
-    /// in a loop or the driver has no batch copy.
+    /// them, which a wait sleeps on (no host side follows: a thread
+    /// spinning on it would cost a core for the whole copy). Several
+    /// pieces go in one batch call unless the stager copies in a loop or
+    /// the driver has no batch copy.
     pub(super) fn queue_direct(
         &self,
         direction: Direction,
@@ -814,10 +829,10 @@ impl Lanes {
                 DeviceCopies::Auto | DeviceCopies::Batch | DeviceCopies::Kernel
             );
         self.move_pieces(direction, pieces, batch, stream)?;
-        let spare = lock(&self.spare_lane_events).pop();
+        let spare = lock(&self.spare_direct_events).pop();
         let event = match spare {
             Some(event) => event,
-            None => Event::ordering(&self.context)?,
+            None => Event::blocking(&self.context)?,
         };
         event.record_on_own(stream)?;
         Ok(event)

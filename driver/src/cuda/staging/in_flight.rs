@@ -67,8 +67,11 @@ pub(super) struct InFlight {
     /// The stager's streams, their health, and the events it reuses;
     /// `None` only in its drop.
     lanes: Option<Arc<Lanes>>,
-    /// Recorded after the transfer's last chunk on each stream it used.
+    /// Recorded after the transfer's last chunk on each stream it used,
+    /// the direct copies' first where it has any (`direct`).
     events: Vec<Event>,
+    /// Whether `events[0]` follows direct copies (a sleeping wait's).
+    direct: bool,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,
     /// The memory the queued copies use; `None` once ended.
@@ -85,6 +88,7 @@ impl InFlight {
         job: Option<Arc<Job>>,
         lanes: &Arc<Lanes>,
         events: Vec<Event>,
+        direct: bool,
         order_upto: u64,
         in_use: InUse,
     ) -> InFlight {
@@ -92,6 +96,7 @@ impl InFlight {
             job,
             lanes: Some(Arc::clone(lanes)),
             events,
+            direct,
             order_upto,
             in_use: Mutex::new(Some(in_use)),
             waited: OnceLock::new(),
@@ -256,10 +261,15 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let ended = *self.ended.get_or_init(|| self.end(false));
         let _relaxed = RelaxedCapture::new();
-        let events = core::mem::take(&mut self.events);
+        let mut events = core::mem::take(&mut self.events);
         let lanes = self.lanes.take();
         match &lanes {
-            Some(lanes) if ended.is_ok() => lanes.return_lane_events(events),
+            Some(lanes) if ended.is_ok() => {
+                if self.direct && !events.is_empty() {
+                    lanes.return_direct_event(events.remove(0));
+                }
+                lanes.return_lane_events(events);
+            }
             _ => drop(events),
         }
         drop(lanes);

@@ -386,6 +386,7 @@ impl Engine {
             job,
             &self.lanes,
             events,
+            !direct.is_empty(),
             self.order.next(),
             in_use,
         )))

@@ -1,0 +1,298 @@
+//! hostcopy's own memory registered with the driver
+//! ([`HostBuffer::register`]) beside pinned memory and the same memory
+//! staged, and what registration costs a large buffer.
+//!
+//! One transfer, at 16 MiB, 64 MiB, 256 MiB and 1 GiB (16 MiB with
+//! `--quick`), both ways, three kinds taking turns within each run (the
+//! order rotated run by run), one warm-up then `--runs` timed, medians:
+//! - pinned (the link): one driver copy between a [`PinnedBuffer`] and a
+//!   [`DeviceBuffer`], through the stager's pinned API;
+//! - registered: one blocking [`Stager::run`] of a [`HostBuffer`]
+//!   registered whole ([`Register::Now`]): direct driver copies;
+//! - staged: the same through an unregistered [`HostBuffer`].
+//!
+//! Each kind's CPU seconds per GiB (every thread of the process, summed
+//! over its timed runs) are noted beside the times, registered against
+//! staged (the target: at most 0.05x), and each kind's bytes are checked.
+//!
+//! Then a large buffer (64 GiB, or two thirds of the host memory available):
+//! made and registered in the background, its first 1 GiB uploaded at
+//! once; the time from the call that made it to that upload's end (the
+//! target: at most 2.5 s at 64 GiB), and until every range is registered,
+//! beside one `cuMemHostRegister` of a buffer of the same size alone.
+
+use std::time::{Duration, Instant};
+
+use hostcopy_driver::HostBuffer;
+use hostcopy_driver::cuda::registration::Register;
+use hostcopy_driver::cuda::staging::{Stager, to_device, to_host};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, HostRegistration, PinnedBuffer};
+
+use crate::Bench;
+use crate::machine::{host_available, process_cpu};
+use crate::paths::{Direction, Timed};
+use crate::report::{Report, check, gbps, row};
+use crate::table::size;
+
+/// The sizes, both ways (the first alone with `--quick`).
+const SIZES: [usize; 4] = [16 << 20, 64 << 20, 256 << 20, 1 << 30];
+
+/// The large buffer, where the host has three times it available.
+const LARGE: usize = 64 << 30;
+
+/// The three kinds of transfer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Pinned,
+    Registered,
+    Staged,
+}
+
+const KINDS: [Kind; 3] = [Kind::Pinned, Kind::Registered, Kind::Staged];
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Pinned => "pinned",
+            Kind::Registered => "registered HostBuffer",
+            Kind::Staged => "staged HostBuffer",
+        }
+    }
+}
+
+/// Runs the group.
+pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
+    let (context, options) = (bench.context, bench.options);
+    let sizes = if options.quick {
+        &SIZES[..1]
+    } else {
+        &SIZES[..]
+    };
+    let mut stager = Stager::new(context)?;
+    for &bytes in sizes {
+        if host_available() < 5 * bytes {
+            report.notes.push(format!(
+                "registered, {}: not run, too little host memory",
+                size(bytes)
+            ));
+            continue;
+        }
+        one_size(context, &mut stager, bytes, options.runs, report)?;
+    }
+    if !options.quick && !options.simulated {
+        large(context, &mut stager, report)?;
+    }
+    Ok(())
+}
+
+/// What one kind holds: its host memory and device buffer.
+struct Memory {
+    pinned: Option<PinnedBuffer>,
+    host: Option<HostBuffer>,
+    device: DeviceBuffer,
+}
+
+fn one_size(
+    context: &Context,
+    stager: &mut Stager,
+    bytes: usize,
+    runs: usize,
+    report: &mut Report,
+) -> Result<(), Error> {
+    let expected: Vec<u8> = (0..bytes).map(|i| (i * 131 + i / 4099) as u8).collect();
+    let mut memory = Vec::new();
+    for kind in KINDS {
+        let mut device = DeviceBuffer::new(context, bytes)?;
+        device.copy_from_host(0, &expected)?;
+        let (pinned, host) = match kind {
+            Kind::Pinned => (Some(PinnedBuffer::new(context, bytes)?), None),
+            Kind::Registered | Kind::Staged => {
+                let Ok(mut host) = HostBuffer::new(bytes) else {
+                    report.notes.push(format!(
+                        "registered, {}: no host buffer could be made: not run",
+                        size(bytes)
+                    ));
+                    return Ok(());
+                };
+                if kind == Kind::Registered {
+                    let registered = host.register(context, Register::Now);
+                    if !registered.is_complete() {
+                        report.notes.push(format!(
+                            "registered, {}: registration refused ({:?}): not run",
+                            size(bytes),
+                            registered.refused
+                        ));
+                        return Ok(());
+                    }
+                }
+                (None, Some(host))
+            }
+        };
+        memory.push(Memory {
+            pinned,
+            host,
+            device,
+        });
+    }
+    let mut notes = Vec::new();
+    for direction in [Direction::D2H, Direction::H2D] {
+        let mut times = vec![Vec::new(); KINDS.len()];
+        let mut cpu = vec![Duration::ZERO; KINDS.len()];
+        for run in 0..=runs {
+            for turn in 0..KINDS.len() {
+                let index = (turn + run) % KINDS.len();
+                let before = process_cpu().unwrap_or_default();
+                let elapsed = once(stager, &mut memory[index], direction)?;
+                let used = process_cpu().unwrap_or_default().saturating_sub(before);
+                if run > 0 {
+                    times[index].push(elapsed);
+                    cpu[index] += used;
+                }
+            }
+        }
+        for (index, kind) in KINDS.into_iter().enumerate() {
+            let what = format!("registered, {} {}", direction_name(direction), kind.name());
+            let got = match (&memory[index].pinned, &memory[index].host, direction) {
+                (Some(pinned), _, Direction::D2H) => pinned[..].to_vec(),
+                (_, Some(host), Direction::D2H) => host.to_vec(),
+                (_, _, _) => {
+                    let mut back = vec![0u8; bytes];
+                    memory[index].device.copy_to_host(0, &mut back)?;
+                    back
+                }
+            };
+            check(&what, &got, &expected)?;
+        }
+        let pinned = Timed::plain(times[0].clone());
+        let link = gbps(bytes, &pinned);
+        let gib = (bytes * runs) as f64 / f64::from(1u32 << 30);
+        let mut shares = Vec::new();
+        for (index, kind) in KINDS.into_iter().enumerate() {
+            let timed = Timed::plain(times[index].clone());
+            let per_gib = cpu[index].as_secs_f64() / gib;
+            report.rows.push(row(
+                &format!("registered memory, {}", direction_name(direction)),
+                &format!("{}, {per_gib:.4} CPU s/GiB", kind.name()),
+                bytes,
+                &timed,
+                link,
+                f64::NAN,
+            ));
+            shares.push((gbps(bytes, &timed) / link, per_gib));
+        }
+        notes.push(format!(
+            "{} {}: registered {:.1}% of pinned, staged {:.1}%; CPU s/GiB registered {:.4} = {:.3}x staged's {:.4} (targets >= 98%, <= 0.05x)",
+            direction_name(direction),
+            size(bytes),
+            100.0 * shares[1].0,
+            100.0 * shares[2].0,
+            shares[1].1,
+            shares[1].1 / shares[2].1,
+            shares[2].1,
+        ));
+    }
+    report
+        .notes
+        .push(format!("registered memory: {}", notes.join("; ")));
+    Ok(())
+}
+
+fn direction_name(direction: Direction) -> &'static str {
+    match direction {
+        Direction::D2H => "D2H",
+        Direction::H2D => "H2D",
+    }
+}
+
+/// One blocking transfer of the kind's memory, timed.
+fn once(stager: &mut Stager, memory: &mut Memory, direction: Direction) -> Result<Duration, Error> {
+    let start = Instant::now();
+    match (memory.pinned.take(), &mut memory.host, direction) {
+        (Some(pinned), _, Direction::D2H) => {
+            memory.pinned = Some(stager.device_to_pinned(pinned, &memory.device, 0)?);
+        }
+        (Some(pinned), _, Direction::H2D) => {
+            memory.pinned = Some(stager.pinned_to_device(&mut memory.device, pinned, 0)?);
+        }
+        (None, Some(host), Direction::D2H) => stager.run(to_host(&mut host[..], &memory.device))?,
+        (None, Some(host), Direction::H2D) => {
+            stager.run(to_device(&mut memory.device, &host[..]))?;
+        }
+        (None, None, _) => unreachable!("every kind has host memory"),
+    }
+    Ok(start.elapsed())
+}
+
+/// A large buffer made, registered in the background and uploaded from at
+/// once; then one registration of the same size alone.
+fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<(), Error> {
+    // One buffer at a time (the first is freed before the second is made).
+    let bytes = LARGE.min(host_available() / 3 * 2) & !((1 << 30) - 1);
+    if bytes < 2 << 30 {
+        report
+            .notes
+            .push("registered, large buffer: not run, too little host memory".into());
+        return Ok(());
+    }
+    let first = 1 << 30;
+    let mut device = DeviceBuffer::new(context, first)?;
+    let made = Instant::now();
+    let Ok(mut buffer) = HostBuffer::new(bytes) else {
+        report
+            .notes
+            .push("registered, large buffer: could not be made: not run".into());
+        return Ok(());
+    };
+    let populated = made.elapsed();
+    let registering = Instant::now();
+    buffer.register(context, Register::Background);
+    stager.run(to_device(&mut device, &buffer[..first]))?;
+    let first_done = made.elapsed();
+    let registered = buffer.wait_registered();
+    let background = registering.elapsed();
+    let mut back = vec![1u8; first];
+    device.copy_to_host(0, &mut back)?;
+    check(
+        "registered, large buffer's first GiB",
+        &back,
+        &buffer[..first],
+    )?;
+    drop(buffer);
+    let Ok(mut alone) = HostBuffer::new(bytes) else {
+        report
+            .notes
+            .push("registered, large buffer: a second could not be made: not run".into());
+        return Ok(());
+    };
+    let started = Instant::now();
+    let once = HostRegistration::new(context, &mut alone[..]);
+    let alone_seconds = started.elapsed();
+    let alone_note = match &once {
+        Ok(_) => format!("{:.2} s", alone_seconds.as_secs_f64()),
+        Err(error) => format!("refused ({error})"),
+    };
+    drop(once);
+    println!(
+        "  registered, {}: made in {:.2} s, first GiB uploaded {:.2} s after the call, registered in {:.2} s ({} of {} bytes, refused {:?}); cuMemHostRegister alone {alone_note}",
+        size(bytes),
+        populated.as_secs_f64(),
+        first_done.as_secs_f64(),
+        background.as_secs_f64(),
+        registered.registered,
+        registered.len,
+        registered.refused,
+    );
+    report.notes.push(format!(
+        "registered, a {} buffer: made in {:.2} s; its first GiB uploaded {:.2} s after the call that made it (target <= 2.5 s at 64 GiB); registered in the background in {:.2} s ({}), one cuMemHostRegister of the same size alone {alone_note} (target: no more)",
+        size(bytes),
+        populated.as_secs_f64(),
+        first_done.as_secs_f64(),
+        background.as_secs_f64(),
+        if registered.is_complete() {
+            String::from("whole")
+        } else {
+            format!("{} bytes, refused {:?}", registered.registered, registered.refused)
+        },
+    ));
+    Ok(())
+}
