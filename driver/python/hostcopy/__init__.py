@@ -77,7 +77,7 @@ from ._errors import (
     WorkerStartError,
     WrongDevice,
 )
-from ._memory import empty
+from ._memory import Register, Registration, empty, registration, wait_registered
 from ._staging import (
     Stager,
     StagerOptions,
@@ -106,6 +106,10 @@ __all__ = [
     "copy_to_device",
     "copy_to_host",
     "empty",
+    "Register",
+    "Registration",
+    "registration",
+    "wait_registered",
     "ABI_VERSION",
     "CUHOSTFN",
     "HOST_COPY_ARGS_SIZE",

@@ -16,6 +16,7 @@ from typing import Any, Generator, Literal, Optional, Protocol, Sequence, Suppor
 from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
 
 from ._errors import NotDeviceMemory
+from ._memory import Register
 
 __all__ = [
     "HOST_COPY_ARGS_SIZE",
@@ -56,6 +57,7 @@ __all__ = [
     "sim_fail_call",
     "sim_fail_context",
     "sim_take_violations",
+    "sim_registered_memory",
     "sim_error_samples",
     "SimDeviceArray",
     "SimStream",
@@ -147,16 +149,26 @@ class HostMemory:
 
     def __len__(self) -> int: ...
 
+# `(registered, nbytes, refused, finished)`: `hostcopy.Registration`'s fields.
+_Registration: TypeAlias = tuple[int, int, Optional[str], bool]
+
 @final
 class PageableMemory:
     """``hostcopy.empty``'s memory: zeroed, its pages present, viewed by
-    numpy through ``__array_interface__``."""
+    numpy through ``__array_interface__``, registered with device
+    ``device``'s primary context as ``register`` says (anything but a
+    ``hostcopy.Register`` word raises ``hostcopy.InvalidOption`` before
+    the memory is mapped)."""
 
-    def __new__(cls, nbytes: int) -> Self: ...
+    def __new__(cls, nbytes: int, register: Register = "never", device: int = 0) -> Self: ...
     @property
     def nbytes(self) -> int: ...
     @property
     def __array_interface__(self) -> dict[str, Any]: ...
+    def registration(self) -> _Registration:
+        """How far its registration has got, without waiting."""
+    def wait_registered(self) -> _Registration:
+        """Waits (the GIL released) until its registration has ended."""
 
 @type_check_only
 class StagerOptions(TypedDict):
@@ -293,6 +305,8 @@ def sim_drain(ordinal: int) -> None: ...
 def sim_fail_call(entry: str, ordinal: int, nth: int, code: int) -> None: ...
 def sim_fail_context(ordinal: int, code: int) -> None: ...
 def sim_take_violations(ordinal: int) -> list[str]: ...
+def sim_registered_memory(nbytes: int, register: Register, ordinal: int, range: int) -> PageableMemory:
+    """``hostcopy.empty``'s memory registered in ranges of ``range`` bytes."""
 def sim_error_samples() -> list[tuple[str, BaseException]]:
     """One error of every variant of the Rust crate's errors, as raised:
     ``(variant, exception)`` pairs."""

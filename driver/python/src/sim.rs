@@ -66,6 +66,7 @@ fn sim_device_state(py: Python<'_>, ordinal: usize) -> PyResult<Bound<'_, PyDict
     dict.set_item("wait_value_ops", state.wait_value_ops)?;
     dict.set_item("event_records", state.event_records)?;
     dict.set_item("user_objects", state.user_objects)?;
+    dict.set_item("registrations", state.registrations)?;
     Ok(dict)
 }
 
@@ -116,6 +117,21 @@ fn sim_fail_context(ordinal: usize, code: u32) {
 #[pyfunction]
 fn sim_take_violations(ordinal: usize) -> Vec<String> {
     sim::take_violations(ordinal)
+}
+
+/// `hostcopy.empty`'s memory of `nbytes` bytes registered with device
+/// `ordinal` as `register` says, in ranges of `range` bytes (the package
+/// takes 256 MiB ranges): a refusal past the first range, in a test of a
+/// few pages.
+#[pyfunction]
+fn sim_registered_memory(
+    py: Python<'_>,
+    nbytes: usize,
+    register: crate::pageable::When,
+    ordinal: usize,
+    range: usize,
+) -> PyResult<crate::pageable::PageableMemory> {
+    crate::pageable::PageableMemory::made(py, nbytes, register, ordinal, range)
 }
 
 /// Simulated device memory shaped as a CUDA array library's one-byte
@@ -433,6 +449,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_fail_call, m)?)?;
     m.add_function(wrap_pyfunction!(sim_fail_context, m)?)?;
     m.add_function(wrap_pyfunction!(sim_take_violations, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_registered_memory, m)?)?;
     m.add_class::<SimDeviceArray>()?;
     m.add_class::<SimStream>()?;
     m.add_class::<SimGraph>()?;

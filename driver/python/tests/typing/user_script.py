@@ -239,7 +239,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as directory:
         print(model_file(directory))
     pool: np.ndarray = hostcopy.empty((4, 1024), np.float16)
-    print(f"pool of {pool.nbytes} bytes, all zero: {not pool.any()}")
+    progress: hostcopy.Registration = hostcopy.registration(pool)
+    print(f"pool of {pool.nbytes} bytes, all zero: {not pool.any()}, registered: {progress.complete}")
+    when: hostcopy.Register = "background"
+    try:
+        locked = hostcopy.empty(1 << 20, register=when, device=0)
+        done = hostcopy.wait_registered(locked)
+        refused: Optional[str] = done.refused
+        print(f"registered {done.registered} of {done.nbytes} bytes (refused: {refused})")
+    except hostcopy.CudaUnavailable as error:
+        print(f"not registered: {error}")
     version: str = hostcopy.__version__
     print(f"hostcopy {version}")
     print(f"{started} workers ({workers} started, {active} active), {hostcopy.rejected()} records rejected")
