@@ -78,7 +78,10 @@ fn a_registered_buffer_is_copied_directly_one_copy_a_range_both_ways() {
     let mut stager = stager(&device);
     let mut buffer = filled(3);
     // Staged: a copy per chunk each way.
-    assert_eq!(round_trip(&mut stager, &device, &mut buffer, 3), (STAGED, STAGED));
+    assert_eq!(
+        round_trip(&mut stager, &device, &mut buffer, 3),
+        (STAGED, STAGED)
+    );
     let registered = buffer.register_in_ranges(&device.context, Register::Now, RANGE);
     assert!(
         registered.is_complete() && registered.finished,
@@ -88,8 +91,11 @@ fn a_registered_buffer_is_copied_directly_one_copy_a_range_both_ways() {
     assert_eq!(device.state().registrations, 4);
     buffer.copy_from_slice(&pattern(LEN, 5));
     // Direct: a copy per registered range, none across two.
-    assert_eq!(round_trip(&mut stager, &device, &mut buffer, 5), (DIRECT, DIRECT));
-    assert!(DIRECT < STAGED);
+    assert_eq!(
+        round_trip(&mut stager, &device, &mut buffer, 5),
+        (DIRECT, DIRECT)
+    );
+    const { assert!(DIRECT < STAGED) };
     // A transfer of part of it, from the middle of a range.
     let mut target = DeviceBuffer::new(&device.context, RANGE).unwrap();
     let part = RANGE / 2..RANGE / 2 + RANGE;
@@ -126,7 +132,10 @@ fn a_refused_range_ends_registration_and_the_rest_is_staged_byte_exact() {
     // One direct copy for the registered range; the rest staged, a copy
     // a chunk.
     let half = 1 + (LEN - RANGE).div_ceil(CHUNK) as u32;
-    assert_eq!(round_trip(&mut stager, &device, &mut buffer, 7), (half, half));
+    assert_eq!(
+        round_trip(&mut stager, &device, &mut buffer, 7),
+        (half, half)
+    );
     // A transfer wholly past the registered prefix is staged; one that
     // starts in it is direct up to its end.
     let mut target = DeviceBuffer::new(&device.context, 2 * RANGE).unwrap();
