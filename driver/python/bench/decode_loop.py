@@ -36,12 +36,18 @@ per layer):
   the layer being launched). A slot's previous ``Transfer`` is waited for
   before the slot takes the next upload (the offloader's ring does the
   same);
+- ``hostcopy registered``: as ``hostcopy``, the pool made with
+  ``hostcopy.empty(..., register="now")``: registered with the driver
+  before the rounds, so every upload is one direct driver copy (no
+  staging, no CPU copy, no copy worker woken); what registered uploads
+  add a token, beside torch's pinned copies;
 - ``torch pageable``: ``copy_(non_blocking=True)`` from ordinary CPU
   tensors (the driver stages it, blocking the thread), for context;
 - ``hostcopy/VARIANT`` (``--stagers``): ``hostcopy`` through a
   ``hostcopy.Stager`` of its own, made with the options VARIANT names:
   ``w4`` 4 copy workers, ``c4`` chunks of 4 MiB, ``b8`` 8 staging
-  buffers, ``s`` streaming stores, together as in ``w4c4``.
+  buffers, ``s`` streaming stores, ``r`` the pool registered
+  (``register="now"``), together as in ``w4c4`` or ``w4r``.
 
 Each kind runs --warmup tokens (default 4) then --tokens timed tokens
 (default 64) per round, over --rounds rounds (default 5) whose order turns
@@ -49,10 +55,11 @@ Each kind runs --warmup tokens (default 4) then --tokens timed tokens
 Reported: ms a token (median over rounds of each round's median token),
 the ms an upload kind adds over ``none`` (median over rounds of the
 difference within the round), the ms the thread took to issue a token,
-and the ratio hostcopy added / torch pinned added (target <= 1.2). Then,
-for context, the uploads alone (no compute) for pinned and hostcopy: a
-token of uploads against compute alone says whether the loop is bound by
-the link or by compute.
+and the ratios hostcopy added / torch pinned added (target <= 1.2) and
+hostcopy registered added / torch pinned added. Then, for context, the
+uploads alone (no compute) for pinned and the hostcopy kinds: a token of
+uploads against compute alone says whether the loop is bound by the link
+or by compute.
 
 Checked every round: each ring slot's bytes equal the host bytes of the
 layer last uploaded into it, and the last token's output equals
@@ -61,8 +68,8 @@ would differ). A wrong byte or output exits 1.
 
 Usage: python driver/python/bench/decode_loop.py [--quick] [--layers N]
 [--tokens N] [--rounds N] [--warmup N] [--hidden H] [--matmuls N]
-[--upload-mib N] [--slots N] [--kinds none,pinned,hostcopy,pageable]
-[--csv PATH]
+[--upload-mib N] [--slots N] [--kinds none,pinned,hostcopy,registered,pageable]
+[--stagers VARIANT,...] [--csv PATH]
 """
 
 from __future__ import annotations
@@ -105,6 +112,7 @@ KINDS: Dict[str, str] = {
     "none": "none (compute alone)",
     "pinned": "torch pinned",
     "hostcopy": "hostcopy",
+    "registered": "hostcopy registered",
     "pageable": "torch pageable",
 }
 
@@ -196,7 +204,11 @@ class Uploader:
                 self.hosts.append(host)
         elif is_hostcopy(kind):
             self.stager = stager_of(kind)
-            self.pool = hostcopy.empty((model.layers, n), dtype=np.uint8)
+            self.pool = hostcopy.empty((model.layers, n), dtype=np.uint8, register=register_of(kind))
+            told = hostcopy.registration(self.pool)
+            if register_of(kind) == "now" and not told.complete:
+                print(f"{NAME}: {KINDS[kind]}: registered {told.registered} of {told.nbytes} bytes "
+                      f"(refused: {told.refused}); the rest is staged", flush=True)
             for i, ref in enumerate(model.reference):
                 torch.from_numpy(self.pool[i]).copy_(ref)
                 self.hosts.append(self.pool[i])
@@ -270,14 +282,25 @@ AHEAD = 2
 
 
 def is_hostcopy(kind: str) -> bool:
-    return kind == "hostcopy" or kind.startswith("hostcopy/")
+    return kind in ("hostcopy", "registered") or kind.startswith("hostcopy/")
+
+
+def register_of(kind: str) -> str:
+    """How the kind's pool is registered (``hostcopy.empty``'s
+    ``register=``): ``"now"`` for ``registered`` and a variant with ``r``."""
+    if kind == "registered":
+        return "now"
+    if kind.startswith("hostcopy/") and "r" in re.findall(r"[a-z]", kind.split("/", 1)[1]):
+        return "now"
+    return "never"
 
 
 def stager_of(kind: str) -> Optional[Any]:
-    """``hostcopy/VARIANT``'s own stager (None for ``hostcopy``: the
-    default one): ``w<N>`` workers, ``c<MiB>`` chunk, ``b<N>`` buffers,
-    ``s`` streaming stores."""
-    if kind == "hostcopy":
+    """``hostcopy/VARIANT``'s own stager (None for ``hostcopy`` and
+    ``registered``: the default one): ``w<N>`` workers, ``c<MiB>`` chunk,
+    ``b<N>`` buffers, ``s`` streaming stores; ``r`` (the pool registered,
+    ``register_of``) leaves the stager's options as they are."""
+    if kind in ("hostcopy", "registered"):
         return None
     options: Dict[str, Any] = {}
     for part in re.findall(r"[a-z]\d*", kind.split("/", 1)[1]):
@@ -290,8 +313,10 @@ def stager_of(kind: str) -> Optional[Any]:
             options["buffers"] = int(value)
         elif key == "s" and not value:
             options["h2d_streaming"] = True
+        elif key == "r" and not value:
+            pass  # the pool registered: register_of
         else:
-            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s)")
+            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s, r)")
     return hostcopy.Stager(0, **options)
 
 
@@ -395,11 +420,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--matmuls", type=int, default=4, help="matmuls a layer besides the read of its uploaded bytes")
     parser.add_argument("--upload-mib", type=int, default=16, help="MiB uploaded a layer")
     parser.add_argument("--slots", type=int, default=4, help="device buffers in the ring (at least 3)")
-    parser.add_argument("--kinds", default="none,pinned,hostcopy,pageable",
-                        help="comma-separated, of: none, pinned, hostcopy, pageable (none is always run)")
+    parser.add_argument("--kinds", default="none,pinned,hostcopy,registered,pageable",
+                        help="comma-separated, of: none, pinned (torch pinned), hostcopy (a hostcopy.empty pool, "
+                             "staged), registered (hostcopy registered: the pool made with register=\"now\", "
+                             "every upload direct), pageable (torch pageable); none is always run")
     parser.add_argument("--stagers", default="",
                         help="comma-separated hostcopy variants run beside the rest, each with a stager of its own: "
-                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming stores (e.g. w4,c4,w4c4)")
+                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming stores, r the pool registered "
+                             "(register=\"now\") (e.g. w4,c4,w4c4,r,w4r)")
     parser.add_argument("--csv", help="write the rows to this CSV file")
     args = parser.parse_args()
     quick = {"layers": 8, "tokens": 8, "rounds": 2, "warmup": 2}
@@ -541,11 +569,20 @@ def main() -> int:
         print("| --- | ---: | --- |")
         print(f"| ms added a token: hostcopy / torch pinned | {ratio} | <= 1.2 |")
         print(f"| ms a token: hostcopy / torch pinned | {by_kind['hostcopy']['token_ms'] / by_kind['pinned']['token_ms']:.3f} | |")
+        if "registered" in by_kind:
+            registered_added = by_kind["registered"]["added_ms"]
+            registered_ratio = f"{registered_added / pinned_added:.2f}" if pinned_added > 0.05 else "n/a"
+            print(f"| ms added a token: hostcopy registered / torch pinned | {registered_ratio} | |")
+            print(f"| ms a token: hostcopy registered / hostcopy | "
+                  f"{by_kind['registered']['token_ms'] / by_kind['hostcopy']['token_ms']:.3f} | |")
         if "pageable" in by_kind:
             print(f"| ms a token: torch pageable / hostcopy | "
                   f"{by_kind['pageable']['token_ms'] / by_kind['hostcopy']['token_ms']:.2f} | |")
         print(f"decode_loop: added a token: hostcopy {hc_added:+.2f} ms, torch pinned {pinned_added:+.2f} ms "
               f"(ratio {ratio}; target <= 1.2)")
+        if "registered" in by_kind:
+            print(f"decode_loop: added a token: hostcopy registered {by_kind['registered']['added_ms']:+.2f} ms "
+                  f"(ratio to torch pinned {registered_ratio}; issued in {by_kind['registered']['issue_ms']:.2f} ms)")
         for kind in [k for k in args.kinds if k.startswith("hostcopy/")]:
             added = by_kind[kind]["added_ms"]
             ratio = f"{added / pinned_added:.2f}" if pinned_added > 0.05 else "n/a"

@@ -10,9 +10,16 @@ cache) per forward, in ms per forward:
 - weights pinned once (torch ``pin_memory``) and copied with
   ``copy_(non_blocking=True)`` into a ring of two GPU buffers, one layer
   ahead (the field's fix);
-- ``hostcopy.offload.offload(layers)`` (prefetch 2);
-- side by side, the ring and the offloader with prefetch 2 and 1 attached
-  afresh each round in an order that turns (decode and prefill);
+- ``hostcopy.offload.offload(layers)`` (prefetch 2; its regions
+  registered with the driver in the background, the default, while the
+  forwards run);
+- side by side, the ring and the offloader with prefetch 2 and 1 (the
+  defaults), and with prefetch 2 staged (``register="never"``: nothing
+  registered, every upload staged) and registered (``register=
+  "background"``, waited for before the forwards: every upload direct,
+  no staging, no CPU copy), attached afresh each round in an order that
+  turns (decode and prefill), with the ratios registered / staged and
+  registered / pinned ring;
 - the model dispatched with a ``device_map`` placing layers 1..7 on the
   CPU: accelerate's own hooks, then ``hostcopy.offload.accelerate.use_hostcopy``.
 
@@ -24,11 +31,16 @@ alone; ``generate`` with ``HostOffloadedCache`` against transformers'
 ``cache_implementation="offloaded"`` and ``DynamicCache`` (tokens/s;
 tokens other than DynamicCache's named), shuffled between rounds, with the time a decoded token
 takes apart from the prefill and where it goes (hostcopy calls, waits,
-the cache's own update against transformers' timed). A table of ratios
+the cache's own update against transformers' timed); among the caches,
+``HostOffloadedCache`` staged (``register="never"``) and registered
+(``register="background"``, each region waited for in the update that
+made it, so within the prefill: every decoded token reads registered
+memory), with the ratio of their ms a decoded token. A table of ratios
 last.
 
 Usage: python driver/python/bench/offload_loop.py [--iterations N] [--rounds N] [--side-rounds N]
     [--only-generate [--kv-heads N] [--batch N] [--prompt N] [--new-tokens N]]
+    [--variants all|register|default]
 
 The generate rows alone, on the two shapes the engine is held to (a GQA
 model, one sequence of 4,096 tokens; a link-bound one, 32 KV heads and
@@ -175,22 +187,45 @@ class PinnedRing:
 SIDE_PINNED = "pinned ring"
 SIDE_P2 = "hostcopy.offload (prefetch 2)"
 SIDE_P1 = "hostcopy.offload (prefetch 1)"
+SIDE_STAGED = "hostcopy offload, staged (register=never)"
+SIDE_REGISTERED = "hostcopy offload, registered (register=background, waited)"
+#: The kinds measured side by side, in their first round's order.
+SIDE_KINDS = (SIDE_PINNED, SIDE_P2, SIDE_P1, SIDE_STAGED, SIDE_REGISTERED)
+
+
+def registered_offload(layers, model):
+    """``hostcopy.offload.offload(layers)`` whose regions are registered
+    before it returns: ``register="background"`` waited for, so that
+    every upload timed after it is direct."""
+    off = hostcopy.offload.offload(layers, prefetch=2, model=model, register="background")
+    for host in off.hosts:
+        told = hostcopy.wait_registered(host)
+        if not told.complete:
+            print(f"{SIDE_REGISTERED}: a region registered {told.registered} of {told.nbytes} bytes "
+                  f"(refused: {told.refused}); the rest is staged", flush=True)
+    return off
 
 
 def side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weights):
-    """The pinned ring and hostcopy's offloader with prefetch 2 and 1,
-    each attached afresh every round, in an order that turns from round
-    to round (round ``r`` starts at kind ``r``, and every other three
-    rounds run backwards): over six rounds each kind runs first, second
-    and third twice and follows each other kind as often. Per kind: the
-    median over rounds of the decode forward's median ms, of the
-    prefill's, and whether every round's decode logits were the model's
-    wholly on the GPU (``reference``)."""
+    """The pinned ring and hostcopy's offloader with prefetch 2 and 1 (the
+    defaults: registering in the background while the first forwards
+    run), staged (``register="never"``) and registered (background,
+    waited for before the forwards), each attached afresh every round, in
+    an order that turns from round to round (round ``r`` starts at kind
+    ``r``, and every other ``len(SIDE_KINDS)`` rounds run backwards): over
+    ``2 * len(SIDE_KINDS)`` rounds each kind runs at each place twice and
+    follows each other kind as often. Per kind: the median over rounds of
+    the decode forward's median ms, of the prefill's, and whether every
+    round's decode logits were the model's wholly on the GPU
+    (``reference``)."""
     attach = {
         SIDE_PINNED: lambda: PinnedRing(layers),
         SIDE_P2: lambda: hostcopy.offload.offload(layers, prefetch=2, model=model),
         SIDE_P1: lambda: hostcopy.offload.offload(layers, prefetch=1, model=model),
+        SIDE_STAGED: lambda: hostcopy.offload.offload(layers, prefetch=2, model=model, register="never"),
+        SIDE_REGISTERED: lambda: registered_offload(layers, model),
     }
+    assert tuple(attach) == SIDE_KINDS
     decode_ms = {kind: [] for kind in attach}
     prefill_ms = {kind: [] for kind in attach}
     logits = {kind: [] for kind in attach}
@@ -223,6 +258,9 @@ def side_by_side(model, layers, decode, prefill, reference, args, load_cpu_weigh
         result[kind] = (statistics.median(decode_ms[kind]), statistics.median(prefill_ms[kind]), equal)
         print(f"side by side, {kind}: decode {result[kind][0]:.1f} ms, prefill 4096 {result[kind][1]:.1f} ms "
               f"(medians of {args.side_rounds} rounds), logits equal: {equal}", flush=True)
+    # Within each round, registered against staged (the same ring, the same prefetch).
+    paired = [r / s for r, s in zip(decode_ms[SIDE_REGISTERED], decode_ms[SIDE_STAGED])]
+    print(f"side by side, decode, registered / staged within a round: {' '.join(f'{x:.3f}' for x in paired)}", flush=True)
     return result
 
 
@@ -263,10 +301,41 @@ def timed_offloaded_cache(model):
     return cache
 
 
+class WaitedCache(hostcopy.offload.transformers.HostOffloadedCache):
+    """``HostOffloadedCache(register="background")`` that waits, in the
+    ``update`` that made a host region (the prefill's, for a prompt and
+    ``--new-tokens`` that do not grow it), until the region is
+    registered: every upload after it is direct. The full and the
+    prefill-only runs both make the wait, so the ms a decoded token
+    (their difference) leaves it out; tokens/s of the whole call count it."""
+
+    def __init__(self, **options):
+        super().__init__(register="background", **options)
+        self.waited = set()  # ids of the regions' memory waited for
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        region = getattr(self.layers[layer_idx], "region", None)  # sliding-window layers have none
+        host = None if region is None else region.host
+        if host is not None and id(host) not in self.waited:
+            told = hostcopy.wait_registered(host)
+            if not told.complete:
+                print(f"{GEN_REGISTERED}: a region registered {told.registered} of {told.nbytes} bytes "
+                      f"(refused: {told.refused}); the rest is staged", flush=True)
+            self.waited.add(id(host))
+        return out
+
+
+GEN_STAGED = "HostOffloadedCache, staged (register=never)"
+GEN_REGISTERED = "HostOffloadedCache, registered (register=background, waited)"
+
+
 def generate_rows(model, args):
     """``generate`` with DynamicCache, transformers' offloaded cache and
     HostOffloadedCache (the defaults, a call a layer, larger groups, fewer
-    copy workers, streaming stores) over ``--rounds`` rounds, the first in
+    copy workers, streaming stores; staged, ``register="never"``, and
+    registered, ``"background"`` waited for: ``WaitedCache``) over
+    ``--rounds`` rounds, the first in
     the order below, each later one shuffled (seeded, so that a kind's
     neighbours change between rounds), each round a full run of
     ``--new-tokens`` and a prefill-only run (one new token): tokens/s of
@@ -293,16 +362,23 @@ def generate_rows(model, args):
         "HostOffloadedCache, 4 workers": {"stager": stagers[4]},
         "HostOffloadedCache, 2 workers": {"stager": stagers[2]},
         "HostOffloadedCache, streaming stores": {"stager": streaming},
+        GEN_STAGED: {"register": "never"},
+        GEN_REGISTERED: {},  # a WaitedCache
     }
     if args.variants == "default":
         variants = {"HostOffloadedCache": {}}
+    elif args.variants == "register":
+        variants = {name: variants[name] for name in ("HostOffloadedCache", GEN_STAGED, GEN_REGISTERED)}
+
+    def cache_of(name, options):
+        make = WaitedCache if name == GEN_REGISTERED else hostcopy.offload.transformers.HostOffloadedCache
+        return make(config=model.config, **options)
+
     kinds = {
         "DynamicCache": lambda: {"past_key_values": transformers.DynamicCache(config=model.config)},
         "transformers offloaded": lambda: {"cache_implementation": "offloaded"},
         **{
-            name: (lambda options=options: {
-                "past_key_values": hostcopy.offload.transformers.HostOffloadedCache(config=model.config, **options)
-            })
+            name: (lambda name=name, options=options: {"past_key_values": cache_of(name, options)})
             for name, options in variants.items()
         },
         "transformers offloaded, timed": lambda: {"past_key_values": timed_offloaded_cache(model)},
@@ -394,18 +470,31 @@ def generate_rows(model, args):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=(
+            "Rows of hostcopy's regions registered or not: side by side, "
+            f"'{SIDE_STAGED}' and '{SIDE_REGISTERED}' beside '{SIDE_PINNED}' and the defaults "
+            f"('{SIDE_P2}', '{SIDE_P1}': registering in the background while they run); in generate, "
+            f"'{GEN_STAGED}' and '{GEN_REGISTERED}' beside 'HostOffloadedCache' (the default) and "
+            "'transformers offloaded'; the ratios registered / staged and registered / pinned ring last."
+        ),
+    )
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=4096, help="prompt tokens for generate")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5, help="generate rounds, the kinds shuffled between them")
-    parser.add_argument("--side-rounds", type=int, default=6,
-                        help="rounds of the pinned ring and prefetch 2 and 1 side by side, the order turning between them")
+    parser.add_argument("--side-rounds", type=int, default=2 * len(SIDE_KINDS),
+                        help="rounds of the pinned ring, prefetch 2 and 1, and hostcopy offload staged and "
+                             "registered side by side, the order turning between them (default "
+                             f"{2 * len(SIDE_KINDS)}: each kind at each place twice)")
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     parser.add_argument("--kv-heads", type=int, default=8, help="KV heads of the model (32: no GQA)")
     parser.add_argument("--batch", type=int, default=1, help="sequences generated at once")
-    parser.add_argument("--variants", choices=["all", "default"], default="all",
-                        help="HostOffloadedCache's variants in the generate rows (default: its defaults alone)")
+    parser.add_argument("--variants", choices=["all", "register", "default"], default="all",
+                        help="HostOffloadedCache's variants in the generate rows: all (group 1 and 8, 4 and 2 "
+                             f"workers, streaming stores, '{GEN_STAGED}', '{GEN_REGISTERED}'), register "
+                             "(its defaults, staged and registered), default (its defaults alone)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("offload_loop: skipped: no GPU")
@@ -431,6 +520,7 @@ def main() -> int:
             hc = generated[kind]
             print(f"generate tok/s: {kind} / transformers offloaded {hc['tps'] / tf['tps']:.2f} (target >= 1); "
                   f"ms a decoded token {hc['decode_ms'] / tf['decode_ms']:.2f}")
+        print(registered_against_staged(generated))
         report_tokens(generated, args.rounds)
         return 0
     decode = torch.tensor([[17]], device="cuda")
@@ -568,6 +658,11 @@ def main() -> int:
     for kind in (SIDE_P2, SIDE_P1):
         print(f"| side by side: {kind} / pinned ring, time per forward | {side[kind][0] / ring_side[0]:.3f} | <= 1.03 |")
     print(f"| side by side, prefill 4096: prefetch 1 / prefetch 2 | {side[SIDE_P1][1] / side[SIDE_P2][1]:.3f} | |")
+    staged_side, registered_side = side[SIDE_STAGED], side[SIDE_REGISTERED]
+    print(f"| side by side: hostcopy offload, registered / staged, time per forward (prefill 4096) | "
+          f"{registered_side[0] / staged_side[0]:.3f} ({registered_side[1] / staged_side[1]:.3f}) | |")
+    print(f"| side by side: hostcopy offload, registered / pinned ring, time per forward (prefill 4096) | "
+          f"{registered_side[0] / ring_side[0]:.3f} ({registered_side[1] / ring_side[1]:.3f}) | |")
     print(f"| accelerate.cpu_offload / hostcopy | {acc_ms / hc_ms:.2f} | >= 6.5 |")
     print(f"| device_map: accelerate's / use_hostcopy | {dm_acc_ms / dm_hc_ms:.2f} | >= 6 |")
     print(f"| ready, s per GB: hostcopy / pinned | {ready / (weights / GB):.3f} / {pinned_ready / (weights / GB):.3f} | <= 0.15 |")
@@ -578,8 +673,22 @@ def main() -> int:
         hc = generated[kind]
         print(f"| generate tok/s: {kind} / transformers offloaded | {hc['tps'] / tf['tps']:.2f} | >= 1 |")
         print(f"| ms a decoded token: {kind} / transformers offloaded | {hc['decode_ms'] / tf['decode_ms']:.2f} | <= 1 |")
+    print(registered_against_staged(generated, table=True))
     report_tokens(generated, args.rounds)
     return 0 if all(equal for _, _, equal in rows) else 1
+
+
+def registered_against_staged(generated, table=False):
+    """The ms a decoded token of HostOffloadedCache registered against
+    staged (and tokens/s), as a line or a table row; what says why where
+    the two rows were not run (``--variants default``)."""
+    if GEN_STAGED not in generated or GEN_REGISTERED not in generated:
+        return "generate: registered / staged not measured (--variants default)"
+    registered, staged = generated[GEN_REGISTERED], generated[GEN_STAGED]
+    ms, tps = registered["decode_ms"] / staged["decode_ms"], registered["tps"] / staged["tps"]
+    if table:
+        return f"| ms a decoded token (tok/s): HostOffloadedCache, registered / staged | {ms:.2f} ({tps:.2f}) | |"
+    return f"generate: HostOffloadedCache, registered / staged: ms a decoded token {ms:.2f}, tok/s {tps:.2f}"
 
 
 def report_tokens(generated, rounds):

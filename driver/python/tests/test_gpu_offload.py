@@ -4,10 +4,15 @@ weights (nothing downloaded), its decoder layers offloaded three ways
 (``hostcopy.offload.offload``, ``accelerate.cpu_offload`` then
 ``use_hostcopy``, ``dispatch_model`` with a ``device_map`` then
 ``use_hostcopy``): logits bit-equal to the model run wholly on the GPU,
-host regions that are not pinned and no pinned allocation by torch's host
-allocator, hooks that come off, and an exception inside a forward that
-leaves no upload in flight. The host KV cache: ``generate``'s tokens equal
-to ``DynamicCache``'s, with no pinned allocation beyond generate's own.
+no pinned allocation by torch's host allocator, host regions that are not
+pinned with ``register="never"`` and registered with the driver with
+``"now"`` and (once waited for) ``"background"``, the default, for the
+same logits bit for bit, hooks that come off, and an exception inside a
+forward that leaves no upload in flight. The host KV cache:
+``generate``'s tokens equal to ``DynamicCache``'s, with no pinned
+allocation beyond generate's own, and every step's logits bit-equal
+whether its regions are registered or not, a region grown larger
+registered as the first was.
 
 Skipped, with the reason, where torch, transformers, accelerate or a GPU
 is missing; HOSTCOPY_REQUIRE_GPU=1 (the GPU bundle sets it) makes that a
@@ -40,6 +45,7 @@ if not torch.cuda.is_available():
         pytest.fail("HOSTCOPY_REQUIRE_GPU=1 but torch sees no GPU", pytrace=False)
     pytest.skip("no GPU (torch.cuda.is_available() is False)", allow_module_level=True)
 
+import hostcopy  # noqa: E402
 import hostcopy.offload  # noqa: E402
 import hostcopy.offload.accelerate  # noqa: E402
 import hostcopy.offload.transformers  # noqa: E402
@@ -125,7 +131,7 @@ def test_offloaded_layers_give_the_gpu_models_logits(cpu_model, inputs, referenc
     params = {name: p for name, p in model.named_parameters()}
     before = {name: p.detach().clone() for name, p in model.model.layers.named_parameters()}
     pinned = _pinned_allocations()
-    off = hostcopy.offload.offload(model.model.layers, prefetch=2, model=model)
+    off = hostcopy.offload.offload(model.model.layers, prefetch=2, model=model, register="never")
     assert off.tensor_bytes <= off.host_bytes <= 1.05 * off.tensor_bytes
     logits = [_logits(model, inputs) for _ in range(3)]  # the first forward learns the order; the next ones wrap
     assert _pinned_allocations() == pinned, "torch's host allocator pinned memory"
@@ -149,6 +155,55 @@ def test_prefetch_depths_and_ring_sizes_give_the_same_logits(cpu_model, inputs, 
         with hostcopy.offload.offload(model.model.layers, prefetch=prefetch, slots=slots):
             assert torch.equal(_logits(model, inputs), reference)
             assert torch.equal(_logits(model, inputs), reference)
+
+
+def _pinned_by_torch(region) -> bool:
+    """Whether torch sees a ``hostcopy.empty`` region as pinned (memory
+    registered with the driver is)."""
+    return bool(torch.from_numpy(region).is_pinned())
+
+
+@pytest.mark.parametrize("register", ["now", "background"])
+def test_registered_regions_give_the_logits_of_staged_ones_bit_equal(cpu_model, inputs, reference, register):
+    model = _gpu_model_with_layers_on_cpu(cpu_model)
+    logits = {}
+    for word in ("never", register):
+        pinned = _pinned_allocations()
+        with hostcopy.offload.offload(model.model.layers, prefetch=2, model=model, register=word) as off:
+            # With "background", the first forward may run while the regions
+            # register: each upload direct for what is registered, staged for the rest.
+            logits[word] = [_logits(model, inputs)]
+            told = [hostcopy.wait_registered(host) for host in off.hosts]
+            logits[word] += [_logits(model, inputs) for _ in range(2)]
+            seen_pinned = [_pinned_by_torch(host) for host in off.hosts]
+            sizes = [host.nbytes for host in off.hosts]
+        assert _pinned_allocations() == pinned, "torch's host allocator pinned memory"
+        if word == "never":
+            assert told == [hostcopy.Registration(0, size, None, True) for size in sizes]
+            assert not any(seen_pinned)
+        else:
+            assert told == [hostcopy.Registration(size, size, None, True) for size in sizes], (
+                f"not registered: {told} (the locked-memory limit, ulimit -l?)"
+            )
+            assert all(each.complete for each in told) and all(seen_pinned)
+    for word, each in logits.items():
+        assert all(torch.equal(one, reference) for one in each), word
+
+
+def test_use_hostcopy_registered_now_gives_the_same_logits(cpu_model, inputs, reference):
+    model = copy.deepcopy(cpu_model).cuda()
+    for layer in model.model.layers:
+        accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
+    handle = hostcopy.offload.accelerate.use_hostcopy(model, register="now")
+    hosts = handle.offloader.hosts
+    assert len(hosts) == LAYERS
+    told = [hostcopy.registration(host) for host in hosts]
+    assert all(each.complete for each in told), f"not registered: {told} (the locked-memory limit, ulimit -l?)"
+    assert all(_pinned_by_torch(host) for host in hosts)
+    logits = [_logits(model, inputs) for _ in range(2)]
+    assert all(torch.equal(each, reference) for each in logits)
+    remove_hook_from_module(model, recurse=True)
+    assert torch.equal(_logits(model, inputs), reference)
 
 
 def test_hooks_come_off(cpu_model):
@@ -195,7 +250,7 @@ def test_accelerate_cpu_offload_through_hostcopy(cpu_model, inputs, reference):
         accelerate.cpu_offload(layer, execution_device=torch.device("cuda", 0))
     assert torch.equal(_logits(model, inputs), reference)  # accelerate's own path
     pinned = _pinned_allocations()
-    handle = hostcopy.offload.accelerate.use_hostcopy(model)
+    handle = hostcopy.offload.accelerate.use_hostcopy(model, register="never")
     assert handle.groups == [f"model.layers.{i}" for i in range(LAYERS)]
     assert handle.skipped == []
     logits = [_logits(model, inputs) for _ in range(2)]
@@ -262,7 +317,7 @@ def test_host_kv_cache_generates_dynamic_caches_tokens(cpu_model):
     start = _pinned_allocations()
     again = model.generate(prompt, past_key_values=transformers.DynamicCache(config=model.config), **settings)
     middle = _pinned_allocations()
-    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
+    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config, register="never")
     tokens = model.generate(prompt, past_key_values=cache, **settings)
     end = _pinned_allocations()
     assert _grown(middle, end) == _grown(start, middle), "the host cache pinned memory beyond generate's own"
@@ -345,6 +400,54 @@ def test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager(cpu_m
     caches["host"].drain()
 
 
+def _region_hosts(cache):
+    """The host memory of each region of ``cache`` (a group of layers shares one)."""
+    return [region.host for region in dict.fromkeys(layer.region for layer in cache.layers)]
+
+
+def test_host_kv_cache_registered_now_gives_the_logits_of_a_staged_one_bit_exact(cpu_model):
+    # Teacher-forced, every step's logits: a prefill of 200 positions
+    # (regions of 320), a chunk of 200 that makes them again larger (640),
+    # then single tokens that read them back, a device part of 16 written
+    # as it fills.
+    model = copy.deepcopy(cpu_model).cuda()
+    generator = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, 512, (4, 440), generator=generator).cuda()
+    caches = {
+        word: hostcopy.offload.transformers.HostOffloadedCache(config=model.config, tail=16, register=word)
+        for word in ("never", "now")
+    }
+    logits, regions = {}, {}
+    with torch.inference_mode():
+        for word, cache in caches.items():
+            steps = [model(tokens[:, :200], past_key_values=cache, use_cache=True).logits[:, -1]]
+            first = _region_hosts(cache)
+            steps.append(model(tokens[:, 200:400], past_key_values=cache, use_cache=True).logits[:, -1])
+            grown = _region_hosts(cache)
+            for at in range(400, 440):
+                steps.append(model(tokens[:, at : at + 1], past_key_values=cache, use_cache=True).logits[:, -1])
+            logits[word] = torch.stack(steps)
+            regions[word] = (first, grown)
+            cache.drain()
+    for word, (first, grown) in regions.items():
+        assert len(first) == len(grown) == -(-LAYERS // hostcopy.offload.transformers.GROUP)
+        assert all(new is not old for new, old in zip(grown, first)), "the chunk grew every region"
+        assert caches[word].layers[0].capacity == 640
+        for region in first + grown:
+            told = hostcopy.registration(region)
+            if word == "never":
+                assert told == hostcopy.Registration(0, region.nbytes, None, True)
+                assert not _pinned_by_torch(region)
+            else:
+                assert told == hostcopy.Registration(region.nbytes, region.nbytes, None, True), (
+                    f"not registered: {told} (the locked-memory limit, ulimit -l?)"
+                )
+                assert _pinned_by_torch(region)
+    differing = (logits["now"] != logits["never"]).any(dim=-1).any(dim=-1).nonzero().flatten().tolist()
+    assert differing == [], f"steps whose logits differ between registered and staged regions: {differing}"
+    assert caches["now"].counters.uploads >= LAYERS // 2 * 40
+
+
 def test_refused_offload_arguments_are_offload_argument_errors(cpu_model):
     model = _gpu_model_with_layers_on_cpu(cpu_model)
     for modules, prefetch, cls in (
@@ -358,6 +461,9 @@ def test_refused_offload_arguments_are_offload_argument_errors(cpu_model):
         assert isinstance(refused.value, ValueError) and isinstance(refused.value, hostcopy.Error)
     with pytest.raises(hostcopy.OffloadArgumentError, match="CUDA device"):
         hostcopy.offload.offload(model.model.layers, device="cpu")
+    with pytest.raises(hostcopy.OffloadArgumentError, match="register") as refused:
+        hostcopy.offload.offload(model.model.layers, register="always")
+    assert refused.value.argument == "register"
     assert all(not layer._forward_pre_hooks for layer in model.model.layers), "nothing hooked"
     dispatched = copy.deepcopy(cpu_model).cuda()
     for layer in dispatched.model.layers:
@@ -368,6 +474,8 @@ def test_refused_offload_arguments_are_offload_argument_errors(cpu_model):
         ({"groups": ["model.nothing"]}, hostcopy.OffloadArgumentError),
         ({"prefetch": True}, hostcopy.OffloadArgumentTypeError),
         ({"prefetch": 1, "slots": 1}, hostcopy.OffloadArgumentError),
+        ({"register": "pinned"}, hostcopy.OffloadArgumentError),
+        ({"register": True}, hostcopy.OffloadArgumentTypeError),
     ):
         with pytest.raises(cls):
             hostcopy.offload.accelerate.use_hostcopy(dispatched, **options)
@@ -375,6 +483,8 @@ def test_refused_offload_arguments_are_offload_argument_errors(cpu_model):
         assert {name: m._hf_hook for name, m in dispatched.named_modules() if hasattr(m, "_hf_hook")} == hooks
     with pytest.raises(hostcopy.OffloadArgumentError, match="prefetch"):
         hostcopy.offload.transformers.HostOffloadedCache(config=dispatched.config, prefetch=0)
+    with pytest.raises(hostcopy.OffloadArgumentError, match="register"):
+        hostcopy.offload.transformers.HostOffloadedCache(config=dispatched.config, register="sometimes")
 
 
 def test_host_kv_cache_without_a_config_offloads_every_layer(cpu_model):

@@ -1,6 +1,9 @@
 """Offload where users run it: model weights and KV caches kept in
-pageable host memory (``hostcopy.empty``: nothing pinned) and brought to
-the GPU by hostcopy ahead of the layer that needs them.
+pageable host memory (``hostcopy.empty``) and brought to the GPU by
+hostcopy ahead of the layer that needs them. Each entry point registers
+that memory with the driver in the background by default
+(``register=``): its registered bytes are copied directly, the rest
+staged.
 
 Three uses (torch needed for all; imported on first use, never by
 ``import hostcopy`` or ``import hostcopy.offload``):
@@ -23,10 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from ._registration import DEFAULT, check_register
 from ._ring import Device, Ring, Slot
 from ._weights import ALIGN, Entry, Kit, Offloader, groups_of
 
 if TYPE_CHECKING:
+    from .._memory import Register
     from .._staging import Stager
 
 __all__ = ["ALIGN", "Device", "Entry", "Kit", "Offloader", "Ring", "Slot", "groups_of", "offload"]
@@ -43,6 +48,7 @@ def offload(
     wrap: bool = True,
     stager: Optional["Stager"] = None,
     model: Any = None,
+    register: "Register" = DEFAULT,
 ) -> Offloader:
     """Offloads the weights of ``modules`` to pageable host memory and
     brings each group to ``device`` (default: the current CUDA device)
@@ -81,13 +87,28 @@ def offload(
     waits for every upload in flight before it propagates. ``stager``: a
     ``hostcopy.Stager`` of the device (default: the device's shared one).
 
+    ``register``: how each group's region is registered with the driver
+    (``hostcopy.empty``'s ``register=``, in ``device``'s primary context):
+    ``"background"`` (the default) on a thread of its own while the first
+    uploads stage what is not registered yet, ``"now"`` before
+    ``offload`` returns, ``"never"`` not at all. Every upload copies the
+    registered bytes directly (no staging, no CPU copy) and stages the
+    rest. Registered memory is locked: the kernel cannot swap it out or
+    reclaim it while a tensor views a region (after ``remove()`` the
+    parameters that were on the CPU still do).
+    A region the driver refuses (a locked-memory limit, ``ulimit -l``)
+    stays staged, never an error; ``hostcopy.registration(off.hosts[i])``
+    tells how far group ``i``'s got.
+
     Refused arguments raise ``hostcopy.OffloadArgumentError`` (a
     ``ValueError``; ``OffloadArgumentTypeError``, also a ``TypeError``, for
-    a type: a ``bool`` or ``float`` depth, a string or a non-module group)
-    before any memory is made or any hook placed.
+    a type: a ``bool`` or ``float`` depth, a string or a non-module group,
+    a ``register`` that is not a string) before any memory is made or any
+    hook placed.
     """
     from ._torch import TorchKit
 
+    register = check_register(register)
     kit = TorchKit(device)
     return Offloader(
         kit,
@@ -99,4 +120,5 @@ def offload(
         wrap=wrap,
         stager=stager,
         root=model,
+        register=register,
     )

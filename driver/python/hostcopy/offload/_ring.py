@@ -56,6 +56,11 @@ def check_count(argument: str, value: Any, minimum: int) -> int:
 class Device(Protocol):
     """What the schedule needs from an array library's device."""
 
+    @property
+    def ordinal(self) -> int:
+        """The device's ordinal: the offloader registers its host regions
+        in this device's primary context (``register=``)."""
+
     def buffer(self, nbytes: int) -> Any:
         """Device memory of ``nbytes`` bytes, kept until dropped."""
 
@@ -107,7 +112,9 @@ class Ring:
     the forwards that read them.
 
     ``hosts[g]`` is group ``g``'s host memory (a C-contiguous buffer, in
-    practice a ``hostcopy.empty`` array: pageable, nothing pinned).
+    practice a ``hostcopy.empty`` array, registered with the driver or
+    not: hostcopy's copies move what is registered directly and stage the
+    rest).
     ``prefetch`` uploads are kept queued ahead of the forward that runs;
     the ring has ``prefetch + 1`` slots (the one being read, and one per
     upload in flight), or ``slots`` if given (at least that many). The

@@ -61,6 +61,7 @@ class TorchDevice:
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.target = device
+        self.ordinal: int = device.index
 
     def buffer(self, nbytes: int) -> Any:
         return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.target)

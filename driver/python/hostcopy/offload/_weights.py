@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from .. import _memory, _staging
 from .._errors import OffloadArgumentError, OffloadArgumentTypeError
+from ._registration import DEFAULT, check_register, region
 from ._ring import Device, Ring, Slot, check_count
 
 #: Where each tensor starts in its group's region: a multiple of this, so
@@ -95,11 +96,15 @@ def _raised() -> bool:
 
 class Offloader:
     """Keeps the tensors of ``groups`` (modules; each group's tensors one
-    flat region of pageable host memory from ``hostcopy.empty``, nothing
-    pinned) and brings each group to the device before its forward, into
-    a ring of device buffers, ``prefetch`` groups ahead. ``remove()``
-    restores the modules (their tensors back where they were, the hooks
-    gone); a ``with`` block removes at its end."""
+    flat region of host memory from ``hostcopy.empty``, registered with
+    the driver as ``register`` says) and brings each group to the device
+    before its forward, into a ring of device buffers, ``prefetch`` groups
+    ahead. ``remove()`` restores the modules (their tensors back where
+    they were, the hooks gone); a ``with`` block removes at its end.
+
+    ``register``: how each region is registered with the driver, in the
+    primary context of the kit's device (``kit.device.ordinal``), as
+    ``hostcopy.offload.offload`` says."""
 
     def __init__(
         self,
@@ -115,6 +120,7 @@ class Offloader:
         entries: Optional[Sequence[Sequence[Entry]]] = None,
         on_upload: Optional[Callable[[int, Slot], None]] = None,
         root: Any = None,
+        register: _memory.Register = DEFAULT,
     ) -> None:
         started = time.perf_counter()
         self.kit = kit
@@ -125,11 +131,16 @@ class Offloader:
         prefetch = check_count("prefetch", prefetch, 0)
         if slots is not None:
             check_count("slots", slots, prefetch + 1)
+        #: How the regions are registered with the driver (``register=``).
+        self.register = check_register(register)
         self.write_back = write_back
         if entries is None:
             entries = [kit.entries(module, buffers) for module in self.modules]
         self.entries = [list(group) for group in entries]
         self._refuse_shared()
+        #: Each group's region (``uint8``, ``hostcopy.empty`` memory):
+        #: ``hostcopy.registration(off.hosts[i])`` tells how far its
+        #: registration has got.
         self.hosts = [self._pack(group) for group in self.entries]
         #: Bytes of host memory held (the regions, alignment included).
         self.host_bytes = sum(len(host) for host in self.hosts)
@@ -168,7 +179,7 @@ class Offloader:
         for entry in group:
             entry.offset = offset
             offset += -(-entry.nbytes // ALIGN) * ALIGN
-        host = _memory.empty(max(offset, 1))
+        host = region(max(offset, 1), self.register, self.kit.device.ordinal)
         for entry in group:
             self.kit.fill(host, entry)
             entry.resting = self.kit.host_view(host, entry) if entry.resting is None else entry.resting

@@ -40,7 +40,9 @@ import importlib
 from typing import Any, Callable, Optional, Sequence
 
 from .._errors import OffloadArgumentError, OffloadArgumentTypeError
+from .._memory import Register
 from .._staging import Stager
+from ._registration import DEFAULT, check_register
 from ._ring import check_count
 from ._torch import TorchKit
 from ._weights import Entry, Offloader
@@ -242,6 +244,7 @@ class AccelerateOffload:
         prefetch: int,
         slots: Optional[int],
         stager: Optional[Stager],
+        register: Register = DEFAULT,
     ) -> None:
         self.hooked: list[_Hooked] = []
         self.skipped: list[str] = []
@@ -249,6 +252,7 @@ class AccelerateOffload:
         prefetch = check_count("prefetch", prefetch, 0)
         if slots is not None:
             check_count("slots", slots, prefetch + 1)
+        register = check_register(register)
         _check_groups(model, groups)
         hooked = _offloading_hooks(model)
         if not hooked:
@@ -302,6 +306,7 @@ class AccelerateOffload:
             stager=stager,
             entries=[[entry for entry, _, _ in members[g]] for g in order],
             root=model,
+            register=register,
         )
         # The weights map now reads the host regions: the old tensors go.
         for index, group in enumerate(order):
@@ -345,6 +350,7 @@ def use_hostcopy(
     prefetch: int = 2,
     slots: Optional[int] = None,
     stager: Optional[Stager] = None,
+    register: Register = DEFAULT,
 ) -> AccelerateOffload:
     """Moves the CPU-offloaded layers of ``model`` (after
     ``accelerate.cpu_offload``, or ``dispatch_model`` /
@@ -357,9 +363,16 @@ def use_hostcopy(
     ``ModuleList`` such as the decoder layers, and each other offloaded
     module a group of its own).
     ``prefetch``, ``slots``, ``stager``: as ``hostcopy.offload.offload``.
+    ``register``: as ``offload`` too (default ``"background"``), in the
+    primary context of the hooks' execution device: each group's region
+    registered with the driver, its registered bytes uploaded directly,
+    the rest staged; a region the driver refuses stays staged.
+    ``hostcopy.registration(handle.offloader.hosts[i])`` tells how far
+    group ``handle.groups[i]``'s got.
     The modules left to accelerate are in ``.skipped``. Refused arguments
     (``groups`` as one string or naming no module, a depth out of range,
-    a model with no offloading hook) raise ``hostcopy.OffloadArgumentError``
+    a ``register`` other than ``"never"``, ``"background"``, ``"now"``, a
+    model with no offloading hook) raise ``hostcopy.OffloadArgumentError``
     (``OffloadArgumentTypeError`` for a type) before any hook is replaced.
     """
-    return AccelerateOffload(model, groups, prefetch, slots, stager)
+    return AccelerateOffload(model, groups, prefetch, slots, stager, register)

@@ -1,5 +1,6 @@
 """A KV cache for transformers' ``generate`` whose layers live in pageable
-host memory (``hostcopy.empty``, nothing pinned)::
+host memory (``hostcopy.empty``, registered with the driver in the
+background unless ``register=`` says otherwise)::
 
     cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config)
     out = model.generate(input_ids, past_key_values=cache, max_new_tokens=64)
@@ -51,6 +52,7 @@ from typing import Any, Optional
 
 from .. import _memory, _staging
 from .._errors import OffloadArgumentTypeError, OffloadError
+from ._registration import DEFAULT, check_register, region
 from ._ring import check_count
 from ._torch import DeviceRange, device_range
 
@@ -129,6 +131,16 @@ def _wait(transfer: Any, counters: Counters) -> None:
         counters.wait_seconds += time.perf_counter() - started
 
 
+def _ordinal(device: Any) -> int:
+    """A CUDA device's ordinal: a ``torch.device``'s index, or the number
+    in its name as torch writes it (``"cuda:1"``); 0 where it has none."""
+    index = getattr(device, "index", None)
+    if isinstance(index, int):
+        return index
+    _, _, number = str(device).partition(":")
+    return int(number) if number.isdigit() else 0
+
+
 def _after_current(side: Any, device: Any) -> None:
     """Makes ``side`` wait for the work queued so far on ``device``'s current stream."""
     event = torch.cuda.Event()
@@ -149,13 +161,18 @@ class _Region:
         #: ``HostLayer.geometry()`` of the parts, once the region has memory.
         self.geometry: Optional[tuple[int, int, int, int]] = None
 
-    def grow(self, geometry: tuple[int, int, int, int], needed: int) -> None:
+    def grow(
+        self, geometry: tuple[int, int, int, int], needed: int, register: _memory.Register, device: Any
+    ) -> None:
         """Room for ``needed`` positions in every part: a new region half as
         large again (at least twice the old; the same capacity where a
         member has no part yet), each member's positions written so far
         copied in. A member already made with another geometry (its
         group's layers made before any wrote) leaves for memory of its own
-        first: a part laid out for ``geometry`` is not its."""
+        first: a part laid out for ``geometry`` is not its. The new region
+        is registered as ``register`` says in ``device``'s primary context
+        (portable: every device's copies see it registered); the old one
+        is unregistered and freed once its last view and copy let go."""
         for member in list(self.members):
             if member.is_initialized and member.geometry() != geometry:
                 member._detach()
@@ -167,7 +184,7 @@ class _Region:
             capacity = -(-max(needed + needed // 2, 2 * self.capacity, 256) // 64) * 64
         runs, key_dim, value_dim, item = geometry
         part = runs * capacity * (key_dim + value_dim) * item
-        host = _memory.empty(part * len(self.members))
+        host = region(part * len(self.members), register, _ordinal(device))
         for index, member in enumerate(self.members):
             view = host[index * part : (index + 1) * part]
             if member.flushed and member.host is not None:
@@ -198,11 +215,13 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     #: The views no longer match the host memory (made again when read).
     _stale = False
 
-    def __init__(self, tail: int = TAIL) -> None:
+    def __init__(self, tail: int = TAIL, *, register: _memory.Register = DEFAULT) -> None:
         #: Writes to the host not yet waited for (the first: reading ``keys`` waits for them).
         self.writes: list[Any] = []
         super().__init__()
         self.tail_positions = tail
+        #: How the host regions it grows are registered with the driver (``register=``).
+        self.register = check_register(register)
         #: Positions cached, and how many of them are in host memory.
         self.length = 0
         self.flushed = 0
@@ -327,7 +346,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
             return
         if self.region.geometry not in (None, self.geometry()):
             self._detach()
-        self.region.grow(self.geometry(), needed)
+        self.region.grow(self.geometry(), needed, self.register, self.device)
 
     def _views(self) -> None:
         """``keys`` / ``values``: CPU tensors over the host memory."""
@@ -540,9 +559,22 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     device at a time.
     ``stager``: the ``hostcopy.Stager`` that makes its copies (default: the
     device's shared one, as for ``offload``); a stager serves one device,
-    so a model over several GPUs keeps the default. Refused values raise
-    ``OffloadArgumentError`` (``OffloadArgumentTypeError`` for a type),
-    both ``ValueError``.
+    so a model over several GPUs keeps the default.
+    ``register``: how each host region is registered with the driver
+    (``hostcopy.empty``'s ``register=``, in the primary context of the
+    device of the layer that makes it): ``"background"`` (the default)
+    on a thread of its own while the first uploads stage what is not
+    registered yet, ``"now"`` when the region is made (during the
+    ``update`` that needs it), ``"never"`` not at all. A region made
+    again larger as the sequence grows is registered the same way; the
+    old one is unregistered once its last view and copy let go of it.
+    Uploads and writes copy the registered bytes directly and stage the
+    rest. Registered memory is locked while the cache holds it; a region
+    the driver refuses stays staged, never an error.
+    ``hostcopy.registration(cache.layers[i].host)`` tells how far layer
+    ``i``'s region has got, once it has positions in host memory.
+    Refused values raise ``OffloadArgumentError``
+    (``OffloadArgumentTypeError`` for a type), both ``ValueError``.
 
     Streams: the uploads run on a stream of their own, into buffers
     allocated on that stream, so they wait for nothing the compute stream
@@ -565,10 +597,13 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         tail: int = TAIL,
         group: int = GROUP,
         stager: Optional[_staging.Stager] = None,
+        register: _memory.Register = DEFAULT,
     ) -> None:
         prefetch = check_count("prefetch", prefetch, 1)
         tail = check_count("tail", tail, 1)
         self.group = check_count("group", group, 1)
+        #: How the layers' host regions are registered with the driver.
+        self.register = check_register(register)
         if stager is not None and not all(
             callable(getattr(stager, name, None)) for name in ("copy_blocks_to_device", "copy_blocks_to_host")
         ):
@@ -598,7 +633,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         self._order_of = -1
 
     def _new_layer(self) -> HostLayer:
-        layer = HostLayer(self.tail_positions)
+        layer = HostLayer(self.tail_positions, register=self.register)
         layer.counters, layer.copies = self.counters, self.copies
         # Consecutive offloaded layers share a region, ``group`` at a time.
         if self._region is not None and len(self._region.members) < self.group:
