@@ -271,12 +271,27 @@ impl HostBuffer {
 
     /// Waits until its registration has ended (every range registered, or
     /// one refused) and returns how far it got.
-    pub fn wait_registered(&mut self) -> crate::cuda::registration::Registration {
-        match &mut self.registrar {
+    pub fn wait_registered(&self) -> crate::cuda::registration::Registration {
+        match &self.registrar {
             Some(registrar) => registrar.wait(),
             None => crate::cuda::registration::Registration::none(self.len),
         }
     }
+}
+
+/// Puts fresh pages holding the same bytes under `[start, start + len)` of
+/// a `HostBuffer`'s mapping, so that a driver copy that may still write
+/// the old pages (kept, registered, for good) writes nothing safe code can
+/// see; `false` where this system cannot.
+///
+/// # Safety
+///
+/// The range lies in a live `HostBuffer`'s mapping that no one reads or
+/// writes during the call.
+#[cfg(feature = "cuda")]
+pub(crate) unsafe fn replace_pages(start: usize, len: usize) -> bool {
+    // SAFETY: our caller's contract.
+    unsafe { sys::replace_pages(start, len) }
 }
 
 /// Populates `memory` with `threads` threads, each a contiguous part
@@ -406,6 +421,52 @@ mod sys {
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     pub(super) fn advise_huge(_start: usize, _len: usize) {}
+
+    /// Moves fresh anonymous pages, holding a copy of the bytes, over the
+    /// whole pages of `[start, start + len)` (`mremap`): whatever still
+    /// holds the old pages (a driver's registration) keeps them, and no
+    /// later access through these addresses reaches them. `false` where it
+    /// cannot (the range is then as it was).
+    ///
+    /// # Safety
+    ///
+    /// The range lies in a mapping of ours that nothing else reads or
+    /// writes through these addresses during the call.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(super) unsafe fn replace_pages(start: usize, len: usize) -> bool {
+        let page = crate::prefault::page_size();
+        let first = start / page * page;
+        let span = (start + len).next_multiple_of(page) - first;
+        let Ok(fresh) = map(span) else {
+            return false;
+        };
+        let old = core::ptr::with_exposed_provenance_mut::<u8>(first);
+        // SAFETY: `span` bytes at `old` lie in our mapping (our caller),
+        // at `fresh` in the new one; the two do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(old, fresh.as_ptr(), span) };
+        // SAFETY: moves our new mapping over whole pages of our own
+        // mapping; on failure neither changes.
+        let moved = unsafe {
+            libc::mremap(
+                fresh.as_ptr().cast(),
+                span,
+                span,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                old.cast::<libc::c_void>(),
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            // SAFETY: the mapping `map` just made, used by no one.
+            unsafe { unmap(fresh, span) };
+            return false;
+        }
+        true
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(super) unsafe fn replace_pages(_start: usize, _len: usize) -> bool {
+        false
+    }
 }
 
 #[cfg(any(not(unix), miri))]
@@ -438,6 +499,11 @@ mod sys {
     }
 
     pub(super) fn advise_huge(_start: usize, _len: usize) {}
+
+    /// Pages cannot be replaced here.
+    pub(super) unsafe fn replace_pages(_start: usize, _len: usize) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -493,6 +559,29 @@ mod tests {
         let refused = HostBuffer::new(usize::MAX & !4095).unwrap_err();
         assert!(matches!(refused, super::HostBufferError::Map { .. }));
         assert!(refused.to_string().contains("mapping"));
+    }
+
+    /// Pages set aside under a range keep every byte of the buffer, at the
+    /// range's partial pages too, and the range stays writable.
+    #[test]
+    #[cfg(feature = "cuda")]
+    #[cfg_attr(miri, ignore = "Miri cannot move pages (mremap)")]
+    fn replaced_pages_keep_every_byte_and_stay_writable() {
+        let page = crate::prefault::page_size();
+        let len = 5 * page + 123;
+        let mut buffer = HostBuffer::new(len).unwrap();
+        for (index, byte) in buffer.iter_mut().enumerate() {
+            *byte = (index * 7 + index / 251) as u8;
+        }
+        let expected = buffer.to_vec();
+        let start = buffer.as_ptr().expose_provenance() + page + 17;
+        // SAFETY: a range of the buffer's own mapping, touched by no one
+        // during the call.
+        assert!(unsafe { super::replace_pages(start, 2 * page) });
+        assert!(buffer[..] == expected[..], "bytes changed");
+        buffer[page + 17] ^= 0xff;
+        buffer[len - 1] ^= 0xff;
+        assert_eq!(buffer[page + 17], expected[page + 17] ^ 0xff);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::registration::Register;
 use hostcopy_driver::cuda::sim;
 use hostcopy_driver::cuda::staging::{self, DeviceCopies, Stager, to_device, to_host};
-use hostcopy_driver::cuda::{DeviceBuffer, DeviceView};
+use hostcopy_driver::cuda::{Context, DeviceBuffer, DeviceView};
 use sim_support::{device, pattern, scaled};
 use std::sync::Arc;
 
@@ -242,4 +242,110 @@ fn a_buffer_whose_direct_copies_could_not_be_waited_for_stays_mapped_and_registe
     assert_eq!(registrations, 4, "unregistered under a queued copy");
     assert_eq!(kept.host_buffers, before.host_buffers + 1, "kept uncounted");
     drop(stager);
+}
+
+/// A blocking transfer's direct copies to the host that cannot be waited
+/// for (a context error while they are queued): the transfer fails, and
+/// the caller gets its buffer back with its bytes as they were, on fresh
+/// pages (the driver keeps the old ones, registered for good), so that no
+/// copy the driver may still run writes what safe code now reads; the
+/// buffer is kept, counted, when it is dropped. (The simulated driver
+/// copies through addresses, not the pages it pinned, so it cannot show
+/// a late write missing the new pages; the real driver writes the pinned
+/// pages.)
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot move pages (mremap)")]
+fn a_buffer_handed_back_after_a_context_error_is_on_pages_the_driver_never_writes() {
+    let device = device();
+    let mut stager = stager(&device);
+    let mut buffer = filled(19);
+    let expected = pattern(LEN, 19);
+    assert!(
+        buffer
+            .register_in_ranges(&device.context, Register::Now, RANGE)
+            .is_complete()
+    );
+    let target = DeviceBuffer::new(&device.context, LEN).unwrap();
+    let before = staging::leaked().host_buffers;
+    sim::hold(device.ordinal);
+    let ordinal = device.ordinal;
+    let result = stager.scope(|scope| {
+        let transfer = scope.start(to_host(&mut buffer[..], &target))?;
+        sim::fail_context(ordinal, LAUNCH_FAILED);
+        transfer.wait()
+    });
+    assert!(matches!(result, Ok(Err(_))), "{result:?}");
+    // Readable and writable, its bytes as they were.
+    let unchanged = buffer[..] == expected[..];
+    buffer[0] ^= 1;
+    drop(buffer);
+    let kept = staging::leaked().host_buffers - before;
+    sim::release(device.ordinal);
+    drop(stager);
+    assert!(unchanged, "the bytes changed");
+    assert_eq!(kept, 1, "kept uncounted");
+}
+
+/// A kept buffer registered through another device's context keeps that
+/// context alive: its end would unregister the memory under copies that
+/// may still run.
+#[test]
+fn a_kept_buffer_stays_registered_when_its_context_had_no_other_holder() {
+    let b = device();
+    let a = sim::new_device();
+    let mut buffer = filled(21);
+    {
+        let context = Context::primary(a).unwrap();
+        let registered = buffer.register_in_ranges(&context, Register::Now, RANGE);
+        assert!(registered.is_complete());
+    }
+    let mut stager = stager(&b);
+    let mut target = DeviceBuffer::new(&b.context, LEN).unwrap();
+    let before = staging::leaked().host_buffers;
+    sim::hold(b.ordinal);
+    let ordinal = b.ordinal;
+    let result = stager.scope(|scope| {
+        let transfer = scope.start(to_device(&mut target, &buffer[..]))?;
+        sim::fail_context(ordinal, LAUNCH_FAILED);
+        transfer.wait()
+    });
+    assert!(matches!(result, Ok(Err(_))), "{result:?}");
+    drop(buffer);
+    let kept = staging::leaked().host_buffers - before;
+    let state = sim::device_state(a);
+    sim::release(b.ordinal);
+    drop(stager);
+    assert_eq!(kept, 1);
+    assert!(state.context_alive, "the registering context was destroyed");
+    assert_eq!(state.registrations, LEN.div_ceil(RANGE));
+}
+
+/// A range the driver did not unregister: the buffer stays mapped, kept
+/// and counted, rather than handing the driver's registered pages back to
+/// the system.
+#[test]
+fn a_failed_unregister_keeps_the_buffer_mapped() {
+    let device = device();
+    let mut buffer = filled(23);
+    assert!(
+        buffer
+            .register_in_ranges(&device.context, Register::Now, RANGE)
+            .is_complete()
+    );
+    let before = staging::leaked().host_buffers;
+    sim::fail_call(device.ordinal, "cuMemHostUnregister", 1, 1);
+    drop(buffer);
+    assert_eq!(staging::leaked().host_buffers - before, 1);
+}
+
+/// A range of any size is taken: at most the buffer, whole pages.
+#[test]
+fn a_huge_range_registers_the_buffer_in_one() {
+    let device = device();
+    let mut buffer = filled(25);
+    let registered = buffer.register_in_ranges(&device.context, Register::Now, usize::MAX);
+    assert!(registered.is_complete());
+    assert_eq!(device.state().registrations, 1);
+    drop(buffer);
+    assert_eq!(device.state().registrations, 0);
 }

@@ -147,7 +147,8 @@ def registration(array: Any) -> Registration:
     waiting: ``array`` is a numpy array made by ``hostcopy.empty`` or a
     view of one (whose ``.base`` chain ends at its memory). Memory made
     with ``register="never"`` tells ``Registration(0, nbytes, None,
-    True)``. ``TypeError`` for other memory.
+    True)``. ``TypeError`` for other memory; ``CudaUnavailable`` in a child
+    forked after CUDA was used, for memory the parent registered.
 
     ::
 

@@ -1,8 +1,6 @@
 //! The memory of `hostcopy.empty`: a [`HostBuffer`] that numpy views,
 //! registered with the driver where `register=` asks for it.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
 use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::Context;
 use hostcopy_driver::cuda::registration::{REGISTER_RANGE, Register, Registration};
@@ -67,9 +65,9 @@ type Told = (usize, usize, Option<String>, bool);
 #[pyclass(module = "hostcopy._native", frozen)]
 pub(crate) struct PageableMemory {
     /// Never read or written by Rust after it was made (Python writes the
-    /// bytes through `addr`); locked to read or wait for its registration.
+    /// bytes through `addr`): only its registration is read or waited for.
     /// `None` only in `Drop`.
-    buffer: Mutex<Option<HostBuffer>>,
+    buffer: Option<HostBuffer>,
     /// Its first byte's address, taken once when it was made.
     addr: usize,
     nbytes: usize,
@@ -116,16 +114,11 @@ impl PageableMemory {
             .map_err(|failure| errors::layer_error(py, "empty", "device", failure))?;
         }
         Ok(PageableMemory {
-            buffer: Mutex::new(Some(buffer)),
+            buffer: Some(buffer),
             addr,
             nbytes,
             registers: context.is_some(),
         })
-    }
-
-    fn buffer(&self) -> MutexGuard<'_, Option<HostBuffer>> {
-        // Nothing panics while it is held; the buffer stays whole.
-        self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// What `hostcopy.Registration` holds; `refused` is the driver's error
@@ -178,13 +171,15 @@ impl PageableMemory {
     }
 
     /// How far its registration has got, without waiting for it:
-    /// `(registered, nbytes, refused, finished)`.
-    fn registration(&self, py: Python<'_>) -> Told {
-        // Without the GIL: another thread's `wait_registered` holds the
-        // lock until registering ends.
-        let registration =
-            life::detach(py, || self.buffer().as_ref().map(HostBuffer::registration));
-        self.told(registration)
+    /// `(registered, nbytes, refused, finished)`. `CudaUnavailable` in a
+    /// child forked after CUDA was used, for memory registered in the
+    /// parent (its registration's state may be held by a thread the child
+    /// does not have).
+    fn registration(&self, py: Python<'_>) -> PyResult<Told> {
+        if self.registers && life::forked() {
+            return Err(errors::forked(py));
+        }
+        Ok(self.told(self.buffer.as_ref().map(HostBuffer::registration)))
     }
 
     /// Waits, with the GIL released, until its registration has ended
@@ -197,9 +192,7 @@ impl PageableMemory {
         if self.registers && life::forked() {
             return Err(errors::forked(py));
         }
-        let registration = life::detach(py, || {
-            self.buffer().as_mut().map(HostBuffer::wait_registered)
-        });
+        let registration = life::detach(py, || self.buffer.as_ref().map(HostBuffer::wait_registered));
         Ok(self.told(registration))
     }
 }
@@ -211,11 +204,7 @@ impl Drop for PageableMemory {
     /// thread's current context put back afterwards, as after every call
     /// (`crate::keeping_current`).
     fn drop(&mut self) {
-        let buffer = self
-            .buffer
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let buffer = self.buffer.take();
         if !self.registers || life::forked() {
             // No driver call: never registered, or a child forked after
             // CUDA was used, where the buffer's drop leaves the parent's

@@ -21,7 +21,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 
 use super::context::Context;
@@ -96,8 +96,11 @@ pub(crate) struct Region {
     registered: AtomicUsize,
     /// Asks the registering thread to stop after its range.
     stop: AtomicBool,
+    /// Set (under `refused`'s lock) once registering has ended; `ended`
+    /// is notified then.
     finished: AtomicBool,
     refused: Mutex<Option<DriverError>>,
+    ended: Condvar,
     /// A transfer's copies of this memory could not be waited for: it
     /// stays mapped and registered for good.
     kept: AtomicBool,
@@ -121,9 +124,9 @@ impl Region {
         let registered = self.context.bind().and_then(|()| {
             // SAFETY: `[start + at, start + at + len)` lies in the buffer's
             // mapping, which outlives the registration: the buffer's drop
-            // unregisters every range (or keeps the mapping) before it
-            // unmaps. Ranges never overlap: each starts where the last
-            // ended.
+            // unmaps it only once the driver unregistered every range
+            // (`Registrar::end`), and keeps it mapped otherwise. Ranges
+            // never overlap: each starts where the last ended.
             unsafe {
                 ffi::cuMemHostRegister_v2(
                     core::ptr::with_exposed_provenance_mut(self.start + at),
@@ -147,7 +150,20 @@ impl Region {
 
     fn register_all(&self) {
         while self.register_next() {}
+        let _refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         self.finished.store(true, Ordering::Release);
+        self.ended.notify_all();
+    }
+
+    /// Waits until registering has ended.
+    fn wait(&self) {
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        while !self.finished.load(Ordering::Acquire) {
+            refused = self
+                .ended
+                .wait(refused)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     fn status(&self) -> Registration {
@@ -229,17 +245,20 @@ impl Registrar {
         let region = Arc::new(Region {
             start,
             len,
-            range: range.max(1).next_multiple_of(page),
+            // At most the buffer (so no overflow), whole pages.
+            range: range.clamp(1, len).next_multiple_of(page),
             context: context.clone(),
             registered: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             finished: AtomicBool::new(false),
             refused: Mutex::new(None),
+            ended: Condvar::new(),
             kept: AtomicBool::new(false),
         });
         {
             let mut table = TABLE.write().unwrap_or_else(PoisonError::into_inner);
-            table.insert(start, Arc::clone(&region));
+            let earlier = table.insert(start, Arc::clone(&region));
+            debug_assert!(earlier.is_none(), "a mapping registered twice");
             ANY.store(table.len(), Ordering::Release);
         }
         let thread = match when {
@@ -270,18 +289,17 @@ impl Registrar {
     }
 
     /// Waits until registering has ended (every range, or a refusal).
-    pub(crate) fn wait(&mut self) -> Registration {
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    pub(crate) fn wait(&self) -> Registration {
+        self.region.wait();
         self.status()
     }
 
     /// Stops registering (after the range under way), takes the buffer out
     /// of the table and unregisters it: `true` if its memory may be
     /// unmapped now; `false` if a transfer's copies of it could not be
-    /// waited for (or this process gave up on its copies), and it stays
-    /// mapped and registered for good.
+    /// waited for, the driver did not unregister every range, or this
+    /// process gave up on its copies: it stays mapped (and registered, its
+    /// context kept alive with it) for good.
     pub(crate) fn end(mut self) -> bool {
         if crate::process::Process::global().abandoned() {
             // Its thread is not in this process (forked) or may be stuck
@@ -290,29 +308,42 @@ impl Registrar {
             return false;
         }
         self.region.stop.store(true, Ordering::Release);
-        self.wait();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
         {
             let mut table = TABLE.write().unwrap_or_else(PoisonError::into_inner);
             table.remove(&self.region.start);
             ANY.store(table.len(), Ordering::Release);
         }
-        if self.region.kept.load(Ordering::Acquire) {
+        if self.region.kept.load(Ordering::Acquire) || !self.unregister() {
+            // Its context too: the context's end would unregister it.
+            super::retire::keep(self, super::retire::Kept::Uncounted);
             return false;
         }
+        true
+    }
+
+    /// Unregisters every registered range: whether the driver did.
+    fn unregister(&self) -> bool {
         let region = &self.region;
         let registered = region.registered.load(Ordering::Acquire);
-        if region.context.bind().is_ok() {
-            for at in (0..registered).step_by(region.range) {
-                // SAFETY: a range `register_next` registered; no transfer
-                // borrows the buffer any more and none kept it, so no
-                // queued copy reads or writes it.
-                let _ = unsafe {
-                    ffi::cuMemHostUnregister(core::ptr::with_exposed_provenance_mut(
-                        region.start + at,
-                    ))
-                };
-            }
+        if registered == 0 {
+            return true;
         }
-        true
+        if region.context.bind().is_err() {
+            return false;
+        }
+        let mut all = true;
+        for at in (0..registered).step_by(region.range) {
+            // SAFETY: a range `register_next` registered; no transfer
+            // borrows the buffer any more and none kept it, so no queued
+            // copy reads or writes it.
+            let unregistered = unsafe {
+                ffi::cuMemHostUnregister(core::ptr::with_exposed_provenance_mut(region.start + at))
+            };
+            all &= unregistered.ok().is_ok();
+        }
+        all
     }
 }

@@ -810,16 +810,22 @@ impl Lanes {
 
     /// Queues a transfer's direct copies (between registered host memory
     /// and the device) on lane `lane`'s stream, and records an event after
-    /// them, which a wait sleeps on (no host side follows: a thread
-    /// spinning on it would cost a core for the whole copy). Several
-    /// pieces go in one batch call unless the stager copies in a loop or
-    /// the driver has no batch copy.
+    /// them: where `sleeping`, one that a wait sleeps on (no host side
+    /// follows: a thread spinning on it would cost a core for the whole
+    /// copy), from its own spare pool; else a plain one, as the lanes'.
+    /// Several pieces go in one batch call unless the stager copies in a
+    /// loop or the driver has no batch copy.
     pub(super) fn queue_direct(
         &self,
         direction: Direction,
         pieces: &[DevicePiece],
         lane: usize,
+        sleeping: bool,
     ) -> Result<Event, Error> {
+        let _relaxed = RelaxedCapture::new();
+        // Unwinding from here would end the transfer's borrows with its
+        // copies queued.
+        let _no_unwind = AbortOnUnwind::new();
         let stream = self.streams[lane].as_stream();
         let capabilities = self.capabilities();
         let batch = pieces.len() > 1
@@ -829,12 +835,20 @@ impl Lanes {
                 DeviceCopies::Auto | DeviceCopies::Batch | DeviceCopies::Kernel
             );
         self.move_pieces(direction, pieces, batch, stream)?;
-        let spare = lock(&self.spare_direct_events).pop();
-        let event = match spare {
-            Some(event) => event,
-            None => Event::blocking(&self.context)?,
+        let pool = match sleeping {
+            true => &self.spare_direct_events,
+            false => &self.spare_lane_events,
         };
-        event.record_on_own(stream)?;
+        let spare = lock(pool).pop();
+        let event = match (spare, sleeping) {
+            (Some(event), _) => event,
+            (None, true) => Event::blocking(&self.context)?,
+            (None, false) => Event::ordering(&self.context)?,
+        };
+        if let Err(error) = event.record_on_own(stream) {
+            lock(pool).push(event);
+            return Err(error);
+        }
         Ok(event)
     }
 

@@ -17,11 +17,13 @@ use crate::cuda::registration::Region;
 
 /// The memory a transfer's queued copies use, which its end lets go of by
 /// one rule: the device allocation, and hostcopy's registered host buffers
-/// that direct copies read or write.
+/// that direct copies read or write (`written`: the host ranges direct
+/// copies to the host write).
 #[derive(Debug)]
 pub(super) struct InUse {
     pub(super) device: DeviceInUse,
     pub(super) host: Vec<Arc<Region>>,
+    pub(super) written: Vec<(usize, usize)>,
 }
 
 impl InUse {
@@ -30,15 +32,31 @@ impl InUse {
         InUse {
             device,
             host: Vec::new(),
+            written: Vec::new(),
         }
     }
 
     /// A copy the driver may still run uses it: the device memory is kept
     /// for good, counted, and the host buffers are never unregistered nor
-    /// unmapped.
+    /// unmapped. The pages a direct copy to the host may still write stay
+    /// the driver's: fresh pages holding the same bytes take their place
+    /// under the caller's addresses, so that the memory the caller gets
+    /// back is never written by the driver (where that cannot be done,
+    /// the process aborts rather than hand it back).
     pub(super) fn keep(self) {
         for region in &self.host {
             region.keep();
+        }
+        for &(start, len) in &self.written {
+            // SAFETY: a range of a registered `HostBuffer` (kept mapped
+            // above) that this transfer borrows until it has ended: no
+            // one else reads or writes it now.
+            if !unsafe { crate::host_buffer::replace_pages(start, len) } {
+                std::eprintln!(
+                    "hostcopy: a direct copy the driver may still run writes host memory whose pages could not be set aside; aborting"
+                );
+                std::process::abort();
+            }
         }
         self.device.keep();
     }
@@ -70,7 +88,8 @@ pub(super) struct InFlight {
     /// Recorded after the transfer's last chunk on each stream it used,
     /// the direct copies' first where it has any (`direct`).
     events: Vec<Event>,
-    /// Whether `events[0]` follows direct copies (a sleeping wait's).
+    /// Whether `events[0]` follows direct copies and is a sleeping wait's
+    /// (its own spare pool).
     direct: bool,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,

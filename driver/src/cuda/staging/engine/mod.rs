@@ -20,6 +20,7 @@ use core::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::vec::Vec;
 
+use super::Direction;
 use super::driver_path::DriverPath;
 use super::feed::{CopierThread, Job, Lanes};
 use super::in_flight::{InFlight, InUse};
@@ -344,13 +345,28 @@ impl Engine {
                 self.order.order_lane(lane, stream)?;
             }
         }
+        let written = match direction {
+            Direction::DeviceToHost => direct
+                .iter()
+                .map(|piece| (piece.staging, piece.len))
+                .collect(),
+            Direction::HostToDevice => Vec::new(),
+        };
         let in_use = InUse {
             device: memory.memory_in_use(),
             host: regions,
+            written,
         };
+        // A blocking call's wait sleeps on the direct copies' event; a
+        // transfer that returns at once takes a plain one (the driver holds
+        // only so many sleeping events queued before a call waits).
+        let sleeping = queuing == Queuing::Blocking;
         let mut events = Vec::new();
         if !direct.is_empty() {
-            match self.lanes.queue_direct(direction, &direct, DIRECT_LANE) {
+            match self
+                .lanes
+                .queue_direct(direction, &direct, DIRECT_LANE, sleeping)
+            {
                 Ok(event) => events.push(event),
                 Err(error) => {
                     // What was queued runs: the streams drain before
@@ -386,7 +402,7 @@ impl Engine {
             job,
             &self.lanes,
             events,
-            !direct.is_empty(),
+            sleeping && !direct.is_empty(),
             self.order.next(),
             in_use,
         )))
