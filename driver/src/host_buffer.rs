@@ -205,9 +205,10 @@ impl HostBuffer {
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 impl HostBuffer {
     /// Registers the buffer's memory with the driver (page-locked, portable
-    /// to every context), as `when` says, in ranges of
+    /// to every context), as `when` says: in the background in ranges of
     /// [`REGISTER_RANGE`](crate::cuda::registration::REGISTER_RANGE) bytes
-    /// from its first byte on. Staged transfers copy its registered bytes
+    /// from its first byte on, now in one piece
+    /// ([`default_range`](crate::cuda::registration::default_range)). Staged transfers copy its registered bytes
     /// straight between them and the device, at the link and with no CPU
     /// copy, and stage the rest; a transfer over a half-registered buffer
     /// is staged where it is not yet registered.
@@ -238,7 +239,8 @@ impl HostBuffer {
         context: &crate::cuda::Context,
         when: crate::cuda::registration::Register,
     ) -> crate::cuda::registration::Registration {
-        self.register_in_ranges(context, when, crate::cuda::registration::REGISTER_RANGE)
+        let range = crate::cuda::registration::default_range(when);
+        self.register_in_ranges(context, when, range)
     }
 
     /// [`register`](Self::register) in ranges of `range` bytes (rounded up

@@ -26,9 +26,9 @@ class Registration(NamedTuple):
     """How far the registration of ``hostcopy.empty`` memory has got
     (``hostcopy.registration``, ``hostcopy.wait_registered``).
 
-    Registration goes from the first byte on, one 256 MiB range at a time,
-    so ``registered`` bytes from the start are page-locked and copied
-    directly; the rest is staged. ``refused``: why the driver refused the
+    Registration goes from the first byte on (in the background one 256 MiB
+    range at a time, ``"now"`` in one piece), so ``registered`` bytes from
+    the start are page-locked and copied directly; the rest is staged. ``refused``: why the driver refused the
     range after those (its error, such as ``"CUDA driver error 2
     (CUDA_ERROR_OUT_OF_MEMORY)"``), which ended the registration there;
     ``None`` where it did not. ``finished``: registering has ended (every
@@ -72,12 +72,15 @@ def empty(
     (``object``, or a structured dtype with an ``object`` field).
 
     ``register``: ``"background"`` or ``"now"`` registers the memory with
-    the driver (``cuMemHostRegister``, portable to every context), 256 MiB
-    at a time from its first byte on; ``"never"`` (the default) makes no
-    driver call. Staged copies (``copy_to_host``, ``copy_to_device``, a
+    the driver (``cuMemHostRegister``, portable to every context):
+    ``"now"`` in one piece, ``"background"`` 256 MiB at a time from its
+    first byte on; ``"never"`` (the default) makes no driver call. Staged copies (``copy_to_host``, ``copy_to_device``, a
     ``Stager``'s) copy its registered bytes directly, at the link's speed
     and with no CPU copy, and stage the rest; torch sees it as pinned
-    (``torch.from_numpy(a).is_pinned()``). ``"now"`` returns once every
+    (``torch.from_numpy(a).is_pinned()``). The driver refuses a copy that
+    spans two registrations (``invalid argument``): hostcopy's copies never
+    do, but torch's own copies of memory registered in the background may,
+    so memory torch copies itself is registered ``"now"``. ``"now"`` returns once every
     range is registered (about 0.1 to 0.2 s a GiB, the GIL released);
     ``"background"`` returns at once and registers on a thread of its own
     while copies of the memory stage what is not registered yet. Registered

@@ -3,7 +3,7 @@
 
 use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::Context;
-use hostcopy_driver::cuda::registration::{REGISTER_RANGE, Register, Registration};
+use hostcopy_driver::cuda::registration::{Register, Registration, default_range};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -149,7 +149,7 @@ impl PageableMemory {
     // The default as Python spells it (pyo3 shows a Rust expression as `...`).
     #[pyo3(text_signature = "(nbytes, register='never', device=0)")]
     fn new(py: Python<'_>, nbytes: usize, register: When, device: usize) -> PyResult<Self> {
-        PageableMemory::made(py, nbytes, register, device, REGISTER_RANGE)
+        PageableMemory::made(py, nbytes, register, device, default_range(register.0))
     }
 
     /// Its length in bytes.

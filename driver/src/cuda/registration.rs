@@ -35,12 +35,12 @@ pub enum Register {
     /// Never: every transfer of the buffer is staged.
     #[default]
     Never,
-    /// On a thread of its own, range by range, from the first byte on: the
-    /// call returns at once, transfers are staged until their bytes are
-    /// registered and direct from then on.
+    /// On a thread of its own, range by range ([`REGISTER_RANGE`]), from
+    /// the first byte on: the call returns at once, transfers are staged
+    /// until their bytes are registered and direct from then on.
     Background,
-    /// In the call, range by range: it returns once every range is
-    /// registered or the driver refused one.
+    /// In the call, in one piece (up to [`MAX_REGISTRATION`]): it returns
+    /// once it is registered or the driver refused it.
     Now,
 }
 
@@ -77,10 +77,33 @@ impl Registration {
     }
 }
 
-/// The range a registration takes at a time, unless told otherwise: about
-/// 40 ms of `cuMemHostRegister` at 0.1 to 0.2 s a GiB, so that the first
-/// bytes are direct soon and a drop waits little for the range under way.
+/// The range a registration in the background takes at a time, unless
+/// told otherwise: about 40 ms of `cuMemHostRegister` at 0.1 to 0.2 s a
+/// GiB, so that the first bytes are direct soon and a drop waits little
+/// for the range under way.
+///
+/// A driver copy may not span two registrations (the driver refuses it:
+/// `CUDA_ERROR_INVALID_VALUE`, measured on the H100 host). hostcopy's own
+/// copies never do (one copy a range); another library's copies of memory
+/// registered in ranges (torch's `.to("cuda")` of a tensor over it, which
+/// torch takes for pinned) may: memory such a library copies itself is
+/// registered [`Register::Now`], in one piece.
 pub const REGISTER_RANGE: usize = 256 << 20;
+
+/// The most a registration takes at once: [`Register::Now`] registers a
+/// buffer in one piece up to this, in pieces of it above (one
+/// registration of more than 512 GiB fails on current drivers).
+pub const MAX_REGISTRATION: usize = 256 << 30;
+
+/// The range [`HostBuffer::register`](crate::HostBuffer::register) takes:
+/// [`REGISTER_RANGE`] in the background, the whole buffer (up to
+/// [`MAX_REGISTRATION`]) now.
+pub fn default_range(when: Register) -> usize {
+    match when {
+        Register::Background => REGISTER_RANGE,
+        Register::Never | Register::Now => MAX_REGISTRATION,
+    }
+}
 
 /// One buffer's registration, shared by its registering thread, the table
 /// and the transfers that copy straight from or into it.
