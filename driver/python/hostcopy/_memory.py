@@ -26,7 +26,7 @@ class Registration(NamedTuple):
     """How far the registration of ``hostcopy.empty`` memory has got
     (``hostcopy.registration``, ``hostcopy.wait_registered``).
 
-    Registration goes from the first byte on (in the background one 256 MiB
+    Registration goes from the first byte on (in the background one 64 MiB
     range at a time, ``"now"`` in one piece), so ``registered`` bytes from
     the start are page-locked and copied directly; the rest is staged. ``refused``: why the driver refused the
     range after those (its error, such as ``"CUDA driver error 2
@@ -73,7 +73,7 @@ def empty(
 
     ``register``: ``"background"`` or ``"now"`` registers the memory with
     the driver (``cuMemHostRegister``, portable to every context):
-    ``"now"`` in one piece, ``"background"`` 256 MiB at a time from its
+    ``"now"`` in one piece, ``"background"`` 64 MiB at a time from its
     first byte on; ``"never"`` (the default) makes no driver call. Staged copies (``copy_to_host``, ``copy_to_device``, a
     ``Stager``'s) copy its registered bytes directly, at the link's speed
     and with no CPU copy, and stage the rest; torch sees it as pinned
