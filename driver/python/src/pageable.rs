@@ -192,7 +192,8 @@ impl PageableMemory {
         if self.registers && life::forked() {
             return Err(errors::forked(py));
         }
-        let registration = life::detach(py, || self.buffer.as_ref().map(HostBuffer::wait_registered));
+        let registration =
+            life::detach(py, || self.buffer.as_ref().map(HostBuffer::wait_registered));
         Ok(self.told(registration))
     }
 }
