@@ -91,16 +91,6 @@ impl Registration {
 /// registered [`Register::Now`], in one piece.
 pub const REGISTER_RANGE: usize = 64 << 20;
 
-/// What the registering thread sleeps between two ranges. The driver holds
-/// its other calls while it registers (measured on the H100 host: a staged
-/// 1 GiB upload started beside a 64 GiB buffer registering back to back,
-/// in ranges of 64 or 256 MiB, returned only when the last range was
-/// registered, 9 to 12 s later), and the registering thread would take the
-/// driver again at once: the pause lets the calls waiting meanwhile in, so
-/// that a transfer waits for one range at most (about 10 ms at 64 MiB), at
-/// the cost of about 2% of the registration's time.
-const PAUSE: core::time::Duration = core::time::Duration::from_micros(200);
-
 /// The most a registration takes at once: [`Register::Now`] registers a
 /// buffer in one piece up to this, in pieces of it above (one
 /// registration of more than 512 GiB fails on current drivers).
@@ -182,13 +172,12 @@ impl Region {
         }
     }
 
-    /// Registers range after range, `pause` between two (see [`PAUSE`]).
-    fn register_all(&self, pause: core::time::Duration) {
-        while self.register_next() {
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
-            }
-        }
+    /// Registers range after range. (The driver holds its other calls while
+    /// it registers: on the H100 host a staged upload started beside a
+    /// 64 GiB buffer registering in 64 or 256 MiB ranges back to back
+    /// returned only once the last range was registered, 9 to 12 s later.)
+    fn register_all(&self) {
+        while self.register_next() {}
         let _refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         self.finished.store(true, Ordering::Release);
         self.ended.notify_all();
@@ -302,19 +291,19 @@ impl Registrar {
         }
         let thread = match when {
             Register::Now => {
-                region.register_all(core::time::Duration::ZERO);
+                region.register_all();
                 None
             }
             _ => {
                 let shared = Arc::clone(&region);
                 let spawned = std::thread::Builder::new()
                     .name("hostcopy-register".into())
-                    .spawn(move || shared.register_all(PAUSE));
+                    .spawn(move || shared.register_all());
                 match spawned {
                     Ok(thread) => Some(thread),
                     // No thread to be had: registered in the call instead.
                     Err(_) => {
-                        region.register_all(core::time::Duration::ZERO);
+                        region.register_all();
                         None
                     }
                 }
