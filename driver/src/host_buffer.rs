@@ -434,7 +434,7 @@ mod sys {
     ///
     /// The range lies in a mapping of ours that nothing else reads or
     /// writes through these addresses during the call.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg(all(feature = "cuda", any(target_os = "linux", target_os = "android")))]
     pub(super) unsafe fn replace_pages(start: usize, len: usize) -> bool {
         let page = crate::prefault::page_size();
         let first = start / page * page;
@@ -465,7 +465,7 @@ mod sys {
         true
     }
 
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(all(feature = "cuda", not(any(target_os = "linux", target_os = "android"))))]
     pub(super) unsafe fn replace_pages(_start: usize, _len: usize) -> bool {
         false
     }
@@ -503,6 +503,7 @@ mod sys {
     pub(super) fn advise_huge(_start: usize, _len: usize) {}
 
     /// Pages cannot be replaced here.
+    #[cfg(feature = "cuda")]
     pub(super) unsafe fn replace_pages(_start: usize, _len: usize) -> bool {
         false
     }
