@@ -210,10 +210,11 @@ fn never_registers_nothing() {
     assert!(later.is_complete());
 }
 
-/// A pending transfer's direct copies that cannot be waited for (a context
+/// A pending upload's direct copies that cannot be waited for (a context
 /// error while they are queued): the buffer they read stays mapped and
 /// registered when it is dropped, counted, since the driver may still run
-/// them.
+/// them. (An upload: its copies only read the buffer, so no page is moved,
+/// which Miri could not run.)
 #[test]
 fn a_buffer_whose_direct_copies_could_not_be_waited_for_stays_mapped_and_registered() {
     let device = device();
@@ -223,15 +224,15 @@ fn a_buffer_whose_direct_copies_could_not_be_waited_for_stays_mapped_and_registe
     let target = DeviceBuffer::new(&device.context, LEN).unwrap();
     let (ptr, context) = (target.raw(), target.context().clone());
     // SAFETY: the owner is the buffer itself; nothing else frees it.
-    let view = unsafe { DeviceView::new(&context, ptr, LEN, Arc::new(target)) }.unwrap();
+    let mut view = unsafe { DeviceView::new(&context, ptr, LEN, Arc::new(target)) }.unwrap();
     // SAFETY: a second view of the buffer's bytes for the transfer alone;
-    // the buffer is not read or written until the transfer has ended, and
-    // its memory outlives the transfer (kept, as this test checks).
-    let host = unsafe { core::slice::from_raw_parts_mut(buffer.as_mut_ptr(), LEN) };
+    // the buffer is not written until the transfer has ended, and its
+    // memory outlives the transfer (kept, as this test checks).
+    let host = unsafe { core::slice::from_raw_parts(buffer.as_ptr(), LEN) };
     sim::hold(device.ordinal);
     // SAFETY: `host` is valid until the buffer is dropped, after the
     // transfer; `view` is dropped only with the transfer.
-    let pending = unsafe { stager.start_unchecked(to_host(host, &view)) }.unwrap();
+    let pending = unsafe { stager.start_unchecked(to_device(&mut view, host)) }.unwrap();
     sim::fail_context(device.ordinal, LAUNCH_FAILED);
     let before = staging::leaked();
     drop((pending, view));
