@@ -16,19 +16,21 @@
 //! staged (the target: at most 0.05x), and each kind's bytes are checked.
 //!
 //! Then a large buffer (64 GiB, or two thirds of the host memory available),
-//! made and registered in the background in the default ranges,
-//! its first 1 GiB uploaded at once and 16 MiB ones until registration
-//! ends: the time from the call that made it to that first upload's end
-//! (the target: at most 2.5 s at 64 GiB), the 16 MiB uploads' times, and
-//! the time until every range is registered, beside one
+//! made and registered in the background in the default ranges, its first
+//! 1 GiB uploaded at once while another thread makes a small driver call
+//! every millisecond until registration ends: the time from the call that
+//! made it to that first upload's end (the target: at most 2.5 s at
+//! 64 GiB), whether its pages were present, the other thread's call times,
+//! and the time until every range is registered, beside one
 //! `cuMemHostRegister` of a buffer of the same size alone.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::registration::{REGISTER_RANGE, Register};
 use hostcopy_driver::cuda::staging::{Stager, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceBuffer, Error, HostRegistration, PinnedBuffer};
+use hostcopy_driver::{HostBuffer, prefault};
 
 use crate::Bench;
 use crate::machine::{host_available, process_cpu};
@@ -231,8 +233,9 @@ fn once(stager: &mut Stager, memory: &mut Memory, direction: Direction) -> Resul
 const LARGE_RANGES: [usize; 1] = [REGISTER_RANGE];
 
 /// A large buffer made, registered in the background (in ranges of each of
-/// [`LARGE_RANGES`]) and uploaded from at once; then one registration of
-/// the same size alone.
+/// [`LARGE_RANGES`]) and uploaded from at once, while another thread makes
+/// a small driver call every millisecond (as another library's would);
+/// then one registration of the same size alone.
 fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<(), Error> {
     // One buffer at a time (the first is freed before the second is made).
     let bytes = LARGE.min(host_available() / 3 * 2) & !((1 << 30) - 1);
@@ -254,22 +257,51 @@ fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<
             return Ok(());
         };
         let populated = made.elapsed();
+        // Whether its pages are present (a sample of them): registering
+        // pages not yet present makes them present first.
+        let resident = prefault::is_resident(&buffer);
+        let mut repair = String::new();
+        if !resident {
+            // Made present here, so that registration is timed on present
+            // pages, and how the kernel answered said.
+            let start = Instant::now();
+            let how = prefault::populate(&mut buffer);
+            repair = format!(
+                " (huge page advice {:?}; populated here: {how:?} in {:.2} s, present after: {})",
+                prefault::huge_page_advice(),
+                start.elapsed().as_secs_f64(),
+                prefault::is_resident(&buffer),
+            );
+        }
+        buffer[..first].fill(0x5a);
         let registering = Instant::now();
         buffer.register_in_ranges(context, Register::Background, range);
-        // Then 16 MiB uploads from its last GiB (staged until registration
-        // gets there), back to back: how long each waits behind the
-        // registering thread.
-        stager.run(to_device(&mut device, &buffer[..first]))?;
-        let first_done = made.elapsed();
-        let mut uploads = Vec::new();
-        while !buffer.registration().finished && uploads.len() < 4096 {
-            let at = bytes - first + (uploads.len() % 64) * (16 << 20);
-            let start = Instant::now();
-            stager.run(to_device(&mut device, &buffer[at..at + (16 << 20)]))?;
-            uploads.push(start.elapsed().as_secs_f64());
-        }
-        let registered = buffer.wait_registered();
-        let background = registering.elapsed();
+        let probing = AtomicBool::new(true);
+        let (first_done, calls, registered, background) = std::thread::scope(|scope| {
+            // Another thread's small driver calls (4 KiB copied to the
+            // host, every millisecond) until registration ends: how long
+            // each waits behind the registering thread.
+            let probe = scope.spawn(|| -> Result<Vec<f64>, Error> {
+                let small = DeviceBuffer::new(context, 4096)?;
+                let mut into = vec![0u8; 4096];
+                let mut took = Vec::new();
+                while probing.load(Ordering::Acquire) {
+                    let start = Instant::now();
+                    small.copy_to_host(0, &mut into)?;
+                    took.push(start.elapsed().as_secs_f64());
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(took)
+            });
+            let uploaded = stager.run(to_device(&mut device, &buffer[..first]));
+            let first_done = made.elapsed();
+            let registered = buffer.wait_registered();
+            let background = registering.elapsed();
+            probing.store(false, Ordering::Release);
+            let calls = probe.join().expect("the probing thread panicked");
+            uploaded.map(|()| (first_done, calls, registered, background))
+        })?;
+        let mut calls = calls?;
         let mut back = vec![1u8; first];
         device.copy_to_host(0, &mut back)?;
         check(
@@ -278,15 +310,16 @@ fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<
             &buffer[..first],
         )?;
         drop(buffer);
-        uploads.sort_by(f64::total_cmp);
-        let (median, slowest) = match uploads.len() {
+        calls.sort_by(f64::total_cmp);
+        let (median, slowest) = match calls.len() {
             0 => (f64::NAN, f64::NAN),
-            n => (uploads[n / 2], uploads[n - 1]),
+            n => (calls[n / 2], calls[n - 1]),
         };
         let line = format!(
-            "ranges of {}: made in {:.2} s, first GiB uploaded {:.2} s after the call that made it, registered in {:.2} s ({}); {} uploads of 16 MiB meanwhile, median {:.1} ms, slowest {:.1} ms",
+            "ranges of {}: made in {:.2} s (pages {}present{repair}), first GiB uploaded {:.2} s after the call that made it, registered in {:.2} s ({}); another thread's {} small driver calls meanwhile: median {:.2} ms, slowest {:.1} ms",
             size(range),
             populated.as_secs_f64(),
+            if resident { "" } else { "not " },
             first_done.as_secs_f64(),
             background.as_secs_f64(),
             if registered.is_complete() {
@@ -297,7 +330,7 @@ fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<
                     registered.registered, registered.refused
                 )
             },
-            uploads.len(),
+            calls.len(),
             1e3 * median,
             1e3 * slowest,
         );

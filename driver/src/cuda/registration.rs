@@ -23,6 +23,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::context::Context;
 use super::error::DriverError;
@@ -172,15 +173,48 @@ impl Region {
         }
     }
 
-    /// Registers range after range. (The driver holds its other calls while
-    /// it registers: on the H100 host a staged upload started beside a
-    /// 64 GiB buffer registering in 64 or 256 MiB ranges back to back
-    /// returned only once the last range was registered, 9 to 12 s later.)
-    fn register_all(&self) {
-        while self.register_next() {}
+    /// Registers range after range; in the background
+    /// (`step_aside`), stepping aside between ranges for the process's
+    /// other driver calls.
+    fn register_all(&self, step_aside: bool) {
+        loop {
+            let started = Instant::now();
+            if !self.register_next() {
+                break;
+            }
+            if step_aside {
+                self.step_aside(started.elapsed());
+            }
+        }
         let _refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
         self.finished.store(true, Ordering::Release);
         self.ended.notify_all();
+    }
+
+    /// Between two ranges of a registration in the background. The driver
+    /// holds its other calls while it registers, and a thread that
+    /// registers range after range takes it again before a waiting call
+    /// gets in: on the H100 host a staged upload started beside a 64 GiB
+    /// buffer registering in 64 or 256 MiB ranges back to back returned
+    /// only once the last range was registered, 9 to 12 s later. So the
+    /// registering thread sleeps [`GAP`] after every range (a call
+    /// waiting on the driver gets in then), and while a transfer of the
+    /// process is under way ([`Transferring`]) it lets the transfer have
+    /// the driver: it waits until none is, for up to [`ASIDE`] times the
+    /// time its last range took (so that a transfer never waited for
+    /// slows registration down, never stops it).
+    fn step_aside(&self, took: Duration) {
+        let until = Instant::now() + took.saturating_mul(ASIDE);
+        loop {
+            std::thread::sleep(GAP);
+            if !aside(
+                TRANSFERS.load(Ordering::Acquire),
+                self.stop.load(Ordering::Acquire),
+                Instant::now() >= until,
+            ) {
+                return;
+            }
+        }
     }
 
     /// Waits until registering has ended.
@@ -205,6 +239,61 @@ impl Region {
             finished,
         }
     }
+}
+
+/// How long a registering thread sleeps after every range, so that a
+/// driver call of another thread waiting behind the range gets in.
+pub(crate) const GAP: Duration = Duration::from_micros(100);
+
+/// A registering thread steps aside for transfers under way for at most
+/// this many times the time its last range took.
+const ASIDE: u32 = 4;
+
+/// Whether a registering thread, having slept its gap after a range, goes
+/// on waiting: while `transfers` are under way, unless it was asked to
+/// stop or has waited its longest (`waited_enough`).
+fn aside(transfers: usize, stopping: bool, waited_enough: bool) -> bool {
+    transfers > 0 && !stopping && !waited_enough
+}
+
+/// Transfers of the process under way: started, and not yet seen to have
+/// run. Registering threads step aside for them between ranges.
+static TRANSFERS: AtomicUsize = AtomicUsize::new(0);
+
+/// A transfer under way, counted in the transfers that registering
+/// threads step aside for, from the start of its start call until
+/// [`end`](Self::end) or its drop.
+#[derive(Debug)]
+pub(crate) struct Transferring {
+    counted: AtomicBool,
+}
+
+impl Transferring {
+    /// Counts a transfer under way.
+    pub(crate) fn begin() -> Transferring {
+        TRANSFERS.fetch_add(1, Ordering::AcqRel);
+        Transferring {
+            counted: AtomicBool::new(true),
+        }
+    }
+
+    /// No longer counted; idempotent.
+    pub(crate) fn end(&self) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            TRANSFERS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Transferring {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// The process's transfers under way, as registering threads see them.
+pub fn transfers_under_way() -> usize {
+    TRANSFERS.load(Ordering::Acquire)
 }
 
 /// Every registered (or registering) buffer by its first byte's address.
@@ -291,19 +380,19 @@ impl Registrar {
         }
         let thread = match when {
             Register::Now => {
-                region.register_all();
+                region.register_all(false);
                 None
             }
             _ => {
                 let shared = Arc::clone(&region);
                 let spawned = std::thread::Builder::new()
                     .name("hostcopy-register".into())
-                    .spawn(move || shared.register_all());
+                    .spawn(move || shared.register_all(true));
                 match spawned {
                     Ok(thread) => Some(thread),
                     // No thread to be had: registered in the call instead.
                     Err(_) => {
-                        region.register_all();
+                        region.register_all(false);
                         None
                     }
                 }
@@ -373,5 +462,19 @@ impl Registrar {
             all &= unregistered.ok().is_ok();
         }
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aside;
+
+    #[test]
+    fn a_registering_thread_waits_while_transfers_are_under_way_until_stopped_or_waited_enough() {
+        assert!(aside(1, false, false));
+        assert!(aside(3, false, false));
+        assert!(!aside(0, false, false), "nothing under way: on at once");
+        assert!(!aside(1, true, false), "asked to stop: no wait");
+        assert!(!aside(1, false, true), "waited its longest: on");
     }
 }

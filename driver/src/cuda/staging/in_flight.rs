@@ -13,7 +13,7 @@ use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
 use crate::cuda::event::Event;
-use crate::cuda::registration::Region;
+use crate::cuda::registration::{Region, Transferring};
 
 /// The memory a transfer's queued copies use, which its end lets go of by
 /// one rule: the device allocation, and hostcopy's registered host buffers
@@ -100,6 +100,8 @@ pub(super) struct InFlight {
     waited: OnceLock<Result<(), Error>>,
     /// How it ended, once it has: every later finish returns it.
     ended: OnceLock<Result<(), Error>>,
+    /// Counted as under way until it has been waited for.
+    transferring: Transferring,
 }
 
 impl InFlight {
@@ -110,6 +112,7 @@ impl InFlight {
         direct: bool,
         order_upto: u64,
         in_use: InUse,
+        transferring: Transferring,
     ) -> InFlight {
         InFlight {
             job,
@@ -120,6 +123,7 @@ impl InFlight {
             in_use: Mutex::new(Some(in_use)),
             waited: OnceLock::new(),
             ended: OnceLock::new(),
+            transferring,
         }
     }
 
@@ -140,6 +144,7 @@ impl InFlight {
                 return Ok(false);
             }
         }
+        self.transferring.end();
         Ok(true)
     }
 
@@ -161,6 +166,7 @@ impl InFlight {
             return *waited;
         }
         let waited = self.wait_once();
+        self.transferring.end();
         *self.waited.get_or_init(|| waited)
     }
 

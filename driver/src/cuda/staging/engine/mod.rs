@@ -34,7 +34,7 @@ use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::context::Context;
 use crate::cuda::error::{DriverError, Error};
 use crate::cuda::pinned::PinnedBuffer;
-use crate::cuda::registration::{self, Region};
+use crate::cuda::registration::{self, Region, Transferring};
 use crate::cuda::retire::{self, Kept};
 use crate::cuda::stream::{Stream, StreamRef};
 use crate::parallel::CopyPool;
@@ -253,6 +253,8 @@ impl Engine {
         queuing: Queuing,
     ) -> Result<Option<InFlight>, Error> {
         self.check_usable()?;
+        // Registering threads step aside for it from here until it has run.
+        let transferring = Transferring::begin();
         let (host, device, blocks) = (spec.host, spec.device, spec.blocks);
         let memory = device.memory();
         // Memory whose owner hands out its address only with its ordering
@@ -405,6 +407,7 @@ impl Engine {
             sleeping && !direct.is_empty(),
             self.order.next(),
             in_use,
+            transferring,
         )))
     }
 
