@@ -48,7 +48,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections import deque
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .. import _memory, _staging
 from .._errors import OffloadArgumentTypeError, OffloadError
@@ -148,6 +148,15 @@ def _after_current(side: Any, device: Any) -> None:
     side.wait_event(event)
 
 
+class _Part(NamedTuple):
+    """Where a region laid out one member's part: ``nbytes`` bytes of its
+    host memory from ``offset`` (the keys' plane, then the values', for
+    the region's geometry and capacity)."""
+
+    offset: int
+    nbytes: int
+
+
 class _Region:
     """The host memory of consecutive layers (``HostOffloadedCache(group=...)``,
     ``GROUP`` by default): one ``hostcopy.empty`` region, each member a
@@ -160,6 +169,11 @@ class _Region:
         self.capacity = 0
         #: ``HostLayer.geometry()`` of the parts, once the region has memory.
         self.geometry: Optional[tuple[int, int, int, int]] = None
+        #: The part laid out for each member when ``host`` was made: where
+        #: a member's memory is, whoever left ``members`` since (a member
+        #: of another geometry leaves after the layout, and the others'
+        #: places in ``members`` shift; their parts stay where they were).
+        self.parts: dict["HostLayer", _Part] = {}
 
     def grow(
         self, geometry: tuple[int, int, int, int], needed: int, register: _memory.Register, device: Any
@@ -185,17 +199,15 @@ class _Region:
         runs, key_dim, value_dim, item = geometry
         part = runs * capacity * (key_dim + value_dim) * item
         host = region(part * len(self.members), register, _ordinal(device))
+        parts: dict["HostLayer", _Part] = {}
         for index, member in enumerate(self.members):
-            view = host[index * part : (index + 1) * part]
+            laid = parts[member] = _Part(index * part, part)
+            view = host[laid.offset : laid.offset + laid.nbytes]
             if member.flushed and member.host is not None:
                 for new, old in zip(member._planes(view, capacity), member._planes(member.host, member.capacity)):
                     new[:, : member.flushed] = old[:, : member.flushed]
             member.host, member.capacity = view, capacity
-        self.host, self.capacity, self.geometry = host, capacity, geometry
-
-    def offset(self, member: "HostLayer") -> int:
-        """Where ``member``'s part starts in ``host``."""
-        return self.members.index(member) * member.part_bytes(self.capacity)
+        self.host, self.capacity, self.geometry, self.parts = host, capacity, geometry, parts
 
 
 class HostLayer(_DynamicLayer):  # type: ignore[misc]
@@ -338,6 +350,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         (the host memory it holds stays where it is until it grows)."""
         if len(self.region.members) > 1:
             self.region.members.remove(self)
+            self.region.parts.pop(self, None)  # the others' parts stay where they were laid out
             self.region = _Region([self])
 
     def _grow(self, needed: int) -> None:
@@ -672,12 +685,14 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         if index in self._fetched or not layer.is_initialized or layer.flushed == 0:
             return
         members = [index]
-        if len(layer.region.members) > 1:
+        parts = layer.region.parts
+        if len(layer.region.members) > 1 and layer in parts:
             order = self._host_layers()
             for following in order[order.index(index) + 1 :]:
                 other = self.layers[following]
                 if (
                     other.region is not layer.region
+                    or other not in parts  # joined after the layout: no part of this memory yet
                     or following in self._fetched
                     or not other.is_initialized
                     or other.device != layer.device  # a model over several GPUs: one call a device
@@ -699,7 +714,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
             for at, member in enumerate(members):
                 each = self.layers[member].upload_blocks().copy()
                 each[:, 0] += at * part * layer.item
-                each[:, 1] += layer.region.offset(self.layers[member])
+                each[:, 1] += parts[self.layers[member]].offset  # where its part was laid out
                 shifted.append(each)
             blocks = np.concatenate(shifted)
         side = self._side(layer.device, "read")
