@@ -53,6 +53,7 @@ const FILES: &[(&str, &str)] = &[
     ("driver/python/tests/test_gpu_async.py", "python/tests/test_gpu_async.py"),
     ("driver/python/tests/test_gpu_safetensors.py", "python/tests/test_gpu_safetensors.py"),
     ("driver/python/tests/test_gpu_offload.py", "python/tests/test_gpu_offload.py"),
+    ("driver/python/tests/test_gpu_offload_kv_shapes.py", "python/tests/test_gpu_offload_kv_shapes.py"),
     ("driver/python/tests/test_gpu_registration.py", "python/tests/test_gpu_registration.py"),
     ("driver/python/tests/test_safetensors_parity.py", "python/tests/test_safetensors_parity.py"),
     // test_readme_sim.py reads its documents three folders above itself:
