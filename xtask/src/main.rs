@@ -9,6 +9,7 @@ mod dist;
 mod frozen;
 mod gpu_bundle;
 mod layout_report;
+mod release;
 mod report;
 mod self_test;
 mod setup;
@@ -27,6 +28,7 @@ commands:
   dist        package the C libraries per target (pkg-config, CMake)
   gpu-bundle  build the GPU tests, example and benchmark for a GPU host
   bench       run the side-by-side benchmark on this machine's GPU
+  release     build the release artifacts (crates, Python sdist and wheel, C archives)
 (`cargo xtask <command> --help` for each command's options)";
 
 fn main() -> ExitCode {
@@ -36,8 +38,16 @@ fn main() -> ExitCode {
         Some("dist") => dist::main(&args[1..]),
         Some("gpu-bundle") => gpu_bundle::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("release") => release::main(&args[1..]),
         Some("-h" | "--help" | "help") => {
-            println!("{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}", abi::USAGE, dist::USAGE, gpu_bundle::USAGE, bench::USAGE);
+            println!(
+                "{USAGE}\n\n{}\n\n{}\n\n{}\n\n{}\n\n{}",
+                abi::USAGE,
+                dist::USAGE,
+                gpu_bundle::USAGE,
+                bench::USAGE,
+                release::USAGE
+            );
             ExitCode::SUCCESS
         }
         Some(unknown) => {
