@@ -40,8 +40,11 @@ import struct
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence, cast
 
 from . import _native
+from ._errors import refused as _refused
 from ._errors import (
     AddressOverflow,
+    ArgumentError,
+    ArgumentTypeError,
     BlockOutOfBounds,
     BlocksOverlap,
     CudaError,
@@ -127,6 +130,8 @@ __all__ = [
     "set_parallel_workers",
     "unpack_host_copy_args",
     "AddressOverflow",
+    "ArgumentError",
+    "ArgumentTypeError",
     "BlockOutOfBounds",
     "BlocksOverlap",
     "CudaError",
@@ -197,7 +202,7 @@ class HostCopyArgs(NamedTuple):
 def _word(name: str, value: object) -> int:
     """An integer that fits a native word, or a clear refusal."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be an int, not {type(value).__name__}", argument=name, value=value)
     if not 0 <= value <= _WORD_MAX:
         raise IntegerOutOfRange(
             f"{name} = {value} is outside 0..={_WORD_MAX} (a native word)",
@@ -208,17 +213,32 @@ def _word(name: str, value: object) -> int:
     return value
 
 
+def _int_of(value: Any, name: str) -> int:
+    """``int(value)`` of a handle or size (an ``int``, or an object with
+    ``__int__`` such as cuda.bindings' handles), as src/sides.rs reads
+    them: a ``bool``, ``float``, ``str`` or ``bytes`` is no handle
+    (``ArgumentTypeError``), and what ``int()`` raises is hostcopy's."""
+    if isinstance(value, (bool, float, str, bytes)):
+        raise ArgumentTypeError(f"{name} must be an integer, not {type(value).__name__}", argument=name, value=value)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError) as failure:
+        raise _refused(failure, name, value)
+
+
 def _region(obj: Any, side: str, writable: bool) -> tuple[int, int | None, bool]:
     """(address, length or None for a bare integer, host-accessible)."""
     if isinstance(obj, bool):
-        raise TypeError(f"{side} must be an address, a buffer or a cuda.core Buffer, not bool")
+        raise ArgumentTypeError(
+            f"{side} must be an address, a buffer or a cuda.core Buffer, not bool", argument=side, value=obj
+        )
     if isinstance(obj, int):
         return _word(side, obj), None, True
     if _is_cuda_core_buffer(obj):
         if getattr(obj, "is_closed", False):
-            raise ValueError(f"{side} is a closed cuda.core Buffer")
-        addr = _word(f"{side}.handle", int(obj.handle))
-        size = _word(f"{side}.size", int(obj.size))
+            raise ArgumentError(f"{side} is a closed cuda.core Buffer", argument=side, value=obj)
+        addr = _word(f"{side}.handle", _int_of(obj.handle, f"{side}.handle"))
+        size = _word(f"{side}.size", _int_of(obj.size, f"{side}.size"))
         resource = obj.memory_resource
         if resource is None:
             raise NotHostAccessible(
@@ -270,7 +290,7 @@ def pack_host_copy_args(
     src_region = _region(src, "src", writable=False)
     if nbytes is None:
         if src_region[1] is None:
-            raise TypeError("nbytes is required when src is an integer address")
+            raise ArgumentTypeError("nbytes is required when src is an integer address", argument="nbytes", value=None)
         if src_offset > src_region[1]:
             raise OutOfBounds(
                 f"source offset {src_offset} is past the end of a {src_region[1]}-byte buffer",
@@ -318,10 +338,14 @@ def pack_host_copy_args_into(
 
 
 def unpack_host_copy_args(data: HostBuffer, offset: int = 0) -> HostCopyArgs:
-    """Reads a record back from ``data`` (bytes or any buffer) at byte ``offset``."""
-    # numpy arrays are buffers too; their stubs say so from Python 3.12 on.
-    view = memoryview(cast("Buffer", data)).cast("B")
-    if offset < 0 or offset + HOST_COPY_ARGS_SIZE > len(view):
+    """Reads a record back from ``data`` (bytes or any C-contiguous buffer) at byte ``offset``."""
+    try:
+        # numpy arrays are buffers too; their stubs say so from Python 3.12 on.
+        view = memoryview(cast("Buffer", data)).cast("B")
+    except (TypeError, ValueError) as failure:
+        raise _refused(failure, "data", data) from failure
+    offset = _word("offset", offset)
+    if offset + HOST_COPY_ARGS_SIZE > len(view):
         raise OutOfBounds(
             f"record of {HOST_COPY_ARGS_SIZE} bytes at offset {offset} is out of bounds of a {len(view)}-byte buffer",
             side="data",
@@ -347,7 +371,7 @@ def set_parallel_workers(workers: int) -> int:
     larger number than the first call's is capped. 0 copies on the driver's
     thread alone. On the H200 host 12 workers reached the link's speed.
     """
-    return _native.set_parallel_workers(_word("workers", workers))[1]
+    return _native.set_parallel_workers(workers)[1]
 
 
 def parallel_workers() -> tuple[int, int]:
@@ -364,17 +388,22 @@ def owned_record_counts() -> tuple[int, int]:
 
 def _handle(obj: Any, what: str, type_name: str) -> int:
     if isinstance(obj, bool):
-        raise TypeError(f"{what} must be a handle, not bool")
+        raise ArgumentTypeError(f"{what} must be a handle, not bool", argument=what, value=obj)
     if isinstance(obj, int):
         return _word(what, obj)
     if type(obj).__name__ == type_name:
-        return _word(what, int(obj))
-    raise TypeError(f"{what}: expected a cuda.bindings {type_name} or an int handle, got {type(obj).__name__}")
+        return _word(what, _int_of(obj, what))
+    raise ArgumentTypeError(
+        f"{what}: expected a cuda.bindings {type_name} or an int handle, got {type(obj).__name__}", argument=what, value=obj
+    )
 
 
-def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False) -> bool:
+def launch_host_copy_args(stream: Any, record: HostBuffer, *, parallel: bool = False) -> bool:
     """Launches ``HOST_COPY_FN`` (or, with ``parallel``, ``HOST_COPY_PARALLEL_FN``)
-    on ``stream`` with a packed ``record``, in stream order.
+    on ``stream`` with a packed ``record`` (the bytes ``pack_host_copy_args``
+    returns, or any C-contiguous buffer of those 24 bytes; anything else is
+    ``ArgumentTypeError``, a record of another length ``ArgumentError``),
+    in stream order.
 
     ``stream``: a cuda.core ``Stream`` or ``GraphBuilder`` (``__cuda_stream__``),
     a cuda.bindings ``CUstream``, or an int handle (0: the legacy default
@@ -407,7 +436,7 @@ def launch_host_copy_args(stream: Any, record: bytes, *, parallel: bool = False)
     ``CudaUnavailable`` without a driver and ``CudaError`` when a driver
     call fails.
     """
-    return _native.launch_owned(stream, bytes(record), bool(parallel))
+    return _native.launch_owned(stream, record, bool(parallel))
 
 
 def launch_host_copy(
@@ -456,5 +485,14 @@ def add_host_copy_node(
     passed to the driver unchecked.
     """
     record = pack_host_copy_args(dst, src, nbytes, dst_offset=dst_offset, src_offset=src_offset)
-    handles = [_handle(node, "dependency", "CUgraphNode") for node in dependencies]
-    return _native.add_host_node(_handle(graph, "graph", "CUgraph"), record, handles, bool(parallel))
+    graph_handle = _handle(graph, "graph", "CUgraph")
+    try:
+        nodes = list(dependencies)
+    except TypeError as failure:
+        raise ArgumentTypeError(
+            f"dependencies: expected a sequence of graph nodes, got {type(dependencies).__name__}",
+            argument="dependencies",
+            value=dependencies,
+        ) from failure
+    handles = [_handle(node, f"dependencies[{index}]", "CUgraphNode") for index, node in enumerate(nodes)]
+    return _native.add_host_node(graph_handle, record, handles, bool(parallel))

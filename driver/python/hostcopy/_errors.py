@@ -1,9 +1,15 @@
 """The exceptions hostcopy raises. Each carries the numbers that make it.
 
 Every class derives from ``hostcopy.Error`` (``except hostcopy.Error``
-catches whatever hostcopy raises for a reason of its own) and keeps a
-built-in base (``ValueError``, ``TypeError``, ``RuntimeError``,
-``MemoryError``, ``OSError``), so code that catches those keeps working.
+catches whatever hostcopy raises for a reason of its own, every refused
+argument included) and keeps a built-in base (``ValueError``,
+``TypeError``, ``OverflowError``, ``RuntimeError``, ``MemoryError``,
+``OSError``), so code that catches those keeps working. An argument of a
+wrong type is ``ArgumentTypeError`` (a ``TypeError``), an integer outside
+a word ``IntegerOutOfRange`` (a ``ValueError`` and an ``OverflowError``),
+another refused value ``ArgumentError`` or a class that says more (a
+``ValueError``); ``refused`` turns an argument's error that Python, numpy
+or the argument's own code raised into these, in one place.
 
 Packing's refusals are ``PackError`` subclasses, named as the variants of
 the Rust ``hostcopy_driver::PackError``; a batch's refusals and memory a
@@ -25,6 +31,7 @@ instance runs this module's Python code, which may no longer run then).
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Optional, Sequence
 
 
@@ -133,16 +140,52 @@ class ReadOnlyBuffer(PackError):
     len: int
 
 
-class IntegerOutOfRange(PackError):
-    """An address, offset or length that is negative or wider than a pointer (``name``, ``value``, ``max``).
+class IntegerOutOfRange(PackError, OverflowError):
+    """An address, offset, length, count or ordinal that is negative or
+    wider than a pointer (``name``, ``value``, ``max``): a ``ValueError``,
+    and an ``OverflowError`` as Python's own conversions of such an integer
+    raise.
 
-    ``name`` is the argument's (``"nbytes"``, ``"dst_offset"``), for a
-    block its index and field (``"blocks[3].host_offset"``); ``value`` the
-    integer given, ``max`` the largest a word holds."""
+    ``name`` is the argument's (``"nbytes"``, ``"dst_offset"``,
+    ``"device"``, ``"shape[1]"``), for a block its index and field
+    (``"blocks[3].host_offset"``); ``value`` the integer given, ``max`` the
+    largest the argument takes (a word's largest, ``hostcopy.empty``'s
+    sizes a signed word's)."""
 
     name: str
     value: int
     max: int
+
+
+class ArgumentTypeError(Error, TypeError):
+    """An argument of a type hostcopy does not take (``argument``: its name,
+    such as ``"nbytes"``, ``"stream"``, ``"blocks[2]"``, ``"shape"``;
+    ``value``: what was given): an offset, size, count or stream that is no
+    integer (a ``bool``, ``float`` or ``str``), a side that is no memory of
+    the kind asked for, blocks that are no triples, a dtype or a record of
+    the wrong kind. Raised before anything is copied, mapped or queued.
+
+    Also what a ``TypeError`` raised by an argument's own code while
+    hostcopy reads it becomes (an ``__index__``, a ``__cuda_stream__``):
+    that error is its ``__cause__``."""
+
+    argument: Optional[str] = None
+    value: Any = None
+
+
+class ArgumentError(Error, ValueError):
+    """An argument of the right type whose value hostcopy refuses where no
+    class above says more (``argument``, ``value``): a closed cuda.core
+    Buffer, a packed record of the wrong length, a shape of more dimensions
+    than numpy takes, a dtype numpy refuses. Raised before anything is
+    copied, mapped or queued.
+
+    Also what a ``ValueError`` raised by an argument's own code while
+    hostcopy reads it becomes (``int()`` of a handle): that error is its
+    ``__cause__``."""
+
+    argument: Optional[str] = None
+    value: Any = None
 
 
 class OrderNotKept(TransferError):
@@ -338,3 +381,35 @@ class SafetensorsError(Error, ValueError):
     filename: str = ""
     reason: str = ""
     tensor: Optional[str] = None
+
+
+#: The largest a native word holds: the ``max`` of an ``IntegerOutOfRange``
+#: made by ``refused``.
+_WORD_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+
+
+def refused(failure: BaseException, argument: Optional[str] = None, value: Any = None) -> BaseException:
+    """A refusal as hostcopy raises it: the one place where an argument's
+    error that Python, numpy or the argument's own code raised while
+    hostcopy read it becomes hostcopy's (the native module calls this too).
+
+    A ``hostcopy.Error`` is returned as it is; a ``TypeError`` becomes
+    ``ArgumentTypeError``, an ``OverflowError`` ``IntegerOutOfRange``, a
+    ``ValueError`` ``ArgumentError``, each naming ``argument`` (``None``
+    where it is not known) and ``value``, with ``failure`` as its
+    ``__cause__``; anything else (a ``KeyboardInterrupt``, a
+    ``MemoryError``) is returned as it is."""
+    if isinstance(failure, Error):
+        return failure
+    made: Error
+    named = f"{argument}: " if argument else ""
+    if isinstance(failure, OverflowError):
+        made = IntegerOutOfRange(f"{named}{failure}", name=argument or "", value=value, max=_WORD_MAX)
+    elif isinstance(failure, TypeError):
+        made = ArgumentTypeError(f"{named}{failure}", argument=argument, value=value)
+    elif isinstance(failure, ValueError):
+        made = ArgumentError(f"{named}{failure}", argument=argument, value=value)
+    else:
+        return failure
+    made.__cause__ = failure
+    return made

@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Iterable, Literal, NamedTuple, Optional, SupportsIndex, Union
 
 from . import _native
+from ._errors import ArgumentError, ArgumentTypeError, IntegerOutOfRange, refused
 from ._staging import _device_ordinal
 
 if TYPE_CHECKING:
@@ -68,8 +69,13 @@ def empty(
     ``register`` asks for it to be registered (below), it is not pinned (no
     driver call, nothing locked: the kernel may still swap it out); it is
     freed when the last array over it goes. ``HostMemoryError`` (a ``MemoryError``) if the mapping is refused;
-    ``TypeError`` for a dtype of no bytes or one holding Python objects
-    (``object``, or a structured dtype with an ``object`` field).
+    ``ArgumentTypeError`` (a ``TypeError``) for a dtype of no bytes or one
+    holding Python objects (``object``, or a structured dtype with an
+    ``object`` field), or a shape that is no integer or sequence of them;
+    ``IntegerOutOfRange`` (a ``ValueError`` and an ``OverflowError``) for a
+    negative dimension or more bytes than a signed word counts; numpy's own
+    refusal of a dtype as hostcopy's. The shape is checked before numpy
+    sees it or any memory is mapped.
 
     ``register``: ``"background"`` or ``"now"`` registers the memory with
     the driver (``cuMemHostRegister``, portable to every context):
@@ -102,28 +108,87 @@ def empty(
             import numpy as np
         except ImportError as missing:
             raise ImportError("hostcopy.empty returns a numpy array: install numpy") from missing
-    kind = np.dtype(np.uint8 if dtype is None else dtype)
-    given: Any = shape
-    try:
-        dims: tuple[int, ...] = (operator.index(given),)
-    except TypeError:
-        if not hasattr(given, "__iter__"):
-            raise
-        dims = tuple(operator.index(dim) for dim in given)
-    if any(dim < 0 for dim in dims):
-        raise ValueError(f"negative dimensions are not allowed: {dims}")
-    if kind.itemsize == 0:
-        raise TypeError(f"dtype {kind} has no bytes")
-    if kind.hasobject:
-        # Zeroed bytes are null references, and no one would free the
-        # objects stored there: the memory is freed as bytes.
-        raise TypeError(f"dtype {kind} holds Python object references: hostcopy.empty makes plain bytes")
+    kind, dims = _checked(np, shape, dtype)
     ordinal = _device_ordinal(device)
     raw = np.asarray(_native.PageableMemory(math.prod(dims) * kind.itemsize, register, ordinal))
     # numpy lays the array out as numpy.empty would (a subarray dtype adds
     # its dimensions); its base is `raw`, whose base is the memory.
     made: numpy.ndarray[Any, Any] = np.ndarray(dims, kind, buffer=raw)
     return made
+
+
+def _checked(np: Any, shape: Any, dtype: Any) -> tuple[Any, tuple[int, ...]]:
+    """``hostcopy.empty``'s dtype and shape, checked before numpy sees the
+    shape (or any memory is mapped), so that each refusal is hostcopy's:
+    a dtype numpy refuses (its error as hostcopy's, ``refused``), one of
+    no bytes or holding objects (``ArgumentTypeError``); a shape that is no
+    integer or sequence of them (``ArgumentTypeError``; not ``bool``), a
+    dimension that is negative or past numpy's (``IntegerOutOfRange``),
+    more dimensions than numpy takes (``ArgumentError``), more bytes than a
+    signed word counts (``IntegerOutOfRange``, ``name`` ``"nbytes"``)."""
+    try:
+        kind = np.dtype(np.uint8 if dtype is None else dtype)
+    except (TypeError, ValueError, OverflowError) as failure:
+        raise refused(failure, "dtype", dtype)
+    if kind.itemsize == 0:
+        raise ArgumentTypeError(f"dtype {kind} has no bytes", argument="dtype", value=dtype)
+    if kind.hasobject:
+        # Zeroed bytes are null references, and no one would free the
+        # objects stored there: the memory is freed as bytes.
+        raise ArgumentTypeError(
+            f"dtype {kind} holds Python object references: hostcopy.empty makes plain bytes",
+            argument="dtype",
+            value=dtype,
+        )
+    given: Any = shape
+    not_a_shape = ArgumentTypeError(
+        f"shape must be an integer or a sequence of integers, not {type(shape).__name__}", argument="shape", value=shape
+    )
+    if isinstance(given, (bool, str, bytes)):
+        raise not_a_shape
+    try:
+        given = (operator.index(given),)
+    except TypeError as failure:
+        if not hasattr(given, "__iter__"):
+            raise not_a_shape from failure
+        try:
+            given = tuple(given)
+        except (TypeError, ValueError, OverflowError) as failure:
+            raise refused(failure, "shape", shape)
+    except (ValueError, OverflowError) as failure:
+        raise refused(failure, "shape", shape)
+    largest = int(np.iinfo(np.intp).max)
+    dims: list[int] = []
+    for index, dim in enumerate(given):
+        name = f"shape[{index}]"
+        if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+            raise ArgumentTypeError(f"{name} must be an integer, not {type(dim).__name__}", argument=name, value=dim)
+        try:
+            dim = operator.index(dim)
+        except (TypeError, ValueError, OverflowError) as failure:
+            raise refused(failure, name, dim)
+        if not 0 <= dim <= largest:
+            why = "negative dimensions are not allowed" if dim < 0 else "past numpy's largest dimension"
+            raise IntegerOutOfRange(f"{name} = {dim}: {why} (0..={largest})", name=name, value=dim, max=largest)
+        dims.append(dim)
+    # numpy's limit on dimensions (NPY_MAXDIMS), a subarray dtype's own
+    # counted: 64 from numpy 2 on, 32 before.
+    most = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+    if len(dims) + kind.ndim > most:
+        raise ArgumentError(
+            f"shape of {len(dims)} dimensions (dtype {kind} adds {kind.ndim}): numpy takes at most {most}",
+            argument="shape",
+            value=shape,
+        )
+    nbytes = math.prod(dims) * kind.itemsize
+    if nbytes > largest:
+        raise IntegerOutOfRange(
+            f"shape {tuple(dims)} of dtype {kind} is {nbytes} bytes, more than {largest}",
+            name="nbytes",
+            value=nbytes,
+            max=largest,
+        )
+    return kind, tuple(dims)
 
 
 def _memory_of(array: Any, call: str) -> _native.PageableMemory:
@@ -139,9 +204,11 @@ def _memory_of(array: Any, call: str) -> _native.PageableMemory:
         owner = getattr(owner, "base", None)
         if owner is None:
             break
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{call}: expected an array made by hostcopy.empty (or a view of one), got a "
-        f"{type(array).__module__}.{type(array).__qualname__} whose memory is not hostcopy.empty's"
+        f"{type(array).__module__}.{type(array).__qualname__} whose memory is not hostcopy.empty's",
+        argument="array",
+        value=array,
     )
 
 
@@ -150,7 +217,7 @@ def registration(array: Any) -> Registration:
     waiting: ``array`` is a numpy array made by ``hostcopy.empty`` or a
     view of one (whose ``.base`` chain ends at its memory). Memory made
     with ``register="never"`` tells ``Registration(0, nbytes, None,
-    True)``. ``TypeError`` for other memory; ``CudaUnavailable`` in a child
+    True)``. ``ArgumentTypeError`` (a ``TypeError``) for other memory; ``CudaUnavailable`` in a child
     forked after CUDA was used, for memory the parent registered.
 
     ::

@@ -70,7 +70,7 @@ class SupportsArrayInterface(Protocol):
     Python 3.12 on, so before that a numpy array is no ``Buffer`` to a type
     checker. Another type with ``__array_interface__`` but no buffer protocol
     (a PIL image) passes the type check and is refused at run time with
-    ``TypeError``."""
+    ``hostcopy.ArgumentTypeError``."""
 
     @property
     def __array_interface__(self) -> object: ...
@@ -122,7 +122,7 @@ def dlpack_region(capsule: object, side: str = "device") -> tuple[int, int, int,
     memory."""
 def dlpack_host_memory(capsule: object, writable: bool, side: str) -> HostMemory: ...
 def check_usable() -> None: ...
-def device_holding(ptr: int, side: str) -> int: ...
+def device_holding(ptr: SupportsInt, side: str) -> int: ...
 def stream_capturing(handle: int) -> bool: ...
 def not_device_memory(obj: object, side: str, device_type: Optional[int] = None) -> NotDeviceMemory:
     """``hostcopy.NotDeviceMemory`` for host memory ``obj`` given as the
@@ -134,14 +134,14 @@ def pack_regions(
     src_offset: int,
     nbytes: int,
 ) -> bytes: ...
-def set_parallel_workers(workers: int) -> tuple[int, int]:
+def set_parallel_workers(workers: SupportsIndex) -> tuple[int, int]:
     """``(started, active)`` workers of the copy worker pool, started with
     ``workers`` threads by the first call. ``hostcopy.WorkerStartError``
     (an ``OSError``) if a thread could not start; the pool keeps those
     that did."""
 def parallel_workers() -> tuple[int, int]: ...
-def launch_owned(stream: Any, record: bytes, parallel: bool) -> bool: ...
-def add_host_node(graph: int, record: bytes, dependencies: Sequence[int], parallel: bool) -> int: ...
+def launch_owned(stream: Any, record: HostBuffer, parallel: bool) -> bool: ...
+def add_host_node(graph: int, record: HostBuffer, dependencies: Sequence[int], parallel: bool) -> int: ...
 def owned_record_counts() -> tuple[int, int]: ...
 @final
 class HostMemory:
@@ -187,7 +187,7 @@ class Stager:
     ``operator.index``'s sense (not ``bool``); one outside the Rust builder's
     range, or no integer, raises ``hostcopy.InvalidOption`` before any
     driver call. A transfer's offsets, ``nbytes`` and block fields are
-    integers in the same sense (``TypeError`` otherwise), each a word
+    integers in the same sense (``hostcopy.ArgumentTypeError`` otherwise), each a word
     (``hostcopy.IntegerOutOfRange`` otherwise, naming it); ``blocks`` is a
     sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers.
     ``transfer`` is every copy of ``hostcopy.Stager`` and of the module's
@@ -199,7 +199,7 @@ class Stager:
 
     def __new__(
         cls,
-        device: int,
+        device: SupportsIndex,
         chunk: Optional[SupportsIndex] = None,
         buffers: Optional[SupportsIndex] = None,
         workers: Optional[SupportsIndex] = None,

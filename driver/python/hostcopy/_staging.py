@@ -16,8 +16,9 @@ array, any buffer) raises ``NotDeviceMemory``.
 
 ``nbytes``, ``dst_offset``, ``src_offset`` and every field of a block are
 integers in ``operator.index``'s sense (``int``, numpy integer scalars;
-not ``bool``, ``float`` or ``str``, which raise ``TypeError``); one that
-is negative or wider than the platform's word raises ``IntegerOutOfRange``
+not ``bool``, ``float`` or ``str``, which raise ``ArgumentTypeError``, a
+``TypeError``); one that is negative or wider than the platform's word
+raises ``IntegerOutOfRange`` (a ``ValueError`` and an ``OverflowError``)
 naming it (``nbytes``, ``blocks[3].host_offset``). Every copy is one call
 of the native stager's ``transfer``, which recognises all of its
 arguments: the sides and the stream (src/sides.rs), the integers
@@ -25,19 +26,25 @@ arguments: the sides and the stream (src/sides.rs), the integers
 
 What each bad argument of a copy raises; a call refused so copies nothing
 (every class is in ``hostcopy`` and a ``hostcopy.Error``; all but
-``TypeError``, ``MemoryNotHeld`` (a ``TypeError``) and ``StreamCapturing``
-are ``ValueError`` subclasses):
+``ArgumentTypeError`` and ``MemoryNotHeld`` (``TypeError`` subclasses) and
+``StreamCapturing`` (a ``RuntimeError``) are ``ValueError`` subclasses):
 
-- ``TypeError``: ``nbytes``, an offset or a block field that is no integer
-  (``float``, ``str``, ``bool``); ``blocks`` that are no triples (``"123"``,
-  a dict, an array not of shape ``(n, 3)``) or an array of a non-integer
-  dtype; a side of no known kind; GPU memory as the host side; a jax array
-  as a destination.
+- ``ArgumentTypeError`` (``argument``, ``value``): ``nbytes``, an offset, a
+  block field or a stream that is no integer (``float``, ``str``,
+  ``bool``); ``blocks`` that are no triples (``"123"``, a dict, a scalar,
+  an array not of shape ``(n, 3)``) or an array of a non-integer dtype; a
+  side of no known kind; GPU memory as the host side; a jax array as a
+  destination; a malformed ``__cuda_array_interface__``,
+  ``__dlpack_device__`` or ``__cuda_stream__``.
+- ``ArgumentError`` (``argument``, ``value``): a closed cuda.core
+  ``Buffer``; a ``ValueError`` an argument's own code raised while it was
+  read (its ``__cause__``).
 - ``MemoryNotHeld``: a torch CPU tensor, or a numpy array or memoryview
   over one or over a DLPack export, as the host side of a
   ``blocking=False`` copy (torch can free its memory under the copy).
-- ``IntegerOutOfRange``: ``nbytes``, an offset or a block field that is
-  negative or wider than a word (``>= 2**64``), with its ``name``.
+- ``IntegerOutOfRange``: ``nbytes``, an offset, a block field or a stream
+  handle that is negative or wider than a word (``>= 2**64``), with its
+  ``name``.
 - ``OutOfBounds``: a range past the end of either side;
   ``BlockOutOfBounds``: a block past either; ``BlocksOverlap``: two blocks
   writing the same bytes.
@@ -52,11 +59,13 @@ are ``ValueError`` subclasses):
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from typing import Any, Literal, Optional, Sequence, SupportsIndex, TypedDict, Union, overload
 
 from . import _native
+from ._errors import ArgumentTypeError, refused
 
 #: DLPack device types of GPU memory.
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
@@ -101,7 +110,9 @@ def _device_ordinal(device: Any) -> int:
             return value
     if isinstance(device, int) and not isinstance(device, bool):
         return device
-    raise TypeError(f"device: expected an ordinal or a device object, got {type(device).__name__}")
+    raise ArgumentTypeError(
+        f"device: expected an ordinal or a device object, got {type(device).__name__}", argument="device", value=device
+    )
 
 
 class StagerOptions(TypedDict):
@@ -443,25 +454,43 @@ def _stager_for(obj: Any, side: str) -> Stager:
 
 
 def _device_of(obj: Any, side: str) -> int:
+    """The ordinal of the device holding ``obj``, given as the device side
+    ``side``; what reading it raises as hostcopy's (``refused``)."""
+    try:
+        return _read_device_of(obj, side)
+    except (TypeError, ValueError, OverflowError) as failure:
+        raise refused(failure, side, obj)
+
+
+def _read_device_of(obj: Any, side: str) -> int:
     if _is_cuda_core_buffer(obj):
         device_id = getattr(obj, "device_id", None)
         if isinstance(device_id, int) and device_id >= 0:
             return device_id
-        return int(_native.device_holding(int(obj.handle), side))
+        return int(_native.device_holding(obj.handle, side))
     if hasattr(obj, "__dlpack_device__"):
         device_type, device_id = obj.__dlpack_device__()
-        if int(device_type) in (_DL_CUDA, _DL_CUDA_MANAGED):
-            return int(device_id)
+        if operator.index(device_type) in (_DL_CUDA, _DL_CUDA_MANAGED):
+            return operator.index(device_id)
         if hasattr(obj, "__dlpack__"):
-            raise _native.not_device_memory(obj, side, int(device_type))
+            raise _native.not_device_memory(obj, side, operator.index(device_type))
     interface = getattr(obj, "__cuda_array_interface__", None)
     if interface is not None:
-        return int(_native.device_holding(int(interface["data"][0] or 0), side))
+        data = interface.get("data") if isinstance(interface, dict) else None
+        if data is None:
+            raise ArgumentTypeError(
+                f"{side}: __cuda_array_interface__ is {interface!r}, not a dict with a 'data' pair",
+                argument=side,
+                value=obj,
+            )
+        return int(_native.device_holding(data[0] or 0, side))
     if _is_host_buffer(obj):
         raise _native.not_device_memory(obj, side)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{side}: expected GPU memory (a cuda.core Buffer, or an array with __dlpack__ or "
-        f"__cuda_array_interface__), got {type(obj).__name__}"
+        f"__cuda_array_interface__), got {type(obj).__name__}",
+        argument=side,
+        value=obj,
     )
 
 
@@ -522,8 +551,9 @@ def copy_to_host(
     ``bytearray``, an ``mmap``, a CPU tensor. ``nbytes`` defaults to all of
     ``src`` past ``src_offset``; both sides must hold it (``OutOfBounds``).
     Offsets and ``nbytes`` are integers (``int``, numpy integers; not
-    ``bool`` or ``float``: ``TypeError``); a negative one, or one wider than
-    a word, raises ``IntegerOutOfRange`` with its ``name``. Host memory
+    ``bool`` or ``float``: ``ArgumentTypeError``, a ``TypeError``); a
+    negative one, or one wider than a word, raises ``IntegerOutOfRange``
+    with its ``name``. Host memory
     given as ``src`` raises ``NotDeviceMemory`` (``side``, ``addr``); the
     module's docstring has a table of what each bad argument raises.
 
@@ -691,10 +721,10 @@ def copy_blocks_to_host(
     offsets into ``src`` and ``dst``: a sequence of 3-item sequences (a list
     of tuples; not strings) whose items are integers in ``operator.index``'s
     sense (``int``, numpy integers; a ``bool``, ``float`` or ``str`` raises
-    ``TypeError`` naming the block), or an ``(n, 3)`` array of an integer
+    ``ArgumentTypeError``, a ``TypeError``, naming the block), or an ``(n, 3)`` array of an integer
     dtype (``int8``, ``int16``, ``int32``, ``int64``, ``uint8``, ``uint16``,
     ``uint32``, ``uint64``, either byte order, any strides; a float, bool,
-    complex, string or object array raises ``TypeError`` naming the dtype,
+    complex, string or object array raises ``ArgumentTypeError`` naming the dtype,
     never cast; a CPU tensor or jax array of an integer dtype is read as
     such an array, through ``__array__``; any other tensor, a CUDA one
     included, through its ``tolist()``, so a float tensor is refused by its

@@ -14,8 +14,9 @@
 //!
 //! A field that is negative or wider than a word raises
 //! `hostcopy.IntegerOutOfRange` named `blocks[i].field`; anything else
-//! that is not a block, `TypeError` naming the block.
+//! that is not a block, `hostcopy.ArgumentTypeError` naming the block.
 
+use crate::errors::{refusal, wrong_type};
 use hostcopy_driver::cuda::staging::Block;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -32,35 +33,45 @@ const EXPECTED: &str = "expected (device_offset, host_offset, nbytes) triples \
      (a sequence of 3-item sequences, or an (n, 3) integer array)";
 
 /// The blocks `blocks` describes, or the error that says which block and
-/// field is wrong.
+/// field is wrong: a `hostcopy.Error` (what the table's own code, or
+/// Python reading it, raised as hostcopy's: `errors::refusal`).
 pub(crate) fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
+    read_blocks(blocks).map_err(|failure| refusal(blocks.py(), failure, "blocks", Some(blocks)))
+}
+
+/// `ArgumentTypeError` for `blocks`, which are no triples.
+fn not_triples(blocks: &Bound<'_, PyAny>) -> PyErr {
+    let kind = blocks
+        .get_type()
+        .name()
+        .map(|name| name.to_string())
+        .unwrap_or_default();
+    wrong_type("blocks", blocks, format!("blocks: {EXPECTED}, got {kind}"))
+}
+
+fn read_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
     if is_text(blocks) {
-        return Err(PyTypeError::new_err(format!(
-            "blocks: {EXPECTED}, got {}",
-            blocks.get_type().name()?
-        )));
+        return Err(not_triples(blocks));
     }
     match Export::new(blocks) {
-        Ok(export) => return from_array(blocks.py(), &export),
+        Ok(export) => return from_array(blocks, &export),
         // No buffer protocol: a sequence, read below.
         Err(failure) if failure.is_instance_of::<PyTypeError>(blocks.py()) => {}
         Err(failure) => return Err(failure),
     }
-    let entries = blocks.try_iter().map_err(|_| {
-        let kind = blocks.get_type().name().map(|n| n.to_string());
-        PyTypeError::new_err(format!(
-            "blocks: {EXPECTED}, got {}",
-            kind.unwrap_or_default()
-        ))
-    })?;
+    let entries = blocks.try_iter().map_err(|_| not_triples(blocks))?;
     let mut triples = Vec::new();
     for (index, entry) in entries.enumerate() {
         let entry = entry?;
         let fields = triple(&entry).ok_or_else(|| -> PyErr {
             let shown = entry.repr().map(|r| r.to_string()).unwrap_or_default();
-            PyTypeError::new_err(format!(
-                "blocks[{index}]: expected (device_offset, host_offset, nbytes), got {shown}"
-            ))
+            wrong_type(
+                &format!("blocks[{index}]"),
+                &entry,
+                format!(
+                    "blocks[{index}]: expected (device_offset, host_offset, nbytes), got {shown}"
+                ),
+            )
         })?;
         let mut words = [0usize; 3];
         for ((slot, field), value) in words.iter_mut().zip(FIELDS).zip(&fields) {
@@ -82,6 +93,10 @@ pub(crate) fn to_blocks(blocks: &Bound<'_, PyAny>) -> PyResult<Vec<Block>> {
 /// per block; other arrays (a CUDA tensor, a cupy array, which refuse
 /// `__array__`) as their `tolist()`; anything else as it is.
 pub(crate) fn private_table<'py>(blocks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    read_table(blocks).map_err(|failure| refusal(blocks.py(), failure, "blocks", Some(blocks)))
+}
+
+fn read_table<'py>(blocks: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = blocks.py();
     let numpy = crate::sides::modules(py)?.get_item("numpy")?;
     let c_ordered = |array: &Bound<'py, PyAny>, numpy: &Bound<'py, PyAny>| {
@@ -100,13 +115,21 @@ pub(crate) fn private_table<'py>(blocks: &Bound<'py, PyAny>) -> PyResult<Bound<'
             // numpy exports no buffer of datetime64 or timedelta64 (its
             // ValueError would say nothing of blocks): refused here, as
             // `to_blocks` refuses every other non-integer dtype.
-            return Err(PyTypeError::new_err(format!(
+            let message = format!(
                 "blocks: an array of dtype {}: blocks are integers (int8 to int64, uint8 to \
-                     uint64), and other dtypes are refused, not cast",
+                 uint64), and other dtypes are refused, not cast",
                 dtype.str()?
-            )));
+            );
+            return Err(wrong_type("blocks", blocks, message));
         }
         return c_ordered(blocks, numpy);
+    }
+    if let Some(numpy) = &numpy
+        && blocks.is_instance(&numpy.getattr("generic")?)?
+    {
+        // A numpy scalar (a `datetime64`, whose export numpy refuses with
+        // a `ValueError`, an `int64`): one number, no table.
+        return Err(not_triples(blocks));
     }
     if !blocks.hasattr("tolist")? {
         return Ok(blocks.clone());
@@ -230,28 +253,31 @@ unsafe fn integer<const N: usize>(at: *const u8, signed: bool, big_endian: bool)
     i128::from_le_bytes(wide)
 }
 
-/// The blocks of an `(n, 3)` integer buffer.
-fn from_array(py: Python<'_>, export: &Export) -> PyResult<Vec<Block>> {
+/// The blocks of an `(n, 3)` integer buffer, `blocks`'s.
+fn from_array(blocks: &Bound<'_, PyAny>, export: &Export) -> PyResult<Vec<Block>> {
+    let py = blocks.py();
     let (shape, strides) = export.layout();
     let format = export.format();
     let item = export.itemsize();
     let [rows, 3] = shape[..] else {
-        return Err(PyTypeError::new_err(format!(
-            "blocks: {EXPECTED}, got an array of shape {shape:?}"
-        )));
+        let message = format!("blocks: {EXPECTED}, got an array of shape {shape:?}");
+        return Err(wrong_type("blocks", blocks, message));
     };
     let Some((signed, big_endian)) =
         integer_format(&format).filter(|_| matches!(item, 1 | 2 | 4 | 8))
     else {
-        return Err(PyTypeError::new_err(format!(
+        let message = format!(
             "blocks: an (n, 3) array of dtype {} (item type {format:?}, {item} bytes): blocks are \
              integers (int8 to int64, uint8 to uint64), and other dtypes are refused, not cast",
             dtype_name(&format)
-        )));
+        );
+        return Err(wrong_type("blocks", blocks, message));
     };
     if export.is_indirect() {
-        return Err(PyTypeError::new_err(
-            "blocks: an array of indirect (suboffset) buffers",
+        return Err(wrong_type(
+            "blocks",
+            blocks,
+            "blocks: an array of indirect (suboffset) buffers".into(),
         ));
     }
     let item_stride = isize::try_from(item).unwrap_or(isize::MAX);

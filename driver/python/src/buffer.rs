@@ -10,7 +10,7 @@ use core::ffi::{c_char, c_int, c_void};
 
 use pyo3::exceptions::PyTypeError;
 
-use crate::errors::{Class, error};
+use crate::errors::{Class, error, refusal, wrong_type};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -134,11 +134,30 @@ impl Drop for Export {
 /// Exports `obj`'s buffer with the checks a copy needs: C-contiguous, plain
 /// bytes, and for a destination (`writable`) not read-only.
 ///
-/// Raises `hostcopy.NotContiguous` or `hostcopy.ReadOnlyBuffer`, and the
-/// exporter's own error (a `TypeError`) for an object without the buffer
-/// protocol.
-fn checked_export(obj: &Bound<'_, PyAny>, writable: bool, side: &str) -> PyResult<Export> {
-    checked(obj, Export::new(obj)?, writable, side)
+/// Raises `hostcopy.NotContiguous` or `hostcopy.ReadOnlyBuffer`, and
+/// `hostcopy.ArgumentTypeError` for an object without the buffer protocol
+/// (the exporter's own error as hostcopy's, `errors::refusal`, otherwise).
+pub(crate) fn checked_export(
+    obj: &Bound<'_, PyAny>,
+    writable: bool,
+    side: &str,
+) -> PyResult<Export> {
+    let py = obj.py();
+    let export = match Export::new(obj) {
+        Ok(export) => export,
+        Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {
+            let message = format!(
+                "{side}: expected a buffer (numpy, bytearray, memoryview, mmap, bytes as a \
+                 source), a cuda.core Buffer or an int address, got {}",
+                obj.get_type().name()?
+            );
+            let refused = wrong_type(side, obj, message);
+            refused.set_cause(py, Some(failure));
+            return Err(refused);
+        }
+        Err(failure) => return Err(refusal(py, failure, side, Some(obj))),
+    };
+    checked(obj, export, writable, side)
 }
 
 /// Whether a PEP 3118 buffer format holds object references (`O`), read
@@ -157,9 +176,13 @@ fn checked(obj: &Bound<'_, PyAny>, export: Export, writable: bool, side: &str) -
     let format = export.format();
     if holds_objects(&format) {
         // Copying object pointers as bytes would skip their reference counts.
-        return Err(PyTypeError::new_err(format!(
-            "{side} holds Python object references (buffer format {format:?}): a copy moves plain bytes"
-        )));
+        return Err(wrong_type(
+            side,
+            obj,
+            format!(
+                "{side} holds Python object references (buffer format {format:?}): a copy moves plain bytes"
+            ),
+        ));
     }
     if !export.is_c_contiguous() {
         let (shape, strides) = export.layout();

@@ -9,9 +9,7 @@
 
 use core::ffi::{CStr, c_void};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
-
-use crate::errors::{Class, error};
+use crate::errors::{Class, error, wrong_type, wrong_value};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
@@ -95,9 +93,14 @@ struct Tensor {
 /// capsule given as `side`.
 fn tensor_of(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<Tensor> {
     let py = capsule.py();
-    let capsule = capsule
-        .cast::<PyCapsule>()
-        .map_err(|_| PyTypeError::new_err("__dlpack__() did not return a capsule"))?;
+    let obj = capsule;
+    let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
+        wrong_type(
+            side,
+            obj,
+            format!("{side}: __dlpack__() did not return a capsule"),
+        )
+    })?;
     let name = capsule.name()?;
     // SAFETY: a capsule's name, when set, is a NUL-terminated string the
     // capsule's maker keeps; DLPack producers name theirs with static
@@ -118,17 +121,22 @@ fn tensor_of(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<Tensor> {
         // version; the rest is read only once the major version is 1.
         let managed = unsafe { &*managed.as_ptr().cast::<DlManagedTensorVersioned>() };
         if managed.version[0] != DLPACK_MAJOR_VERSION {
-            return Err(PyValueError::new_err(format!(
-                "a DLPack {}.{} tensor: this reads major version {DLPACK_MAJOR_VERSION}",
-                managed.version[0], managed.version[1]
-            )));
+            return Err(wrong_value(
+                side,
+                obj,
+                format!(
+                    "{side}: a DLPack {}.{} tensor: this reads major version {DLPACK_MAJOR_VERSION}",
+                    managed.version[0], managed.version[1]
+                ),
+            ));
         }
         (&managed.dl_tensor, Some(managed.flags))
     } else {
-        return Err(PyValueError::new_err(format!(
-            "expected an unconsumed DLPack capsule named \"dltensor\" or \"dltensor_versioned\", got {:?}",
+        let message = format!(
+            "{side}: expected an unconsumed DLPack capsule named \"dltensor\" or \"dltensor_versioned\", got {:?}",
             name.map(CStr::to_string_lossy)
-        )));
+        );
+        return Err(wrong_value(side, obj, message));
     };
     let ndim = usize::try_from(tensor.ndim).unwrap_or(0);
     let read = |ptr: *const i64| -> Vec<i64> {
@@ -142,10 +150,11 @@ fn tensor_of(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<Tensor> {
     let (shape, strides) = (read(tensor.shape), read(tensor.strides));
     let bits = usize::from(tensor.dtype.bits) * usize::from(tensor.dtype.lanes);
     if bits % 8 != 0 {
-        return Err(PyValueError::new_err(format!(
-            "a DLPack tensor of {}-bit elements (type code {}) is not whole bytes",
+        let message = format!(
+            "{side}: a DLPack tensor of {}-bit elements (type code {}) is not whole bytes",
             tensor.dtype.bits, tensor.dtype.code
-        )));
+        );
+        return Err(wrong_value(side, obj, message));
     }
     let item = bits / 8;
     let count = shape
@@ -153,10 +162,20 @@ fn tensor_of(capsule: &Bound<'_, PyAny>, side: &str) -> PyResult<Tensor> {
         .try_fold(1usize, |count, &extent| {
             count.checked_mul(usize::try_from(extent).ok()?)
         })
-        .ok_or_else(|| PyValueError::new_err(format!("a DLPack tensor of shape {shape:?}")))?;
-    let nbytes = count
-        .checked_mul(item)
-        .ok_or_else(|| PyValueError::new_err("a DLPack tensor larger than memory"))?;
+        .ok_or_else(|| {
+            wrong_value(
+                side,
+                obj,
+                format!("{side}: a DLPack tensor of shape {shape:?}"),
+            )
+        })?;
+    let nbytes = count.checked_mul(item).ok_or_else(|| {
+        wrong_value(
+            side,
+            obj,
+            format!("{side}: a DLPack tensor larger than memory"),
+        )
+    })?;
     // DLPack strides count elements; none means C order.
     let mut contiguous = true;
     if !strides.is_empty() && count > 0 {
@@ -240,7 +259,7 @@ pub(crate) fn dlpack_region(
 /// The host memory a DLPack capsule of a CPU (or pinned) tensor describes,
 /// kept for a transfer by holding the capsule. The address and length are
 /// the capsule's own (`data + byte_offset`, shape x item size), never the
-/// caller's. Refuses GPU memory (`TypeError`), a strided tensor
+/// caller's. Refuses GPU memory (`hostcopy.ArgumentTypeError`), a strided tensor
 /// (`hostcopy.NotContiguous`) and, for a destination (`writable`), any
 /// tensor not proven writable (`hostcopy.ReadOnlyBuffer`): one whose
 /// versioned capsule marks it read-only or a copy, and every unversioned
@@ -255,10 +274,11 @@ pub(crate) fn dlpack_host_memory(
     let py = capsule.py();
     let tensor = tensor_of(&capsule, side)?;
     if !matches!(tensor.device_type, DL_CPU | DL_CUDA_HOST) {
-        return Err(PyTypeError::new_err(format!(
+        let message = format!(
             "{side} is not host memory (DLPack device type {}, device {}); host memory is expected here",
             tensor.device_type, tensor.device_id
-        )));
+        );
+        return Err(wrong_type(side, &capsule, message));
     }
     if !tensor.contiguous {
         let message = format!(

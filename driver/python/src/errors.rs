@@ -13,6 +13,14 @@
 //! is a wildcard, so a variant added to the crate fails to compile here
 //! until it has a class. Each class carries the variant's numbers as
 //! attributes; `hostcopy/_errors.py` documents which.
+//!
+//! A refused argument is a `hostcopy.Error` too, never a bare built-in:
+//! the binding raises [`wrong_type`] (`ArgumentTypeError`), [`wrong_value`]
+//! (`ArgumentError`) or a class that says more; the integers and flags it
+//! converts itself (`crate::integers`), never through pyo3's extraction in
+//! a signature; and what an argument's own code, Python or pyo3 raised
+//! while the argument was read goes through [`refusal`], which calls the
+//! package's one mapping (`hostcopy._errors.refused`).
 
 use hostcopy_driver::awaiting::Failure;
 use hostcopy_driver::cuda::{BlockSide, DriverError, Error, ErrorKind};
@@ -37,9 +45,13 @@ macro_rules! classes {
     };
 }
 
-// The bases `Error`, `PackError` and `TransferError` are raised only as
-// the classes below them.
+// The bases `PackError` and `TransferError` are raised only as the
+// classes below them; `Error` is here to tell hostcopy's exceptions from
+// others ([`refusal`]).
 classes!(
+    Error,
+    ArgumentTypeError,
+    ArgumentError,
     OutOfBounds,
     Overlap,
     AddressOverflow,
@@ -71,7 +83,7 @@ classes!(
 );
 
 /// A class as loaded: itself, and its first base that Python defines
-/// (`ValueError`, `TypeError`, `RuntimeError`, `MemoryError`), raised
+/// (`ValueError`, `TypeError`, `RuntimeError`, `MemoryError`, `OSError`), raised
 /// instead where no Python code may run.
 struct Loaded {
     class: Py<PyType>,
@@ -80,10 +92,22 @@ struct Loaded {
 
 static CLASSES: PyOnceLock<Vec<Loaded>> = PyOnceLock::new();
 
-/// Fetches every class from `hostcopy._errors`: called when the extension
-/// module loads, so that a raise never looks a class up.
+/// `hostcopy._errors.refused`: the one mapping of an argument's error
+/// that Python, numpy or the argument's own code raised to hostcopy's
+/// classes, shared by the package's Python code and this module.
+static REFUSED: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Fetches every class from `hostcopy._errors`, and `refused`: called when
+/// the extension module loads, so that a raise never looks one up.
 pub(crate) fn load(py: Python<'_>) -> PyResult<()> {
-    classes(py).map(drop)
+    classes(py)?;
+    refused_function(py).map(drop)
+}
+
+fn refused_function(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    REFUSED.get_or_try_init(py, || {
+        Ok(py.import("hostcopy._errors")?.getattr("refused")?.unbind())
+    })
 }
 
 fn classes(py: Python<'_>) -> PyResult<&Vec<Loaded>> {
@@ -144,6 +168,68 @@ pub(crate) fn error<'py, const N: usize>(
         }
     };
     build().unwrap_or_else(|failure| failure)
+}
+
+/// `hostcopy.ArgumentTypeError`: the argument `argument`, given `value`,
+/// is of a type hostcopy does not take.
+pub(crate) fn wrong_type(argument: &str, value: &Bound<'_, PyAny>, message: String) -> PyErr {
+    argument_error(Class::ArgumentTypeError, argument, value, message)
+}
+
+/// `hostcopy.ArgumentError`: the argument `argument`, given `value`, has
+/// a value hostcopy refuses (and no class of its own says more).
+pub(crate) fn wrong_value(argument: &str, value: &Bound<'_, PyAny>, message: String) -> PyErr {
+    argument_error(Class::ArgumentError, argument, value, message)
+}
+
+fn argument_error(
+    class: Class,
+    argument: &str,
+    value: &Bound<'_, PyAny>,
+    message: String,
+) -> PyErr {
+    let py = value.py();
+    match text(py, argument) {
+        Ok(name) => error(
+            py,
+            class,
+            message,
+            [("argument", name), ("value", value.clone())],
+        ),
+        Err(failure) => failure,
+    }
+}
+
+/// `failure`, raised while the argument `argument` (`value`) was read, as
+/// hostcopy raises a refusal (`hostcopy._errors.refused`, the one mapping):
+/// a `hostcopy.Error` as it is; a `TypeError` (pyo3's extraction, an
+/// argument's own `__index__` or protocol method) as `ArgumentTypeError`,
+/// an `OverflowError` as `IntegerOutOfRange`, a `ValueError` as
+/// `ArgumentError`, with `failure` as the cause; anything else as it is.
+/// From the exit handler on (no Python code), `failure` as it is.
+pub(crate) fn refusal(
+    py: Python<'_>,
+    failure: PyErr,
+    argument: &str,
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyErr {
+    let known = classes(py)
+        .map(|loaded| failure.is_instance(py, loaded[Class::Error as usize].class.bind(py)))
+        .unwrap_or(true);
+    if known {
+        return failure;
+    }
+    let map = || -> PyResult<PyErr> {
+        let refused = refused_function(py)?.bind(py);
+        let value = value.map_or_else(|| py.None().into_bound(py), Clone::clone);
+        let made = refused.call1((failure.value(py), argument, value))?;
+        Ok(PyErr::from_value(made))
+    };
+    match crate::life::python_code(map) {
+        Some(Ok(made)) => made,
+        Some(Err(mapping)) => mapping,
+        None => failure,
+    }
 }
 
 fn int(py: Python<'_>, value: usize) -> PyResult<Bound<'_, PyAny>> {

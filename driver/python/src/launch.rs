@@ -10,10 +10,10 @@ use hostcopy_driver::Record;
 use hostcopy_driver::cuda::{
     CUgraph, CUstream, Context, Error, Graph, HostCopy, Launched, StreamRef,
 };
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::errors::layer_error;
+use crate::buffer::checked_export;
+use crate::errors::{layer_error, refusal, wrong_value};
 use crate::sides::protocol_stream_handle;
 
 fn copy(parallel: bool) -> HostCopy {
@@ -24,16 +24,34 @@ fn copy(parallel: bool) -> HostCopy {
     }
 }
 
-/// The record a packed record's bytes describe, as the Rust layer takes it.
-fn record_from_bytes(py: Python<'_>, record: &[u8]) -> PyResult<Record<'static>> {
-    let bytes: &[u8; HostCopyArgs::SIZE] = record.try_into().map_err(|_| {
-        PyValueError::new_err(format!(
-            "a packed record is {} bytes, not {}",
+/// The record a packed record describes, as the Rust layer takes it:
+/// `record` is its bytes as `pack_host_copy_args` returns them, or any
+/// C-contiguous buffer of them (`ArgumentTypeError` for what is no buffer,
+/// an `int` included, `ArgumentError` for one of another length).
+fn record_from(record: &Bound<'_, PyAny>) -> PyResult<Record<'static>> {
+    let py = record.py();
+    let export = checked_export(record, false, "record")?;
+    let (addr, len) = export.range();
+    if len != HostCopyArgs::SIZE {
+        let message = format!(
+            "record: a packed record is {} bytes, not {len}",
+            HostCopyArgs::SIZE
+        );
+        return Err(wrong_value("record", record, message));
+    }
+    let mut bytes = [0u8; HostCopyArgs::SIZE];
+    // SAFETY: the export is of `len` (= `SIZE`) contiguous readable bytes at
+    // `addr`, held until the end of this function; no Python code runs
+    // meanwhile.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            core::ptr::with_exposed_provenance::<u8>(addr),
+            bytes.as_mut_ptr(),
             HostCopyArgs::SIZE,
-            record.len()
-        ))
-    })?;
-    let args = HostCopyArgs::from_bytes(bytes);
+        );
+    }
+    drop(export);
+    let args = HostCopyArgs::from_bytes(&bytes);
     // SAFETY: the Python API documents the caller's promise: both ranges
     // are host memory that stays valid until the copy has run (until the
     // graph and its executables are destroyed, for a graph).
@@ -51,11 +69,12 @@ fn record_from_bytes(py: Python<'_>, record: &[u8]) -> PyResult<Record<'static>>
 pub(crate) fn launch_owned(
     py: Python<'_>,
     stream: &Bound<'_, PyAny>,
-    record: &[u8],
+    record: &Bound<'_, PyAny>,
     parallel: bool,
 ) -> PyResult<bool> {
-    let stream = protocol_stream_handle(stream)?;
-    let record = record_from_bytes(py, record)?;
+    let stream = protocol_stream_handle(stream)
+        .map_err(|failure| refusal(py, failure, "stream", Some(stream)))?;
+    let record = record_from(record)?;
     crate::life::use_cuda()?;
     let launch = move || -> Result<bool, Error> {
         let raw = stream as CUstream;
@@ -78,11 +97,11 @@ pub(crate) fn launch_owned(
 pub(crate) fn add_host_node(
     py: Python<'_>,
     graph: usize,
-    record: &[u8],
+    record: &Bound<'_, PyAny>,
     dependencies: Vec<usize>,
     parallel: bool,
 ) -> PyResult<usize> {
-    let record = record_from_bytes(py, record)?;
+    let record = record_from(record)?;
     crate::life::use_cuda()?;
     let add = || -> Result<usize, Error> {
         let context = Context::current()?;

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use crate::errors::{self, Class};
+use crate::integers::argument;
 use crate::life;
 
 /// `register=`'s words, as `hostcopy.Register` spells them.
@@ -145,10 +146,17 @@ impl PageableMemory {
     /// `register` says: `"never"` (the default, no driver call),
     /// `"background"` or `"now"`.
     #[new]
-    #[pyo3(signature = (nbytes, register=When(Register::Never), device=0))]
+    #[pyo3(signature = (nbytes, register=When(Register::Never), device=None))]
     // The default as Python spells it (pyo3 shows a Rust expression as `...`).
     #[pyo3(text_signature = "(nbytes, register='never', device=0)")]
-    fn new(py: Python<'_>, nbytes: usize, register: When, device: usize) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        nbytes: &Bound<'_, PyAny>,
+        register: When,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let nbytes: usize = argument(nbytes, "nbytes")?;
+        let device: usize = device.map_or(Ok(0), |device| argument(device, "device"))?;
         PageableMemory::made(py, nbytes, register, device, default_range(register.0))
     }
 

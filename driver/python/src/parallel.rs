@@ -15,7 +15,11 @@ pub(crate) fn host_copy_parallel_fn_address() -> usize {
 /// calls let only the first `workers` of the started threads take part.
 /// Returns `(started, active)`.
 #[pyfunction]
-pub(crate) fn set_parallel_workers(py: Python<'_>, workers: usize) -> PyResult<(usize, usize)> {
+pub(crate) fn set_parallel_workers(
+    py: Python<'_>,
+    workers: &Bound<'_, PyAny>,
+) -> PyResult<(usize, usize)> {
+    let workers: usize = crate::integers::argument(workers, "workers")?;
     let pool = match crate::life::detach(py, || CopyWorkers::start(workers)) {
         Ok(pool) => pool,
         // A running pool keeps its threads; only the active count changes.

@@ -10,7 +10,11 @@
 //!   (no DLPack export); a cuda.core `Buffer` (told by its type); anything
 //!   with `__dlpack__` (exported for the transfer's stream); anything with
 //!   `__cuda_array_interface__`. Host memory there is `NotDeviceMemory`, a
-//!   jax array as a destination a `TypeError`.
+//!   jax array as a destination a `hostcopy.ArgumentTypeError`.
+//!
+//! Every refusal is a `hostcopy.Error`: what an argument's own code, or
+//! Python reading it, raises is mapped to hostcopy's, naming the argument
+//! ([`read`], `errors::refusal`).
 //! - **Host side**: the buffer protocol, or a CPU tensor through DLPack.
 //!
 //! Every Python object is looked at as the package's Python code would:
@@ -20,12 +24,14 @@
 use hostcopy_driver::cuda::CUdeviceptr;
 use pyo3::exceptions::{PyAttributeError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyMemoryView, PySlice, PyTuple, PyType};
+use pyo3::types::{
+    PyBool, PyBytes, PyDict, PyFloat, PyInt, PyMemoryView, PySlice, PyString, PyTuple, PyType,
+};
 
 use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
 use crate::dlpack::{dlpack_device_destination, dlpack_host_memory, dlpack_region};
-use crate::errors::{Class, error};
-use crate::integers::out_of_range;
+use crate::errors::{Class, error, refusal, wrong_type, wrong_value};
+use crate::integers::{out_of_range, word};
 use crate::staging::{check_usable, stream_capturing};
 
 /// DLPack device types: CPU, CUDA, CUDA host (pinned), CUDA managed.
@@ -74,17 +80,34 @@ pub(crate) fn read<'py>(
     } else {
         ((src, "src"), (dst, "dst"))
     };
+    // Each argument's errors as hostcopy's, naming it (`errors::refusal`:
+    // what an argument's own code, or Python reading it, raised).
     if !blocking {
-        refuse_memory_not_held(host, host_name)?;
+        refuse_memory_not_held(host, host_name).map_err(named(py, host_name, Some(host)))?;
     }
-    let consumer = consumer_stream(stream)?;
-    let device = device_side(device, device_name, to_device, consumer)?;
-    let host = Bound::new(py, host_side(host, host_name, !to_device)?)?;
+    let consumer = consumer_stream(stream).map_err(named(py, "stream", stream))?;
+    let device = device_side(device, device_name, to_device, consumer).map_err(named(
+        py,
+        device_name,
+        Some(device),
+    ))?;
+    let host = host_side(host, host_name, !to_device).map_err(named(py, host_name, Some(host)))?;
+    let host = Bound::new(py, host)?;
     Ok(Sides {
         device,
         host,
         consumer,
     })
+}
+
+/// An error of reading the argument `argument` (`value`) as hostcopy's
+/// (`errors::refusal`).
+fn named<'a, 'py>(
+    py: Python<'py>,
+    argument: &'a str,
+    value: Option<&'a Bound<'py, PyAny>>,
+) -> impl FnOnce(PyErr) -> PyErr + 'a {
+    move |failure| refusal(py, failure, argument, value)
 }
 
 /// `getattr(obj, name, None)`: `None` where `obj` has no such attribute
@@ -145,16 +168,26 @@ fn int_of<'py, T: FromPyObjectOwned<'py>>(value: &Bound<'py, PyAny>) -> PyResult
 }
 
 /// `int(value)` as a native word (a pointer, a length, a stream handle):
-/// `IntegerOutOfRange` named `name` outside `0..=usize::MAX`, `TypeError`
-/// for a bool or a float (which `int()` would take, or cut).
-fn word_of(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    if value.is_instance_of::<PyBool>() || value.is_instance_of::<PyFloat>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an integer, not {}",
-            type_name(value)?
-        )));
+/// `IntegerOutOfRange` named `name` outside `0..=usize::MAX`,
+/// `ArgumentTypeError` for a bool or a float (which `int()` would take, or
+/// cut), and what `int()` raises as hostcopy's (`errors::refusal`).
+pub(crate) fn word_of(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    let py = value.py();
+    if value.is_instance_of::<PyBool>()
+        || value.is_instance_of::<PyFloat>()
+        || value.is_instance_of::<PyString>()
+        || value.is_instance_of::<PyBytes>()
+    {
+        return Err(wrong_type(
+            name,
+            value,
+            format!("{name} must be an integer, not {}", type_name(value)?),
+        ));
     }
-    let int = value.py().get_type::<PyInt>().call1((value,))?;
+    let int = py
+        .get_type::<PyInt>()
+        .call1((value,))
+        .map_err(|failure| refusal(py, failure, name, Some(value)))?;
     match int.extract::<usize>() {
         Ok(word) => Ok(word),
         Err(_) => Err(out_of_range(value.py(), name, int)?),
@@ -162,9 +195,11 @@ fn word_of(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
 }
 
 /// The two items of a pair a protocol returns (a tuple, or any sequence
-/// of two, as Python's unpacking takes it), or a `TypeError` naming `what`.
+/// of two, as Python's unpacking takes it), or `ArgumentTypeError` for
+/// the argument `argument`, naming `what`.
 fn two<'py>(
     value: &Bound<'py, PyAny>,
+    argument: &str,
     what: &str,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let items = value
@@ -174,10 +209,11 @@ fn two<'py>(
         .filter(|items| items.len() == 2);
     match items.map(<[_; 2]>::try_from) {
         Some(Ok([first, second])) => Ok((first, second)),
-        _ => Err(PyTypeError::new_err(format!(
-            "{what}: expected a pair, got {}",
-            value.repr()?
-        ))),
+        _ => Err(wrong_type(
+            argument,
+            value,
+            format!("{argument}: {what}: expected a pair, got {}", value.repr()?),
+        )),
     }
 }
 
@@ -228,7 +264,7 @@ pub(crate) fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usiz
             } else {
                 protocol
             };
-            let (_version, handle) = two(&pair, "__cuda_stream__()")?;
+            let (_version, handle) = two(&pair, "stream", "__cuda_stream__()")?;
             return word_of(&handle, "stream");
         }
         let cu_stream = type_name(&stream)? == "CUstream";
@@ -237,19 +273,23 @@ pub(crate) fn protocol_stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<usiz
             continue;
         }
         if stream.is_instance_of::<PyBool>() {
-            return Err(PyTypeError::new_err("stream must be a handle, not bool"));
+            return Err(wrong_type(
+                "stream",
+                &stream,
+                "stream must be a handle, not bool".into(),
+            ));
         }
         if is_int || cu_stream {
             return word_of(&stream, "stream");
         }
-        return Err(PyTypeError::new_err(format!(
+        let message = format!(
             "stream: expected a cuda.bindings CUstream or an int handle, got {}",
             type_name(&stream)?
-        )));
+        );
+        return Err(wrong_type("stream", &stream, message));
     }
-    Err(PyTypeError::new_err(format!(
-        "stream: no handle found {DEPTH} .handle attributes deep"
-    )))
+    let message = format!("stream: no handle found {DEPTH} .handle attributes deep");
+    Err(wrong_type("stream", &stream, message))
 }
 
 /// A torch tensor, of a subclass defined anywhere.
@@ -392,22 +432,28 @@ pub(crate) fn py_not_device_memory<'py>(
 /// `crate::dlpack`; a jax device array has no other guard).
 fn refuse_jax_destination(obj: &Bound<'_, PyAny>, side: &str) -> PyResult<()> {
     if matches!(library_of(obj).as_str(), "jax" | "jaxlib") {
-        return Err(PyTypeError::new_err(format!(
-            "{side} is a jax array: jax arrays are immutable, so they cannot be a destination"
-        )));
+        return Err(wrong_type(
+            side,
+            obj,
+            format!(
+                "{side} is a jax array: jax arrays are immutable, so they cannot be a destination"
+            ),
+        ));
     }
     Ok(())
 }
 
 /// `obj`'s DLPack device type, if it has `__dlpack__` and
-/// `__dlpack_device__`.
-fn dlpack_device_type(obj: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+/// `__dlpack_device__`, given as the argument `side`: a pair whose first
+/// item is an integer (`ArgumentTypeError` otherwise).
+fn dlpack_device_type(obj: &Bound<'_, PyAny>, side: &str) -> PyResult<Option<i64>> {
     if !(obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")?) {
         return Ok(None);
     }
     let device = obj.call_method0("__dlpack_device__")?;
-    let (device_type, _device_id) = two(&device, "__dlpack_device__()")?;
-    int_of(&device_type).map(Some)
+    let (device_type, _device_id) = two(&device, side, "__dlpack_device__()")?;
+    let device_type = word(&device_type, || format!("{side}.__dlpack_device__()[0]"))?;
+    Ok(Some(i64::try_from(device_type).unwrap_or(i64::MAX)))
 }
 
 /// `obj.__dlpack__(**kwargs, max_version=(1, 0))`, or without
@@ -629,9 +675,11 @@ fn device_side(
             None => false,
         };
         if closed {
-            return Err(PyValueError::new_err(format!(
-                "{side} is a closed cuda.core Buffer"
-            )));
+            return Err(wrong_value(
+                side,
+                obj,
+                format!("{side} is a closed cuda.core Buffer"),
+            ));
         }
         return Ok(DeviceSide {
             ptr: word_of(&obj.getattr("handle")?, &format!("{side}.handle"))? as CUdeviceptr,
@@ -641,7 +689,7 @@ fn device_side(
             wait_for: vec![consumer],
         });
     }
-    if let Some(device_type) = dlpack_device_type(obj)? {
+    if let Some(device_type) = dlpack_device_type(obj, side)? {
         if !matches!(device_type, DL_CUDA | DL_CUDA_MANAGED) {
             return Err(not_device_memory(obj, side, Some(device_type))?);
         }
@@ -685,11 +733,12 @@ fn device_side(
             Err(not_device_memory(obj, side, None)?)
         }
         Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {
-            Err(PyTypeError::new_err(format!(
+            let message = format!(
                 "{side}: expected GPU memory (a cuda.core Buffer, or an array with __dlpack__ or \
                  __cuda_array_interface__), got {}",
                 type_name(obj)?
-            )))
+            );
+            Err(wrong_type(side, obj, message))
         }
         Err(failure) => Err(failure),
     }
@@ -705,10 +754,19 @@ fn array_interface_side(
     consumer: usize,
 ) -> PyResult<DeviceSide> {
     let py = obj.py();
-    let (ptr, readonly) = two(
-        &interface.get_item("data")?,
-        "__cuda_array_interface__['data']",
-    )?;
+    let Some(data) = interface
+        .cast::<PyDict>()
+        .ok()
+        .and_then(|interface| interface.get_item("data").transpose())
+        .transpose()?
+    else {
+        let message = format!(
+            "{side}: __cuda_array_interface__ is {}, not a dict with a 'data' pair",
+            interface.repr()?
+        );
+        return Err(wrong_type(side, obj, message));
+    };
+    let (ptr, readonly) = two(&data, side, "__cuda_array_interface__['data']")?;
     let shape = PyTuple::new(
         py,
         interface
@@ -740,7 +798,7 @@ fn array_interface_side(
         .iter()
         .try_fold(item, |nbytes, &extent| nbytes.checked_mul(extent))
         .and_then(|nbytes| usize::try_from(nbytes).ok())
-        .ok_or_else(|| PyValueError::new_err(format!("{side}: an array of shape {extents:?}")))?;
+        .ok_or_else(|| wrong_value(side, obj, format!("{side}: an array of shape {extents:?}")))?;
     if writable && readonly.is_truthy()? {
         return Err(read_only_device(py, side, nbytes)?);
     }
@@ -794,11 +852,12 @@ fn host_side(obj: &Bound<'_, PyAny>, side: &str, writable: bool) -> PyResult<Hos
         Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {}
         Err(failure) => return Err(failure),
     }
-    if let Some(device_type) = dlpack_device_type(obj)? {
+    if let Some(device_type) = dlpack_device_type(obj, side)? {
         if !matches!(device_type, DL_CPU | DL_CUDA_HOST) {
-            return Err(PyTypeError::new_err(format!(
+            let message = format!(
                 "{side} is GPU memory (DLPack device type {device_type}); host memory is expected here"
-            )));
+            );
+            return Err(wrong_type(side, obj, message));
         }
         // A versioned capsule can say that the tensor is read-only or a
         // copy; an unversioned one is refused as a destination (it cannot
@@ -807,9 +866,10 @@ fn host_side(obj: &Bound<'_, PyAny>, side: &str, writable: bool) -> PyResult<Hos
         let capsule = export_dlpack(obj, &PyDict::new(py))?;
         return dlpack_host_memory(capsule, writable, side);
     }
-    Err(PyTypeError::new_err(format!(
+    let message = format!(
         "{side}: expected host memory (the buffer protocol: numpy, bytearray, memoryview, mmap; \
          or a CPU tensor with __dlpack__), got {}",
         type_name(obj)?
-    )))
+    );
+    Err(wrong_type(side, obj, message))
 }

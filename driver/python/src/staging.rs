@@ -31,7 +31,7 @@ use crate::awaiting::Wakeup;
 use crate::blocks::{private_table, to_blocks};
 use crate::buffer::HostMemory;
 use crate::errors::{self, closed, invalid_option, layer_error, out_of_bounds, transfer_failure};
-use crate::integers::word;
+use crate::integers::{argument, word};
 use crate::life;
 use crate::sides::{self, Sides};
 
@@ -327,18 +327,27 @@ impl PyStager {
     #[allow(clippy::too_many_arguments)] // one per keyword of `hostcopy.Stager`
     fn new(
         py: Python<'_>,
-        device: usize,
+        device: Bound<'_, PyAny>,
         chunk: Option<Bound<'_, PyAny>>,
         buffers: Option<Bound<'_, PyAny>>,
         workers: Option<Bound<'_, PyAny>>,
-        h2d_streaming: Option<bool>,
+        h2d_streaming: Option<Bound<'_, PyAny>>,
         driver_path_below: Option<Bound<'_, PyAny>>,
-        prefault: Option<bool>,
+        prefault: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         if life::exiting() {
             // Before the options, whose `__index__` may be Python code.
             return Err(closed(py));
         }
+        let device: usize = argument(&device, "device")?;
+        let flag = |value: Option<Bound<'_, PyAny>>, name| {
+            value
+                .filter(|value| !value.is_none())
+                .map(|value| argument::<bool>(&value, name))
+                .transpose()
+        };
+        let h2d_streaming = flag(h2d_streaming, "h2d_streaming")?;
+        let prefault = flag(prefault, "prefault")?;
         type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
         let counts: [(&'static str, Set, _); 4] = [
             ("chunk", StagingOptionsBuilder::chunk, chunk),
@@ -490,10 +499,14 @@ impl PyStager {
             "copy_blocks_to_host" => ("copy_blocks_to_host", false, true),
             "copy_blocks_to_device" => ("copy_blocks_to_device", true, true),
             other => {
-                return Err(PyValueError::new_err(format!(
-                    "operation: expected copy_to_host, copy_to_device, copy_blocks_to_host \
-                     or copy_blocks_to_device, got {other:?}"
-                )));
+                return Err(errors::wrong_value(
+                    "operation",
+                    &other.into_pyobject(py)?.into_any(),
+                    format!(
+                        "operation: expected copy_to_host, copy_to_device, copy_blocks_to_host \
+                         or copy_blocks_to_device, got {other:?}"
+                    ),
+                ));
             }
         };
         // The arguments' own code (attributes, exports, `tolist()`) runs
@@ -878,8 +891,13 @@ pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
 /// The ordinal of the device whose memory holds `ptr`, as the driver
 /// reports it (`NotDeviceMemory` for host memory and unknown addresses).
 #[pyfunction]
-pub(crate) fn device_holding(py: Python<'_>, ptr: CUdeviceptr, side: &str) -> PyResult<usize> {
+pub(crate) fn device_holding(
+    py: Python<'_>,
+    ptr: &Bound<'_, PyAny>,
+    side: &str,
+) -> PyResult<usize> {
     check_usable(py)?;
+    let ptr = sides::word_of(ptr, &format!("{side} data pointer"))? as CUdeviceptr;
     life::use_cuda()?;
     life::detach(py, || {
         crate::keeping_current(|| DeviceView::device_holding(ptr))
