@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The C API of the staging engine (driver/capi), as CI checks it: format,
+# clippy, rustdoc and the Rust unit tests; the committed header in step
+# with the library; the C test against the simulated driver.
+#
+# In step: include/hostcopy_stager.h is hand-written (as core's hostcopy.h
+# is). The library built here must export exactly the functions declared
+# by it, by core/include/hostcopy.h (the library carries hostcopy-core, so
+# a program links this library or libhostcopy, not both) and, in this
+# simulator build only, by tests/hostcopy_sim.h; the structures' layouts
+# are asserted with the same numbers in the header and in the Rust source;
+# and tests/stager_sim.c, compiled as C99 with -Wall -Wextra -pedantic
+# -Werror (and the header as C++17), calls every declared function.
+#
+# usage: driver/capi/ci.sh   (from anywhere; its own target folder)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+
+step() { printf -- '--- driver/capi: %s\n' "$*"; }
+
+step "fmt, clippy, rustdoc, unit tests"
+cargo fmt --check
+cargo clippy --quiet --all-targets -- -D warnings
+cargo clippy --quiet --features simulator --all-targets -- -D warnings
+RUSTDOCFLAGS=-Dwarnings cargo doc --quiet --no-deps --features simulator
+cargo test --quiet --features simulator
+
+step "build with the simulated driver"
+cargo build --quiet --features simulator
+lib=target/debug
+
+step "the headers declare what the library exports, no more, no less"
+declared() {
+    # Prototypes start at the line's first column with their return type;
+    # `static inline` helpers are the header's own, not exported.
+    grep -hE '^[A-Za-z_][A-Za-z0-9_ ]*[ *]hostcopy_[a-z0-9_]+\(' "$@" | grep -v '^static' |
+        sed -E 's/^.*[ *](hostcopy_[a-z0-9_]+)\(.*/\1/'
+}
+declared include/hostcopy_stager.h ../../core/include/hostcopy.h tests/hostcopy_sim.h | sort -u >"$lib/declared.txt"
+nm -D --defined-only "$lib/libhostcopy_stager.so" | awk '$2 == "T" { print $3 }' | grep '^hostcopy_' |
+    sort -u >"$lib/exported.txt"
+if ! diff -u "$lib/declared.txt" "$lib/exported.txt"; then
+    echo "driver/capi: the headers (-) and libhostcopy_stager.so's exports (+) differ" >&2
+    exit 1
+fi
+echo "$(wc -l <"$lib/exported.txt") functions declared and exported"
+
+step "the header as C99, C11, C++11 and C++17 (-pedantic -Werror)"
+warnings="-Wall -Wextra -pedantic -Werror"
+for std in c99 c11; do
+    gcc -std=$std $warnings -Iinclude -fsyntax-only -x c include/hostcopy_stager.h
+done
+for std in c++11 c++17; do
+    g++ -std=$std $warnings -Iinclude -fsyntax-only -x c++ include/hostcopy_stager.h
+done
+
+step "the C test against the simulated driver (tests/stager_sim.c)"
+# The static library's native dependencies, as rustc reports them, less
+# -lcuda: the library opens libcuda at run time and takes nothing from it.
+native="-ldl -lgcc_s -lutil -lrt -lpthread -lm -lc"
+gcc -std=c99 -D_POSIX_C_SOURCE=200809L $warnings -Iinclude -Itests tests/stager_sim.c \
+    "$lib/libhostcopy_stager.a" $native -o "$lib/stager_sim"
+# The test's caught panic prints through Rust's panic hook: expected.
+RUST_BACKTRACE=0 timeout 120 "$lib/stager_sim"

@@ -1,0 +1,74 @@
+//! The C API of hostcopy's staging engine, declared by
+//! `include/hostcopy_stager.h`: stagers, device and host buffers (with
+//! registration), and staged transfers each way, blocking or started, of
+//! one range or a batch of blocks. The header is the reference for C
+//! callers; the repository's `docs/c-api.md` shows a whole program.
+//!
+//! Every exported function runs its body inside
+//! [`catch_unwind`](std::panic::catch_unwind) (`status::entry`): errors and
+//! panics become a `hostcopy_status` and the thread's last error message,
+//! and nothing unwinds into C.
+//!
+//! Ownership follows the Rust rules: a started transfer holds shares of
+//! the device and host buffers it copies (and the engine holds the
+//! stager's lanes), so C may free any handle while a transfer is in
+//! flight; only raw host memory is the caller's to keep, as
+//! `Stager::start_unchecked`'s contract says.
+
+mod memory;
+#[cfg(feature = "simulator")]
+mod sim;
+mod stager;
+mod status;
+mod transfer;
+
+pub use memory::{
+    hostcopy_device_buffer, hostcopy_device_buffer_free, hostcopy_device_buffer_get,
+    hostcopy_device_buffer_new, hostcopy_device_buffer_wrap, hostcopy_host_buffer,
+    hostcopy_host_buffer_data, hostcopy_host_buffer_free, hostcopy_host_buffer_len,
+    hostcopy_host_buffer_new, hostcopy_host_buffer_register, hostcopy_host_buffer_registration,
+    hostcopy_host_buffer_wait_registered, hostcopy_registration,
+};
+#[cfg(feature = "simulator")]
+pub use sim::{
+    hostcopy_sim_fail_call, hostcopy_sim_fail_context, hostcopy_sim_hold, hostcopy_sim_install,
+    hostcopy_sim_new_device, hostcopy_sim_panic, hostcopy_sim_release, hostcopy_sim_violations,
+};
+pub use stager::{
+    hostcopy_stager, hostcopy_stager_device, hostcopy_stager_free, hostcopy_stager_get_options,
+    hostcopy_stager_new, hostcopy_stager_options, hostcopy_stager_options_default,
+};
+pub use status::{
+    hostcopy_last_error_driver_code, hostcopy_last_error_message, hostcopy_status,
+    hostcopy_status_name,
+};
+pub use transfer::{
+    hostcopy_block, hostcopy_copy, hostcopy_stager_run, hostcopy_stager_start, hostcopy_transfer,
+    hostcopy_transfer_free, hostcopy_transfer_query, hostcopy_transfer_wait,
+};
+
+use status::Failure;
+
+/// `ptr` as a shared reference, or the null-argument failure naming it.
+///
+/// # Safety
+///
+/// `ptr` is null or points to a live, aligned `T` that nothing mutates
+/// while the reference is used.
+unsafe fn reference<'a, T>(ptr: *const T, name: &str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller's contract.
+    unsafe { ptr.as_ref() }.ok_or_else(|| Failure::null(name))
+}
+
+/// `ptr` as an exclusive reference for writing a result, or the
+/// null-argument failure naming it.
+///
+/// # Safety
+///
+/// `ptr` is null or points to an aligned `T`, initialized or not (only
+/// written through the reference: `T` is `Copy` with no drop), that
+/// nothing else uses while the reference is used.
+unsafe fn out<'a, T: Copy>(ptr: *mut T, name: &str) -> Result<&'a mut T, Failure> {
+    // SAFETY: the caller's contract.
+    unsafe { ptr.as_mut() }.ok_or_else(|| Failure::null(name))
+}

@@ -1,0 +1,281 @@
+//! `hostcopy_stager`: a [`Stager`] behind a mutex (so C may call it from
+//! any thread; its calls run one at a time), with its options as a C
+//! structure.
+
+use std::sync::{Mutex, MutexGuard};
+
+use hostcopy_driver::cuda::Context;
+use hostcopy_driver::cuda::staging::{Stager, StagingOptions, Stores};
+
+use crate::status::{Failure, HOSTCOPY_ERROR_PANIC, entry, hostcopy_status};
+use crate::{out, reference};
+
+/// `HOSTCOPY_WORKERS_DEFAULT`: the builder's default worker count.
+const WORKERS_DEFAULT: usize = usize::MAX;
+/// `HOSTCOPY_CURRENT_CONTEXT`.
+const CURRENT_CONTEXT: i32 = -1;
+/// `HOSTCOPY_STORES_CACHED` and `HOSTCOPY_STORES_STREAMING`.
+const STORES_CACHED: u32 = 0;
+const STORES_STREAMING: u32 = 1;
+
+/// `hostcopy_stager_options`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types, missing_docs)]
+pub struct hostcopy_stager_options {
+    pub struct_size: usize,
+    pub chunk: usize,
+    pub h2d_chunk: usize,
+    pub edge_chunk: usize,
+    pub buffers: usize,
+    pub streams: usize,
+    pub workers: usize,
+    pub stagers: usize,
+    pub d2h_workers: usize,
+    pub driver_path_below: usize,
+    pub kernel_below: usize,
+    pub prefault: u32,
+    pub h2d_stores: u32,
+}
+
+// The header's layout checks, with the same numbers.
+const _: () = assert!(size_of::<hostcopy_stager_options>() == 96);
+const _: () = assert!(core::mem::offset_of!(hostcopy_stager_options, prefault) == 88);
+
+impl hostcopy_stager_options {
+    /// The defaults, as `StagingOptions::default()` has them, with the
+    /// worker count left to the builder.
+    fn defaults() -> hostcopy_stager_options {
+        let defaults = StagingOptions::default();
+        hostcopy_stager_options {
+            struct_size: size_of::<hostcopy_stager_options>(),
+            chunk: defaults.chunk(),
+            h2d_chunk: defaults.h2d_chunk(),
+            edge_chunk: defaults.edge_chunk(),
+            buffers: defaults.buffers(),
+            streams: defaults.streams(),
+            workers: WORKERS_DEFAULT,
+            stagers: 1,
+            d2h_workers: defaults.d2h_workers(),
+            driver_path_below: defaults.driver_path_below(),
+            kernel_below: defaults.kernel_below(),
+            prefault: u32::from(defaults.prefault()),
+            h2d_stores: stores_value(defaults.h2d_stores()),
+        }
+    }
+
+    /// The options a stager was made with, as C has them.
+    fn of(options: &StagingOptions) -> hostcopy_stager_options {
+        hostcopy_stager_options {
+            workers: options.workers(),
+            chunk: options.chunk(),
+            h2d_chunk: options.h2d_chunk(),
+            edge_chunk: options.edge_chunk(),
+            buffers: options.buffers(),
+            streams: options.streams(),
+            d2h_workers: options.d2h_workers(),
+            driver_path_below: options.driver_path_below(),
+            kernel_below: options.kernel_below(),
+            prefault: u32::from(options.prefault()),
+            h2d_stores: stores_value(options.h2d_stores()),
+            ..hostcopy_stager_options::defaults()
+        }
+    }
+
+    /// The Rust options; the builder checks each range.
+    fn build(&self) -> Result<StagingOptions, Failure> {
+        if self.struct_size != size_of::<hostcopy_stager_options>() {
+            return Err(Failure::invalid(format!(
+                "hostcopy_stager_options.struct_size is {}, not sizeof(hostcopy_stager_options) = {} \
+                 (fill it with hostcopy_stager_options_default)",
+                self.struct_size,
+                size_of::<hostcopy_stager_options>()
+            )));
+        }
+        let stores = match self.h2d_stores {
+            STORES_CACHED => Stores::Cached,
+            STORES_STREAMING => Stores::Streaming,
+            other => {
+                return Err(Failure::invalid(format!(
+                    "h2d_stores is {other}: HOSTCOPY_STORES_CACHED (0) or HOSTCOPY_STORES_STREAMING (1)"
+                )));
+            }
+        };
+        let prefault = match self.prefault {
+            0 => false,
+            1 => true,
+            other => return Err(Failure::invalid(format!("prefault is {other}: 0 or 1"))),
+        };
+        let mut builder = StagingOptions::builder()
+            .chunk(self.chunk)
+            .h2d_chunk(self.h2d_chunk)
+            .edge_chunk(self.edge_chunk)
+            .buffers(self.buffers)
+            .streams(self.streams)
+            .stagers(self.stagers)
+            .d2h_workers(self.d2h_workers)
+            .driver_path_below(self.driver_path_below)
+            .kernel_below(self.kernel_below)
+            .prefault(prefault)
+            .h2d_stores(stores);
+        if self.workers != WORKERS_DEFAULT {
+            builder = builder.workers(self.workers);
+        }
+        Ok(builder.build()?)
+    }
+}
+
+fn stores_value(stores: Stores) -> u32 {
+    match stores {
+        Stores::Streaming => STORES_STREAMING,
+        // `Stores` is non-exhaustive; a kind C has no value for reads as
+        // the default's.
+        _ => STORES_CACHED,
+    }
+}
+
+/// `hostcopy_stager`: the stager, its context (for the buffers made on
+/// its device without taking the stager's lock), and its device.
+#[allow(non_camel_case_types)]
+#[derive(Debug)]
+pub struct hostcopy_stager {
+    stager: Mutex<Stager>,
+    pub(crate) context: Context,
+}
+
+impl hostcopy_stager {
+    /// The stager, for one call; a stager whose call panicked refuses.
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Stager>, Failure> {
+        self.stager.lock().map_err(|_| {
+            Failure::new(
+                HOSTCOPY_ERROR_PANIC,
+                "the stager is unusable: an earlier call on it panicked",
+            )
+        })
+    }
+}
+
+/// Writes the default options into `*options`.
+///
+/// # Safety
+///
+/// `options` is null or points to a writable `hostcopy_stager_options`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hostcopy_stager_options_default(
+    options: *mut hostcopy_stager_options,
+) -> hostcopy_status {
+    entry("hostcopy_stager_options_default", || {
+        // SAFETY: the caller's contract.
+        let options = unsafe { out(options, "options") }?;
+        *options = hostcopy_stager_options::defaults();
+        Ok(())
+    })
+}
+
+/// Makes a stager on `device`'s primary context (or the current one).
+///
+/// # Safety
+///
+/// `options` is null or points to a readable `hostcopy_stager_options`;
+/// `out` is null or points to a writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hostcopy_stager_new(
+    device: i32,
+    options: *const hostcopy_stager_options,
+    out: *mut *mut hostcopy_stager,
+) -> hostcopy_status {
+    entry("hostcopy_stager_new", || {
+        // SAFETY: the caller's contract.
+        let out = unsafe { crate::out(out, "out") }?;
+        let options = if options.is_null() {
+            StagingOptions::default()
+        } else {
+            // SAFETY: the caller's contract; read as a copy, so an
+            // unaligned or later-changed structure is no concern after.
+            unsafe { options.read_unaligned() }.build()?
+        };
+        let _saved = Context::save_current()?;
+        let context = match device {
+            CURRENT_CONTEXT => Context::current()?,
+            ordinal => {
+                let ordinal = usize::try_from(ordinal).map_err(|_| {
+                    Failure::invalid(format!(
+                        "device {ordinal}: an ordinal from 0, or HOSTCOPY_CURRENT_CONTEXT (-1)"
+                    ))
+                })?;
+                Context::primary(ordinal)?
+            }
+        };
+        let stager = Stager::with_options(&context, options)?;
+        *out = Box::into_raw(Box::new(hostcopy_stager {
+            stager: Mutex::new(stager),
+            context,
+        }));
+        Ok(())
+    })
+}
+
+/// Frees a stager; transfers it started go on.
+///
+/// # Safety
+///
+/// `stager` is null or a stager from `hostcopy_stager_new`, not freed
+/// before, that no other call uses now or later.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hostcopy_stager_free(stager: *mut hostcopy_stager) {
+    crate::status::entry_void("hostcopy_stager_free", || {
+        if !stager.is_null() {
+            // The engine's drop may make driver calls: the caller's
+            // current context stays theirs.
+            let _saved = Context::save_current();
+            // SAFETY: the caller's contract: the box is ours and unused.
+            drop(unsafe { Box::from_raw(stager) });
+        }
+    });
+}
+
+/// The stager's device ordinal.
+///
+/// # Safety
+///
+/// `stager` is null or a live stager; `device` is null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hostcopy_stager_device(
+    stager: *const hostcopy_stager,
+    device: *mut i32,
+) -> hostcopy_status {
+    entry("hostcopy_stager_device", || {
+        // SAFETY: the caller's contract.
+        let (stager, device) = unsafe { (reference(stager, "stager")?, out(device, "device")?) };
+        *device = i32::try_from(stager.context.ordinal()).unwrap_or(i32::MAX);
+        Ok(())
+    })
+}
+
+/// The stager's options and its running workers.
+///
+/// # Safety
+///
+/// `stager` is null or a live stager; `options` and `workers_running`
+/// are each null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hostcopy_stager_get_options(
+    stager: *const hostcopy_stager,
+    options: *mut hostcopy_stager_options,
+    workers_running: *mut usize,
+) -> hostcopy_status {
+    entry("hostcopy_stager_get_options", || {
+        // SAFETY: the caller's contract.
+        let stager = unsafe { reference(stager, "stager") }?;
+        let locked = stager.lock()?;
+        if !options.is_null() {
+            // SAFETY: the caller's contract: non-null means writable.
+            unsafe { options.write_unaligned(hostcopy_stager_options::of(locked.options())) };
+        }
+        if !workers_running.is_null() {
+            // SAFETY: as above.
+            unsafe { workers_running.write_unaligned(locked.workers()) };
+        }
+        Ok(())
+    })
+}
