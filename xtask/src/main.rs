@@ -8,6 +8,9 @@ mod command;
 mod dist;
 mod frozen;
 mod gpu_bundle;
+// A test only: the README's headline table against BENCHMARKS.md.
+#[cfg(test)]
+mod headline;
 mod layout_report;
 mod release;
 mod report;
