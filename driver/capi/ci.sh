@@ -63,3 +63,9 @@ gcc -std=c99 -D_POSIX_C_SOURCE=200809L $warnings -Iinclude -Itests tests/stager_
     "$lib/libhostcopy_stager.a" $native -o "$lib/stager_sim"
 # The test's caught panic prints through Rust's panic hook: expected.
 RUST_BACKTRACE=0 timeout 120 "$lib/stager_sim"
+
+step "examples/stager_copy.c against the simulated driver, with the Rust API beside it (8 MiB, 2 runs)"
+cargo build --quiet --features simulator,bench
+gcc -std=c99 -D_POSIX_C_SOURCE=200809L $warnings -DHOSTCOPY_RUST_BASELINE -DHOSTCOPY_EXAMPLE_ON_SIMULATOR \
+    -Iinclude -Itests examples/stager_copy.c "$lib/libhostcopy_stager.a" $native -o "$lib/stager_copy"
+timeout 60 "$lib/stager_copy" 8 2

@@ -227,6 +227,9 @@ benches() {
         step "$step_name" "${BENCH_SECONDS:-200}" env "${assigns[@]}" bin/staged_copy "${only[@]}" \
             --runs "${BENCH_RUNS:-3}" --max-gib "${BENCH_MAX_GIB:-4}" --out "$res/$dir"
     done
+    # The C API beside the Rust API on one stager, 1 GiB each way, 5 runs
+    # (driver/capi/examples/stager_copy.c).
+    step stager_copy 120 bin/stager_copy 1024 5
 
     # The Python rows, from the installed wheel (never the source tree).
     local py="" bench limit args

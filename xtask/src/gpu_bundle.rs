@@ -19,12 +19,12 @@ pub(crate) const USAGE: &str = "\
 usage: cargo xtask gpu-bundle [--out DIR]
 
 Builds the GPU test binaries (cudarc's among them), the staged_d2h and
-kv_offload examples, the staged_copy benchmark (profile `gpu-bundle`) and the Python wheel
-(driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh, the
+kv_offload examples, the staged_copy benchmark (profile `gpu-bundle`), the C API's
+stager_copy example (driver/capi) and the Python wheel (driver/python) into DIR (default target/hostcopy-gpu-bundle) with run.sh, the
 Python GPU tests and benchmarks, and the run plan xtask/gpu-runs/plan.sh.
 On the GPU host (results in $OUT, or DIR/out):
     bash DIR/plan.sh tests     # every GPU test and example, the Python suite
-    bash DIR/plan.sh benches   # staged_copy and the Python benchmarks
+    bash DIR/plan.sh benches   # staged_copy, stager_copy and the Python benchmarks
     sh DIR/run.sh              # every step of ./steps, the whole benchmark";
 
 /// What `run.sh` runs, in order: a name, a time limit in seconds, and a shell
@@ -39,6 +39,7 @@ const STEPS: &[(&str, u32, &str)] = &[
     ("example", 90, "bin/staged_d2h"),
     ("kv-offload", 90, "bin/kv_offload"),
     ("bench", 480, "bin/staged_copy --out \"$out\""),
+    ("capi-example", 120, "bin/stager_copy"),
 ];
 
 /// Files copied into the bundle as they are: (from the workspace, to the bundle).
@@ -129,6 +130,7 @@ fn bundle(out: &Path) -> Result<u64, String> {
             copy(&path, &out.join("bin").join(name))?;
         }
     }
+    capi_example(root, &out.join("bin/stager_copy"))?;
     for (from, to) in FILES {
         copy(&root.join(from), &out.join(to))?;
     }
@@ -143,6 +145,29 @@ fn bundle(out: &Path) -> Result<u64, String> {
         return Err(format!("the bundle is {size} bytes, over the {SIZE_LIMIT}-byte limit of a GPU call"));
     }
     Ok(size)
+}
+
+/// `driver/capi/examples/stager_copy.c`, linked with the staging engine's
+/// C library built with feature `bench`: 1 GiB each way through the C API
+/// and the Rust API side by side, on one stager.
+fn capi_example(root: &Path, program: &Path) -> Result<(), String> {
+    let capi = root.join("driver/capi");
+    let target = capi.join("target");
+    let manifest = capi.join("Cargo.toml");
+    let build = ["build", "--release", "--features", "bench", "--manifest-path"];
+    command::run(cargo(root).args(build).arg(&manifest).arg("--target-dir").arg(&target))?;
+    // The static library's native dependencies (rustc's list, less the
+    // -lcuda it opens at run time instead).
+    let native = ["-ldl", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-lc"];
+    let mut cc = Command::new("cc");
+    cc.args(["-std=c99", "-O2", "-s", "-D_POSIX_C_SOURCE=200809L", "-DHOSTCOPY_RUST_BASELINE", "-I"])
+        .arg(capi.join("include"))
+        .arg(capi.join("examples/stager_copy.c"))
+        .arg(target.join("release/libhostcopy_stager.a"))
+        .args(native)
+        .arg("-o")
+        .arg(program);
+    command::run(&mut cc).map(drop)
 }
 
 /// Wheels of other projects the benchmarks compare with and the GPU host
@@ -253,6 +278,7 @@ mod tests {
             "bin/staged_d2h",
             "bin/kv_offload",
             "bin/staged_copy",
+            "bin/stager_copy",
         ];
         for (name, _, command) in STEPS {
             let program = command.split_whitespace().next().unwrap();
@@ -276,7 +302,7 @@ mod tests {
         for (name, _, command) in STEPS {
             let program = command.split_whitespace().next().unwrap();
             let Some(binary) = program.strip_prefix("bin/") else { continue };
-            let mode = if binary == "staged_copy" { benches } else { tests };
+            let mode = if binary == "staged_copy" || binary == "stager_copy" { benches } else { tests };
             let runs = mode.lines().any(|line| {
                 line.trim_start().starts_with("step ") && line.split_whitespace().any(|word| word == program)
             });

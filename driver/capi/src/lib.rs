@@ -15,6 +15,8 @@
 //! flight; only raw host memory is the caller's to keep, as
 //! `Stager::start_unchecked`'s contract says.
 
+#[cfg(feature = "bench")]
+mod bench;
 mod memory;
 #[cfg(feature = "simulator")]
 mod sim;
@@ -22,6 +24,8 @@ mod stager;
 mod status;
 mod transfer;
 
+#[cfg(feature = "bench")]
+pub use bench::hostcopy_bench_rust_run;
 pub use memory::{
     hostcopy_device_buffer, hostcopy_device_buffer_free, hostcopy_device_buffer_get,
     hostcopy_device_buffer_new, hostcopy_device_buffer_wrap, hostcopy_host_buffer,

@@ -191,6 +191,18 @@ pub unsafe extern "C" fn hostcopy_device_buffer_get(
     })
 }
 
+#[cfg(feature = "bench")]
+impl hostcopy_device_buffer {
+    /// The allocation, where the handle holds the only share of memory
+    /// `hostcopy_device_buffer_new` made.
+    pub(crate) fn allocated_mut(&mut self) -> Option<&mut DeviceBuffer> {
+        match &mut Arc::get_mut(&mut self.memory)?._owner {
+            DeviceOwner::Allocated(buffer) => Some(buffer),
+            DeviceOwner::Foreign(_) => None,
+        }
+    }
+}
+
 impl DeviceMemory {
     /// The context it was made or wrapped in.
     pub(crate) fn context(&self) -> &Context {
