@@ -372,7 +372,7 @@ def generate_rows(model, args):
 
     def cache_of(name, options):
         make = WaitedCache if name == GEN_REGISTERED else hostcopy.offload.transformers.HostOffloadedCache
-        return make(config=model.config, **options)
+        return make(config=model.config, counters=True, **options)  # its counters are printed below
 
     kinds = {
         "DynamicCache": lambda: {"past_key_values": transformers.DynamicCache(config=model.config)},

@@ -317,7 +317,7 @@ def test_host_kv_cache_generates_dynamic_caches_tokens(cpu_model):
     start = _pinned_allocations()
     again = model.generate(prompt, past_key_values=transformers.DynamicCache(config=model.config), **settings)
     middle = _pinned_allocations()
-    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config, register="never")
+    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config, register="never", counters=True)
     tokens = model.generate(prompt, past_key_values=cache, **settings)
     end = _pinned_allocations()
     assert _grown(middle, end) == _grown(start, middle), "the host cache pinned memory beyond generate's own"
@@ -381,7 +381,7 @@ def test_host_kv_cache_gives_dynamic_caches_logits_bit_exact_on_any_stager(cpu_m
     caches = {
         "dynamic": transformers.DynamicCache(config=model.config),
         "host": hostcopy.offload.transformers.HostOffloadedCache(
-            config=model.config, tail=16, stager=stager, group=group
+            config=model.config, tail=16, stager=stager, group=group, counters=True
         ),
     }
     logits = {}
@@ -414,7 +414,9 @@ def test_host_kv_cache_registered_now_gives_the_logits_of_a_staged_one_bit_exact
     generator = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, 512, (4, 440), generator=generator).cuda()
     caches = {
-        word: hostcopy.offload.transformers.HostOffloadedCache(config=model.config, tail=16, register=word)
+        word: hostcopy.offload.transformers.HostOffloadedCache(
+            config=model.config, tail=16, register=word, counters=True
+        )
         for word in ("never", "now")
     }
     logits, regions = {}, {}

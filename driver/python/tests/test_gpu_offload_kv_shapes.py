@@ -123,7 +123,9 @@ def reference(model, prompt):
 @pytest.mark.parametrize("group", [1, 2, 4, LAYERS], ids=["group 1", "group 2", "group 4", "every layer"])
 def test_layers_of_other_kv_heads_decode_bit_exact_to_dynamic_cache(model, prompt, reference, group):
     expected, dynamic = reference
-    cache = hostcopy.offload.transformers.HostOffloadedCache(config=model.config, tail=TAIL, group=group)
+    cache = hostcopy.offload.transformers.HostOffloadedCache(
+        config=model.config, tail=TAIL, group=group, counters=True
+    )
     out = _generate(model, prompt, cache)
     steps = [
         step for step, (ours, theirs) in enumerate(zip(out.logits, expected.logits)) if not torch.equal(ours, theirs)

@@ -120,7 +120,7 @@ def config(layers):
 @pytest.mark.parametrize("group", [1, 2, 4, LAYERS], ids=["group 1", "group 2", "group 4", "every layer"])
 def test_each_layer_reads_its_own_keys_and_values_whatever_the_shapes_of_its_group(kv, kind, group, with_config):
     shapes = SHAPES[kind]
-    cache = kv.module.HostOffloadedCache(config(LAYERS) if with_config else None, prefetch=2, tail=TAIL, group=group)
+    cache = kv.module.HostOffloadedCache(config(LAYERS) if with_config else None, prefetch=2, tail=TAIL, group=group, counters=True)
     expected, uploads = decode(kv, cache, shapes, STEPS)
     # The host memory holds each layer's own positions, once the device part is written.
     for index, (layer, (keys, values)) in enumerate(zip(cache.layers, expected)):
@@ -149,7 +149,7 @@ def test_a_layer_leaving_a_laid_out_group_moves_no_other_layers_memory(kv):
     # shape: it leaves, and the third and fourth keep the parts laid out
     # for them (the second's stays unused until the region grows).
     shapes = SHAPES["kv heads"][:4]
-    cache = kv.module.HostOffloadedCache(config(4), prefetch=1, tail=TAIL, group=4)
+    cache = kv.module.HostOffloadedCache(config(4), prefetch=1, tail=TAIL, group=4, counters=True)
     _, uploads = decode(kv, cache, shapes, [6, 1, 1, 1])
     first, second, third, fourth = cache.layers
     region = first.region

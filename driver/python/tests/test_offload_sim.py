@@ -913,7 +913,7 @@ def test_updates_give_every_position_so_far_across_prefill_decode_and_writes(kv)
 
 def test_a_cache_given_a_stager_makes_every_copy_through_it(kv):
     stager = FakeStaging(kv.log)
-    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2, stager=stager)
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2, stager=stager, counters=True)
     generate(kv, cache, 2, [3, 1, 1, 1])
     for layer in cache.layers:
         layer.keys  # the device part written to the host through it too
@@ -923,7 +923,7 @@ def test_a_cache_given_a_stager_makes_every_copy_through_it(kv):
 
 
 def test_a_cache_looks_up_the_shared_stager_once_a_layer_not_once_a_call(kv):
-    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2)
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2, counters=True)
     generate(kv, cache, 3, [3] + [1] * 6)
     # Every upload and write through the device's shared stager, which
     # each layer looked up once, at its first copy; never through the
@@ -934,7 +934,7 @@ def test_a_cache_looks_up_the_shared_stager_once_a_layer_not_once_a_call(kv):
 
 
 def test_a_group_over_two_devices_comes_back_in_one_call_a_device(kv):
-    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2, group=2)
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2, group=2, counters=True)
     np = kv.np
     expected = [None, None]
     for count in [4, 1, 1, 1, 1]:
@@ -950,7 +950,7 @@ def test_a_group_over_two_devices_comes_back_in_one_call_a_device(kv):
     # The two layers share host memory, but each device's upload is its
     # own call, into a buffer on that device.
     assert cache.layers[0].region is cache.layers[1].region
-    read = {device: cache._streams[(device, "read")].name for device in ("cuda:0", "cuda:1")}
+    read = {device: cache._sides.streams[(device, "read")].name for device in ("cuda:0", "cuda:1")}
     calls = collections.Counter(entry[2] for entry in kv.log if entry[0] == "copy_to_device")
     assert calls[read["cuda:0"]] >= 4 and calls[read["cuda:1"]] >= 4
     assert sum(calls.values()) == calls[read["cuda:0"]] + calls[read["cuda:1"]] == cache.counters.uploads
@@ -963,7 +963,7 @@ def test_a_cache_refuses_a_stager_that_is_not_one(kv):
 
 
 def test_each_position_is_written_to_the_host_once(kv):
-    cache = kv.module.HostOffloadedCache(prefetch=1, tail=4)
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=4, counters=True)
     generate(kv, cache, 2, [6] + [1] * 9)
     row = 2 * 3 * (4 + 5) * 2  # batch * heads * (key_dim + value_dim) * item
     # Per layer: the prefill's 6; the 4 tokens kept on the device and the
@@ -976,7 +976,7 @@ def test_each_position_is_written_to_the_host_once(kv):
 
 
 def test_a_decoded_token_makes_one_upload_per_layer_and_a_write_per_tail(kv):
-    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8, group=1)
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8, group=1, counters=True)
     expected = generate(kv, cache, 4, [16])
     counts = []
     for _ in range(10):
@@ -992,7 +992,7 @@ def test_a_decoded_token_makes_one_upload_per_layer_and_a_write_per_tail(kv):
 
 def test_by_default_two_layers_come_back_in_one_call(kv):
     assert kv.module.GROUP == 2
-    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8)
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=8, counters=True)
     expected = generate(kv, cache, 4, [16])
     assert [len(region.members) for region in dict.fromkeys(layer.region for layer in cache.layers)] == [2, 2]
     uploads = cache.counters.uploads
@@ -1063,12 +1063,12 @@ def test_uploads_read_are_let_go_of_once_done_or_past_the_bound(kv):
     expected = generate(kv, cache, 5, [70, 1])
     kv.staging.finished = False  # nothing reports done: the oldest is waited for past prefetch + 2
     generate(kv, cache, 5, [1, 1], expected=expected)
-    assert len(cache._consumed) == 1 + 2
+    assert len(cache._sides.read) == 1 + 2
     kv.staging.finished = True
     generate(kv, cache, 5, [1], expected=expected)
-    assert len(cache._consumed) <= 1
+    assert len(cache._sides.read) <= 1
     cache.drain()
-    assert not cache._consumed and not cache._fetched
+    assert not cache._sides.read and not cache._fetched
 
 
 def test_keys_are_shown_only_once_the_device_part_is_written_and_landed(kv):
@@ -1106,7 +1106,7 @@ def test_crop_reorder_and_batch_select_then_decode_on(kv):
 @pytest.mark.parametrize("group, prefetch", [(2, 1), (2, 2), (3, 1), (4, 3)])
 def test_a_group_of_layers_comes_back_in_one_call(kv, group, prefetch):
     layers = 5
-    cache = kv.module.HostOffloadedCache(prefetch=prefetch, tail=3, group=group)
+    cache = kv.module.HostOffloadedCache(prefetch=prefetch, tail=3, group=group, counters=True)
     expected = generate(kv, cache, layers, [7, 1])
     regions = [layer.region for layer in cache.layers]
     # Consecutive layers share a region, group at a time, each its own part of it.
@@ -1178,7 +1178,71 @@ def test_a_refused_prefetch_or_tail_is_an_offload_argument_error(kv):
         kv.module.HostOffloadedCache(group=1.5)
 
 
-def test_a_host_layer_updated_directly_raises_offload_error(kv):
-    keys, values = kv.states(1)
-    with pytest.raises(hostcopy.OffloadError):
-        kv.module.HostLayer().update(keys, values)
+def test_a_host_layer_updated_directly_does_the_layers_work_as_dynamic_layer_update_does(kv):
+    # No cache: the layer brings its host part back itself, on a side
+    # stream of its own, and writes a full device part to the host.
+    np = kv.np
+    layer = kv.module.HostLayer(2)
+    expected = None
+    for count in [3, 1, 1, 1, 2, 1]:
+        keys, values = kv.states(count)
+        got_keys, got_values = layer.update(keys, values)
+        new = (keys.array.copy(), values.array.copy())
+        expected = new if expected is None else tuple(
+            np.concatenate([old, part], axis=-2) for old, part in zip(expected, new)
+        )
+        assert got_keys.is_contiguous() and got_values.is_contiguous()
+        np.testing.assert_array_equal(got_keys.array, expected[0])
+        np.testing.assert_array_equal(got_values.array, expected[1])
+        assert layer.get_seq_length() == expected[0].shape[-2]
+    assert layer.flushed > 0
+    uploads = [entry for entry in kv.log if entry[0] == "copy_to_device"]
+    assert uploads and all(entry[2] != "compute" for entry in uploads)
+    np.testing.assert_array_equal(layer.keys.array, expected[0])
+    np.testing.assert_array_equal(layer.values.array, expected[1])
+
+
+def test_the_cache_only_prefetches_and_its_layers_update_themselves(kv, monkeypatch):
+    cache = kv.module.HostOffloadedCache(prefetch=1, tail=2, group=1)
+    expected = generate(kv, cache, 2, [3, 1])
+    updated = []
+    original = kv.module.HostLayer.update
+
+    def update(layer, key_states, value_states, *args, **kwargs):
+        # The cache has queued this layer's host part (handed to it) and
+        # the next layer's before the layer's own update runs.
+        updated.append((cache.layers.index(layer), layer.fetched is not None, sorted(cache._fetched)))
+        return original(layer, key_states, value_states, *args, **kwargs)
+
+    monkeypatch.setattr(kv.module.HostLayer, "update", update)
+    generate(kv, cache, 2, [1], expected=expected)
+    assert updated == [(0, True, [1]), (1, True, [0])]
+
+
+def test_counters_are_off_by_default_and_cost_no_timing_call(kv, monkeypatch):
+    calls = []
+    real = kv.module.time.perf_counter
+    monkeypatch.setattr(kv.module.time, "perf_counter", lambda: calls.append(1) or real())
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2)
+    generate(kv, cache, 3, [3, 1, 1, 1])
+    assert cache.counters is None and calls == []
+    cache.reset_counters()  # nothing to reset
+    # The copies go to the stager itself: nothing between them to count.
+    assert all(layer.copies is kv.staging.shared for layer in cache.layers)
+    assert cache._update_offloaded == cache._prefetch_and_update
+
+
+def test_counters_when_asked_count_calls_bytes_waits_and_updates(kv):
+    cache = kv.module.HostOffloadedCache(prefetch=2, tail=2, group=1, counters=True)
+    generate(kv, cache, 3, [3, 1, 1, 1])
+    cache.drain()
+    counted = cache.counters
+    log = kv.log
+    assert counted.updates == 3 * 4 and counted.update_seconds > 0
+    assert counted.uploads == len([e for e in log if e[0] == "copy_to_device"])
+    assert counted.upload_bytes == sum(e[3] for e in log if e[0] == "copy_to_device")
+    assert counted.writes == len([e for e in log if e[0] == "copy_to_host"])
+    assert counted.write_bytes == sum(e[3] for e in log if e[0] == "copy_to_host")
+    assert counted.waits == len([e for e in log if e[0] == "wait"]) > 0
+    cache.reset_counters()
+    assert cache.counters is counted and counted.as_dict() == dict.fromkeys(counted.__slots__, 0)

@@ -24,7 +24,8 @@ The ordering, for a group ``g`` brought into ring slot ``s``:
 
 The CPU runs ahead of the GPU by at most the ring: before a slot is given
 a new upload, the ``Transfer`` of its previous one is waited for (it
-finished long before, as a forward read it).
+finished long before, as a forward read it). Each step is the upload cycle
+of ``_upload``, which the KV cache shares.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from .. import _staging
 from .._errors import OffloadArgumentError, OffloadArgumentTypeError, OffloadError
+from ._upload import Upload
 
 
 def check_count(argument: str, value: Any, minimum: int) -> int:
@@ -95,10 +97,10 @@ class Slot:
         self.ready = ready
         #: Recorded on the compute stream after the latest forward that read it.
         self.free = free
-        #: The group whose bytes the slot holds (or will, once ``transfer`` ends).
+        #: The group whose bytes the slot holds (or will, once ``upload`` ends).
         self.group: Optional[int] = None
-        #: The latest upload into the slot, until waited for.
-        self.transfer: Optional[_staging.Transfer] = None
+        #: The latest upload into the slot (its transfer until waited for).
+        self.upload: Optional[Upload] = None
         #: A forward reads the slot now.
         self.in_use = False
         #: Queued ahead of its forward and not yet entered.
@@ -204,7 +206,9 @@ class Ring:
                 self._next[self._previous] = group
             self._previous = group
             self._top_up(group)
-            self.device.wait(self.device.current_stream(), slot.ready)
+            # A slot holds a group only once an upload into it was made.
+            assert slot.upload is not None
+            slot.upload.read_on(self.device, self.device.current_stream())
         except BaseException:
             # No forward runs, and no leave() comes: the group is not
             # entered, or its next forward would be refused as nested.
@@ -269,17 +273,19 @@ class Ring:
     def _upload(self, group: int, slot: Slot) -> None:
         self._settle(slot)
         slot.group = None
-        # The forward that last read this slot has finished before any byte
-        # of the upload lands (an event never recorded is waited for at once).
-        self.device.wait(slot.stream, slot.free)
-        host = self.hosts[group]
+        host, nbytes = self.hosts[group], self.sizes[group]
         memory = self.device.memory(slot.buffer)
-        transfer = self._stager(memory).copy_to_device(
-            memory, host, self.sizes[group], stream=slot.stream, blocking=False
+        copy = self._stager(memory).copy_to_device
+        # After the forward that last read this slot has finished (an event
+        # never recorded is waited for at once).
+        slot.upload = Upload(
+            self.device,
+            slot.stream,
+            slot.ready,
+            lambda stream: copy(memory, host, nbytes, stream=stream, blocking=False),
+            after=slot.free,
         )
-        slot.transfer = transfer
         slot.group = group
-        self.device.record(slot.ready, slot.stream)
         self.uploads += 1
         if self.on_upload is not None:
             self.on_upload(group, slot)
@@ -293,10 +299,9 @@ class Ring:
         return self.stager
 
     def _settle(self, slot: Slot) -> None:
-        transfer, slot.transfer = slot.transfer, None
-        if transfer is not None:
+        if slot.upload is not None:
             try:
-                transfer.wait()
+                slot.upload.settle()
             except BaseException:
                 slot.group = None
                 raise
@@ -326,7 +331,7 @@ class Ring:
 
     def in_flight(self) -> int:
         """Uploads not yet waited for."""
-        return sum(1 for slot in self.slots if slot.transfer is not None)
+        return sum(1 for slot in self.slots if slot.upload is not None and slot.upload.pending())
 
     def drain(self) -> None:
         """Waits for every upload in flight (all of them, even when one

@@ -45,12 +45,29 @@ def device_range(tensor: Any) -> DeviceRange:
     return DeviceRange(int(tensor.data_ptr()), int(tensor.numel() * tensor.element_size()), tensor)
 
 
-class TorchDevice:
+class CudaStreams:
+    """``_upload.Streams`` over ``torch.cuda``: events recorded and waited
+    for on streams of any device."""
+
+    def __init__(self) -> None:
+        self.torch = _torch()
+
+    def event(self) -> Any:
+        return self.torch.cuda.Event()
+
+    def record(self, event: Any, stream: Any) -> None:
+        event.record(stream)
+
+    def wait(self, stream: Any, event: Any) -> None:
+        stream.wait_event(event)
+
+
+class TorchDevice(CudaStreams):
     """``_ring.Device`` over ``torch.cuda``."""
 
     def __init__(self, device: Any = None) -> None:
-        torch = _torch()
-        self.torch = torch
+        super().__init__()
+        torch = self.torch
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device())
         device = torch.device(device)
@@ -74,15 +91,6 @@ class TorchDevice:
 
     def current_stream(self) -> Any:
         return self.torch.cuda.current_stream(self.target)
-
-    def event(self) -> Any:
-        return self.torch.cuda.Event()
-
-    def record(self, event: Any, stream: Any) -> None:
-        event.record(stream)
-
-    def wait(self, stream: Any, event: Any) -> None:
-        stream.wait_event(event)
 
 
 class TorchKit:

@@ -33,8 +33,8 @@ layer and decoded token:
 The attention sees what ``DynamicCache`` gives it: the cached positions
 followed by the new ones, contiguous, of the same dtype (one
 ``torch.cat`` of the uploaded part, the device part and the new
-positions). ``counters`` says what the cache did (hostcopy calls, bytes,
-time in them).
+positions). With ``counters=True``, ``counters`` says what the cache did
+(hostcopy calls, bytes, time in them); by default nothing is counted.
 
 Sliding-window layers (small by construction) stay on the device as
 ``DynamicCache`` keeps them. ``layer.keys`` / ``layer.values`` of an
@@ -51,10 +51,11 @@ from collections import deque
 from typing import Any, NamedTuple, Optional
 
 from .. import _memory, _staging
-from .._errors import OffloadArgumentTypeError, OffloadError
+from .._errors import OffloadArgumentTypeError
 from ._registration import DEFAULT, check_register, region
 from ._ring import check_count
-from ._torch import DeviceRange, device_range
+from ._torch import CudaStreams, DeviceRange, device_range
+from ._upload import Upload
 
 
 def _modules() -> tuple[Any, Any, Any]:
@@ -85,11 +86,11 @@ GROUP = 2
 
 
 class Counters:
-    """What a ``HostOffloadedCache`` did since it was made (or since
-    ``reset_counters``): hostcopy calls, bytes, and the seconds the calling
-    thread spent in them. ``updates``: calls of ``update`` on offloaded
-    layers, ``update_seconds`` the time in them (the hostcopy calls
-    included)."""
+    """What a ``HostOffloadedCache(counters=True)`` did since it was made
+    (or since ``reset_counters``): hostcopy calls, bytes, and the seconds
+    the calling thread spent in them. ``updates``: calls of ``update`` on
+    offloaded layers, ``update_seconds`` the time in them (the hostcopy
+    calls included)."""
 
     __slots__ = (
         "updates",
@@ -104,6 +105,10 @@ class Counters:
     )
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Every count back to zero."""
         self.updates = 0
         self.update_seconds = 0.0
         #: Calls that bring layers back to the device (a group's in one), and their bytes.
@@ -122,13 +127,49 @@ class Counters:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def _wait(transfer: Any, counters: Counters) -> None:
-    started = time.perf_counter()
-    try:
-        transfer.wait()
-    finally:
-        counters.waits += 1
-        counters.wait_seconds += time.perf_counter() - started
+class _Counted:
+    """A transfer whose ``wait()`` calls are counted."""
+
+    __slots__ = ("transfer", "counters")
+
+    def __init__(self, transfer: Any, counters: Counters) -> None:
+        self.transfer, self.counters = transfer, counters
+
+    def wait(self) -> None:
+        started = time.perf_counter()
+        try:
+            self.transfer.wait()
+        finally:
+            self.counters.waits += 1
+            self.counters.wait_seconds += time.perf_counter() - started
+
+    def done(self) -> bool:
+        return bool(self.transfer.done())
+
+
+class _Counting:
+    """A stager whose copies are counted in ``counters``: only a cache made
+    with ``counters=True`` puts one between its layers and their stager,
+    so that counting costs nothing where it is off."""
+
+    def __init__(self, stager: Any, counters: Counters) -> None:
+        self.stager, self.counters = stager, counters
+
+    def copy_blocks_to_device(self, dst: Any, src: Any, blocks: Any, **options: Any) -> _Counted:
+        started = time.perf_counter()
+        transfer = self.stager.copy_blocks_to_device(dst, src, blocks, **options)
+        self.counters.start_seconds += time.perf_counter() - started
+        self.counters.uploads += 1
+        self.counters.upload_bytes += int(blocks[:, 2].sum())
+        return _Counted(transfer, self.counters)
+
+    def copy_blocks_to_host(self, dst: Any, src: Any, blocks: Any, **options: Any) -> _Counted:
+        started = time.perf_counter()
+        transfer = self.stager.copy_blocks_to_host(dst, src, blocks, **options)
+        self.counters.start_seconds += time.perf_counter() - started
+        self.counters.writes += 1
+        self.counters.write_bytes += int(blocks[:, 2].sum())
+        return _Counted(transfer, self.counters)
 
 
 def _ordinal(device: Any) -> int:
@@ -146,6 +187,87 @@ def _after_current(side: Any, device: Any) -> None:
     event = torch.cuda.Event()
     event.record(torch.cuda.current_stream(device))
     side.wait_event(event)
+
+
+#: Uploads a layer's update has read that a ``HostLayer`` of no cache keeps
+#: before it waits for the oldest (a cache keeps ``prefetch + 2``).
+KEEP = 4
+
+
+class _Sides:
+    """What a cache's layers share for their copies: a side stream a
+    device and role (``"read"``: uploads, ``"write"``: writes to the
+    host), made when first needed, and the uploads the layers' updates
+    have read, let go of once done (waiting for the oldest only when more
+    than ``keep`` are held)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.cuda = CudaStreams()
+        self.streams: dict[tuple[Any, str], Any] = {}
+        self.read: deque[_Fetched] = deque()
+
+    def stream(self, device: Any, role: str) -> Any:
+        stream = self.streams.get((device, role))
+        if stream is None:
+            stream = self.streams[(device, role)] = torch.cuda.Stream(device)
+        return stream
+
+    def release(self) -> None:
+        read = self.read
+        while read and (read[0].done() or len(read) > self.keep):
+            read.popleft().settle()
+
+    def drain(self) -> None:
+        read, self.read = self.read, deque()
+        for fetched in read:
+            fetched.settle()
+
+
+class _Fetched:
+    """A layer's positions in host memory on their way to the device: as
+    keys and values (views of the upload's buffer), and the upload."""
+
+    __slots__ = ("flushed", "keys", "values", "upload")
+
+    def __init__(self, flushed: int, keys: Any, values: Any, upload: Upload) -> None:
+        self.flushed, self.keys, self.values, self.upload = flushed, keys, values, upload
+
+    def settle(self) -> None:
+        self.upload.settle()
+
+    def done(self) -> bool:
+        return self.upload.done()
+
+
+def _bring_back(members: list["HostLayer"], host: Any, blocks: Any) -> list[_Fetched]:
+    """Queues the upload of ``members``' positions in host memory (each as
+    many, of one geometry, on one device) in one call: ``blocks`` of
+    ``host`` into a new device buffer, each member's part after the one
+    before (laid out as ``_split`` reads it), on the first member's read
+    stream. Each member's writes must have landed."""
+    first = members[0]
+    positions = first.flushed
+    part = first.runs * positions * (first.head_dim + first.value_dim)  # elements a layer
+    sides = first.sides
+    side = sides.stream(first.device, "read")
+    # Allocated on the upload stream: no work of the compute stream can
+    # be using its memory, so the upload waits for nothing there.
+    with torch.cuda.stream(side):
+        buffer = torch.empty((part * len(members),), dtype=first.dtype, device=first.device)
+    memory = device_range(buffer)
+    copy = first._stager(memory).copy_blocks_to_device
+    upload = Upload(
+        sides.cuda,
+        side,
+        sides.cuda.event(),
+        lambda stream: copy(memory, host, blocks, stream=stream, blocking=False),
+        lent=buffer,
+    )
+    return [
+        _Fetched(positions, *member._split(buffer[at * part : (at + 1) * part], positions), upload)
+        for at, member in enumerate(members)
+    ]
 
 
 class _Part(NamedTuple):
@@ -243,7 +365,13 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self.host: Any = None
         #: The device part: keys ``[batch, heads, tail, head_dim]``, then values, in one buffer.
         self.tail: Any = None
-        self.counters = Counters()
+        #: Where its copies are counted (its cache's ``counters``), or ``None``.
+        self.counters: Optional[Counters] = None
+        #: The positions in host memory its cache brought back ahead of its
+        #: next update (else the update brings them back itself).
+        self.fetched: Optional[_Fetched] = None
+        #: Side streams and the uploads read: its cache's, or its own.
+        self.sides = _Sides(KEEP)
         #: The upload's blocks, and the (flushed, capacity, runs) they are for.
         self._read_blocks: Optional[tuple[tuple[int, int, int], Any]] = None
         #: The host memory it shares with the layers of its group (its own by default).
@@ -327,7 +455,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         """Waits for this layer's writes to the host."""
         writes, self.writes = self.writes, []
         for write in writes:
-            _wait(write, self.counters)
+            write.wait()
 
     def _planes(self, host: Any, capacity: int) -> tuple[Any, Any]:
         """The two planes of a host region, ``(runs, capacity, row bytes)``."""
@@ -392,6 +520,8 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         every call)."""
         if self.copies is _staging:
             self.copies = _staging._stager_for(device_memory, "dst")
+            if self.counters is not None:
+                self.copies = _Counting(self.copies, self.counters)
         return self.copies
 
     def write(self, buffer: Any, count: int, device_positions: int, stream: Any) -> None:
@@ -402,15 +532,11 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         self._grow(self.flushed + count)
         _after_current(stream, self.device)
         blocks = self.blocks(self.flushed, count, device_positions)
-        started = time.perf_counter()
         memory = device_range(buffer)
         transfer = self._stager(memory).copy_blocks_to_host(self.host, memory, blocks, stream=stream, blocking=False)
-        self.counters.start_seconds += time.perf_counter() - started
-        self.counters.writes += 1
-        self.counters.write_bytes += count * self.runs * (self.head_dim + self.value_dim) * self.item
         # Writes that have landed let go of their buffers now.
         while self.writes and self.writes[0].done():
-            _wait(self.writes.pop(0), self.counters)
+            self.writes.pop(0).wait()
         self.writes.append(transfer)
         self.flushed += count
         self._stale = True
@@ -477,8 +603,39 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
 
     # the layer API --------------------------------------------------------
 
-    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-        raise OffloadError("HostLayer is updated through its HostOffloadedCache")
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """As ``DynamicLayer.update``: caches the new positions and returns
+        the keys and values of every position so far (on the device,
+        contiguous). The positions in host memory come from the upload its
+        cache queued ahead (``fetched``), else from one it queues now; the
+        device part takes the new ones, or goes to the host with them in
+        one write when it has no room."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        fetched = self._read()
+        keys, values, write = self.append(key_states, value_states, fetched)
+        if write is not None:
+            buffer, count = write
+            self.write(buffer, count, count, self.sides.stream(self.device, "write"))
+        if fetched is not None:
+            self.sides.read.append(fetched)
+        self.sides.release()
+        return keys, values
+
+    def _read(self) -> Optional[_Fetched]:
+        """The positions in host memory, the current stream ordered after
+        their upload (``None`` while there are none)."""
+        fetched, self.fetched = self.fetched, None
+        if fetched is not None and fetched.flushed != self.flushed:
+            fetched.settle()  # the host part changed under it: read again
+            fetched = None
+        if fetched is None and self.flushed:
+            if self.writes:
+                self.settle()  # the upload reads what they write
+            fetched = _bring_back([self], self.host, self.upload_blocks())[0]
+        if fetched is not None:
+            fetched.upload.read_on(self.sides.cuda, torch.cuda.current_stream(self.device))
+        return fetched
 
     def get_seq_length(self) -> int:
         return self.length
@@ -536,26 +693,6 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         """Brought back by its cache, ``prefetch`` layers ahead."""
 
 
-class _Fetched:
-    """A layer's positions in host memory on their way to the device."""
-
-    __slots__ = ("layer", "flushed", "buffer", "keys", "values", "transfer", "ready")
-
-    def __init__(
-        self, layer: int, flushed: int, buffer: Any, keys: Any, values: Any, transfer: Any, ready: Any
-    ) -> None:
-        self.layer, self.flushed, self.buffer = layer, flushed, buffer
-        self.keys, self.values, self.transfer, self.ready = keys, values, transfer, ready
-
-    def settle(self, counters: Counters) -> None:
-        transfer, self.transfer = self.transfer, None
-        if transfer is not None:
-            _wait(transfer, counters)
-
-    def done(self) -> bool:
-        return self.transfer is None or bool(self.transfer.done())
-
-
 class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     """``DynamicCache`` with its full-attention layers in pageable host
     memory, the next layers brought back while the current one runs.
@@ -586,8 +723,14 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     the driver refuses stays staged, never an error.
     ``hostcopy.registration(cache.layers[i].host)`` tells how far layer
     ``i``'s region has got, once it has positions in host memory.
+    ``counters``: whether ``cache.counters`` counts what the cache does
+    (a ``Counters``; ``None`` by default, when nothing is counted or timed).
     Refused values raise ``OffloadArgumentError``
     (``OffloadArgumentTypeError`` for a type), both ``ValueError``.
+
+    As transformers' ``Cache.update`` with ``offloading``, the cache's
+    ``update`` prefetches and the layer's ``update`` does the layer's work
+    (``HostLayer.update``).
 
     Streams: the uploads run on a stream of their own, into buffers
     allocated on that stream, so they wait for nothing the compute stream
@@ -611,6 +754,7 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         group: int = GROUP,
         stager: Optional[_staging.Stager] = None,
         register: _memory.Register = DEFAULT,
+        counters: bool = False,
     ) -> None:
         prefetch = check_count("prefetch", prefetch, 1)
         tail = check_count("tail", tail, 1)
@@ -626,28 +770,34 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
                 value=stager,
             )
         self._region: Optional[_Region] = None
+        #: What ``counters=True`` counts; ``None`` when off.
+        self.counters: Optional[Counters] = Counters() if counters else None
         #: What makes the copies: ``stager``, or the module (each layer looks
         #: up the device's shared stager at its first copy).
         self.copies: Any = _staging if stager is None else stager
+        if stager is not None and self.counters is not None:
+            self.copies = _Counting(stager, self.counters)
+        #: The side streams and the uploads read, shared by the layers.
+        self._sides = _Sides(prefetch + 2)
         # DynamicCache reads the config's layer types as this transformers
         # does; its full-attention layers (plain DynamicLayer) become HostLayer.
         super().__init__(config=config)
-        self.counters = Counters()
         self.tail_positions = tail
         self.layers = [self._new_layer() if type(layer) is _DynamicLayer else layer for layer in self.layers]
         if self.layer_class_to_replicate is not None:
             self.layer_class_to_replicate = self._new_layer
         self.prefetch_layers = prefetch
+        #: Uploads queued ahead of layers' updates, by layer.
         self._fetched: dict[int, _Fetched] = {}
-        #: Uploads the compute stream has read, let go of once they are done.
-        self._consumed: deque[_Fetched] = deque()
-        self._streams: dict[tuple[Any, str], Any] = {}
         self._order: list[int] = []
         self._order_of = -1
+        #: An offloaded layer's update: prefetching, then the layer's own;
+        #: timed only with counters, chosen here once.
+        self._update_offloaded = self._prefetch_and_update if self.counters is None else self._counted_update
 
     def _new_layer(self) -> HostLayer:
         layer = HostLayer(self.tail_positions, register=self.register)
-        layer.counters, layer.copies = self.counters, self.copies
+        layer.counters, layer.copies, layer.sides = self.counters, self.copies, self._sides
         # Consecutive offloaded layers share a region, ``group`` at a time.
         if self._region is not None and len(self._region.members) < self.group:
             self._region.members.append(layer)
@@ -657,19 +807,11 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         return layer
 
     def reset_counters(self) -> None:
-        """Starts ``counters`` again from zero."""
-        self.counters = Counters()
-        for layer in self.layers:
-            if isinstance(layer, HostLayer):
-                layer.counters = self.counters
+        """Starts ``counters`` again from zero (with ``counters=True``)."""
+        if self.counters is not None:
+            self.counters.reset()
 
-    # streams and events ---------------------------------------------------
-
-    def _side(self, device: Any, role: str) -> Any:
-        stream = self._streams.get((device, role))
-        if stream is None:
-            stream = self._streams[(device, role)] = torch.cuda.Stream(device)
-        return stream
+    # prefetching ----------------------------------------------------------
 
     def _host_layers(self) -> list[int]:
         if self._order_of != len(self.layers):
@@ -704,50 +846,39 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         for member in members:
             if self.layers[member].writes:
                 self.layers[member].settle()  # the upload reads what they write
-        positions = layer.flushed
-        part = layer.runs * positions * (layer.head_dim + layer.value_dim)  # elements a layer
         if len(members) == 1:
             host, blocks = layer.host, layer.upload_blocks()
         else:
             host = layer.region.host
+            part = layer.runs * layer.flushed * (layer.head_dim + layer.value_dim) * layer.item
             shifted = []
             for at, member in enumerate(members):
                 each = self.layers[member].upload_blocks().copy()
-                each[:, 0] += at * part * layer.item
+                each[:, 0] += at * part
                 each[:, 1] += parts[self.layers[member]].offset  # where its part was laid out
                 shifted.append(each)
             blocks = np.concatenate(shifted)
-        side = self._side(layer.device, "read")
-        # Allocated on the upload stream: no work of the compute stream can
-        # be using its memory, so the upload waits for nothing there.
-        with torch.cuda.stream(side):
-            buffer = torch.empty((part * len(members),), dtype=layer.dtype, device=layer.device)
-        started = time.perf_counter()
-        memory = device_range(buffer)
-        transfer = layer._stager(memory).copy_blocks_to_device(memory, host, blocks, stream=side, blocking=False)
-        self.counters.start_seconds += time.perf_counter() - started
-        self.counters.uploads += 1
-        self.counters.upload_bytes += part * len(members) * layer.item
-        ready = torch.cuda.Event()
-        ready.record(side)
-        for at, member in enumerate(members):
-            keys, values = self.layers[member]._split(buffer[at * part : (at + 1) * part], positions)
-            self._fetched[member] = _Fetched(member, positions, buffer, keys, values, transfer, ready)
+        for member, fetched in zip(members, _bring_back([self.layers[m] for m in members], host, blocks)):
+            self._fetched[member] = fetched
 
-    def _take(self, index: int) -> Optional[_Fetched]:
+    def _prefetch(self, index: int) -> None:
+        """Before layer ``index``'s update: its positions in host memory on
+        their way (with the next layers of its region in the same call, if
+        not queued already, or if what was queued no longer matches the
+        host part: a flush outside a forward), handed to the layer; then
+        the next layers', ``prefetch`` ahead. The layer's write, queued in
+        its update, comes after them: it waits for this layer's compute,
+        and the stager takes transfers in the order they come."""
         layer = self.layers[index]
         fetched = self._fetched.pop(index, None)
         if fetched is not None and fetched.flushed != layer.flushed:
-            fetched.settle(self.counters)  # the host part changed under it (a flush outside a forward): read again
+            fetched.settle()  # the host part changed under it: read again
             fetched = None
-        if fetched is None and layer.flushed:
+        if fetched is None:
             self._fetch(index)
-            fetched = self._fetched.pop(index)
-        if fetched is not None:
-            current = torch.cuda.current_stream(layer.device)
-            current.wait_event(fetched.ready)
-            fetched.buffer.record_stream(current)
-        return fetched
+            fetched = self._fetched.pop(index, None)
+        layer.fetched = fetched
+        self._ahead(index)
 
     def _ahead(self, index: int) -> None:
         order = self._host_layers()
@@ -758,13 +889,6 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
                 break
             self._fetch(following)
 
-    def _release(self) -> None:
-        """Lets go of the uploads read that are done (waiting for the oldest
-        only when more than ``prefetch + 2`` are held)."""
-        consumed = self._consumed
-        while consumed and (consumed[0].done() or len(consumed) > self.prefetch_layers + 2):
-            consumed.popleft().settle(self.counters)
-
     # the cache API ----------------------------------------------------------
 
     def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -774,30 +898,36 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
         layer = self.layers[layer_idx]
         if not isinstance(layer, HostLayer):
             return layer.update(key_states, value_states, *args, **kwargs)  # type: ignore[no-any-return]
+        return self._update_offloaded(layer, layer_idx, key_states, value_states, *args, **kwargs)
+
+    def _prefetch_and_update(
+        self, layer: HostLayer, index: int, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
+    ) -> tuple[Any, Any]:
+        self._prefetch(index)
+        return layer.update(key_states, value_states, *args, **kwargs)
+
+    def _counted_update(
+        self, layer: HostLayer, index: int, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
+    ) -> tuple[Any, Any]:
+        assert self.counters is not None
         started = time.perf_counter()
-        if not layer.is_initialized:
-            layer.lazy_initialization(key_states, value_states)
-        fetched = self._take(layer_idx)
-        keys, values, write = layer.append(key_states, value_states, fetched)
-        # The next layers' uploads first: a write waits for this layer's
-        # compute, and the stager takes transfers in the order they come.
-        self._ahead(layer_idx)
-        if write is not None:
-            buffer, count = write
-            layer.write(buffer, count, count, self._side(layer.device, "write"))
-        if fetched is not None:
-            self._consumed.append(fetched)
-        self._release()
-        self.counters.updates += 1
-        self.counters.update_seconds += time.perf_counter() - started
-        return keys, values
+        try:
+            return self._prefetch_and_update(layer, index, key_states, value_states, *args, **kwargs)
+        finally:
+            self.counters.updates += 1
+            self.counters.update_seconds += time.perf_counter() - started
 
     def drain(self) -> None:
         """Waits for every copy in flight (uploads ahead, writes to the host)."""
-        for fetched in [*self._fetched.values(), *self._consumed]:
-            fetched.settle(self.counters)
+        fetched = list(self._fetched.values())
         self._fetched.clear()
-        self._consumed.clear()
+        for layer in self.layers:
+            if isinstance(layer, HostLayer) and layer.fetched is not None:
+                fetched.append(layer.fetched)
+                layer.fetched = None
+        for upload in fetched:
+            upload.settle()
+        self._sides.drain()
         for layer in self.layers:
             if isinstance(layer, HostLayer):
                 layer.settle()
