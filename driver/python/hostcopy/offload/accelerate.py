@@ -17,17 +17,20 @@ child of a ``ModuleList``), copies each group's weights into one region of
 
 What stays as accelerate has it:
 
-- the hooks stay accelerate's: each offloading hook is replaced by one
-  that does what it did with ``offload=False`` (inputs and outputs moved
-  to the execution device, ``io_same_device``), while the group's
-  tensors are views of the ring slot during its forward and on the meta
-  device outside it, as before.
+- the hooks stay accelerate's: each module whose hook offloads gets a
+  ``HostcopyHook`` (a ``ModelHook``, attached with accelerate's
+  ``add_hook_to_module``) that does what the module's hook did with its
+  offloading ``AlignDevicesHook`` as with ``offload=False`` (inputs and
+  outputs moved to the execution device, ``io_same_device``), while the
+  group's tensors are views of the ring slot during its forward and on
+  the meta device outside it, as before.
 - ``weights_map``: its CPU tensors become views of the host region (same
   values; the old memory is freed, so host memory is the weights once).
 - ``remove_hook_from_module`` (on any of those modules, or recursively on
-  the model) first gives every module its accelerate hook back, then
-  accelerate detaches as it always does (weights back to their original
-  device, from the weights map).
+  the model) first gives every module its accelerate hook back (the same
+  object, attached again with ``add_hook_to_module``), then accelerate
+  detaches as it always does (weights back to their original device,
+  from the weights map).
 - left to accelerate: weights offloaded to disk, tied weights, int8
   weights with their statistics, modules whose weights map holds another
   dtype than the module.
@@ -80,50 +83,128 @@ class _AccelerateKit(TorchKit):
         return entry.resting
 
 
-class HostcopyHook:
-    """Stands in for one offloading ``AlignDevicesHook``: its ``pre_forward``
-    and ``post_forward`` are the original's with ``offload=False`` (the
-    weights come from the ring); ``detach_hook`` hands every module back to
-    accelerate, then detaches as the original does."""
+#: ``HostcopyHook`` for each ``ModelHook`` class it was made for (made at
+#: first use: accelerate is optional, and importing this module needs none).
+_HOOK_CLASSES: dict[type, type] = {}
 
-    def __init__(self, original: Any, on_detach: Callable[[], None]) -> None:
-        self.original = original
-        self.shadow = copy.copy(original)
-        self.shadow.offload = False
-        self.no_grad = getattr(original, "no_grad", False)
-        self._on_detach = on_detach
 
-    def init_hook(self, module: Any) -> Any:
-        return module
+def _hook_class() -> Any:
+    """``HostcopyHook``, a subclass of accelerate's ``ModelHook``."""
+    acc = _accelerate()
+    model_hook = acc.hooks.ModelHook
+    made = _HOOK_CLASSES.get(model_hook)
+    if made is not None:
+        return made
 
-    def pre_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
-        return self.shadow.pre_forward(module, *args, **kwargs)
+    class HostcopyHook(model_hook):  # type: ignore[misc, valid-type]
+        """Stands in for a module's accelerate hook (``original``: an
+        ``AlignDevicesHook``, or a ``SequentialHook`` holding it) while
+        hostcopy brings the module's weights: ``pre_forward`` and
+        ``post_forward`` are the original's with each hook of ``offloading``
+        as with ``offload=False`` (the weights come from the ring);
+        ``init_hook`` leaves the module as the original left it;
+        ``detach_hook`` (``remove_hook_from_module``) hands every module
+        back to accelerate, then detaches as the original does."""
 
-    def post_forward(self, module: Any, output: Any) -> Any:
-        return self.shadow.post_forward(module, output)
+        def __init__(self, original: Any, offloading: Sequence[Any], on_detach: Callable[[], None]) -> None:
+            self.original = original
+            self.shadow = _shadow(original, offloading, acc.hooks.SequentialHook)
+            self.no_grad = getattr(original, "no_grad", False)
+            self._on_detach = on_detach
 
-    def detach_hook(self, module: Any) -> Any:
-        self._on_detach()
-        return self.original.detach_hook(module)
+        def pre_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.shadow.pre_forward(module, *args, **kwargs)
 
-    def __repr__(self) -> str:
-        return f"HostcopyHook({self.original!r})"
+        def post_forward(self, module: Any, output: Any) -> Any:
+            return self.shadow.post_forward(module, output)
+
+        def detach_hook(self, module: Any) -> Any:
+            self._on_detach()
+            return self.original.detach_hook(module)
+
+        def __repr__(self) -> str:
+            return f"HostcopyHook({self.original!r})"
+
+    _HOOK_CLASSES[model_hook] = HostcopyHook
+    return HostcopyHook
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HostcopyHook":
+        return _hook_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _shadow(hook: Any, offloading: Sequence[Any], sequential: Any) -> Any:
+    """``hook`` with each hook of ``offloading`` in it as with
+    ``offload=False`` (a shallow copy: the original keeps its state for
+    accelerate's own removal)."""
+    if any(hook is other for other in offloading):
+        shadow = copy.copy(hook)
+        shadow.offload = False
+        return shadow
+    if isinstance(hook, sequential):
+        return sequential(*(_shadow(member, offloading, sequential) for member in hook.hooks))
+    return hook
+
+
+def _unchanged(module: Any) -> Any:
+    return module
+
+
+def _give_back(module: Any, hook: Any) -> None:
+    """Attaches ``hook`` to ``module`` again with accelerate's
+    ``add_hook_to_module``, without its ``init_hook``: that ran when
+    accelerate first attached it, moving the weights to the meta device
+    and noting where they had been (``AlignDevicesHook.original_devices``);
+    run again, it would note the meta device, and accelerate's removal
+    could no longer put the weights back."""
+    hook.init_hook = _unchanged  # an instance attribute: the class's method for this one call
+    try:
+        _accelerate().hooks.add_hook_to_module(module, hook)
+    finally:
+        del hook.init_hook
 
 
 class _Hooked:
-    """One module whose accelerate hook offloads it, and where that hook sits."""
+    """One offloading ``AlignDevicesHook`` of a module (the module's hook,
+    or one of its ``SequentialHook``)."""
 
-    def __init__(self, name: str, module: Any, hook: Any, sequence: Optional[Any]) -> None:
-        self.name, self.module, self.hook, self.sequence = name, module, hook, sequence
-        self.replacement: Optional[HostcopyHook] = None
+    def __init__(self, name: str, module: Any, hook: Any) -> None:
+        self.name, self.module, self.hook = name, module, hook
 
-    def set(self, hook: Any) -> None:
-        if self.sequence is None:
-            self.module._hf_hook = hook
-        else:
-            hooks = list(self.sequence.hooks)
-            hooks[[i for i, h in enumerate(hooks) if h is self.hook or h is self.replacement][0]] = hook
-            self.sequence.hooks = tuple(hooks)
+
+class _Standing:
+    """The ``HostcopyHook``s standing in for modules' accelerate hooks,
+    each attached with accelerate's ``add_hook_to_module`` (``place``);
+    ``give_back()`` attaches the originals again. ``on_detach``: what a
+    ``HostcopyHook`` calls when accelerate detaches it."""
+
+    def __init__(self, on_detach: Callable[[], None]) -> None:
+        self.on_detach = on_detach
+        #: (module, its accelerate hook, the HostcopyHook standing in for it).
+        self.placed: list[tuple[Any, Any, Any]] = []
+
+    def place(self, hooked: Sequence[_Hooked]) -> None:
+        """A ``HostcopyHook`` on each module of ``hooked``, for its hooks there."""
+        add_hook_to_module = _accelerate().hooks.add_hook_to_module
+        make = _hook_class()
+        offloading: dict[int, tuple[Any, list[Any]]] = {}
+        for item in hooked:
+            offloading.setdefault(id(item.module), (item.module, []))[1].append(item.hook)
+        for module, hooks in offloading.values():
+            original = module._hf_hook
+            hook = make(original, hooks, self.on_detach)
+            add_hook_to_module(module, hook)
+            self.placed.append((module, original, hook))
+
+    def give_back(self) -> None:
+        """Each module its accelerate hook again, where a ``HostcopyHook``
+        still stands in for it."""
+        placed, self.placed = self.placed, []
+        for module, original, hook in placed:
+            if getattr(module, "_hf_hook", None) is hook:
+                _give_back(module, original)
 
 
 def _offloading_hooks(model: Any) -> list[_Hooked]:
@@ -135,10 +216,10 @@ def _offloading_hooks(model: Any) -> list[_Hooked]:
         hook = getattr(module, "_hf_hook", None)
         if hook is None:
             continue
-        members = [(h, hook) for h in hook.hooks] if isinstance(hook, sequential) else [(hook, None)]
-        for member, sequence in members:
+        members = list(hook.hooks) if isinstance(hook, sequential) else [hook]
+        for member in members:
             if isinstance(member, align) and member.offload and member.weights_map is not None:
-                found.append(_Hooked(name, module, member, sequence))
+                found.append(_Hooked(name, module, member))
     return found
 
 
@@ -313,10 +394,13 @@ class AccelerateOffload:
             host = self.offloader.hosts[index]
             for entry, table, key in members[group]:
                 table[key] = kit.host_view(host, entry)
-        for item in self.hooked:
-            item.replacement = HostcopyHook(item.hook, self.remove)
-            item.set(item.replacement)
         self._removed = False
+        self._standing = _Standing(self.remove)
+        try:
+            self._standing.place(self.hooked)
+        except BaseException:
+            self.remove()  # the hooks placed so far given back, the regions let go of
+            raise
 
     @property
     def ready_seconds(self) -> float:
@@ -338,9 +422,10 @@ class AccelerateOffload:
         if self._removed:
             return
         self._removed = True
-        for item in self.hooked:
-            item.set(item.hook)
-        self.offloader.remove()
+        try:
+            self._standing.give_back()
+        finally:
+            self.offloader.remove()
 
 
 def use_hostcopy(
