@@ -69,3 +69,14 @@ cargo build --quiet --features simulator,bench
 gcc -std=c99 -D_POSIX_C_SOURCE=200809L $warnings -DHOSTCOPY_RUST_BASELINE -DHOSTCOPY_EXAMPLE_ON_SIMULATOR \
     -Iinclude -Itests examples/stager_copy.c "$lib/libhostcopy_stager.a" $native -o "$lib/stager_copy"
 timeout 60 "$lib/stager_copy" 8 2
+
+step "docs/c-api.md's program, compiled and linked as written (run: it stops at its first call without a GPU)"
+sh ../../abi-tests/dist/readme-block.sh ../../docs/c-api.md c-api-program >"$lib/c_api_program.c"
+gcc -std=c99 $warnings -Iinclude "$lib/c_api_program.c" "$lib/libhostcopy_stager.a" $native -o "$lib/c_api_program"
+if HOSTCOPY_LIBCUDA=/nonexistent/libcuda.so.1 "$lib/c_api_program" 2>"$lib/c_api_program.txt"; then
+    echo "docs/c-api.md's program succeeded without a driver" >&2
+    exit 1
+fi
+grep -q 'hostcopy_stager_new: HOSTCOPY_ERROR_DRIVER' "$lib/c_api_program.txt" ||
+    { cat "$lib/c_api_program.txt" >&2; exit 1; }
+echo "built; without a driver: $(cat "$lib/c_api_program.txt")"
