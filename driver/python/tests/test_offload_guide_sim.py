@@ -13,7 +13,9 @@ what hostcopy returned (``off.hosts``, ``handle.skipped``,
 ``cache.counters``) is one that object has. The same check runs on the
 names the guide's text gives in backquotes (``cache.layers[i].host``).
 ``hostcopy.offload.transformers`` imports torch, so it is loaded over
-test_offload_sim.py's stand-ins for torch and transformers.
+test_offload_sim.py's stand-ins for torch and transformers. The
+signatures driver/python/docs/offload.rst writes out (Sphinx, standing in
+for transformers, cannot read them) are checked against the classes too.
 
 On a GPU host with torch, transformers and accelerate, this file runs the
 marked blocks too (those that download a model only with
@@ -334,3 +336,38 @@ def test_the_names_the_text_gives_in_backquotes_exist(package):
                 check_path(variable, attributes, known, package, f"{GUIDE}: `{code}`")
                 checked += 1
     assert checked > 10, f"only {checked} names checked in the guide's text: the extraction found too few"
+
+
+# -- the API reference's written-out signatures ------------------------------
+
+REFERENCE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "offload.rst"
+
+
+def written_signatures():
+    """(module, name, signature text) of each ``.. autoclass:: Name(...)``
+    of driver/python/docs/offload.rst: written out there because Sphinx,
+    standing in for transformers, would show the stand-in's."""
+    found, module = [], None
+    for line in REFERENCE.read_text(encoding="utf-8").splitlines():
+        current = re.match(r"\.\. currentmodule:: (\S+)", line)
+        if current:
+            module = current.group(1)
+        written = re.match(r"\.\. autoclass:: (\w+)\((.*)\)\s*$", line)
+        if written:
+            found.append((module, written.group(1), written.group(2)))
+    return found
+
+
+def test_the_references_written_out_signatures_are_the_classes(package):
+    written = written_signatures()
+    assert {name for _, name, _ in written} >= {"HostOffloadedCache", "HostLayer"}, written
+    for module, name, text in written:
+        cls = getattr(package.get(module) or importlib.import_module(module), name)
+        arguments = ast.parse(f"def f({text}): pass").body[0].args
+        shown = [(a.arg, "positional") for a in arguments.args] + [(a.arg, "keyword") for a in arguments.kwonlyargs]
+        real = [
+            (p.name, "keyword" if p.kind is inspect.Parameter.KEYWORD_ONLY else "positional")
+            for p in inspect.signature(cls.__init__).parameters.values()
+            if p.name != "self"
+        ]
+        assert shown == real, f"offload.rst shows {name}({text}); the class takes {real}"
