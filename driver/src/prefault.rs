@@ -32,7 +32,8 @@
 //! - The stagers' prefault and [`HostBuffer`](crate::HostBuffer) fault
 //!   whole huge pages they advised in by a write at the start of each 4 KiB
 //!   page of the range that keeps its byte (crate-internal; an atomic
-//!   `fetch_or(0)`, which faults as a write): no byte changes, so a chunk
+//!   compare-exchange of 0 for 0, which faults as a write): no byte
+//!   changes, so a chunk
 //!   prefaulted and then never copied (its transfer failed first) leaves
 //!   the destination as it was. A stager's chunk that this has not reached
 //!   by its turn is faulted in by its copy's own stores instead
@@ -262,12 +263,14 @@ pub(crate) unsafe fn fault_in(addr: usize, len: usize, how: FaultIn) {
 }
 
 /// Makes the pages of `addr..addr + len` present by a write that keeps
-/// the byte at the first address of each page (an atomic `fetch_or(0)`):
-/// one write fault per page, which for memory advised `MADV_HUGEPAGE` is
-/// one per huge page. A plain read-then-write would read first, and a
-/// read of a never-touched huge page maps the kernel's shared zero page,
-/// whose write fault then splits it into small pages; an atomic
-/// read-modify-write faults as a write. `MADV_POPULATE_WRITE` takes huge
+/// the byte at the first address of each page (an atomic compare-exchange
+/// of 0 for 0): one write fault per page, which for memory advised
+/// `MADV_HUGEPAGE` is one per huge page. A plain read-then-write would
+/// read first, and a read of a never-touched huge page maps the kernel's
+/// shared zero page, whose write fault then splits it into small pages;
+/// an atomic read-modify-write faults as a write. (Not `fetch_or(0)`: the
+/// optimiser turns a read-modify-write that changes nothing into a load,
+/// and drops the load, so an optimised build made no page present.) `MADV_POPULATE_WRITE` takes huge
 /// pages but walks them slowly (BENCHMARKS.md, "Fresh destinations and
 /// host pools": 6 to 9.5 GB/s over 16 threads, this write 32 to 56).
 ///
@@ -292,8 +295,13 @@ pub(crate) unsafe fn write_pages(addr: usize, len: usize) -> Populated {
         // SAFETY: `at` lies in the range, writable and accessed by no other
         // thread during the call (our caller), so an atomic view of the
         // byte aliases no other access; a `u8` has no alignment to keep.
-        // Or-ing zero writes the byte's own value back.
-        unsafe { core::sync::atomic::AtomicU8::from_ptr(byte) }.fetch_or(0, Ordering::Relaxed);
+        // A compare-exchange of 0 for 0 changes no byte.
+        let _ = unsafe { core::sync::atomic::AtomicU8::from_ptr(byte) }.compare_exchange(
+            0,
+            0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         at = (at & !(page - 1)) + page;
     }
     Populated::Touched
