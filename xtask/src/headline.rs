@@ -18,6 +18,10 @@
 //!   that card;
 //! - the paragraph above the table names every card (`NVIDIA H200`) and the
 //!   dates the rows were measured, `measured FIRST to LAST`.
+//!
+//! Beside it, a test that `docs/chart-gbps.svg` (GB/s by size, shown in
+//! both documents) is what `xtask/gpu-runs/chart.py --check` makes of its
+//! run's `bench.csv`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -222,6 +226,18 @@ mod tests {
         let benchmarks = fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
         let errors = check(&readme, &benchmarks, &|folder| machine_txt(root, folder));
         assert!(errors.is_empty(), "the README's headline table and BENCHMARKS.md disagree:\n{}", errors.join("\n"));
+    }
+
+    /// docs/chart-gbps.svg is what xtask/gpu-runs/chart.py makes of its run's
+    /// data (where this machine has a python3 to run it).
+    #[test]
+    fn the_chart_is_what_its_script_makes_of_the_run_data() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let script = root.join("xtask/gpu-runs/chart.py");
+        match std::process::Command::new("python3").arg(script).arg("--check").output() {
+            Ok(output) => assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr)),
+            Err(error) => eprintln!("not checked: python3: {error}"),
+        }
     }
 
     const BENCHMARKS: &str = "\
