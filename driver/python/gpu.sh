@@ -53,9 +53,10 @@ cd "$target"
 # under readme/.
 readme="$here/readme/driver/python/tests/test_readme_sim.py"
 [ -f "$readme" ] || readme="$here/tests/test_readme_sim.py"
+guide="$(dirname "$readme")/test_offload_guide_sim.py"
 "$python" -m pytest -q -rs -p no:cacheprovider "$here/tests/test_gpu.py" "$here/tests/test_gpu_arrays.py" "$here/tests/test_gpu_async.py" "$here/tests/test_gpu_safetensors.py" \
     "$here/tests/test_gpu_offload.py" "$here/tests/test_gpu_offload_kv_shapes.py" "$here/tests/test_gpu_registration.py" \
-    "$here/tests/test_safetensors_parity.py" "$readme" 2>&1 | tee "$out/python_gpu_tests.log"
+    "$here/tests/test_safetensors_parity.py" "$readme" "$guide" 2>&1 | tee "$out/python_gpu_tests.log"
 tests=${PIPESTATUS[0]}
 if [ "$tests" -eq 5 ]; then
     echo "no GPU test ran (the module skipped, or nothing was collected)" | tee -a "$out/python_gpu_tests.log"

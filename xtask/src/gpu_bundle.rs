@@ -60,6 +60,14 @@ const FILES: &[(&str, &str)] = &[
     // test_readme_sim.py reads its documents three folders above itself:
     // under python/readme/ they keep their places in the repository.
     ("driver/python/tests/test_readme_sim.py", "python/readme/driver/python/tests/test_readme_sim.py"),
+    // The offload guide's test beside it: its GPU blocks run there, with
+    // the stand-ins it borrows from test_offload_sim.py and the reference
+    // page it checks.
+    ("driver/python/tests/test_offload_guide_sim.py", "python/readme/driver/python/tests/test_offload_guide_sim.py"),
+    ("driver/python/tests/test_offload_sim.py", "python/readme/driver/python/tests/test_offload_sim.py"),
+    ("driver/python/tests/conftest.py", "python/readme/driver/python/tests/conftest.py"),
+    ("docs/offload.md", "python/readme/docs/offload.md"),
+    ("driver/python/docs/offload.rst", "python/readme/driver/python/docs/offload.rst"),
     ("README.md", "python/readme/README.md"),
     ("docs/python.md", "python/readme/docs/python.md"),
     ("driver/python/README.md", "python/readme/driver/python/README.md"),
