@@ -4,8 +4,10 @@
 # with the library; the C test against the simulated driver.
 #
 # In step: include/hostcopy_stager.h is hand-written (as core's hostcopy.h
-# is). The library built here must export exactly the functions declared
-# by it, by core/include/hostcopy.h (the library carries hostcopy-core, so
+# is). A unit test (src/header_check.rs) compares each prototype's
+# parameter and return types with the Rust function's, and proves that a
+# changed type, a dropped parameter or a missing function fails it. The
+# library built here must export exactly the functions declared by it, by core/include/hostcopy.h (the library carries hostcopy-core, so
 # a program links this library or libhostcopy, not both) and, in this
 # simulator build only, by tests/hostcopy_sim.h; the structures' layouts
 # are asserted with the same numbers in the header and in the Rust source;
@@ -19,7 +21,7 @@ cd "$here"
 
 step() { printf -- '--- driver/capi: %s\n' "$*"; }
 
-step "fmt, clippy, rustdoc, unit tests"
+step "fmt, clippy, rustdoc, unit tests (the header's prototypes against the Rust signatures among them)"
 cargo fmt --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --features simulator --all-targets -- -D warnings

@@ -8,10 +8,12 @@
  * on a machine without a driver and is told so by its first call.
  *
  * Hand-written, like hostcopy.h. driver/capi/ci.sh keeps it in step with
- * the library: every function declared here is exported by the library
- * and every hostcopy_* function the library exports is declared here; the
- * structures' layouts are asserted below and, with the same numbers, in
- * the Rust source (a compile-time check on both sides); the C test
+ * the library: each prototype's types are compared with the Rust
+ * function's (src/header_check.rs); every function declared here is
+ * exported by the library and every hostcopy_* function the library
+ * exports is declared here or in hostcopy.h; the structures' layouts are
+ * asserted below and, with the same numbers, in the Rust source (a
+ * compile-time check on both sides); the C test
  * (driver/capi/tests/stager_sim.c) calls every function.
  *
  * Errors. Every function that can fail returns a hostcopy_status

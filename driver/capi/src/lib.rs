@@ -17,6 +17,8 @@
 
 #[cfg(feature = "bench")]
 mod bench;
+#[cfg(test)]
+mod header_check;
 mod memory;
 #[cfg(feature = "simulator")]
 mod sim;
