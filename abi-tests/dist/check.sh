@@ -22,7 +22,10 @@
 # and clang, -Wall -Wextra -pedantic -Werror) and a broken copy refused;
 # SONAME, links, no debug info; CMake's hostcopy::hostcopy_static and the
 # major-version rule; each Linux cross archive's program linked with its
-# cross gcc, static and shared, and run under qemu-user.
+# cross gcc, static and shared, and run under qemu-user; in this machine's
+# archive the staging engine's library (hostcopy_stager.h): its header
+# from C99 to C++17, docs/c-api.md's program linked through pkg-config and
+# CMake, shared and static, and run (stopping at its first call: no GPU).
 # Run by `cargo xtask dist --check`, which builds the archives.
 #
 # usage: check.sh ARCHIVE.tar.gz...   (this machine's, x86_64 Linux, among them)
@@ -207,6 +210,66 @@ if cmake -S src-v1 -B build-v1 -DCMAKE_PREFIX_PATH="$work/$host" >v1.txt 2>&1; t
     fail "find_package(hostcopy 1.0) accepted version $(grep -o 'hostcopy_VERSION.*' v1.txt)"
 fi
 grep -q 'compatible with requested version "1.0"' v1.txt || fail "refused, but not for its version: $(cat v1.txt)"
+ok
+
+check "stager: hostcopy_stager.h as C99, C11, C++11, C++17; the library's SONAME and links"
+for std in c99 c11; do
+    quietly gcc -std=$std $warnings -fsyntax-only -x c $host/include/hostcopy_stager.h
+done
+for std in c++11 c++17; do
+    quietly g++ -std=$std $warnings -fsyntax-only -x c++ $host/include/hostcopy_stager.h
+done
+readelf -d $host/lib/libhostcopy_stager.so.*.*.* | grep -q 'SONAME.*\[libhostcopy_stager\.so\.[0-9]*\]' ||
+    fail "libhostcopy_stager.so.X.Y.Z has no SONAME libhostcopy_stager.so.X"
+[ -L $host/lib/libhostcopy_stager.so ] || fail "lib/libhostcopy_stager.so is not a link"
+ok
+
+# docs/c-api.md's program, built from the archive alone. No GPU here: it
+# must stop at its first call with the driver's error, from any folder.
+stager_runs() { # PROGRAM
+    if (cd / && HOSTCOPY_LIBCUDA=/nonexistent/libcuda.so.1 "$1" >"$work/out.txt" 2>&1); then
+        fail "$1 succeeded without a driver"
+    fi
+    grep -q 'hostcopy_stager_new: HOSTCOPY_ERROR_DRIVER' out.txt || fail "$1: $(cat out.txt)"
+}
+needs_stager_so() {
+    readelf -d "$1" | grep -q 'NEEDED.*\[libhostcopy_stager\.so\.'
+}
+sh "$here/readme-block.sh" "$here/../../docs/c-api.md" c-api-program >src/stager_app.c ||
+    fail "docs/c-api.md has no block 'c-api-program'"
+
+check "stager pkg-config: docs/c-api.md's program, hostcopy-stager (shared) and hostcopy-stager-static"
+export PKG_CONFIG_PATH="$work/$host/lib/pkgconfig"
+# shellcheck disable=SC2046 # pkg-config prints flags to split
+quietly cc -std=c99 $warnings src/stager_app.c $(pkg-config --cflags --libs hostcopy-stager) -o stager_app
+needs_stager_so stager_app || fail "stager_app does not load libhostcopy_stager.so"
+stager_runs "$work/stager_app"
+# shellcheck disable=SC2046
+quietly cc -std=c99 $warnings src/stager_app.c $(pkg-config --cflags --libs hostcopy-stager-static) -o stager_app_static
+needs_stager_so stager_app_static && fail "stager_app_static loads libhostcopy_stager.so"
+stager_runs "$work/stager_app_static"
+unset PKG_CONFIG_PATH
+ok "without a driver: $(cut -c1-60 out.txt)..."
+
+check "stager CMake: hostcopy::stager, shared and with HOSTCOPY_STATIC"
+mkdir stager-cmake
+cp src/stager_app.c stager-cmake/app.c
+cat >stager-cmake/CMakeLists.txt <<'CMAKE'
+cmake_minimum_required(VERSION 3.21)
+project(stager_app LANGUAGES C)
+find_package(hostcopy 0.1 REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app PRIVATE hostcopy::stager)
+CMAKE
+quietly cmake -S stager-cmake -B build-stager -DCMAKE_PREFIX_PATH="$work/$host" -DCMAKE_C_FLAGS="$warnings"
+quietly cmake --build build-stager
+needs_stager_so build-stager/app || fail "CMake's app does not load libhostcopy_stager.so"
+stager_runs "$work/build-stager/app"
+quietly cmake -S stager-cmake -B build-stager-static -DCMAKE_PREFIX_PATH="$work/$host" -DHOSTCOPY_STATIC=ON \
+    -DCMAKE_C_FLAGS="$warnings"
+quietly cmake --build build-stager-static
+needs_stager_so build-stager-static/app && fail "CMake's static app loads libhostcopy_stager.so"
+stager_runs "$work/build-stager-static/app"
 ok
 
 if [ -n "$firmware" ]; then

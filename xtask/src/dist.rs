@@ -19,6 +19,16 @@
 //! lib/cmake/hostcopy/hostcopyConfig.cmake, hostcopyConfigVersion.cmake
 //! ```
 //!
+//! This machine's archive (x86_64 Linux) also carries the staging engine's
+//! C library (`driver/capi`, see [`package_stager`]):
+//!
+//! ```text
+//! include/hostcopy_stager.h
+//! lib/libhostcopy_stager.a, lib/libhostcopy_stager.so.MAJOR.MINOR.PATCH and links
+//! lib/pkgconfig/hostcopy-stager.pc, hostcopy-stager-static.pc
+//! lib/cmake/hostcopy/hostcopyStagerTargets.cmake   hostcopy::stager (included by hostcopyConfig)
+//! ```
+//!
 //! The libraries are those `cargo xtask abi` checks: `core/capi` in its
 //! release profile, built with the row's cargo settings (a hand-run `cargo
 //! build --manifest-path core/capi/Cargo.toml --target T` needs the same
@@ -51,7 +61,10 @@ cargo xtask dist [--target TRIPLE]... [--check]
   target/dist/hostcopy-VERSION-TRIPLE/ and a .tar.gz of it: the licence
   texts (LICENSE-MIT, LICENSE-APACHE), include/, lib/ (static, shared
   with SONAME and links, or DLL and import library; on bare metal also
-  libhostcopy-nomem.a), lib/pkgconfig/hostcopy.pc, lib/cmake/hostcopy/.
+  libhostcopy-nomem.a), lib/pkgconfig/hostcopy.pc, lib/cmake/hostcopy/;
+  this machine's archive also the staging engine's C library
+  (hostcopy_stager.h, libhostcopy_stager, hostcopy-stager.pc,
+  hostcopy::stager).
   VERSION is the workspace's (Cargo.toml). Default target: this
   machine's. Any target of `cargo xtask abi` is accepted.
 
@@ -66,6 +79,7 @@ cargo xtask dist [--target TRIPLE]... [--check]
 const TEMPLATE_PC: &str = include_str!("../dist/hostcopy.pc.in");
 const TEMPLATE_CONFIG: &str = include_str!("../dist/hostcopyConfig.cmake.in");
 const TEMPLATE_CONFIG_VERSION: &str = include_str!("../dist/hostcopyConfigVersion.cmake.in");
+const TEMPLATE_STAGER_TARGETS: &str = include_str!("../dist/hostcopyStagerTargets.cmake.in");
 const DESCRIPTION: &str = "CUDA host function (CUhostFn) that copies bytes in stream order";
 /// The licence texts, from the workspace's root to the archive's.
 const LICENCES: &[&str] = &["LICENSE-MIT", "LICENSE-APACHE"];
@@ -250,11 +264,71 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
     let cmake_dir = lib.join("cmake/hostcopy");
     write(&cmake_dir.join("hostcopyConfig.cmake"), &fill(TEMPLATE_CONFIG, &fields))?;
     write(&cmake_dir.join("hostcopyConfigVersion.cmake"), &fill(TEMPLATE_CONFIG_VERSION, &fields))?;
+    if target.triple == workspace.host && target.format == Format::Elf && target.pointer_width == 64 {
+        package_stager(workspace, &folder, version, &major)?;
+    }
     // tar keeps the links as links.
     run(Command::new("tar").current_dir(&dist_dir).arg("-czf").arg(format!("{name}.tar.gz")).arg(&name))?;
     println!("dist: {}", folder.display());
     print_sizes(&folder, &[&format!("lib/{staticlib}"), &format!("lib/{NOMEM}"), &shared])?;
     Ok(folder)
+}
+
+/// The staging engine's C library (`driver/capi`, release, no features)
+/// into `folder`: its header, static and shared libraries, pkg-config
+/// files and CMake targets. Built for this machine only: the engine needs
+/// std, threads and a 64-bit host, and cross builds of it are not set up.
+fn package_stager(workspace: &Workspace, folder: &Path, version: &str, major: &str) -> Result<(), String> {
+    let capi = workspace.root.join("driver/capi");
+    let target_dir = capi.join("target");
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo.current_dir(&workspace.root).arg("rustc").arg("--manifest-path").arg(capi.join("Cargo.toml"));
+    cargo.args(["--release", "--lib", "--target-dir"]).arg(&target_dir);
+    let output = run(cargo.args(["--", "--print", "native-static-libs"]))?;
+    // Less -lcuda: the library opens libcuda at run time and takes nothing
+    // from it (driver/build.rs), and a machine without a driver has none.
+    let native: Vec<&str> = output
+        .stderr
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("note: native-static-libs:"))
+        .map(|libs| libs.split_whitespace().filter(|l| *l != "-lcuda").collect())
+        .unwrap_or_default();
+    let built = target_dir.join("release");
+    let lib = folder.join("lib");
+    copy(&capi.join("include/hostcopy_stager.h"), &folder.join("include/hostcopy_stager.h"))?;
+    copy(&built.join("libhostcopy_stager.a"), &lib.join("libhostcopy_stager.a"))?;
+    run(Command::new("llvm-strip").arg("--strip-debug").arg(lib.join("libhostcopy_stager.a")))?;
+    let (real, soname) = (format!("libhostcopy_stager.so.{version}"), format!("libhostcopy_stager.so.{major}"));
+    copy(&built.join("libhostcopy_stager.so"), &lib.join(&real))?;
+    symlink(&real, &lib.join(&soname))?;
+    symlink(&soname, &lib.join("libhostcopy_stager.so"))?;
+
+    let description = "Staged GPU <-> pageable host memory transfers at the link's speed (hostcopy_stager.h)";
+    let native = native.join(" ");
+    let pc = |name: &str, libs: &str, private: &str| {
+        let fields = [
+            ("NAME", name),
+            ("DESCRIPTION", description),
+            ("VERSION", version),
+            ("LIBS", libs),
+            ("LIBS_PRIVATE", private),
+        ];
+        fill(TEMPLATE_PC, &fields)
+    };
+    let shared = pc("hostcopy-stager", "-L${libdir} -Wl,-rpath,${libdir} -lhostcopy_stager", &native);
+    let static_libs = format!("${{libdir}}/libhostcopy_stager.a {native}");
+    write(&lib.join("pkgconfig/hostcopy-stager.pc"), &shared)?;
+    write(&lib.join("pkgconfig/hostcopy-stager-static.pc"), &pc("hostcopy-stager-static", static_libs.trim(), ""))?;
+    let cmake_libs: Vec<&str> = native.split_whitespace().map(|l| l.strip_prefix("-l").unwrap_or(l)).collect();
+    let fields = [
+        ("VERSION", version),
+        ("TARGET", workspace.host.as_str()),
+        ("SONAME", soname.as_str()),
+        ("STATIC_LINK_LIBRARIES", &cmake_libs.join(";")),
+    ];
+    write(&lib.join("cmake/hostcopy/hostcopyStagerTargets.cmake"), &fill(TEMPLATE_STAGER_TARGETS, &fields))?;
+    println!("dist: {} (and the staging engine's C library)", folder.display());
+    print_sizes(folder, &["lib/libhostcopy_stager.a", &format!("lib/{real}")])
 }
 
 /// The static library without the C library's memory functions, for a
@@ -361,7 +435,7 @@ mod tests {
         let keys = ["NAME", "DESCRIPTION", "VERSION", "MAJOR", "TARGET", "LIBS", "LIBS_PRIVATE", "SHARED_LIBRARY"];
         let more = ["IMPORT_LIBRARY", "SONAME", "STATIC_LINK_LIBRARIES", "POINTER_BYTES", "STATIC_LIBRARY"];
         let fields: Vec<(&str, &str)> = keys.iter().chain(&more).map(|key| (*key, "1")).collect();
-        for template in [TEMPLATE_PC, TEMPLATE_CONFIG, TEMPLATE_CONFIG_VERSION] {
+        for template in [TEMPLATE_PC, TEMPLATE_CONFIG, TEMPLATE_CONFIG_VERSION, TEMPLATE_STAGER_TARGETS] {
             assert!(!fill(template, &fields).contains("@VERSION@"));
         }
         assert!(std::panic::catch_unwind(|| fill("set(x \"@SONAME@\")", &fields[..3])).is_err());
