@@ -60,7 +60,7 @@ pub unsafe extern "C" fn hostcopy_bench_rust_run(
             1 => stager.run(to_device(buffer, &*host))?,
             other => return Err(Failure::invalid(format!("direction {other}"))),
         }
-        *seconds = start.elapsed().as_secs_f64();
+        seconds.write(start.elapsed().as_secs_f64());
         Ok(())
     })
 }

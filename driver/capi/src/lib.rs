@@ -66,15 +66,42 @@ unsafe fn reference<'a, T>(ptr: *const T, name: &str) -> Result<&'a T, Failure> 
     unsafe { ptr.as_ref() }.ok_or_else(|| Failure::null(name))
 }
 
-/// `ptr` as an exclusive reference for writing a result, or the
-/// null-argument failure naming it.
+/// Where a function writes a result for C: a pointer checked to be
+/// non-null, written once and never read (the caller's memory may be
+/// uninitialized, so no reference to it is made).
+#[derive(Debug)]
+struct Out<T>(*mut T);
+
+impl<T> Out<T> {
+    /// Writes the result.
+    fn write(self, value: T) {
+        // SAFETY: `out`'s caller promised the pointer aligned and writable
+        // for a `T`; it is non-null (checked by `out`).
+        unsafe { self.0.write(value) }
+    }
+}
+
+/// `ptr` as the place for a result, or the null-argument failure naming
+/// it.
 ///
 /// # Safety
 ///
-/// `ptr` is null or points to an aligned `T`, initialized or not (only
-/// written through the reference: `T` is `Copy` with no drop), that
-/// nothing else uses while the reference is used.
-unsafe fn out<'a, T: Copy>(ptr: *mut T, name: &str) -> Result<&'a mut T, Failure> {
-    // SAFETY: the caller's contract.
-    unsafe { ptr.as_mut() }.ok_or_else(|| Failure::null(name))
+/// `ptr` is null or aligned and writable for a `T` (initialized or not)
+/// that nothing else uses until the result is written.
+unsafe fn out<T>(ptr: *mut T, name: &str) -> Result<Out<T>, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::null(name));
+    }
+    Ok(Out(ptr))
 }
+
+// C may call any function on an object from several threads at once (the
+// header says which); every handle type is therefore shared across threads
+// as Rust would share it, which these bounds prove.
+const _: () = {
+    const fn shared_across_threads<T: Send + Sync>() {}
+    shared_across_threads::<hostcopy_stager>();
+    shared_across_threads::<hostcopy_transfer>();
+    shared_across_threads::<hostcopy_device_buffer>();
+    shared_across_threads::<hostcopy_host_buffer>();
+};

@@ -102,12 +102,12 @@ pub unsafe extern "C" fn hostcopy_device_buffer_new(
         let (stager, out) = unsafe { (reference(stager, "stager")?, crate::out(out, "out")?) };
         let _saved = Context::save_current()?;
         let buffer = DeviceBuffer::new(&stager.context, len)?;
-        *out = new_device_handle(DeviceMemory {
+        out.write(new_device_handle(DeviceMemory {
             context: stager.context.clone(),
             ptr: buffer.raw(),
             len,
             _owner: DeviceOwner::Allocated(buffer),
-        });
+        }));
         Ok(())
     })
 }
@@ -138,12 +138,12 @@ pub unsafe extern "C" fn hostcopy_device_buffer_wrap(
         // for any transfer.
         drop(unsafe { DeviceView::new(&stager.context, ptr, len, Arc::new(())) }?);
         let release = Release { release, user_data };
-        *out = new_device_handle(DeviceMemory {
+        out.write(new_device_handle(DeviceMemory {
             context: stager.context.clone(),
             ptr,
             len,
             _owner: DeviceOwner::Foreign(release),
-        });
+        }));
         Ok(())
     })
 }
@@ -281,13 +281,13 @@ pub unsafe extern "C" fn hostcopy_host_buffer_new(
         } else {
             buffer.as_ptr().expose_provenance()
         };
-        *out = Box::into_raw(Box::new(hostcopy_host_buffer {
+        out.write(Box::into_raw(Box::new(hostcopy_host_buffer {
             memory: Arc::new(HostMemory {
                 buffer: RwLock::new(buffer),
                 addr,
                 len,
             }),
-        }));
+        })));
         Ok(())
     })
 }
@@ -441,7 +441,7 @@ pub unsafe extern "C" fn hostcopy_host_buffer_registration(
                 out(registration, "registration")?,
             )
         };
-        *registration = buffer.memory.read()?.registration().into();
+        registration.write(buffer.memory.read()?.registration().into());
         Ok(())
     })
 }
@@ -464,7 +464,7 @@ pub unsafe extern "C" fn hostcopy_host_buffer_wait_registered(
                 out(registration, "registration")?,
             )
         };
-        *registration = buffer.memory.read()?.wait_registered().into();
+        registration.write(buffer.memory.read()?.wait_registered().into());
         Ok(())
     })
 }

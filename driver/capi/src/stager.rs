@@ -167,7 +167,7 @@ pub unsafe extern "C" fn hostcopy_stager_options_default(
     entry("hostcopy_stager_options_default", || {
         // SAFETY: the caller's contract.
         let options = unsafe { out(options, "options") }?;
-        *options = hostcopy_stager_options::defaults();
+        options.write(hostcopy_stager_options::defaults());
         Ok(())
     })
 }
@@ -207,10 +207,10 @@ pub unsafe extern "C" fn hostcopy_stager_new(
             }
         };
         let stager = Stager::with_options(&context, options)?;
-        *out = Box::into_raw(Box::new(hostcopy_stager {
+        out.write(Box::into_raw(Box::new(hostcopy_stager {
             stager: Mutex::new(stager),
             context,
-        }));
+        })));
         Ok(())
     })
 }
@@ -247,7 +247,7 @@ pub unsafe extern "C" fn hostcopy_stager_device(
     entry("hostcopy_stager_device", || {
         // SAFETY: the caller's contract.
         let (stager, device) = unsafe { (reference(stager, "stager")?, out(device, "device")?) };
-        *device = i32::try_from(stager.context.ordinal()).unwrap_or(i32::MAX);
+        device.write(i32::try_from(stager.context.ordinal()).unwrap_or(i32::MAX));
         Ok(())
     })
 }

@@ -293,11 +293,11 @@ pub unsafe extern "C" fn hostcopy_stager_start(
         // one too.
         let pending =
             unsafe { described.with_spec(&mut view, |spec| Ok(locked.start_unchecked(spec)?)) }?;
-        *out = Box::into_raw(Box::new(hostcopy_transfer {
+        out.write(Box::into_raw(Box::new(hostcopy_transfer {
             pending,
             _host: described.host_share,
             _device: described.device,
-        }));
+        })));
         Ok(())
     })
 }
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn hostcopy_transfer_query(
         };
         let _saved = Context::save_current()?;
         // A failed transfer has ended too: wait reports its error.
-        *finished = i32::from(transfer.pending.is_finished().unwrap_or(true));
+        finished.write(i32::from(transfer.pending.is_finished().unwrap_or(true)));
         Ok(())
     })
 }
