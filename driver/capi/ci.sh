@@ -18,6 +18,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
+# Its own target folder, whatever the environment names: the paths below
+# are in it.
+export CARGO_TARGET_DIR=$here/target
 
 step() { printf -- '--- driver/capi: %s\n' "$*"; }
 

@@ -134,18 +134,25 @@ typedef struct hostcopy_stager hostcopy_stager;
    hostcopy_stager_options_default(), then change what you need. */
 typedef struct hostcopy_stager_options {
     size_t struct_size;       /* sizeof(hostcopy_stager_options) */
-    size_t chunk;             /* bytes a chunk (1 MiB .. 1 GiB; default 16 MiB) */
-    size_t h2d_chunk;         /* bytes a chunk to the device (>= 1 MiB) */
-    size_t edge_chunk;        /* first and last chunks (>= 1 MiB) */
-    size_t buffers;           /* staging buffers (1 .. 64; default 4) */
-    size_t streams;           /* streams the chunks go on (>= 1) */
+    size_t chunk;             /* bytes a chunk, 4 KiB .. 1 GiB (default 16 MiB) */
+    size_t h2d_chunk;         /* bytes a chunk to the device, >= 4 KiB (default
+                                 SIZE_MAX: the chunk) */
+    size_t edge_chunk;        /* first and last chunks, >= 4 KiB (default
+                                 SIZE_MAX: the chunk) */
+    size_t buffers;           /* staging buffers, 1 .. 64 (default 4) */
+    size_t streams;           /* streams the chunks go on, >= 1 (default
+                                 SIZE_MAX: one per buffer) */
     size_t workers;           /* copy workers, or HOSTCOPY_WORKERS_DEFAULT */
     size_t stagers;           /* stagers at once, sharing the default workers */
-    size_t d2h_workers;       /* workers copying to the host (0 .. all) */
-    size_t driver_path_below; /* single transfers below: the driver's path */
-    size_t kernel_below;      /* batches of blocks averaging below: gather kernel */
-    uint32_t prefault;        /* 1: make a cold destination's pages present */
-    uint32_t h2d_stores;      /* HOSTCOPY_STORES_CACHED or _STREAMING */
+    size_t d2h_workers;       /* workers copying to the host (default SIZE_MAX:
+                                 all) */
+    size_t driver_path_below; /* single transfers below: the driver's path
+                                 (default 2 MiB; 0 stages everything) */
+    size_t kernel_below;      /* batches of blocks averaging below: the gather
+                                 kernel (default 32 KiB; 0 never) */
+    uint32_t prefault;        /* 1: make a cold destination's pages present
+                                 (default 1) */
+    uint32_t h2d_stores;      /* HOSTCOPY_STORES_CACHED (default) or _STREAMING */
 } hostcopy_stager_options;
 
 /* Writes the defaults (and struct_size) into *options. Any thread. */

@@ -4,7 +4,8 @@
  * function, every refusal the API defines, transfers byte-checked both
  * ways (one range, at an offset, batches, host buffers, started and
  * blocking), handles freed while a transfer they feed is in flight, driver
- * errors (one-off and sticky), a caught panic, and waits from two threads.
+ * errors (one-off and sticky), a caught panic, waits from two threads and
+ * two threads transferring on one stager.
  * Built and run by driver/capi/ci.sh (C99, -Wall -Wextra -pedantic
  * -Werror), linked with libhostcopy_stager.a built with `simulator`.
  */
@@ -345,6 +346,8 @@ static void host_buffers(hostcopy_stager *stager) {
     EXPECT(HOSTCOPY_ERROR_NULL_ARGUMENT, hostcopy_host_buffer_new(MIB, NULL));
     OK(hostcopy_host_buffer_new(0, &empty));
     CHECK(hostcopy_host_buffer_data(empty) == NULL && hostcopy_host_buffer_len(empty) == 0);
+    OK(hostcopy_host_buffer_register(empty, stager, HOSTCOPY_REGISTER_NOW, &registration));
+    CHECK(registration.len == 0 && registration.finished == 1 && registration.refused == 0);
     hostcopy_host_buffer_free(empty);
     CHECK(hostcopy_host_buffer_data(NULL) == NULL && hostcopy_host_buffer_len(NULL) == 0);
 
@@ -551,6 +554,52 @@ static void driver_errors(int ordinal) {
     free(down);
 }
 
+struct runner {
+    hostcopy_stager *stager;
+    hostcopy_device_buffer *device;
+    size_t offset;
+    unsigned seed;
+    int ok;
+};
+
+static void *round_trip_on_thread(void *arg) {
+    struct runner *runner = (struct runner *)arg;
+    const size_t len = 2 * MIB + 5;
+    unsigned char *up = (unsigned char *)malloc(len), *down = (unsigned char *)calloc(len, 1);
+    hostcopy_copy copy;
+    fill(up, len, runner->seed);
+    copy = hostcopy_to_device(runner->device, runner->offset, up, len);
+    runner->ok = hostcopy_stager_run(runner->stager, &copy) == HOSTCOPY_OK;
+    copy = hostcopy_to_host(down, len, runner->device, runner->offset);
+    runner->ok = runner->ok && hostcopy_stager_run(runner->stager, &copy) == HOSTCOPY_OK;
+    runner->ok = runner->ok && memcmp(up, down, len) == 0;
+    free(up);
+    free(down);
+    return NULL;
+}
+
+/* One stager, two threads transferring at once (its calls take turns). */
+static void concurrent_runs(hostcopy_stager *stager) {
+    hostcopy_device_buffer *device = NULL;
+    struct runner runners[2];
+    pthread_t threads[2];
+    int i;
+    OK(hostcopy_device_buffer_new(stager, 8 * MIB, &device));
+    for (i = 0; i < 2; i++) {
+        runners[i].stager = stager;
+        runners[i].device = device;
+        runners[i].offset = (size_t)i * 4 * MIB;
+        runners[i].seed = 10 + (unsigned)i;
+        runners[i].ok = 0;
+        CHECK(pthread_create(&threads[i], NULL, round_trip_on_thread, &runners[i]) == 0);
+    }
+    for (i = 0; i < 2; i++) {
+        CHECK(pthread_join(threads[i], NULL) == 0);
+        CHECK(runners[i].ok);
+    }
+    hostcopy_device_buffer_free(device);
+}
+
 int main(void) {
     int device, other, faulty;
     hostcopy_stager_options options = test_options();
@@ -580,6 +629,7 @@ int main(void) {
     blocking_transfers(stager);
     batches(stager);
     host_buffers(stager);
+    concurrent_runs(stager);
     hostcopy_stager_free(stager);
     hostcopy_stager_free(other_stager);
     started_transfers(device);
