@@ -464,6 +464,53 @@ impl SharedTransfer {
         tracked.kept.push(value);
         None
     }
+
+    /// The rule for a host runtime's handle of the transfer dropped
+    /// before anyone waited for it, `kept` being what its copies may
+    /// touch (the runtime's arrays). In a process that gave up on its
+    /// copies (forked, or at exit), the transfer and `kept` are kept for
+    /// good: ending it would wait for threads that never answer, and a
+    /// copier given up on may still write that memory. An ended transfer
+    /// gives `kept` back at once. The finish thread keeps `kept` while it
+    /// ends the transfer, if it has it already (awaited, or the await
+    /// cancelled), or takes it here where `on_event_loop()` says that
+    /// waiting would hold an event loop for the copy. Otherwise
+    /// `finish_here()` ends it on this thread (through
+    /// [`finish`](Self::finish), its error reported by the caller, which
+    /// cannot raise from a drop), and `kept` comes back once the transfer
+    /// has ended, else once its copier is done
+    /// ([`release_when_ended`](Self::release_when_ended)); a panic in
+    /// `finish_here` keeps it for good, as a copy may still write it.
+    /// What comes back is the caller's to drop, as its runtime allows.
+    pub fn drop_unwaited(
+        self: &Arc<Self>,
+        kept: Box<dyn Send>,
+        on_event_loop: impl FnOnce() -> bool,
+        finish_here: impl FnOnce(),
+    ) -> Option<Box<dyn Send>> {
+        let mut kept = Some(kept);
+        if retire::keep_if_abandoned(|| (Arc::clone(self), kept.take())) {
+            return None;
+        }
+        let kept = kept?;
+        if self.has_ended() {
+            return Some(kept);
+        }
+        let Err(kept) = self.hand_over(kept) else {
+            return None;
+        };
+        let kept = if on_event_loop() {
+            match self.end_elsewhere(kept) {
+                Ok(()) => return None,
+                Err(kept) => kept,
+            }
+        } else {
+            kept
+        };
+        let kept = core::mem::ManuallyDrop::new(kept);
+        finish_here();
+        self.release_when_ended(core::mem::ManuallyDrop::into_inner(kept))
+    }
 }
 
 impl Drop for SharedTransfer {
@@ -949,6 +996,58 @@ mod tests {
                 .expect("ended: given back"),
         );
         assert_eq!(Arc::strong_count(&again), 1);
+    }
+
+    #[test]
+    fn a_transfer_dropped_unwaited_is_ended_here_or_elsewhere_and_its_value_goes_after_its_copies()
+    {
+        // Ended: the value comes back; nothing else is asked.
+        let (_, stager) = shared();
+        let expected = pattern(31);
+        let device = device_with(&stager, &expected);
+        let range = host(std::vec![0; LEN]);
+        let transfer = start(&stager, None, download(&device, range));
+        assert_eq!(transfer.finish(), Ok(()));
+        let (kept, value) = counted();
+        let back = transfer.drop_unwaited(value, || panic!("asked"), || panic!("finished"));
+        drop(back.expect("ended: given back"));
+        assert_eq!(Arc::strong_count(&kept), 1);
+
+        // Off an event loop: finished here, then the value comes back.
+        let (_, stager) = shared();
+        let device = device_with(&stager, &expected);
+        let range = host(std::vec![0; LEN]);
+        let transfer = start(&stager, None, download(&device, range));
+        let (kept, value) = counted();
+        let back =
+            transfer.drop_unwaited(value, || false, || assert_eq!(transfer.finish(), Ok(())));
+        assert!(transfer.has_ended() && read(range) == expected);
+        drop(back.expect("ended here: given back"));
+        assert_eq!(Arc::strong_count(&kept), 1);
+
+        // On an event loop: the finish thread ends it and lets go of the
+        // value once the copies ran; nothing waits here.
+        let (ordinal, stager) = shared();
+        let device = device_with(&stager, &expected);
+        let range = host(std::vec![0; LEN]);
+        sim::hold(ordinal);
+        let transfer = start(&stager, None, download(&device, range));
+        let (kept, value) = counted();
+        let back = transfer.drop_unwaited(value, || true, || panic!("waited on the loop"));
+        assert!(back.is_none(), "kept for the finish thread");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            Arc::strong_count(&kept),
+            2,
+            "let go of before the copies ran"
+        );
+        sim::release(ordinal);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Arc::strong_count(&kept) > 1 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(Arc::strong_count(&kept), 1, "never let go of");
+        assert!(transfer.has_ended() && read(range) == expected);
     }
 
     /// A value that records, when dropped, whether `range` then held

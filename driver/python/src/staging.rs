@@ -10,8 +10,8 @@
 //!
 //! A `Transfer` holds the crate's `SharedTransfer` and the host memory,
 //! which it lets go of once the transfer has ended (or hands to the
-//! shared transfer, to be let go of when it ends, if it is dropped while
-//! the stager's finish thread has it).
+//! shared transfer, to be let go of when it ends, if it is dropped
+//! before: `SharedTransfer::drop_unwaited` says when).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -769,63 +769,27 @@ impl Transfer {
 
 impl Drop for Transfer {
     fn drop(&mut self) {
-        // Its copies ran, or run, in the parent (forked), or on a device
-        // the exit handler gave up on: nothing to wait for. Finishing it,
-        // or dropping the stager through it, would wait for threads that
-        // never answer. The rule: whatever an abandoned transfer touches
-        // is leaked, never dropped. Its state (the stager's with it) and
-        // its host memory are left as they are: a copier the handler gave
-        // up on may still write that memory, which must not go back to the
-        // allocator.
-        if keep_if_abandoned(|| (Arc::clone(&self.state), lock(&self.host).take())) {
-            return;
-        }
-        // Python drops a pyclass with the GIL held.
-        if self.state.has_ended() {
-            return;
-        }
-        // The finish thread has it (awaited, its await cancelled or its
-        // loop gone), or takes it here when dropped on a thread that runs
-        // an event loop: it ends it, so the drop does not block the loop
-        // for the copy; the host memory goes with the state, let go of
-        // once the copies are done (without the GIL on that thread: pyo3's
-        // pool releases the reference at the next call into the
-        // extension).
-        let host = lock(&self.host).take();
-        let Err(host) = self.state.hand_over(Box::new(host)) else {
-            return;
-        };
-        // A transfer is often dropped while an exception propagates (its
+        // Dropped unwaited: the crate's rule (`SharedTransfer::drop_unwaited`)
+        // decides who ends it and when the host memory may go; this side
+        // says whether the thread runs an event loop and reports a failure
+        // it cannot raise. Python drops a pyclass with the GIL held. A
+        // transfer is often dropped while an exception propagates (its
         // frame unwinding): that exception is kept across the Python code
         // and the error reporting below.
+        let host: Box<dyn Send> = Box::new(lock(&self.host).take());
         Python::attach(|py| {
             keeping_exception(py, || {
-                let host = if on_event_loop(py) {
-                    match self.state.end_elsewhere(host) {
-                        Ok(()) => return,
-                        Err(host) => host,
-                    }
-                } else {
-                    host
-                };
-                // Dropped unwaited: finish here, through the stager (which
-                // drains its streams after an error), so that the arrays
-                // it holds are released only after the copy. A failure
-                // cannot be raised from a destructor; it is reported as an
-                // unraisable error. Then the state decides when the host
-                // memory goes: here (with the GIL) if the transfer ended;
-                // else once its copier is done, when the state's last
-                // handle goes (`SharedTransfer::release_when_ended`). A
-                // panic in between keeps it for good: a copy may still
-                // write it.
-                let host = core::mem::ManuallyDrop::new(host);
-                if let Err(failure) = self.finish(py) {
-                    failure.write_unraisable(py, None);
-                }
-                drop(
-                    self.state
-                        .release_when_ended(core::mem::ManuallyDrop::into_inner(host)),
+                let host = self.state.drop_unwaited(
+                    host,
+                    || on_event_loop(py),
+                    || {
+                        if let Err(failure) = self.finish(py) {
+                            failure.write_unraisable(py, None);
+                        }
+                    },
                 );
+                // With the GIL: a buffer export's release may run Python.
+                drop(host);
             })
         });
     }
