@@ -393,7 +393,7 @@ def stager_options(up: Optional[Uploader]) -> str:
     if up is None:
         return "-"
     try:
-        return str(hostcopy._staging._stager_for(up.targets[0], "dst").options)
+        return str(hostcopy._staging.default_stager_of(up.targets[0], "dst").options)
     except Exception as error:  # a private lookup: say why rather than stop
         return f"? ({type(error).__name__}: {error})"
 

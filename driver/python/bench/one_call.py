@@ -118,17 +118,17 @@ def call_parts(calls: int, repeat: int) -> list[str]:
     """Where one call's time goes, microseconds per call (median of
     ``repeat`` loops of ``calls``), a 64 KiB copy each way and the start of
     a 16 MiB ``blocking=False`` upload (the offloaded KV cache's call): the
-    whole call; the default stager's lookup; the native entry alone
-    (``Stager.transfer``: the sides, the stream, the bounds and the copy),
-    and the capture check of torch's current stream, which it makes where
-    that stream is not the transfer's."""
+    whole call (the module's function: the device's default stager looked
+    up, then its copy); the default stager's lookup; the stager's own copy
+    (``Stager.copy_to_host``: the sides, the stream, the bounds and the
+    copy), and the capture check of torch's current stream, which it makes
+    where that stream is not the transfer's."""
     from hostcopy import _native, _staging
 
     n = 64 << 10
     device = torch.zeros(n, dtype=torch.uint8, device="cuda")
     host = np.zeros(n, np.uint8)
-    stager = _staging._stager_for(device, "src")
-    native = stager._native
+    stager = _staging.default_stager_of(device, "src")
     current = torch.cuda.current_stream().cuda_stream
 
     def per_call_us(fn) -> float:
@@ -143,20 +143,20 @@ def call_parts(calls: int, repeat: int) -> list[str]:
     lines = [
         row("64 KiB D2H", [
             ("whole call", lambda: hostcopy.copy_to_host(host, device)),
-            ("stager lookup", lambda: _staging._stager_for(device, "src")),
-            ("native transfer", lambda: native.transfer("copy_to_host", host, device, None, 0, 0, None, None, True)),
+            ("stager lookup", lambda: _staging.default_stager_of(device, "src")),
+            ("stager's copy", lambda: stager.copy_to_host(host, device)),
             ("capture check", lambda: _native.stream_capturing(current or 1)),
         ]),
         row("64 KiB H2D", [
             ("whole call", lambda: hostcopy.copy_to_device(device, host)),
-            ("native transfer", lambda: native.transfer("copy_to_device", device, host, None, 0, 0, None, None, True)),
+            ("stager's copy", lambda: stager.copy_to_device(device, host)),
         ]),
     ]
     big = 16 << 20
     big_device = torch.zeros(big, dtype=torch.uint8, device="cuda")
     big_host = np.zeros(big, np.uint8)
     blocks = np.array([(i * (1 << 20), i * (1 << 20), 1 << 20) for i in range(16)], dtype=np.int64)
-    starts = {"one range": [], "16 blocks": [], "its native transfer": []}
+    starts = {"one range": [], "16 blocks": [], "the stager's copy": []}
     for _ in range(max(repeat, 1) * 20):
         begin = time.perf_counter()
         transfer = hostcopy.copy_to_device(big_device, big_host, blocking=False)
@@ -167,8 +167,8 @@ def call_parts(calls: int, repeat: int) -> list[str]:
         starts["16 blocks"].append(time.perf_counter() - begin)
         transfer.wait()
         begin = time.perf_counter()
-        transfer = native.transfer("copy_to_device", big_device, big_host, None, 0, 0, None, None, False)
-        starts["its native transfer"].append(time.perf_counter() - begin)
+        transfer = stager.copy_to_device(big_device, big_host, blocking=False)
+        starts["the stager's copy"].append(time.perf_counter() - begin)
         transfer.wait()
     lines.append(
         "call parts, 16 MiB H2D blocking=False, the call until it returns: "
@@ -234,7 +234,7 @@ def main() -> None:
     except Exception:
         core_device = None
     print(f"{torch.cuda.get_device_name(0)}, hostcopy {hostcopy.__version__}, torch {torch.__version__}")
-    stager = hostcopy._staging._stager_for(torch.empty(1, device="cuda"), "src")
+    stager = hostcopy.default_stager(torch.cuda.current_device())
     print("default stager:", stager.options)
     rows = []
     for size_mib in args.sizes_mib:

@@ -85,11 +85,11 @@ from ._staging import (
     Stager,
     StagerOptions,
     Transfer,
-    _is_cuda_core_buffer,
     copy_blocks_to_device,
     copy_blocks_to_host,
     copy_to_device,
     copy_to_host,
+    default_stager,
 )
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ __all__ = [
     "copy_blocks_to_host",
     "copy_to_device",
     "copy_to_host",
+    "default_stager",
     "empty",
     "Register",
     "Registration",
@@ -224,6 +225,16 @@ def _int_of(value: Any, name: str) -> int:
         return int(value)
     except (TypeError, ValueError, OverflowError) as failure:
         raise _refused(failure, name, value)
+
+
+def _is_cuda_core_buffer(obj: Any) -> bool:
+    """A cuda.core ``Buffer``, or an object shaped as one (``handle``,
+    ``size``, ``memory_resource``): what packing reads of it (a transfer
+    reads it in src/sides.rs, by the same rule). Looked up on the type, so
+    that no property runs (a Buffer's ``is_host_accessible`` calls the
+    driver when it has no memory resource)."""
+    kind = type(obj)
+    return all(hasattr(kind, name) for name in ("handle", "size", "memory_resource"))
 
 
 def _region(obj: Any, side: str, writable: bool) -> tuple[int, int | None, bool]:

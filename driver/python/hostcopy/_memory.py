@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, NamedTuple, Optional, 
 
 from . import _native
 from ._errors import ArgumentError, ArgumentTypeError, IntegerOutOfRange, refused
-from ._staging import _device_ordinal
 
 if TYPE_CHECKING:
     import numpy
@@ -109,7 +108,7 @@ def empty(
         except ImportError as missing:
             raise ImportError("hostcopy.empty returns a numpy array: install numpy") from missing
     kind, dims = _checked(np, shape, dtype)
-    ordinal = _device_ordinal(device)
+    ordinal = _native.device_ordinal(device)
     raw = np.asarray(_native.PageableMemory(math.prod(dims) * kind.itemsize, register, ordinal))
     # numpy lays the array out as numpy.empty would (a subarray dtype adds
     # its dimensions); its base is `raw`, whose base is the memory.

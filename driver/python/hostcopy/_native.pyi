@@ -28,9 +28,14 @@ __all__ = [
     "buffer_region",
     "host_memory",
     "dlpack_region",
-    "check_usable",
-    "device_holding",
     "stream_capturing",
+    "device_ordinal",
+    "default_stager",
+    "default_stager_of",
+    "copy_to_host",
+    "copy_to_device",
+    "copy_blocks_to_host",
+    "copy_blocks_to_device",
     "not_device_memory",
     "dlpack_host_memory",
     "pack_regions",
@@ -103,7 +108,8 @@ class CudaCoreBuffer(Protocol):
 # What `pack_host_copy_args` takes as `dst` and `src`: a buffer, a
 # host-accessible cuda.core Buffer, or an address the caller answers for.
 HostRegion: TypeAlias = Union[HostBuffer, CudaCoreBuffer, int]
-_Operation: TypeAlias = Literal["copy_to_host", "copy_to_device", "copy_blocks_to_host", "copy_blocks_to_device"]
+# A batch of `(device_offset, host_offset, nbytes)` blocks: rows, or an `(n, 3)` integer array.
+_Blocks: TypeAlias = Union[Sequence[Sequence[SupportsIndex]], Any]
 
 HOST_COPY_ARGS_SIZE: int
 ABI_VERSION: int
@@ -121,9 +127,9 @@ def dlpack_region(capsule: object, side: str = "device") -> tuple[int, int, int,
     ``hostcopy.NullWithLength``, naming ``side``, for one that cannot be
     memory."""
 def dlpack_host_memory(capsule: object, writable: bool, side: str) -> HostMemory: ...
-def check_usable() -> None: ...
-def device_holding(ptr: SupportsInt, side: str) -> int: ...
 def stream_capturing(handle: int) -> bool: ...
+def device_ordinal(device: Any = None) -> int:
+    """The ordinal ``Stager(device)`` takes ``device`` for (``hostcopy.empty``'s ``device``)."""
 def not_device_memory(obj: object, side: str, device_type: Optional[int] = None) -> NotDeviceMemory:
     """``hostcopy.NotDeviceMemory`` for host memory ``obj`` given as the
     device side ``side`` (``device_type``: its DLPack device type), not raised."""
@@ -183,23 +189,15 @@ class StagerOptions(TypedDict):
 
 @final
 class Stager:
-    """A stager of one device. The count options are integers in
-    ``operator.index``'s sense (not ``bool``); one outside the Rust builder's
-    range, or no integer, raises ``hostcopy.InvalidOption`` before any
-    driver call. A transfer's offsets, ``nbytes`` and block fields are
-    integers in the same sense (``hostcopy.ArgumentTypeError`` otherwise), each a word
-    (``hostcopy.IntegerOutOfRange`` otherwise, naming it); ``blocks`` is a
-    sequence of 3-item sequences, or an ``(n, 3)`` buffer of integers.
-    ``transfer`` is every copy of ``hostcopy.Stager`` and of the module's
-    functions, its arguments as they were given (``to_device``: ``dst`` is
-    the device side; ``blocks`` ``None`` for a range); it reads the sides
-    and the stream itself. ``blocking=False`` returns once every chunk is
-    queued, on the calling thread; work queued on ``stream`` after the call
-    waits for the transfer."""
+    """Pinned staging buffers, one stream each, and copy workers of its own,
+    on one device (``hostcopy.Stager``: its docstring says the rest). The
+    overloads type the result by ``blocking``: ``None`` when it is
+    ``True``, a ``Transfer`` when ``False``."""
 
     def __new__(
         cls,
-        device: SupportsIndex,
+        device: Any = None,
+        *,
         chunk: Optional[SupportsIndex] = None,
         buffers: Optional[SupportsIndex] = None,
         workers: Optional[SupportsIndex] = None,
@@ -210,49 +208,269 @@ class Stager:
     @property
     def device(self) -> int: ...
     @property
-    def options(self) -> StagerOptions:
-        """The options in force, a fresh dict each read: what
-        ``hostcopy.Stager.options`` returns."""
+    def options(self) -> StagerOptions: ...
     def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *_exc: object) -> None: ...
     @overload
-    def transfer(
+    def copy_to_host(
         self,
-        operation: _Operation,
         dst: Any,
         src: Any,
-        nbytes: Optional[SupportsIndex],
-        dst_offset: SupportsIndex,
-        src_offset: SupportsIndex,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
-        stream: Any,
-        blocking: Literal[True],
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
     ) -> None: ...
     @overload
-    def transfer(
+    def copy_to_host(
         self,
-        operation: _Operation,
         dst: Any,
         src: Any,
-        nbytes: Optional[SupportsIndex],
-        dst_offset: SupportsIndex,
-        src_offset: SupportsIndex,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
-        stream: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Transfer: ...
+    @overload
+    def copy_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Optional[Transfer]: ...
+    @overload
+    def copy_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> None: ...
+    @overload
+    def copy_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Transfer: ...
+    @overload
+    def copy_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        nbytes: Optional[SupportsIndex] = None,
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+        dst_offset: SupportsIndex = 0,
+        src_offset: SupportsIndex = 0,
+    ) -> Optional[Transfer]: ...
+    @overload
+    def copy_blocks_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: _Blocks,
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+    ) -> None: ...
+    @overload
+    def copy_blocks_to_host(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: _Blocks,
+        *,
+        stream: Any = None,
         blocking: Literal[False],
     ) -> Transfer: ...
     @overload
-    def transfer(
+    def copy_blocks_to_host(
         self,
-        operation: _Operation,
         dst: Any,
         src: Any,
-        nbytes: Optional[SupportsIndex],
-        dst_offset: SupportsIndex,
-        src_offset: SupportsIndex,
-        blocks: Union[Sequence[Sequence[SupportsIndex]], Any],
-        stream: Any,
-        blocking: bool,
+        blocks: _Blocks,
+        *,
+        stream: Any = None,
+        blocking: bool = True,
     ) -> Optional[Transfer]: ...
+    @overload
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: _Blocks,
+        *,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+    ) -> None: ...
+    @overload
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: _Blocks,
+        *,
+        stream: Any = None,
+        blocking: Literal[False],
+    ) -> Transfer: ...
+    @overload
+    def copy_blocks_to_device(
+        self,
+        dst: Any,
+        src: Any,
+        blocks: _Blocks,
+        *,
+        stream: Any = None,
+        blocking: bool = True,
+    ) -> Optional[Transfer]: ...
+
+def default_stager(device: Any = None) -> Stager: ...
+def default_stager_of(memory: Any, side: str) -> Stager:
+    """The default stager of the device holding the device memory ``memory``
+    (given as the argument ``side``): what the module's copies use for it."""
+
+# The module's copies, through the default stager of the device side's device.
+@overload
+def copy_to_host(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> None: ...
+@overload
+def copy_to_host(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Transfer: ...
+@overload
+def copy_to_host(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Optional[Transfer]: ...
+@overload
+def copy_to_device(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> None: ...
+@overload
+def copy_to_device(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Transfer: ...
+@overload
+def copy_to_device(
+    dst: Any,
+    src: Any,
+    nbytes: Optional[SupportsIndex] = None,
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+    dst_offset: SupportsIndex = 0,
+    src_offset: SupportsIndex = 0,
+) -> Optional[Transfer]: ...
+@overload
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: _Blocks,
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+) -> None: ...
+@overload
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: _Blocks,
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+) -> Transfer: ...
+@overload
+def copy_blocks_to_host(
+    dst: Any,
+    src: Any,
+    blocks: _Blocks,
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+) -> Optional[Transfer]: ...
+@overload
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: _Blocks,
+    *,
+    stream: Any = None,
+    blocking: Literal[True] = True,
+) -> None: ...
+@overload
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: _Blocks,
+    *,
+    stream: Any = None,
+    blocking: Literal[False],
+) -> Transfer: ...
+@overload
+def copy_blocks_to_device(
+    dst: Any,
+    src: Any,
+    blocks: _Blocks,
+    *,
+    stream: Any = None,
+    blocking: bool = True,
+) -> Optional[Transfer]: ...
 
 @final
 class Transfer:

@@ -6,16 +6,19 @@
 //! `hostcopy-driver`'s checks, the parallel copy workers, owned launches
 //! and graph nodes, and staged transfers (`hostcopy_driver::cuda`, which
 //! opens libcuda when first needed, so `import hostcopy` works without a
-//! driver). A transfer's arguments are recognised here, once: its sides
-//! and stream (`sides.rs`), its integers (offsets, lengths, blocks:
-//! `integers.rs`, `blocks.rs`); the Python half (`hostcopy/__init__.py`)
-//! classifies the arguments of packing and launches.
+//! driver): `hostcopy.Stager` and the module's copies are this module's
+//! (`staging.rs`, `default_stager.rs`). A transfer's arguments are
+//! recognised here, once: its sides and stream (`sides.rs`), its integers
+//! (offsets, lengths, blocks: `integers.rs`, `blocks.rs`); the Python half
+//! (`hostcopy/__init__.py`) classifies the arguments of packing and
+//! launches.
 
 use pyo3::prelude::*;
 
 mod awaiting;
 mod blocks;
 mod buffer;
+mod default_stager;
 mod dlpack;
 mod errors;
 mod integers;
@@ -73,9 +76,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(buffer::buffer_region, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_region, m)?)?;
-    m.add_function(wrap_pyfunction!(staging::check_usable, m)?)?;
-    m.add_function(wrap_pyfunction!(staging::device_holding, m)?)?;
     m.add_function(wrap_pyfunction!(staging::stream_capturing, m)?)?;
+    m.add_function(wrap_pyfunction!(sides::py_device_ordinal, m)?)?;
+    m.add_function(wrap_pyfunction!(default_stager::default_stager, m)?)?;
+    m.add_function(wrap_pyfunction!(default_stager::stager_for, m)?)?;
+    m.add_function(wrap_pyfunction!(default_stager::copy_to_host, m)?)?;
+    m.add_function(wrap_pyfunction!(default_stager::copy_to_device, m)?)?;
+    m.add_function(wrap_pyfunction!(default_stager::copy_blocks_to_host, m)?)?;
+    m.add_function(wrap_pyfunction!(default_stager::copy_blocks_to_device, m)?)?;
     m.add_function(wrap_pyfunction!(sides::py_not_device_memory, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::dlpack_host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(packing::pack_regions, m)?)?;
@@ -97,5 +105,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sim::register(m)?;
     errors::load(m.py())?;
     life::install(m)?;
+    default_stager::install(m)?;
     Ok(())
 }

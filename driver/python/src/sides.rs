@@ -21,7 +21,7 @@
 //! attributes read with `getattr`'s default where one may be missing, an
 //! array library found in `sys.modules`, never imported.
 
-use hostcopy_driver::cuda::CUdeviceptr;
+use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, StreamRef};
 use pyo3::exceptions::{PyAttributeError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
@@ -30,9 +30,9 @@ use pyo3::types::{
 
 use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
 use crate::dlpack::{dlpack_device_destination, dlpack_host_memory, dlpack_region};
-use crate::errors::{Class, error, refusal, wrong_type, wrong_value};
+use crate::errors::{Class, error, layer_error, refusal, wrong_type, wrong_value};
 use crate::integers::{out_of_range, word};
-use crate::staging::{check_usable, stream_capturing};
+use crate::life;
 
 /// DLPack device types: CPU, CUDA, CUDA host (pinned), CUDA managed.
 const DL_CPU: i64 = 1;
@@ -61,11 +61,11 @@ pub(crate) struct Sides<'py> {
     pub(crate) consumer: usize,
 }
 
-/// What every transfer reads first, in this order: in a forked child or at
-/// exit, nothing (`check_usable`); for `blocking=False`, whether the host
-/// side is memory the transfer can hold, before anything is exported; the
-/// stream; the device side; the host side (`to_device`: `dst` is the
-/// device side).
+/// What every transfer reads, in this order (its caller has refused the
+/// call in a forked child or at exit, before any of it): for
+/// `blocking=False`, whether the host side is memory the transfer can
+/// hold, before anything is exported; the stream; the device side; the
+/// host side (`to_device`: `dst` is the device side).
 pub(crate) fn read<'py>(
     dst: &Bound<'py, PyAny>,
     src: &Bound<'py, PyAny>,
@@ -74,7 +74,6 @@ pub(crate) fn read<'py>(
     blocking: bool,
 ) -> PyResult<Sides<'py>> {
     let py = dst.py();
-    check_usable(py)?;
     let ((device, device_name), (host, host_name)) = if to_device {
         ((dst, "dst"), (src, "src"))
     } else {
@@ -498,12 +497,35 @@ fn not_contiguous(
     ))
 }
 
+/// Whether the stream `handle` (a library's current stream) is capturing a
+/// graph: asked before a DLPack producer is told to order its work before
+/// another stream, which would join that stream to the capture and break
+/// it. Reading the capture state changes nothing (measured on the H200
+/// host, during a torch capture).
+pub(crate) fn is_capturing(py: Python<'_>, handle: usize) -> PyResult<bool> {
+    life::use_cuda()?;
+    life::detach(py, || {
+        crate::keeping_current(|| {
+            let raw = handle as CUstream;
+            // SAFETY: the handle is a live stream of the library that
+            // reported it as current, for this call.
+            let context = unsafe { Context::of_stream(raw) }?;
+            // SAFETY: as above, for the life of this `StreamRef`; it only
+            // reads the capture state (a capture another thread begins
+            // meanwhile is seen or not, never torn).
+            let stream = unsafe { StreamRef::from_raw(&context, raw) };
+            Ok(stream.is_capturing()?)
+        })
+    })
+    .map_err(|failure| layer_error(py, "copy", "stream", failure))
+}
+
 /// `StreamCapturing` when a library's current stream `current`, which the
 /// transfer would order before its own, captures a graph. The legacy
 /// default stream (0 or 1) never captures: it is not asked (which would
 /// need a current context, and an executor's thread has none).
 fn refuse_capturing(py: Python<'_>, side: &str, current: usize) -> PyResult<()> {
-    if current <= 1 || !stream_capturing(py, current)? {
+    if current <= 1 || !is_capturing(py, current)? {
         return Ok(());
     }
     Err(error(
@@ -872,4 +894,167 @@ fn host_side(obj: &Bound<'_, PyAny>, side: &str, writable: bool) -> PyResult<Hos
         type_name(obj)?
     );
     Err(wrong_type(side, obj, message))
+}
+
+/// The device holding the device side `obj` (as `side`), as the default
+/// stager's lookup reads it, before the transfer reads the sides: a
+/// cuda.core `Buffer`'s `device_id` (else the driver's answer for its
+/// `handle`), a DLPack array's `__dlpack_device__()` ordinal, the driver's
+/// answer for a `__cuda_array_interface__` pointer. An ordinal as the
+/// object gave it (the stager's `device` conversion takes it from there);
+/// host memory there is `NotDeviceMemory`, anything else
+/// `ArgumentTypeError`, and what reading it raised hostcopy's
+/// (`errors::refusal`).
+pub(crate) fn device_of<'py>(obj: &Bound<'py, PyAny>, side: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    read_device_of(obj, side).map_err(|failure| refusal(py, failure, side, Some(obj)))
+}
+
+fn read_device_of<'py>(obj: &Bound<'py, PyAny>, side: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    if is_cuda_core_buffer(obj)? {
+        if let Some(device_id) = attribute(obj, "device_id")?
+            && device_id.is_instance_of::<PyInt>()
+            && device_id.ge(0)?
+        {
+            return Ok(device_id);
+        }
+        return device_holding(&obj.getattr("handle")?, side);
+    }
+    if obj.hasattr("__dlpack_device__")? {
+        let (device_type, device_id) = unpack_pair(&obj.call_method0("__dlpack_device__")?)?;
+        let device_type = index(&device_type)?;
+        if device_type.eq(DL_CUDA)? || device_type.eq(DL_CUDA_MANAGED)? {
+            return index(&device_id);
+        }
+        if obj.hasattr("__dlpack__")? {
+            return Err(not_device_memory(obj, side, Some(device_type.extract()?))?);
+        }
+    }
+    if let Some(interface) = attribute(obj, "__cuda_array_interface__")? {
+        let data = match interface.cast::<PyDict>() {
+            Ok(dict) => Some(dict.call_method1("get", ("data",))?).filter(|data| !data.is_none()),
+            Err(_) => None,
+        };
+        let Some(data) = data else {
+            let message = format!(
+                "{side}: __cuda_array_interface__ is {}, not a dict with a 'data' pair",
+                interface.repr()?
+            );
+            return Err(wrong_type(side, obj, message));
+        };
+        let ptr = data.get_item(0)?;
+        let ptr = if ptr.is_truthy()? {
+            ptr
+        } else {
+            0usize.into_pyobject(py)?.into_any()
+        };
+        return device_holding(&ptr, side);
+    }
+    match PyMemoryView::from(obj) {
+        Ok(view) => {
+            view.call_method0("release")?;
+            Err(not_device_memory(obj, side, None)?)
+        }
+        Err(failure) if failure.is_instance_of::<PyTypeError>(py) => {
+            let message = format!(
+                "{side}: expected GPU memory (a cuda.core Buffer, or an array with __dlpack__ or \
+                 __cuda_array_interface__), got {}",
+                type_name(obj)?
+            );
+            Err(wrong_type(side, obj, message))
+        }
+        Err(failure) => Err(failure),
+    }
+}
+
+/// `operator.index(value)`.
+fn index<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the GIL is held (`value`); `PyNumber_Index` returns a new
+    // reference, or null with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(value.py(), pyo3::ffi::PyNumber_Index(value.as_ptr())) }
+}
+
+/// `first, second = value`, raising what Python's unpacking raises.
+fn unpack_pair<'py>(value: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    if let Ok(tuple) = value.cast::<PyTuple>()
+        && tuple.len() == 2
+    {
+        return Ok((tuple.get_item(0)?, tuple.get_item(1)?));
+    }
+    let mut items = value.try_iter().map_err(|failure| {
+        if failure.is_instance_of::<PyTypeError>(value.py()) {
+            let name = type_name(value).unwrap_or_default();
+            PyTypeError::new_err(format!("cannot unpack non-iterable {name} object"))
+        } else {
+            failure
+        }
+    })?;
+    let mut taken = Vec::with_capacity(2);
+    for item in items.by_ref().take(3) {
+        taken.push(item?);
+    }
+    match <[_; 2]>::try_from(taken) {
+        Ok([first, second]) => Ok((first, second)),
+        Err(taken) if taken.len() > 2 => Err(PyValueError::new_err(
+            "too many values to unpack (expected 2)",
+        )),
+        Err(taken) => Err(PyValueError::new_err(format!(
+            "not enough values to unpack (expected 2, got {})",
+            taken.len()
+        ))),
+    }
+}
+
+/// The ordinal of the device whose memory holds the address `ptr` (read
+/// as the pointer of `side`), as the driver reports it
+/// (`NotDeviceMemory` for host memory and unknown addresses).
+fn device_holding<'py>(ptr: &Bound<'py, PyAny>, side: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = ptr.py();
+    let ptr = word_of(ptr, &format!("{side} data pointer"))? as CUdeviceptr;
+    life::use_cuda()?;
+    let ordinal = life::detach(py, || {
+        crate::keeping_current(|| DeviceView::device_holding(ptr))
+    })
+    .map_err(|failure| layer_error(py, "copy", side, failure))?;
+    Ok(ordinal.into_pyobject(py)?.into_any())
+}
+
+/// The ordinal a `Stager`'s `device` names, as an integer object (the
+/// stager converts it to a word, refusing it by its name): `None` is 0; a
+/// device object's `device_id`, `index` or `id` (cuda.core's `Device`,
+/// `torch.device`, cupy's `Device`); an `int` itself, not a `bool`.
+pub(crate) fn device_ordinal<'py>(
+    py: Python<'py>,
+    device: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let Some(device) = device.filter(|device| !device.is_none()) else {
+        return Ok(0usize.into_pyobject(py)?.into_any());
+    };
+    for name in ["device_id", "index", "id"] {
+        if let Some(value) = attribute(device, name)?
+            && value.is_instance_of::<PyInt>()
+        {
+            return Ok(value);
+        }
+    }
+    if device.is_instance_of::<PyInt>() && !device.is_instance_of::<PyBool>() {
+        return Ok(device.clone());
+    }
+    let message = format!(
+        "device: expected an ordinal or a device object, got {}",
+        type_name(device)?
+    );
+    Err(wrong_type("device", device, message))
+}
+
+/// [`device_ordinal`] for the package's Python code (`hostcopy.empty`'s
+/// `device`).
+#[pyfunction]
+#[pyo3(name = "device_ordinal", signature = (device=None))]
+pub(crate) fn py_device_ordinal<'py>(
+    py: Python<'py>,
+    device: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    device_ordinal(py, device.as_ref())
 }

@@ -1,17 +1,21 @@
 //! Staged transfers between GPU memory and the host memory Python already
-//! has (`hostcopy_driver::cuda::staging`): a `Stager` per device, and
-//! `Transfer` handles for the non-blocking ones. Conversion only: one
-//! entry, `Stager.transfer`, takes a copy's arguments as Python gave them
-//! (`crate::sides` reads the arrays and the stream, `crate::blocks` the
-//! batch) and checks a range once; the crate stages, orders and keeps
-//! ownership, and `hostcopy_driver::awaiting` decides who ends a shared
-//! stager's transfers and how an event loop learns of it. The GIL is released for every driver call and for the
-//! whole of a blocking transfer.
+//! has (`hostcopy_driver::cuda::staging`): `hostcopy.Stager`, this module's
+//! class, and `Transfer` handles for the non-blocking copies. Conversion
+//! only: each of the Python API's copies (the stager's four methods, and
+//! the module's functions through `crate::default_stager`) names its
+//! [`Direction`] and [`Batch`] and calls [`copy`], which takes the other
+//! arguments as Python gave them (`crate::sides` reads the arrays and the
+//! stream, `crate::blocks` the batch) and checks a range once; the crate
+//! stages, orders and keeps ownership, and `hostcopy_driver::awaiting`
+//! decides who ends a shared stager's transfers, how an event loop learns
+//! of it, and what a transfer dropped unwaited does
+//! (`SharedTransfer::drop_unwaited`). The GIL is released for every driver
+//! call and for the whole of a blocking transfer.
 //!
 //! A `Transfer` holds the crate's `SharedTransfer` and the host memory,
 //! which it lets go of once the transfer has ended (or hands to the
 //! shared transfer, to be let go of when it ends, if it is dropped
-//! before: `SharedTransfer::drop_unwaited` says when).
+//! before).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -25,7 +29,7 @@ use hostcopy_driver::cuda::{CUdeviceptr, CUstream, Context, DeviceView, Error, S
 use hostcopy_driver::{HostRange, RawHostMemory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict};
+use pyo3::types::{PyBool, PyDict, PyTuple};
 
 use crate::awaiting::Wakeup;
 use crate::blocks::{private_table, to_blocks};
@@ -52,8 +56,55 @@ struct InForce {
     prefault: bool,
 }
 
-/// A stager of one device, shared by Python threads (one transfer starts
-/// or finishes at a time; the copies themselves overlap).
+/// Pinned staging buffers, one stream each, and copy workers of its own,
+/// on one device: what ``copy_to_host`` and ``copy_to_device`` use.
+///
+/// Options left ``None`` take the Rust layer's defaults, measured on an
+/// H200 host: 16 MiB chunks, 4 staging buffers, workers = cores - 4 (on
+/// machines of more than 8 cores; cores - 1 on smaller ones), cached stores
+/// for host to device, the driver's own path below 2 MiB. ``chunk``,
+/// ``buffers``, ``workers`` and ``driver_path_below`` are integers
+/// (``int``, numpy integers) in the ranges ``InvalidOption`` names (chunk
+/// 4 KiB to 1 GiB, 1 to 64 buffers, 0 to 1024 workers); anything else
+/// raises ``InvalidOption``, a ``ValueError``, before any driver call.
+/// ``close()`` (or leaving a ``with`` block) frees the staging buffers.
+///
+/// ``prefault`` (on by default): a transfer to the host samples a few of
+/// the destination's pages (``mincore``) as it starts; where they are not
+/// present yet (a fresh ``np.empty``), the copier makes each range's pages
+/// present (``MADV_POPULATE_WRITE``: contents unchanged) just before its
+/// chunks are copied, and advises transparent huge pages on the whole huge
+/// pages of a private anonymous destination where the kernel has them in
+/// ``madvise`` mode (a policy that stays on that part of the mapping;
+/// never on file-backed or shared memory). ``prefault=False``: no system
+/// call, the copy takes the page faults as it writes. Memory made for
+/// copying into, such as a KV pool, is better made with ``hostcopy.empty``.
+///
+/// Threads: a stager may be shared by any number of threads (the default
+/// stager of each device is, made once under a lock). One transfer starts
+/// or finishes on it at a time, with the GIL released while it waits: a
+/// blocking copy holds the stager until its bytes are in, so blocking
+/// copies of several threads through one stager run one after another,
+/// and a ``blocking=False`` call waits for them too, on an event loop's
+/// thread as well (a ``wait()`` or an ``await`` waits for its own copies
+/// without holding the stager, and holds it only briefly to settle the
+/// transfer afterwards). For copies
+/// of several threads that overlap, give each thread a ``Stager`` of its
+/// own, or start them with ``blocking=False``. In asyncio code, start
+/// transfers with ``blocking=False`` and ``await`` them: see ``Transfer``.
+///
+/// A transfer holds both of its sides alive, not their storage. torch
+/// frees a CPU tensor's memory under any reference (``resize_()``,
+/// ``set_()``, ``share_memory_()``), so a ``blocking=False`` transfer
+/// refuses a torch CPU tensor as its host side, and a numpy array over one
+/// or over a DLPack export (``MemoryNotHeld``): pass memory numpy owns
+/// (``torch.from_numpy`` views it). Do not free the device side's memory
+/// while a transfer runs (a cuda.core ``Buffer``'s ``close()``), nor
+/// either side's from another thread during a blocking transfer, which
+/// releases the GIL.
+//
+// Shared by Python threads: one transfer starts or finishes at a time;
+// the copies themselves overlap.
 #[pyclass(module = "hostcopy._native", name = "Stager", frozen)]
 pub(crate) struct PyStager {
     /// The options in force, read without the lock (which a blocking
@@ -149,6 +200,100 @@ fn begin(blocking: bool) -> Begin {
 }
 
 impl PyStager {
+    /// The device ordinal.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.shared.context().ordinal()
+    }
+
+    /// A stager on the device `device` (an ordinal, converted here: the
+    /// constructor's and the default stager's), its primary context, with
+    /// the Rust layer's defaults for every option left `None`: the counts
+    /// `chunk`, `buffers`, `workers`, `driver_path_below`, and the flags
+    /// `h2d_streaming`, `prefault`.
+    pub(crate) fn new(
+        py: Python<'_>,
+        device: &Bound<'_, PyAny>,
+        [chunk, buffers, workers, driver_path_below]: [Option<Bound<'_, PyAny>>; 4],
+        [h2d_streaming, prefault]: [Option<Bound<'_, PyAny>>; 2],
+    ) -> PyResult<Self> {
+        if life::exiting() {
+            // Before the options, whose `__index__` may be Python code.
+            return Err(closed(py));
+        }
+        let device: usize = argument(device, "device")?;
+        let flag = |value: Option<Bound<'_, PyAny>>, name| {
+            value
+                .filter(|value| !value.is_none())
+                .map(|value| argument::<bool>(&value, name))
+                .transpose()
+        };
+        let h2d_streaming = flag(h2d_streaming, "h2d_streaming")?;
+        let prefault = flag(prefault, "prefault")?;
+        type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
+        let counts: [(&'static str, Set, _); 4] = [
+            ("chunk", StagingOptionsBuilder::chunk, chunk),
+            ("buffers", StagingOptionsBuilder::buffers, buffers),
+            ("workers", StagingOptionsBuilder::workers, workers),
+            (
+                "driver_path_below",
+                StagingOptionsBuilder::driver_path_below,
+                driver_path_below,
+            ),
+        ];
+        let mut options = StagingOptions::builder();
+        for (option, set, value) in counts {
+            if let Some(value) = value {
+                options = set(options, count_option(py, option, set, &value)?);
+            }
+        }
+        if let Some(streaming) = h2d_streaming {
+            options = options.h2d_stores(if streaming {
+                Stores::Streaming
+            } else {
+                Stores::Cached
+            });
+        }
+        if let Some(prefault) = prefault {
+            options = options.prefault(prefault);
+        }
+        // Checked before `Context::primary`: a bad option is refused without
+        // a driver call (and without a driver).
+        let options = options
+            .build()
+            .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
+        life::use_cuda()?;
+        if life::exiting() {
+            return Err(closed(py));
+        }
+        let made = life::detach(py, || {
+            crate::keeping_current(|| {
+                let context = Context::primary(device)?;
+                let stager = Stager::with_options(&context, options)?;
+                Ok((context, stager))
+            })
+        });
+        let (context, stager) =
+            made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
+        let workers = stager.workers();
+        let shared = SharedStager::new(context, stager, close_dropped);
+        if !life::register(py, Arc::downgrade(shared.slot()))? {
+            // The exit handler ran meanwhile, and did not see this one.
+            life::detach(py, || shared.close());
+            return Err(closed(py));
+        }
+        Ok(PyStager {
+            options: InForce {
+                chunk: options.chunk(),
+                buffers: options.buffers(),
+                workers,
+                h2d_streaming: options.h2d_stores() == Stores::Streaming,
+                driver_path_below: options.driver_path_below(),
+                prefault: options.prefault(),
+            },
+            shared,
+        })
+    }
+
     /// A staged transfer in `direction` between `nbytes` bytes of device
     /// memory at `device` (kept allocated by `owner`) and the host memory
     /// `host`, of the range or of each block, after the work queued on each
@@ -247,7 +392,7 @@ impl PyStager {
 
 /// Which way a staged transfer of the binding goes.
 #[derive(Clone, Copy)]
-enum Direction {
+pub(crate) enum Direction {
     ToHost,
     ToDevice,
 }
@@ -320,14 +465,15 @@ fn stream_context(context: &Context, handle: usize) -> Result<Context, Error> {
 
 #[pymethods]
 impl PyStager {
-    /// A stager on device `device` (its primary context), with the Rust
-    /// layer's defaults for every option left `None`.
     #[new]
-    #[pyo3(signature = (device, chunk=None, buffers=None, workers=None, h2d_streaming=None, driver_path_below=None, prefault=None))]
+    #[pyo3(
+        signature = (device=None, *, chunk=None, buffers=None, workers=None, h2d_streaming=None, driver_path_below=None, prefault=None),
+        text_signature = "(device=None, *, chunk=None, buffers=None, workers=None, h2d_streaming=None, driver_path_below=None, prefault=None)"
+    )]
     #[allow(clippy::too_many_arguments)] // one per keyword of `hostcopy.Stager`
-    fn new(
+    fn py_new(
         py: Python<'_>,
-        device: Bound<'_, PyAny>,
+        device: Option<Bound<'_, PyAny>>,
         chunk: Option<Bound<'_, PyAny>>,
         buffers: Option<Bound<'_, PyAny>>,
         workers: Option<Bound<'_, PyAny>>,
@@ -335,94 +481,25 @@ impl PyStager {
         driver_path_below: Option<Bound<'_, PyAny>>,
         prefault: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        if life::exiting() {
-            // Before the options, whose `__index__` may be Python code.
-            return Err(closed(py));
-        }
-        let device: usize = argument(&device, "device")?;
-        let flag = |value: Option<Bound<'_, PyAny>>, name| {
-            value
-                .filter(|value| !value.is_none())
-                .map(|value| argument::<bool>(&value, name))
-                .transpose()
-        };
-        let h2d_streaming = flag(h2d_streaming, "h2d_streaming")?;
-        let prefault = flag(prefault, "prefault")?;
-        type Set = fn(StagingOptionsBuilder, usize) -> StagingOptionsBuilder;
-        let counts: [(&'static str, Set, _); 4] = [
-            ("chunk", StagingOptionsBuilder::chunk, chunk),
-            ("buffers", StagingOptionsBuilder::buffers, buffers),
-            ("workers", StagingOptionsBuilder::workers, workers),
-            (
-                "driver_path_below",
-                StagingOptionsBuilder::driver_path_below,
-                driver_path_below,
-            ),
-        ];
-        let mut options = StagingOptions::builder();
-        for (option, set, value) in counts {
-            if let Some(value) = value {
-                options = set(options, count_option(py, option, set, &value)?);
-            }
-        }
-        if let Some(streaming) = h2d_streaming {
-            options = options.h2d_stores(if streaming {
-                Stores::Streaming
-            } else {
-                Stores::Cached
-            });
-        }
-        if let Some(prefault) = prefault {
-            options = options.prefault(prefault);
-        }
-        // Checked before `Context::primary`: a bad option is refused without
-        // a driver call (and without a driver).
-        let options = options
-            .build()
-            .map_err(|failure| layer_error(py, "Stager", "device", failure))?;
-        life::use_cuda()?;
-        if life::exiting() {
-            return Err(closed(py));
-        }
-        let made = life::detach(py, || {
-            crate::keeping_current(|| {
-                let context = Context::primary(device)?;
-                let stager = Stager::with_options(&context, options)?;
-                Ok((context, stager))
-            })
-        });
-        let (context, stager) =
-            made.map_err(|failure| layer_error(py, "Stager", "device", failure))?;
-        let workers = stager.workers();
-        let shared = SharedStager::new(context, stager, close_dropped);
-        if !life::register(py, Arc::downgrade(shared.slot()))? {
-            // The exit handler ran meanwhile, and did not see this one.
-            life::detach(py, || shared.close());
-            return Err(closed(py));
-        }
-        Ok(PyStager {
-            options: InForce {
-                chunk: options.chunk(),
-                buffers: options.buffers(),
-                workers,
-                h2d_streaming: options.h2d_stores() == Stores::Streaming,
-                driver_path_below: options.driver_path_below(),
-                prefault: options.prefault(),
-            },
-            shared,
-        })
+        let device = sides::device_ordinal(py, device.as_ref())?;
+        PyStager::new(
+            py,
+            &device,
+            [chunk, buffers, workers, driver_path_below],
+            [h2d_streaming, prefault],
+        )
     }
 
     /// The device ordinal.
     #[getter]
     fn device(&self) -> usize {
-        self.shared.context().ordinal()
+        self.ordinal()
     }
 
-    /// The options in force, a fresh dict each time (keys `chunk`,
-    /// `buffers`, `workers`, `h2d_streaming`, `driver_path_below`,
-    /// `prefault`): what
-    /// `hostcopy.Stager.options` returns, in the same shape.
+    /// The options in force (defaults filled in), read without waiting for
+    /// a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``,
+    /// ``driver_path_below``, ``prefault``.
+    // A fresh dict each read, in `hostcopy.StagerOptions`' shape.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let InForce {
@@ -443,11 +520,14 @@ impl PyStager {
         Ok(options)
     }
 
-    /// Waits for every transfer in flight (the `Stager`'s drop waits for all the work
-    /// queued on its streams), then frees the staging buffers and stops the
-    /// workers, all under the stager's lock; after an error that leaves
-    /// copies running it keeps them instead. Later transfers raise;
-    /// `wait()` on an earlier one returns how it ended.
+    /// Waits for every transfer in flight, then frees the staging buffers.
+    /// Later transfers raise ``StagerClosed`` (a ``ValueError``); ``wait()`` on an earlier
+    /// ``Transfer`` returns how it ended.
+    //
+    // The `Stager`'s drop waits for all the work queued on its streams,
+    // then frees the staging buffers and stops the workers, all under the
+    // stager's lock; after an error that leaves copies running it keeps
+    // them instead.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if life::forked() {
             return Err(errors::forked(py));
@@ -462,135 +542,283 @@ impl PyStager {
         .map_err(|failure| layer_error(py, "Stager.close", "device", failure))
     }
 
-    /// The one staged transfer of the Python API (`hostcopy.Stager`'s
-    /// `copy_to_host`, `copy_to_device`, `copy_blocks_to_host`,
-    /// `copy_blocks_to_device`, and the module's functions of those
-    /// names), its arguments as the caller gave them: `operation` is that
-    /// name, which says which of `dst` and `src` is the device side
-    /// (`crate::sides` reads both, and `stream`) and whether `blocks` is
-    /// the batch (`crate::blocks`; `None` there is refused as any other
-    /// non-table) or the transfer is `nbytes` bytes (`None`: all of `src`
-    /// past `src_offset`) from byte `src_offset` of `src` to byte
-    /// `dst_offset` of `dst`, checked against both sides here, once
-    /// ([`span`]). The copy starts after the work queued on `stream` (and
-    /// on the streams the device side names). Blocking (`blocking` true):
-    /// returns `None` when the bytes have arrived; otherwise a `Transfer`,
-    /// and work queued later on `stream` waits for it (so that it cannot
-    /// overwrite the source under the copy).
-    #[pyo3(signature = (operation, dst, src, nbytes, dst_offset, src_offset, blocks, stream, blocking))]
-    #[allow(clippy::too_many_arguments)] // one per argument of the Python API's copies
-    fn transfer(
-        slf: Bound<'_, Self>,
-        operation: &str,
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Closes the stager (``close()``), whatever happened in the block.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
+        self.close(py)
+    }
+
+    /// Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
+    /// from GPU memory ``src`` into host memory ``dst``; see
+    /// ``hostcopy.copy_to_host``.
+    #[pyo3(
+        signature = (dst, src, nbytes=None, *, stream=None, blocking=Given::ABSENT, dst_offset=Given::ABSENT, src_offset=Given::ABSENT),
+        text_signature = "($self, dst, src, nbytes=None, *, stream=None, blocking=True, dst_offset=0, src_offset=0)"
+    )]
+    #[allow(clippy::too_many_arguments)] // the Python API's arguments
+    fn copy_to_host(
+        slf: &Bound<'_, Self>,
         dst: Bound<'_, PyAny>,
         src: Bound<'_, PyAny>,
         nbytes: Option<Bound<'_, PyAny>>,
-        dst_offset: Bound<'_, PyAny>,
-        src_offset: Bound<'_, PyAny>,
+        stream: Option<Bound<'_, PyAny>>,
+        blocking: Given<'_>,
+        dst_offset: Given<'_>,
+        src_offset: Given<'_>,
+    ) -> PyResult<Option<Transfer>> {
+        check_usable(slf.py())?;
+        let batch = Batch::Range {
+            nbytes,
+            dst_offset,
+            src_offset,
+        };
+        copy(slf, Direction::ToHost, batch, &dst, &src, stream, blocking)
+    }
+
+    /// Copies ``nbytes`` (default: all of ``src`` past ``src_offset``)
+    /// from host memory ``src`` into GPU memory ``dst``; see
+    /// ``hostcopy.copy_to_device``.
+    #[pyo3(
+        signature = (dst, src, nbytes=None, *, stream=None, blocking=Given::ABSENT, dst_offset=Given::ABSENT, src_offset=Given::ABSENT),
+        text_signature = "($self, dst, src, nbytes=None, *, stream=None, blocking=True, dst_offset=0, src_offset=0)"
+    )]
+    #[allow(clippy::too_many_arguments)] // the Python API's arguments
+    fn copy_to_device(
+        slf: &Bound<'_, Self>,
+        dst: Bound<'_, PyAny>,
+        src: Bound<'_, PyAny>,
+        nbytes: Option<Bound<'_, PyAny>>,
+        stream: Option<Bound<'_, PyAny>>,
+        blocking: Given<'_>,
+        dst_offset: Given<'_>,
+        src_offset: Given<'_>,
+    ) -> PyResult<Option<Transfer>> {
+        check_usable(slf.py())?;
+        let batch = Batch::Range {
+            nbytes,
+            dst_offset,
+            src_offset,
+        };
+        copy(
+            slf,
+            Direction::ToDevice,
+            batch,
+            &dst,
+            &src,
+            stream,
+            blocking,
+        )
+    }
+
+    /// Copies each block ``(device_offset, host_offset, nbytes)`` of
+    /// ``blocks`` from GPU memory ``src`` into host memory ``dst``; see
+    /// ``hostcopy.copy_blocks_to_host``.
+    #[pyo3(
+        signature = (dst, src, blocks, *, stream=None, blocking=Given::ABSENT),
+        text_signature = "($self, dst, src, blocks, *, stream=None, blocking=True)"
+    )]
+    fn copy_blocks_to_host(
+        slf: &Bound<'_, Self>,
+        dst: Bound<'_, PyAny>,
+        src: Bound<'_, PyAny>,
         blocks: Bound<'_, PyAny>,
         stream: Option<Bound<'_, PyAny>>,
-        blocking: Bound<'_, PyAny>,
+        blocking: Given<'_>,
     ) -> PyResult<Option<Transfer>> {
-        let py = slf.py();
-        let blocking = blocking.is_truthy()?;
-        let (operation, to_device, batch) = match operation {
-            "copy_to_host" => ("copy_to_host", false, false),
-            "copy_to_device" => ("copy_to_device", true, false),
-            "copy_blocks_to_host" => ("copy_blocks_to_host", false, true),
-            "copy_blocks_to_device" => ("copy_blocks_to_device", true, true),
-            other => {
-                return Err(errors::wrong_value(
-                    "operation",
-                    &other.into_pyobject(py)?.into_any(),
-                    format!(
-                        "operation: expected copy_to_host, copy_to_device, copy_blocks_to_host \
-                         or copy_blocks_to_device, got {other:?}"
-                    ),
-                ));
-            }
+        check_usable(slf.py())?;
+        let batch = Batch::Blocks(blocks);
+        copy(slf, Direction::ToHost, batch, &dst, &src, stream, blocking)
+    }
+
+    /// Copies each block ``(device_offset, host_offset, nbytes)`` of
+    /// ``blocks`` from host memory ``src`` into GPU memory ``dst``; see
+    /// ``hostcopy.copy_blocks_to_device``.
+    #[pyo3(
+        signature = (dst, src, blocks, *, stream=None, blocking=Given::ABSENT),
+        text_signature = "($self, dst, src, blocks, *, stream=None, blocking=True)"
+    )]
+    fn copy_blocks_to_device(
+        slf: &Bound<'_, Self>,
+        dst: Bound<'_, PyAny>,
+        src: Bound<'_, PyAny>,
+        blocks: Bound<'_, PyAny>,
+        stream: Option<Bound<'_, PyAny>>,
+        blocking: Given<'_>,
+    ) -> PyResult<Option<Transfer>> {
+        check_usable(slf.py())?;
+        let batch = Batch::Blocks(blocks);
+        copy(
+            slf,
+            Direction::ToDevice,
+            batch,
+            &dst,
+            &src,
+            stream,
+            blocking,
+        )
+    }
+}
+
+/// An optional argument as the caller gave it, `None` included, or
+/// [`Given::ABSENT`]: read where the copy reads it, so that a bad one is
+/// refused in its turn.
+pub(crate) struct Given<'py>(Option<Bound<'py, PyAny>>);
+
+impl Given<'static> {
+    /// Not given: the argument's default.
+    pub(crate) const ABSENT: Given<'static> = Given(None);
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Given<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Given(Some(obj.to_owned())))
+    }
+}
+
+/// What a copy moves: one range, or a batch of blocks.
+pub(crate) enum Batch<'py> {
+    /// `nbytes` bytes (`None`: all of the source past `src_offset`) from
+    /// byte `src_offset` of the source to byte `dst_offset` of the
+    /// destination (both 0 when not given).
+    Range {
+        nbytes: Option<Bound<'py, PyAny>>,
+        dst_offset: Given<'py>,
+        src_offset: Given<'py>,
+    },
+    /// `(device_offset, host_offset, nbytes)` rows (`crate::blocks`; `None`
+    /// is refused as any other non-table).
+    Blocks(Bound<'py, PyAny>),
+}
+
+/// The name of the Python API's copy in `direction` of `batch`, which its
+/// errors say.
+fn operation(direction: Direction, batch: &Batch<'_>) -> &'static str {
+    match (direction, batch) {
+        (Direction::ToHost, Batch::Range { .. }) => "copy_to_host",
+        (Direction::ToDevice, Batch::Range { .. }) => "copy_to_device",
+        (Direction::ToHost, Batch::Blocks(_)) => "copy_blocks_to_host",
+        (Direction::ToDevice, Batch::Blocks(_)) => "copy_blocks_to_device",
+    }
+}
+
+/// Every staged copy of the Python API (`Stager`'s four and the module's,
+/// through the device's default stager), once the caller has refused it in
+/// a forked child or at exit (`check_usable`): `crate::sides` reads `dst`,
+/// `src` (`direction` says which is the device side) and `stream`,
+/// `crate::blocks` a batch; a range is checked against both sides here,
+/// once ([`span`]). The copy starts after the work queued on `stream` (and
+/// on the streams the device side names). Blocking (`blocking` true, the
+/// default): returns `None` when the bytes have arrived; otherwise a
+/// `Transfer`, and work queued later on `stream` waits for it (so that it
+/// cannot overwrite the source under the copy).
+pub(crate) fn copy(
+    stager: &Bound<'_, PyStager>,
+    direction: Direction,
+    batch: Batch<'_>,
+    dst: &Bound<'_, PyAny>,
+    src: &Bound<'_, PyAny>,
+    stream: Option<Bound<'_, PyAny>>,
+    blocking: Given<'_>,
+) -> PyResult<Option<Transfer>> {
+    let py = stager.py();
+    let operation = operation(direction, &batch);
+    let to_device = matches!(direction, Direction::ToDevice);
+    let blocking = match &blocking.0 {
+        Some(blocking) => blocking.is_truthy()?,
+        None => true,
+    };
+    // The arguments' own code (attributes, exports, `tolist()`) runs from
+    // this frame, so not from the exit handler on (`life::python_code`),
+    // when every transfer is refused anyway.
+    let read = || -> PyResult<_> {
+        let table = match &batch {
+            Batch::Blocks(blocks) => Some(private_table(blocks)?),
+            Batch::Range { .. } => None,
         };
-        // The arguments' own code (attributes, exports, `tolist()`) runs
-        // from this frame, so not from the exit handler on
-        // (`life::python_code`), when every transfer is refused anyway;
-        // and not in a forked child (`check_usable`, before the table).
-        let read = || -> PyResult<_> {
-            check_usable(py)?;
-            let table = batch.then(|| private_table(&blocks)).transpose()?;
-            let sides = sides::read(&dst, &src, to_device, stream.as_ref(), blocking)?;
-            Ok((table, sides))
-        };
-        let (
-            table,
-            Sides {
-                device,
-                host,
-                consumer,
+        let sides = sides::read(dst, src, to_device, stream.as_ref(), blocking)?;
+        Ok((table, sides))
+    };
+    let (
+        table,
+        Sides {
+            device,
+            host,
+            consumer,
+        },
+    ) = life::python_code(read).unwrap_or_else(|| Err(closed(py)))?;
+    let (device_range, host_range, blocks) = match (table, batch) {
+        // Every block lies inside both sides: the stager checks the batch.
+        (Some(table), _) => (
+            (device.ptr, device.nbytes),
+            host.get().range(),
+            Some(to_blocks(&table)?),
+        ),
+        (
+            None,
+            Batch::Range {
+                nbytes,
+                dst_offset,
+                src_offset,
             },
-        ) = life::python_code(read).unwrap_or_else(|| Err(closed(py)))?;
-        let (device_range, host_range, blocks) = match table {
-            // Every block lies inside both sides: the stager checks the
-            // batch.
-            Some(table) => (
-                (device.ptr, device.nbytes),
-                host.get().range(),
-                Some(to_blocks(&table)?),
-            ),
-            None => {
-                let (dst_offset, src_offset, nbytes) =
-                    span_arguments(&dst_offset, &src_offset, nbytes)?;
-                let (device_range, host_range) = span(
-                    py,
-                    operation,
-                    to_device,
-                    (device.ptr, device.nbytes),
-                    host.get().range(),
-                    (dst_offset, src_offset, nbytes),
-                )?;
-                (device_range, host_range, None)
-            }
-        };
-        let direction = if to_device {
-            Direction::ToDevice
-        } else {
-            Direction::ToHost
-        };
-        // SAFETY: `host_range` lies inside `host` (`span`, or the stager's
-        // check of the batch), made writable for a copy to the host
-        // (`sides::read` checks the destination), and `host` is held until
-        // the transfer finishes: by this call when blocking, by the
-        // `Transfer` otherwise. What that keeps depends on the memory: a
-        // buffer export also stops the exporter resizing it (a
-        // `bytearray`); DLPack memory is held only by its capsule, which
-        // keeps the owner object alive but not its storage (torch's
-        // `resize_` frees it). That, and the device range staying
-        // unshared, rest on the caller's promise, stated in the Python
-        // API: do not resize or free the storage of either side while a
-        // transfer runs.
-        let pending = unsafe {
-            slf.get().stage(
+        ) => {
+            let span_arguments = span_arguments(&dst_offset, &src_offset, nbytes)?;
+            let (device_range, host_range) = span(
                 py,
                 operation,
-                direction,
-                host_range,
-                blocks,
-                (device_range.0, device_range.1, device.owner),
-                device.wait_for,
-                Some(consumer),
-                begin(blocking),
-            )
-        }?;
-        Ok(pending.map(|state| Transfer::new(state, host.unbind())))
-    }
+                to_device,
+                (device.ptr, device.nbytes),
+                host.get().range(),
+                span_arguments,
+            )?;
+            (device_range, host_range, None)
+        }
+        (None, Batch::Blocks(_)) => unreachable!("a batch has a table"),
+    };
+    // SAFETY: `host_range` lies inside `host` (`span`, or the stager's
+    // check of the batch), made writable for a copy to the host
+    // (`sides::read` checks the destination), and `host` is held until the
+    // transfer finishes: by this call when blocking, by the `Transfer`
+    // otherwise. What that keeps depends on the memory: a buffer export
+    // also stops the exporter resizing it (a `bytearray`); DLPack memory is
+    // held only by its capsule, which keeps the owner object alive but not
+    // its storage (torch's `resize_` frees it). That, and the device range
+    // staying unshared, rest on the caller's promise, stated in the Python
+    // API: do not resize or free the storage of either side while a
+    // transfer runs.
+    let pending = unsafe {
+        stager.get().stage(
+            py,
+            operation,
+            direction,
+            host_range,
+            blocks,
+            (device_range.0, device_range.1, device.owner),
+            device.wait_for,
+            Some(consumer),
+            begin(blocking),
+        )
+    }?;
+    Ok(pending.map(|state| Transfer::new(state, host.unbind())))
 }
 
 /// `(dst_offset, src_offset, nbytes)` as words, each refused by its name.
 fn span_arguments(
-    dst_offset: &Bound<'_, PyAny>,
-    src_offset: &Bound<'_, PyAny>,
+    dst_offset: &Given<'_>,
+    src_offset: &Given<'_>,
     nbytes: Option<Bound<'_, PyAny>>,
 ) -> PyResult<(usize, usize, Option<usize>)> {
-    let dst_offset = word(dst_offset, || "dst_offset".into())?;
-    let src_offset = word(src_offset, || "src_offset".into())?;
+    let offset = |given: &Given<'_>, name: &'static str| match &given.0 {
+        Some(offset) => word(offset, || name.into()),
+        None => Ok(0),
+    };
+    let dst_offset = offset(dst_offset, "dst_offset")?;
+    let src_offset = offset(src_offset, "src_offset")?;
     let nbytes = nbytes
         .map(|nbytes| word(&nbytes, || "nbytes".into()))
         .transpose()?;
@@ -835,13 +1063,12 @@ fn on_event_loop(py: Python<'_>) -> bool {
 }
 
 /// Raises what every transfer would once CUDA is unusable to this
-/// process: `CudaUnavailable` in a forked child, `ValueError` (the
-/// stager is closed) once the exit handler ran. Asked before a transfer
-/// reads its arguments (`crate::sides`), and by the Python layer before it
-/// picks a device's stager: an array's export would make driver calls of
-/// its own (a driver call on another thread than the exiting one may still
-/// run when the driver tears its contexts down at exit: none is made).
-#[pyfunction]
+/// process: `CudaUnavailable` in a forked child, `StagerClosed` once the
+/// exit handler ran. Asked once by each copy, first: before it looks up a
+/// device's default stager or reads its arguments, as an array's export
+/// would make driver calls of its own (a driver call on another thread
+/// than the exiting one may still run when the driver tears its contexts
+/// down at exit: none is made).
 pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
     if life::forked() {
         return Err(errors::forked(py));
@@ -852,44 +1079,10 @@ pub(crate) fn check_usable(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
-/// The ordinal of the device whose memory holds `ptr`, as the driver
-/// reports it (`NotDeviceMemory` for host memory and unknown addresses).
-#[pyfunction]
-pub(crate) fn device_holding(
-    py: Python<'_>,
-    ptr: &Bound<'_, PyAny>,
-    side: &str,
-) -> PyResult<usize> {
-    check_usable(py)?;
-    let ptr = sides::word_of(ptr, &format!("{side} data pointer"))? as CUdeviceptr;
-    life::use_cuda()?;
-    life::detach(py, || {
-        crate::keeping_current(|| DeviceView::device_holding(ptr))
-    })
-    .map_err(|failure| layer_error(py, "copy", side, failure))
-}
-
-/// Whether the stream `handle` (a library's current stream) is capturing a
-/// graph: asked before a DLPack producer is told to order its work before
-/// another stream, which would join that stream to the capture and break
-/// it. Reading the capture state changes nothing (measured on the H200
-/// host, during a torch capture).
+/// `crate::sides::is_capturing` after `check_usable`, for the tests and
+/// the benchmarks: whether the stream `handle` is capturing a graph.
 #[pyfunction]
 pub(crate) fn stream_capturing(py: Python<'_>, handle: usize) -> PyResult<bool> {
     check_usable(py)?;
-    life::use_cuda()?;
-    life::detach(py, || {
-        crate::keeping_current(|| {
-            let raw = handle as CUstream;
-            // SAFETY: the handle is a live stream of the library that
-            // reported it as current, for this call.
-            let context = unsafe { Context::of_stream(raw) }?;
-            // SAFETY: as above, for the life of this `StreamRef`; it only
-            // reads the capture state (a capture another thread begins
-            // meanwhile is seen or not, never torn).
-            let stream = unsafe { StreamRef::from_raw(&context, raw) };
-            Ok(stream.is_capturing()?)
-        })
-    })
-    .map_err(|failure| layer_error(py, "copy", "stream", failure))
+    sides::is_capturing(py, handle)
 }

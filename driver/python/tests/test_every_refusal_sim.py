@@ -407,6 +407,7 @@ def stager_refusals() -> list[tuple[str, Refusal]]:
     ]
     for kind, expected, value in devices:
         cases.append((f"Stager device {kind}", (expected, lambda e, v=value: hostcopy.Stager(v))))
+        cases.append((f"default_stager device {kind}", (expected, lambda e, v=value: hostcopy.default_stager(v))))
     for option in ("chunk", "buffers", "workers", "driver_path_below"):
         for kind, value in (
             ("str", "8"),

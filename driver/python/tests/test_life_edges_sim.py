@@ -177,25 +177,22 @@ def test_a_stager_made_while_the_exit_handler_runs_is_closed_too():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
 def test_a_forked_child_raises_cuda_unavailable_even_while_a_parent_thread_held_the_default_stager_lock():
-    # _staging._stager_for holds _stagers_lock while it makes a device's
-    # default stager (context creation: long on a GPU, stretched here to
-    # 1 s). A fork meanwhile would leave the lock held in the child; the
-    # child gets a lock of its own, and its copy of a DLPack array raises
-    # CudaUnavailable at once, before the array's export is called.
+    # The default stagers' registry (src/default_stager.rs) is locked while
+    # a device's default stager is made (context creation: long on a GPU,
+    # here held until the simulated device is released). A fork meanwhile
+    # would leave the lock held in the child; the child gets a registry of
+    # its own, and its copy of a DLPack array raises CudaUnavailable at
+    # once, before the array's export is called.
     code, out, err = run(
         """
-        from hostcopy import _staging
         other = native.sim_new_device()
         other_source = native.SimDeviceArray(other, 4096, None)
         hostcopy.copy_to_host(numpy.empty(4096, numpy.uint8), source, nbytes=4096)   # CUDA used: a fork is refused
-        class SlowToMake(_staging.Stager):
-            def __init__(self, *args, **kwargs):
-                time.sleep(1.0)          # a primary context being made on a GPU
-                super().__init__(*args, **kwargs)
-        _staging.Stager = SlowToMake
+        native.sim_hold(other)           # its stager is made once the device runs again
         threading.Thread(target=lambda: hostcopy.copy_to_host(numpy.empty(4096, numpy.uint8), other_source), daemon=True).start()
         time.sleep(0.3)
-        class CudaTensor:                # a torch/cupy CUDA array as _device_of reads it
+        native.sim_release_later(other, 1000)
+        class CudaTensor:                # a torch/cupy CUDA array as the device lookup reads it
             def __dlpack_device__(self):
                 return (2, device)
             def __dlpack__(self, stream=None):
@@ -221,7 +218,7 @@ def test_a_forked_child_raises_cuda_unavailable_even_while_a_parent_thread_held_
         timeout=30,
     )
     assert code == 0, (code, err)
-    assert "child hung" not in out, "the child blocked on _stagers_lock, held by a parent thread the fork left behind"
+    assert "child hung" not in out, "the child blocked on the default stagers' lock, held by a parent thread the fork left behind"
     assert "child: CudaUnavailable" in out, out
 
 

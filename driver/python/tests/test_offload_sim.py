@@ -550,7 +550,7 @@ class FailingUploads:
 def test_a_ring_looks_up_the_shared_stager_once(monkeypatch):
     uploads = FailingUploads(fail_at=0)
     lookups = []
-    monkeypatch.setattr(_ring._staging, "_stager_for", lambda memory, side: lookups.append(side) or uploads)
+    monkeypatch.setattr(_ring._staging, "default_stager_of", lambda memory, side: lookups.append(side) or uploads)
     ring = Ring(RingDevice(), [bytearray(16) for _ in range(4)], prefetch=2)
     for group in range(4):
         ring.enter(group)
@@ -743,7 +743,7 @@ class FakeStaging:
 
 class FakeStagingModule(FakeStaging):
     """``hostcopy._staging``: the module's copy functions (``count``), and
-    ``_stager_for``, which gives the device's shared stager (``shared``,
+    ``default_stager_of``, which gives the device's shared stager (``shared``,
     its copies counted apart), as many times as it is asked
     (``lookups``)."""
 
@@ -752,7 +752,7 @@ class FakeStagingModule(FakeStaging):
         self.shared = FakeStaging(log, module=self)
         self.lookups = 0
 
-    def _stager_for(self, obj, side):
+    def default_stager_of(self, obj, side):
         self.lookups += 1
         return self.shared
 

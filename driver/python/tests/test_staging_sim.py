@@ -459,12 +459,14 @@ def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy, 
         assert stager.options["prefault"] is True, "on by default, as in the Rust layer"
 
 
-def test_options_are_a_fresh_dict_property_in_the_native_stager_too(sim, device):
-    # The stub (hostcopy/_native.pyi) declares a property returning the
-    # dict hostcopy.Stager.options returns; it said a method returning a tuple.
+def test_options_are_a_fresh_dict_property_of_the_native_stager(sim, device):
+    # hostcopy.Stager is the native class; the stub (hostcopy/_native.pyi)
+    # declares a property returning a dict (it once said a method
+    # returning a tuple).
+    assert hostcopy.Stager is hostcopy._native.Stager
     assert inspect.isdatadescriptor(vars(hostcopy._native.Stager)["options"]), "a property, not a method"
     with hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1) as stager:
-        assert stager._native.options == stager.options
+        assert stager.options == stager.options and stager.options is not stager.options
         assert stager.options["buffers"] == 2 and stager.options["h2d_streaming"] is False
         stager.options["chunk"] = 1
         assert stager.options["chunk"] == CHUNK, "a copy: changing it changes nothing"

@@ -1,5 +1,5 @@
-"""The one native transfer entry (``_native.Stager.transfer``,
-``src/sides.rs``, ``src/staging.rs``) against the documented behaviour,
+"""The native copies (``hostcopy.Stager``'s and the module's: ``src/sides.rs``,
+``src/staging.rs``, ``src/default_stager.rs``) against the documented behaviour,
 under the simulated driver: a batch without a table, a cuda.core Buffer's
 ordering, structured buffers, the side an error names, the protocols'
 pairs, refused integers, a forked child, and a transfer dropped unwaited

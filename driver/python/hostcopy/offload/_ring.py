@@ -295,7 +295,7 @@ class Ring:
         device holding ``memory``, looked up once (the module's functions
         look it up again on every call)."""
         if self.stager is None:
-            self.stager = _staging._stager_for(memory, "dst")
+            self.stager = _staging.default_stager_of(memory, "dst")
         return self.stager
 
     def _settle(self, slot: Slot) -> None:

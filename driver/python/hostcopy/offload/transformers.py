@@ -519,7 +519,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         first copy and kept (the module's functions look it up again on
         every call)."""
         if self.copies is _staging:
-            self.copies = _staging._stager_for(device_memory, "dst")
+            self.copies = _staging.default_stager_of(device_memory, "dst")
             if self.counters is not None:
                 self.copies = _Counting(self.copies, self.counters)
         return self.copies
