@@ -288,8 +288,10 @@ impl HostBuffer {
 ///
 /// # Safety
 ///
-/// The range lies in a live `HostBuffer`'s mapping that no one reads or
-/// writes during the call.
+/// The range lies in a live `HostBuffer`'s mapping, and no one reads or
+/// writes any byte of the pages it touches during the call (the pages are
+/// copied and replaced whole: a range of whole pages touches no byte
+/// outside it).
 #[cfg(feature = "cuda")]
 pub(crate) unsafe fn replace_pages(start: usize, len: usize) -> bool {
     // SAFETY: our caller's contract.

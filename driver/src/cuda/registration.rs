@@ -133,7 +133,8 @@ pub(crate) struct Region {
 
 impl Region {
     /// A copy the driver may still run reads or writes this memory: it is
-    /// never unregistered nor unmapped.
+    /// never unregistered nor unmapped, and no transfer copies it directly
+    /// again (pages of it may have moved away from the registration).
     pub(crate) fn keep(&self) {
         self.kept.store(true, Ordering::Release);
     }
@@ -182,7 +183,7 @@ impl Region {
             if !self.register_next() {
                 break;
             }
-            if step_aside {
+            if step_aside && self.registered.load(Ordering::Relaxed) < self.len {
                 self.step_aside(started.elapsed());
             }
         }
@@ -312,6 +313,11 @@ pub(crate) fn registered_at(
     len: usize,
 ) -> Option<(&Arc<Region>, usize)> {
     let (&start, region) = table.range(..=addr).next_back()?;
+    if region.kept.load(Ordering::Acquire) {
+        // Its pages may have moved away from the registration
+        // (`InUse::keep`): copied staged from now on.
+        return None;
+    }
     let offset = addr - start;
     let registered = region.registered.load(Ordering::Acquire);
     if offset >= registered {

@@ -48,9 +48,12 @@ impl InUse {
             region.keep();
         }
         for &(start, len) in &self.written {
-            // SAFETY: a range of a registered `HostBuffer` (kept mapped
-            // above) that this transfer borrows until it has ended: no
-            // one else reads or writes it now.
+            let page = crate::prefault::page_size();
+            debug_assert!(start % page == 0 && len % page == 0);
+            // SAFETY: whole pages (the plan gives a download's direct
+            // copies whole pages only) of a registered `HostBuffer` (kept
+            // mapped above) that this transfer borrows until it has
+            // ended: no one else reads or writes any byte of them now.
             if !unsafe { crate::host_buffer::replace_pages(start, len) } {
                 std::eprintln!(
                     "hostcopy: a direct copy the driver may still run writes host memory whose pages could not be set aside; aborting"

@@ -447,35 +447,55 @@ pub(super) fn route(
 /// The direct copies of the blocks' registered bytes (in `registered`'s
 /// ranges), and, where there are any, the blocks that are left to stage
 /// (`None`: all of `layout.blocks`).
+///
+/// To the host, direct copies cover whole pages of host memory only: the
+/// bytes of a block before its first page boundary and after its last are
+/// staged. Where a transfer's direct copies cannot be waited for, the pages
+/// they write are moved away from the driver (`InUse::keep`); whole pages
+/// of the transfer's own bytes hold no byte that another borrower (the
+/// rest of a split buffer) may be using meanwhile.
 fn split_registered(
     layout: &Layout<'_>,
     registered: Registered<'_>,
 ) -> (Vec<DevicePiece>, Option<Vec<Block>>) {
+    let page = match layout.direction {
+        Direction::DeviceToHost => crate::prefault::page_size(),
+        Direction::HostToDevice => 1,
+    };
     let mut direct = Vec::new();
     let mut rest = Vec::new();
+    // Whether `rest` holds every block before the current one.
+    let mut started = false;
     for (index, block) in layout.blocks.iter().enumerate() {
         let mut block = *block;
         while block.len > 0 {
             let host = layout.host + block.host_offset;
             let len = registered(host, block.len).min(block.len);
-            if len == 0 {
+            // The edge before the first page boundary is staged, and so is
+            // what is left of whole pages.
+            let head = (host.next_multiple_of(page) - host).min(len);
+            let whole = (len - head) / page * page;
+            if whole == 0 {
                 break;
             }
-            if direct.is_empty() {
+            if !started {
                 // The first registered bytes: every block before is
                 // staged whole.
                 rest.extend_from_slice(&layout.blocks[..index]);
+                started = true;
+            }
+            if head > 0 {
+                rest.push(Block { len: head, ..block });
+                block = past(block, head);
             }
             direct.push(DevicePiece {
                 device: layout.device + block.device_offset as CUdeviceptr,
-                staging: host,
-                len,
+                staging: host + head,
+                len: whole,
             });
-            block.device_offset += len;
-            block.host_offset += len;
-            block.len -= len;
+            block = past(block, whole);
         }
-        if !direct.is_empty() && block.len > 0 {
+        if started && block.len > 0 {
             rest.push(block);
         }
     }
@@ -484,6 +504,15 @@ fn split_registered(
     } else {
         (direct, Some(rest))
     }
+}
+
+/// What is left of `block` past its first `bytes`.
+fn past(block: Block, bytes: usize) -> Block {
+    Block::new(
+        block.device_offset + bytes,
+        block.host_offset + bytes,
+        block.len - bytes,
+    )
 }
 
 /// Cuts checked blocks into chunks of `sizes` (bytes per chunk, summing to
@@ -683,6 +712,77 @@ mod tests {
             matches!(&planned, Route::Queued { direct, staged, .. } if direct.len() == 1 && staged.is_empty()),
             "{planned:?}"
         );
+    }
+
+    #[test]
+    fn a_downloads_direct_copies_cover_whole_pages_and_its_edges_are_staged() {
+        const HOST: usize = 1 << 40;
+        let page = crate::prefault::page_size();
+        // Four pages registered, in ranges of two.
+        let mut registered = |addr: usize, len: usize| {
+            let offset = addr - HOST;
+            if offset >= 4 * page {
+                return 0;
+            }
+            len.min((offset / (2 * page) + 1) * 2 * page - offset)
+        };
+        // Host bytes 100 to three pages and 100: the first and the last
+        // pages it touches are shared with whoever holds the rest of them.
+        let blocks = [Block::new(0, 100, 3 * page)];
+        let options = StagingOptions::builder()
+            .chunk(1 << 20)
+            .driver_path_below(0)
+            .build()
+            .unwrap();
+        let piece = |device: usize, host: usize, len| DevicePiece {
+            device: (1 << 44) + device as u64,
+            staging: HOST + host,
+            len,
+        };
+        let routed = |direction, registered: Registered<'_>| {
+            let layout = Layout {
+                direction,
+                host: HOST,
+                device: 1 << 44,
+                blocks: &blocks,
+                staging: &[1 << 41, 1 << 42],
+                first: 0,
+            };
+            let asked = || panic!("the driver's path was asked about");
+            match route(&layout, 3 * page, false, &options, asked, Some(registered)).unwrap() {
+                Route::Queued { direct, staged, .. } => (direct, staged),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (direct, staged) = routed(Direction::DeviceToHost, &mut registered);
+        assert_eq!(
+            direct,
+            [
+                piece(page - 100, page, page),
+                piece(2 * page - 100, 2 * page, page)
+            ]
+        );
+        let copies: Vec<(usize, usize)> = staged
+            .iter()
+            .flat_map(|chunk| chunk.host.iter())
+            .map(|copy| (copy.dst - HOST, copy.nbytes))
+            .collect();
+        assert_eq!(
+            copies,
+            [(100, page - 100), (3 * page, 100)],
+            "the edges, staged"
+        );
+        // To the device nothing is written to the host: every registered
+        // byte is direct.
+        let (direct, staged) = routed(Direction::HostToDevice, &mut registered);
+        assert_eq!(
+            direct,
+            [
+                piece(0, 100, 2 * page - 100),
+                piece(2 * page - 100, 2 * page, page + 100)
+            ]
+        );
+        assert!(staged.is_empty());
     }
 
     #[test]
