@@ -228,14 +228,20 @@ fn once(stager: &mut Stager, memory: &mut Memory, direction: Direction) -> Resul
 }
 
 /// How a large buffer is registered while its first GiB uploads: in the
-/// background in ranges of this many bytes (the default's; 64 and 256 MiB
-/// were compared in run 101).
-const LARGE_RANGES: [usize; 1] = [REGISTER_RANGE];
+/// background in ranges of this many bytes, with or without another
+/// thread's driver calls beside (the default range's with and without;
+/// larger ranges without).
+const LARGE_RANGES: [(usize, bool); 4] = [
+    (REGISTER_RANGE, true),
+    (REGISTER_RANGE, false),
+    (256 << 20, false),
+    (1 << 30, false),
+];
 
-/// A large buffer made, registered in the background (in ranges of each of
-/// [`LARGE_RANGES`]) and uploaded from at once, while another thread makes
-/// a small driver call every millisecond (as another library's would);
-/// then one registration of the same size alone.
+/// A large buffer made, registered in the background (in each way of
+/// [`LARGE_RANGES`]) and uploaded from at once, where asked while another
+/// thread makes a small driver call every millisecond (as another
+/// library's would); then one registration of the same size alone.
 fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<(), Error> {
     // One buffer at a time (the first is freed before the second is made).
     let bytes = LARGE.min(host_available() / 3 * 2) & !((1 << 30) - 1);
@@ -248,7 +254,7 @@ fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<
     let first = 1 << 30;
     let mut device = DeviceBuffer::new(context, first)?;
     let mut lines = Vec::new();
-    for range in LARGE_RANGES {
+    for (range, beside) in LARGE_RANGES {
         let made = Instant::now();
         let Ok(mut buffer) = HostBuffer::new(bytes) else {
             report
@@ -276,7 +282,7 @@ fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<
         buffer[..first].fill(0x5a);
         let registering = Instant::now();
         buffer.register_in_ranges(context, Register::Background, range);
-        let probing = AtomicBool::new(true);
+        let probing = AtomicBool::new(beside);
         let (first_done, calls, registered, background) = std::thread::scope(|scope| {
             // Another thread's small driver calls (4 KiB copied to the
             // host, every millisecond) until registration ends: how long
@@ -316,8 +322,9 @@ fn large(context: &Context, stager: &mut Stager, report: &mut Report) -> Result<
             n => (calls[n / 2], calls[n - 1]),
         };
         let line = format!(
-            "ranges of {}: made in {:.2} s (pages {}present{repair}), first GiB uploaded {:.2} s after the call that made it, registered in {:.2} s ({}); another thread's {} small driver calls meanwhile: median {:.2} ms, slowest {:.1} ms",
+            "ranges of {}{}: made in {:.2} s (pages {}present{repair}), first GiB uploaded {:.2} s after the call that made it, registered in {:.2} s ({}); another thread's {} small driver calls meanwhile: median {:.2} ms, slowest {:.1} ms",
             size(range),
+            if beside { ", calls beside" } else { "" },
             populated.as_secs_f64(),
             if resident { "" } else { "not " },
             first_done.as_secs_f64(),
