@@ -43,7 +43,9 @@ from . import _native
 from ._errors import refused as _refused
 from ._errors import (
     AddressOverflow,
+    ArgumentBufferError,
     ArgumentError,
+    ArgumentRuntimeError,
     ArgumentTypeError,
     BlockOutOfBounds,
     BlocksOverlap,
@@ -131,7 +133,9 @@ __all__ = [
     "set_parallel_workers",
     "unpack_host_copy_args",
     "AddressOverflow",
+    "ArgumentBufferError",
     "ArgumentError",
+    "ArgumentRuntimeError",
     "ArgumentTypeError",
     "BlockOutOfBounds",
     "BlocksOverlap",

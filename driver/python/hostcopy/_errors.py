@@ -188,6 +188,34 @@ class ArgumentError(Error, ValueError):
     value: Any = None
 
 
+class ArgumentRuntimeError(Error, RuntimeError):
+    """An argument in a state its own library will not lend its memory in
+    (``argument``, ``value``), a ``RuntimeError`` as that library's own
+    refusal is: a torch tensor that requires grad (pass ``t.detach()``,
+    the same memory), or that has the conjugate or negative bit (pass
+    ``t.resolve_conj()``, ``t.resolve_neg()``). Raised before anything is
+    copied, mapped or queued.
+
+    Also what a ``RuntimeError`` raised by an argument's own code while
+    hostcopy reads it becomes (a producer's ``__dlpack__`` that will not
+    export, a stream whose ``cuda_stream`` raises): that error is its
+    ``__cause__``."""
+
+    argument: Optional[str] = None
+    value: Any = None
+
+
+class ArgumentBufferError(Error, BufferError):
+    """An argument whose own code refused to export its memory as hostcopy
+    read it, raising a ``BufferError`` (``argument``, ``value``): a
+    producer's ``__dlpack__`` or buffer export that will not lend its
+    memory. That error is its ``__cause__``. Raised before anything is
+    copied, mapped or queued."""
+
+    argument: Optional[str] = None
+    value: Any = None
+
+
 class OrderNotKept(TransferError):
     """Device memory whose owner orders its use on a stream of its own (the
     Rust layer's cudarc memory), given to a transfer that cannot keep that
@@ -395,10 +423,12 @@ def refused(failure: BaseException, argument: Optional[str] = None, value: Any =
 
     A ``hostcopy.Error`` is returned as it is; a ``TypeError`` becomes
     ``ArgumentTypeError``, an ``OverflowError`` ``IntegerOutOfRange``, a
-    ``ValueError`` ``ArgumentError``, each naming ``argument`` (``None``
-    where it is not known) and ``value``, with ``failure`` as its
-    ``__cause__``; anything else (a ``KeyboardInterrupt``, a
-    ``MemoryError``) is returned as it is."""
+    ``ValueError`` ``ArgumentError``, a ``RuntimeError``
+    ``ArgumentRuntimeError``, a ``BufferError`` ``ArgumentBufferError``,
+    each naming ``argument`` (``None`` where it is not known) and ``value``,
+    with ``failure`` as its ``__cause__``; anything else (a
+    ``KeyboardInterrupt``, a ``MemoryError``, a ``RecursionError``: the
+    interpreter's, not the argument's) is returned as it is."""
     if isinstance(failure, Error):
         return failure
     made: Error
@@ -409,6 +439,10 @@ def refused(failure: BaseException, argument: Optional[str] = None, value: Any =
         made = ArgumentTypeError(f"{named}{failure}", argument=argument, value=value)
     elif isinstance(failure, ValueError):
         made = ArgumentError(f"{named}{failure}", argument=argument, value=value)
+    elif isinstance(failure, BufferError):
+        made = ArgumentBufferError(f"{named}{failure}", argument=argument, value=value)
+    elif isinstance(failure, RuntimeError) and not isinstance(failure, RecursionError):
+        made = ArgumentRuntimeError(f"{named}{failure}", argument=argument, value=value)
     else:
         return failure
     made.__cause__ = failure

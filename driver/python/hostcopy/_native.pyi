@@ -13,7 +13,7 @@
 from types import TracebackType
 from typing import Any, Generator, Literal, Optional, Protocol, Sequence, SupportsIndex, SupportsInt, TypedDict, Union, final, overload, type_check_only
 
-from typing_extensions import Buffer, Self, TypeAlias  # type checkers bundle these stubs: no run-time dependency
+from typing_extensions import Buffer, Self, TypeAlias, disjoint_base  # type checkers bundle these stubs: no run-time dependency
 
 from ._errors import NotDeviceMemory
 from ._memory import Register
@@ -187,7 +187,10 @@ class StagerOptions(TypedDict):
     driver_path_below: int
     prefault: bool
 
-@final
+# Subclassable, and so a disjoint base (PEP 800): its instances are laid
+# out by the extension, so a class cannot derive from it and another such
+# class at once.
+@disjoint_base
 class Stager:
     """Pinned staging buffers, one stream each, and copy workers of its own,
     on one device (``hostcopy.Stager``: its docstring says the rest). The

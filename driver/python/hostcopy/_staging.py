@@ -29,8 +29,10 @@ which recognises all of its arguments: the sides and the stream
 
 What each bad argument of a copy raises; a call refused so copies nothing
 (every class is in ``hostcopy`` and a ``hostcopy.Error``; all but
-``ArgumentTypeError`` and ``MemoryNotHeld`` (``TypeError`` subclasses) and
-``StreamCapturing`` (a ``RuntimeError``) are ``ValueError`` subclasses):
+``ArgumentTypeError`` and ``MemoryNotHeld`` (``TypeError`` subclasses),
+``StreamCapturing`` and ``ArgumentRuntimeError`` (``RuntimeError``
+subclasses) and ``ArgumentBufferError`` (a ``BufferError``) are
+``ValueError`` subclasses):
 
 - ``ArgumentTypeError`` (``argument``, ``value``): ``nbytes``, an offset, a
   block field or a stream that is no integer (``float``, ``str``,
@@ -38,10 +40,17 @@ What each bad argument of a copy raises; a call refused so copies nothing
   an array not of shape ``(n, 3)``) or an array of a non-integer dtype; a
   side of no known kind; GPU memory as the host side; a jax array as a
   destination; a malformed ``__cuda_array_interface__``,
-  ``__dlpack_device__`` or ``__cuda_stream__``.
+  ``__dlpack_device__`` or ``__cuda_stream__``; a ``blocking`` that is no
+  ``bool`` (``None`` included).
 - ``ArgumentError`` (``argument``, ``value``): a closed cuda.core
   ``Buffer``; a ``ValueError`` an argument's own code raised while it was
   read (its ``__cause__``).
+- ``ArgumentRuntimeError`` (``argument``, ``value``): a torch CUDA tensor
+  that requires grad, or has the conjugate or negative bit (pass
+  ``t.detach()``, ``t.resolve_conj()``, ``t.resolve_neg()``); a
+  ``RuntimeError`` an argument's own code raised while it was read (a
+  ``__dlpack__`` that will not export, a stream's ``cuda_stream``), its
+  ``__cause__``. ``ArgumentBufferError``: the same for a ``BufferError``.
 - ``MemoryNotHeld``: a torch CPU tensor, or a numpy array or memoryview
   over one or over a DLPack export, as the host side of a
   ``blocking=False`` copy (torch can free its memory under the copy).

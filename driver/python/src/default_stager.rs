@@ -12,8 +12,9 @@ use pyo3::sync::MutexExt;
 use crate::sides;
 use crate::staging::{Batch, Direction, Given, PyStager, Transfer, check_usable, copy};
 
-/// The default stagers made so far, by device ordinal, locked while one is
-/// made (the GIL released while another thread waits for it).
+/// The default stagers made so far, by device ordinal. Locked only to look
+/// one up or to put one in, never across Python code (a stager's
+/// constructor runs some, which may ask for a default stager itself).
 type Stagers = Mutex<Vec<(usize, Py<PyStager>)>>;
 
 /// The registry in use: held only to clone it out, with the GIL, so never
@@ -27,25 +28,68 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The default stager of the device `device` names (an ordinal as an
-/// integer object: the stager's constructor converts and refuses it),
-/// made on first use with the Rust layer's default options.
-fn stager_of<'py>(py: Python<'py>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyStager>> {
-    let stagers = Arc::clone(lock(&REGISTRY).get_or_insert_with(Default::default));
-    let mut stagers = stagers
+/// The open default stager of `ordinal` in `stagers`, if there is one.
+fn open_stager<'py>(
+    py: Python<'py>,
+    stagers: &Stagers,
+    ordinal: usize,
+) -> Option<Bound<'py, PyStager>> {
+    let stagers = stagers
         .lock_py_attached(py)
         .unwrap_or_else(PoisonError::into_inner);
+    stagers
+        .iter()
+        .find(|(made, stager)| *made == ordinal && !stager.get().is_closed())
+        .map(|(_, stager)| stager.bind(py).clone())
+}
+
+/// The default stager of the device `device` names (an ordinal as an
+/// integer object: the stager's constructor converts and refuses it),
+/// made on first use with the Rust layer's default options, and made anew
+/// once the one made was closed (`with hostcopy.default_stager(d):`).
+/// Made with the registry unlocked: two threads that ask at once may both
+/// make one; the first put in is kept, and the other closes its own.
+fn stager_of<'py>(py: Python<'py>, device: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyStager>> {
+    let stagers = Arc::clone(lock(&REGISTRY).get_or_insert_with(Default::default));
     if let Ok(ordinal) = device.extract::<usize>()
-        && let Some((_, stager)) = stagers.iter().find(|(made, _)| *made == ordinal)
+        && let Some(found) = open_stager(py, &stagers, ordinal)
     {
-        return Ok(stager.bind(py).clone());
+        return Ok(found);
     }
-    let stager = Bound::new(
+    let made = Bound::new(
         py,
         PyStager::new(py, device, Default::default(), Default::default())?,
     )?;
-    stagers.push((stager.get().ordinal(), stager.clone().unbind()));
-    Ok(stager)
+    let ordinal = made.get().ordinal();
+    // What the registry lets go of (a closed stager), dropped once it is
+    // unlocked: a stager's drop may release the GIL.
+    let (kept, replaced) = {
+        let mut entries = stagers
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        match entries.iter_mut().find(|(entry, _)| *entry == ordinal) {
+            Some((_, stager)) if !stager.get().is_closed() => (Some(stager.bind(py).clone()), None),
+            Some((_, stager)) => (
+                None,
+                Some(core::mem::replace(stager, made.clone().unbind())),
+            ),
+            None => {
+                entries.push((ordinal, made.clone().unbind()));
+                (None, None)
+            }
+        }
+    };
+    drop(replaced);
+    match kept {
+        Some(kept) => {
+            // Another thread's came first: this one is a spare, closed
+            // now rather than when it is dropped. It never copied, so
+            // closing it has nothing to report.
+            let _ = made.get().close(py);
+            Ok(kept)
+        }
+        None => Ok(made),
+    }
 }
 
 /// The child's half of `os.register_at_fork`: a registry of its own. The
@@ -73,8 +117,9 @@ pub(crate) fn install(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// object with ``device_id``, ``index`` or ``id``: cuda.core's ``Device``,
 /// ``torch.device``, cupy's ``Device``; default 0), made on first use
 /// with the default options and shared by every thread: the one the
-/// module's copies use for memory of that device. Made once under a lock
-/// (the GIL released while another thread waits for it).
+/// module's copies use for memory of that device. Once it is closed
+/// (``close()``, or its ``with`` block ended), the next call makes a new
+/// one.
 #[pyfunction]
 #[pyo3(signature = (device=None), text_signature = "(device=None)")]
 pub(crate) fn default_stager<'py>(

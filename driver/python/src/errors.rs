@@ -52,6 +52,7 @@ classes!(
     Error,
     ArgumentTypeError,
     ArgumentError,
+    ArgumentRuntimeError,
     OutOfBounds,
     Overlap,
     AddressOverflow,
@@ -182,6 +183,14 @@ pub(crate) fn wrong_value(argument: &str, value: &Bound<'_, PyAny>, message: Str
     argument_error(Class::ArgumentError, argument, value, message)
 }
 
+/// `hostcopy.ArgumentRuntimeError`: the argument `argument`, given
+/// `value`, is in a state its own library refuses to lend memory in (a
+/// torch tensor that requires grad), as that library would raise a
+/// `RuntimeError`.
+pub(crate) fn wrong_state(argument: &str, value: &Bound<'_, PyAny>, message: String) -> PyErr {
+    argument_error(Class::ArgumentRuntimeError, argument, value, message)
+}
+
 fn argument_error(
     class: Class,
     argument: &str,
@@ -205,7 +214,10 @@ fn argument_error(
 /// a `hostcopy.Error` as it is; a `TypeError` (pyo3's extraction, an
 /// argument's own `__index__` or protocol method) as `ArgumentTypeError`,
 /// an `OverflowError` as `IntegerOutOfRange`, a `ValueError` as
-/// `ArgumentError`, with `failure` as the cause; anything else as it is.
+/// `ArgumentError`, a `RuntimeError` (a producer's `__dlpack__` refusing,
+/// a stream's property raising) as `ArgumentRuntimeError`, a `BufferError`
+/// as `ArgumentBufferError`, with `failure` as the cause; anything else
+/// (a `MemoryError`, a `RecursionError`) as it is.
 /// From the exit handler on (no Python code), `failure` as it is.
 pub(crate) fn refusal(
     py: Python<'_>,

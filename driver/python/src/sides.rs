@@ -30,7 +30,7 @@ use pyo3::types::{
 
 use crate::buffer::{Export, HostMemory, buffer_region, exported_host_memory};
 use crate::dlpack::{dlpack_device_destination, dlpack_host_memory, dlpack_region};
-use crate::errors::{Class, error, layer_error, refusal, wrong_type, wrong_value};
+use crate::errors::{Class, error, layer_error, refusal, wrong_state, wrong_type, wrong_value};
 use crate::integers::{out_of_range, word};
 use crate::life;
 
@@ -581,9 +581,11 @@ fn refuse_during_capture(obj: &Bound<'_, PyAny>, side: &str, consumer: usize) ->
 /// by the tensor, ordered after torch's current stream by the stager's own
 /// wait where that is not `consumer` (so a capturing one is refused before
 /// anything is queued, as the export's wait would break the capture).
-/// `None` for anything else, which the DLPack path reads (and refuses what
-/// torch does not export: a tensor that requires grad, with the conjugate
-/// or negative bit, sparse, quantized).
+/// A tensor that requires grad, or has the conjugate or negative bit,
+/// which torch does not export, is refused (`ArgumentRuntimeError`, a
+/// `RuntimeError` as torch's own refusal is, naming the
+/// call that resolves it). `None` for anything else, which the DLPack path
+/// reads (and refuses what torch does not export: sparse, quantized).
 fn torch_device_side(
     obj: &Bound<'_, PyAny>,
     side: &str,
@@ -598,13 +600,33 @@ fn torch_device_side(
     }
     let torch = loaded(py, "torch")?.ok_or_else(|| PyValueError::new_err("torch is not loaded"))?;
     let is_cuda = attribute(obj, "is_cuda")?.is_some_and(|value| value.is(PyBool::new(py, true)));
-    if !is_cuda
-        || !obj.getattr("layout")?.is(&torch.getattr("strided")?)
-        || obj.getattr("requires_grad")?.is_truthy()?
-        || obj.call_method0("is_conj")?.is_truthy()?
-        || obj.call_method0("is_neg")?.is_truthy()?
-        || obj.getattr("is_quantized")?.is_truthy()?
-    {
+    if !is_cuda || !obj.getattr("layout")?.is(&torch.getattr("strided")?) {
+        return Ok(None);
+    }
+    // What torch's DLPack export refuses with a `RuntimeError`, refused
+    // here by name, with the call that makes a tensor hostcopy can read.
+    for (test, what, call) in [
+        ("requires_grad", "requires grad", ".detach()"),
+        ("is_conj", "has the conjugate bit set", ".resolve_conj()"),
+        ("is_neg", "has the negative bit set", ".resolve_neg()"),
+    ] {
+        let set = obj.getattr(test)?;
+        let set = if test == "requires_grad" {
+            set
+        } else {
+            set.call0()?
+        };
+        if set.is_truthy()? {
+            return Err(wrong_state(
+                side,
+                obj,
+                format!(
+                    "{side} is a torch tensor that {what}: pass {side}{call} (a tensor of the same memory)"
+                ),
+            ));
+        }
+    }
+    if obj.getattr("is_quantized")?.is_truthy()? {
         return Ok(None);
     }
     if !obj.call_method0("is_contiguous")?.is_truthy()? {
@@ -789,17 +811,22 @@ fn array_interface_side(
         return Err(wrong_type(side, obj, message));
     };
     let (ptr, readonly) = two(&data, side, "__cuda_array_interface__['data']")?;
+    let required = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        let value = interface.call_method1("get", (key,))?;
+        if value.is_none() {
+            let message = format!("{side}: __cuda_array_interface__ has no '{key}'");
+            return Err(wrong_type(side, obj, message));
+        }
+        Ok(value)
+    };
     let shape = PyTuple::new(
         py,
-        interface
-            .get_item("shape")?
+        required("shape")?
             .try_iter()?
             .collect::<PyResult<Vec<_>>>()?,
     )?;
     // `int(typestr[2:])`: the item size of `"<f4"` and the like.
-    let size = interface
-        .get_item("typestr")?
-        .get_item(PySlice::new(py, 2, isize::MAX, 1))?;
+    let size = required("typestr")?.get_item(PySlice::new(py, 2, isize::MAX, 1))?;
     let item: i128 = int_of(&size)?;
     let strides = interface.call_method1("get", ("strides",))?;
     let extents = shape.extract::<Vec<i128>>()?;

@@ -101,11 +101,18 @@ struct InForce {
 /// (``torch.from_numpy`` views it). Do not free the device side's memory
 /// while a transfer runs (a cuda.core ``Buffer``'s ``close()``), nor
 /// either side's from another thread during a blocking transfer, which
-/// releases the GIL.
+/// releases the GIL. A ``Stager`` may be subclassed (overriding
+/// ``__new__`` to take other arguments) and weakly referenced.
 //
 // Shared by Python threads: one transfer starts or finishes at a time;
 // the copies themselves overlap.
-#[pyclass(module = "hostcopy._native", name = "Stager", frozen)]
+#[pyclass(
+    module = "hostcopy._native",
+    name = "Stager",
+    frozen,
+    weakref,
+    subclass
+)]
 pub(crate) struct PyStager {
     /// The options in force, read without the lock (which a blocking
     /// transfer holds).
@@ -203,6 +210,11 @@ impl PyStager {
     /// The device ordinal.
     pub(crate) fn ordinal(&self) -> usize {
         self.shared.context().ordinal()
+    }
+
+    /// Whether `close()` was called (or the exit handler closed it).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.is_closed()
     }
 
     /// A stager on the device `device` (an ordinal, converted here: the
@@ -528,7 +540,7 @@ impl PyStager {
     // then frees the staging buffers and stops the workers, all under the
     // stager's lock; after an error that leaves copies running it keeps
     // them instead.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn close(&self, py: Python<'_>) -> PyResult<()> {
         if life::forked() {
             return Err(errors::forked(py));
         }
@@ -730,7 +742,9 @@ pub(crate) fn copy(
     let operation = operation(direction, &batch);
     let to_device = matches!(direction, Direction::ToDevice);
     let blocking = match &blocking.0 {
-        Some(blocking) => blocking.is_truthy()?,
+        // A `bool`, as `prefault=` and `h2d_streaming=`: never any
+        // object's truth (`None`, an array, a string).
+        Some(blocking) => argument::<bool>(blocking, "blocking")?,
         None => true,
     };
     // The arguments' own code (attributes, exports, `tolist()`) runs from

@@ -15,7 +15,7 @@ from hostcopy import _errors, _native
 from hostcopy.offload._ring import Ring
 from test_offload_sim import Finished, RingDevice
 
-BUILTIN_BASES = (ValueError, TypeError, RuntimeError, MemoryError, OSError)
+BUILTIN_BASES = (ValueError, TypeError, RuntimeError, MemoryError, OSError, BufferError)
 
 
 def exported_classes() -> list[type[BaseException]]:

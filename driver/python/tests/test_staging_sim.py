@@ -801,9 +801,18 @@ def test_a_cuda_torch_tensor_is_read_without_an_export_and_ordered_after_torchs_
     with pytest.raises(hostcopy.StreamCapturing, match="capturing a graph"):
         stager.copy_to_host(host, tensor)
     producer.end_capture().destroy()
-    # What torch refuses to export stays refused by its export.
+    # What torch refuses to export is refused before any export, as a
+    # hostcopy error that is a RuntimeError as torch's refusal is, naming
+    # the call that makes a tensor of the same memory hostcopy reads.
     tensor.requires_grad = True
-    with pytest.raises(RuntimeError, match="exported"):
+    with pytest.raises(hostcopy.ArgumentRuntimeError, match=r"requires grad: pass src\.detach\(\)") as refused:
         stager.copy_to_host(host, tensor)
-    assert tensor.exported == [1]
+    assert refused.value.argument == "src" and refused.value.value is tensor
+    tensor.requires_grad = False
+    for bit, call in [("is_conj", "resolve_conj"), ("is_neg", "resolve_neg")]:
+        setattr(tensor, bit, lambda: True)
+        with pytest.raises(hostcopy.ArgumentRuntimeError, match=rf"pass src\.{call}\(\)"):
+            hostcopy.copy_to_host(host, tensor)
+        delattr(tensor, bit)
+    assert tensor.exported == []
     sim.assert_no_violations(device)
