@@ -197,6 +197,18 @@ impl HostBuffer {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Its first byte as a raw pointer taken from the mapping itself, not
+    /// through a borrow of its bytes (`Deref`): a pointer to hand to code
+    /// outside Rust (a C caller, a driver) that reads and writes the
+    /// buffer for as long as it lives. Its accesses must not overlap a
+    /// borrow of the same bytes in use (a slice from `Deref` or
+    /// `DerefMut`); a later borrow does not take its permission away once
+    /// that borrow is no longer used. Dangling (never null) for 0 bytes;
+    /// valid until the buffer is dropped.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
 }
 
 /// Registration with the driver (feature `cuda`): see
@@ -515,6 +527,19 @@ mod sys {
 mod tests {
     use super::HostBuffer;
     use std::string::ToString;
+
+    #[test]
+    fn the_raw_pointer_writes_across_later_borrows() {
+        let mut buffer = HostBuffer::new(3 << 12).unwrap();
+        let ptr = buffer.as_mut_ptr();
+        // SAFETY: inside the buffer, no borrow of its bytes in use.
+        unsafe { ptr.add(5).write(7) };
+        assert_eq!(buffer[5], 7);
+        buffer[6] = 8;
+        // SAFETY: as above: the slices above are no longer used.
+        unsafe { ptr.add(6).write(ptr.add(6).read() + 1) };
+        assert_eq!(&buffer[5..7], &[7, 9]);
+    }
 
     #[test]
     fn a_new_buffer_is_zeroed_and_present_and_writable() {
