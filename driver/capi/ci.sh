@@ -12,7 +12,11 @@
 # simulator build only, by tests/hostcopy_sim.h; the structures' layouts
 # are asserted with the same numbers in the header and in the Rust source;
 # and tests/stager_sim.c, compiled as C99 with -Wall -Wextra -pedantic
-# -Werror (and the header as C++17), calls every declared function.
+# -Werror (and the header as C++17), calls every declared function. The
+# Rust tests of tests/ (struct_size_and_holds.rs: structures of another
+# struct_size refused before being read past, host buffers let go of at
+# the wait, overlapping transfers of a host buffer refused) run with the
+# unit tests.
 #
 # usage: driver/capi/ci.sh   (from anywhere; its own target folder)
 set -euo pipefail
@@ -24,12 +28,12 @@ export CARGO_TARGET_DIR=$here/target
 
 step() { printf -- '--- driver/capi: %s\n' "$*"; }
 
-step "fmt, clippy, rustdoc, unit tests (the header's prototypes against the Rust signatures among them)"
+step "fmt, clippy, rustdoc, unit tests (the header's prototypes against the Rust signatures among them) and tests/*.rs"
 cargo fmt --check
 cargo clippy --quiet --all-targets -- -D warnings
 cargo clippy --quiet --features simulator --all-targets -- -D warnings
 RUSTDOCFLAGS=-Dwarnings cargo doc --quiet --no-deps --features simulator
-cargo test --quiet --features simulator
+cargo test --quiet --features simulator --lib --tests
 
 step "build with the simulated driver"
 cargo build --quiet --features simulator

@@ -24,7 +24,15 @@
  * leaves them as they were (as errno). No function lets a Rust panic or
  * unwind cross into C: a panic is caught, reported as HOSTCOPY_ERROR_PANIC
  * with its message; a stager or host buffer whose call panicked refuses
- * further use with the same status. Nothing aborts the process.
+ * further use with the same status. Two cases abort the process instead
+ * (a message on stderr first), where going on could let the driver or a
+ * copy write memory the caller has been given back: a panic inside the
+ * engine while it queues a transfer's copies (between queuing them and
+ * handing them to the copier, where unwinding would give up on copies the
+ * driver already holds), and, after a context error, a direct copy to a
+ * registered host buffer that the driver may still run when fresh pages
+ * could not be put under the bytes it writes. Both are bugs or system
+ * failures, never a result of the arguments.
  *
  * Contexts. A stager works in a device's primary context (the one the
  * CUDA runtime, torch and cupy use). Every call leaves the calling thread's
@@ -36,13 +44,25 @@
  *    the hostcopy_host_buffer it copies. Freeing any of them, the stager
  *    included, while the transfer is in flight is allowed: the memory
  *    stays allocated until the transfer is freed (and, after a context
- *    error, for as long as a queued copy may still touch it).
+ *    error, for as long as a queued copy may still touch it); the host
+ *    buffer is let go of sooner, once hostcopy_transfer_wait() has
+ *    returned (whatever it returned: the transfer has ended then).
+ *  - While a transfer holds a hostcopy_host_buffer, no other transfer may
+ *    write the bytes it reads or writes, nor read the bytes it writes:
+ *    hostcopy_stager_start() and _run() refuse such a transfer with BUSY
+ *    (whichever stager starts it). Transfers of other bytes of the same
+ *    buffer, and transfers that only read the same bytes, run at once.
  *  - Raw host memory (hostcopy_copy.host) is the caller's: it must stay
  *    allocated, and nothing else may write it (nor read it, for a copy to
  *    the host) until hostcopy_transfer_wait() or hostcopy_transfer_free()
  *    has returned for that transfer. Freeing it before is undefined
  *    behaviour: use a hostcopy_host_buffer where a transfer's lifetime is
- *    hard to follow.
+ *    hard to follow. It must be initialized memory, a copy's destination
+ *    too (the engine reads a byte of each destination page to make it
+ *    present): memory straight from malloc() is written first (memset,
+ *    or calloc() instead); memory from mmap() is zeroed already. The
+ *    library cannot see two transfers writing the same raw bytes: that is
+ *    the caller's to prevent, as for any memory two threads write.
  *  - Foreign device memory (hostcopy_device_buffer_wrap) is kept by its
  *    release callback: the library calls it once nothing uses the memory
  *    any more; the caller frees the memory there, never before.
@@ -87,7 +107,10 @@ typedef int32_t hostcopy_status;
 /* The driver refused a call; hostcopy_last_error_driver_code() has its
    CUresult (34, CUDA_ERROR_STUB_LIBRARY, where no driver could be loaded). */
 #define HOSTCOPY_ERROR_DRIVER 7
-/* A host buffer is in use by a transfer (register while one is in flight). */
+/* A host buffer is in use: registering it while a transfer holds it, a
+   transfer of bytes another transfer in flight writes (or of bytes it
+   reads, for a transfer that writes), or a transfer of it while the
+   first hostcopy_host_buffer_register() call on it is under way. */
 #define HOSTCOPY_ERROR_BUSY 8
 /* Host memory could not be mapped. */
 #define HOSTCOPY_ERROR_OUT_OF_MEMORY 9
@@ -234,7 +257,8 @@ hostcopy_status hostcopy_host_buffer_new(size_t len, hostcopy_host_buffer **out)
 void hostcopy_host_buffer_free(hostcopy_host_buffer *buffer);
 
 /* Its first byte (NULL for 0 bytes) and its length: the caller reads and
-   writes it as any memory, but not while a transfer writes it. Any thread. */
+   writes it as any memory, but not the bytes a transfer in flight writes,
+   nor writes the bytes one reads. Any thread. */
 void *hostcopy_host_buffer_data(const hostcopy_host_buffer *buffer);
 size_t hostcopy_host_buffer_len(const hostcopy_host_buffer *buffer);
 
@@ -261,14 +285,22 @@ typedef struct hostcopy_registration {
    as `when` says, and writes how far it got into *registration (may be
    NULL). Never an error of the driver: a refused range ends it there and
    shows in `refused`. Once asked for, a registration stays until the
-   buffer goes; a second call reports the first's progress. BUSY while a
-   started transfer holds the buffer (register before, or after waiting).
-   Any thread (serialized with this buffer's other registration calls). */
+   buffer goes; a second call reports the first's progress (after waiting
+   for the first call to return). The first call is refused with BUSY
+   while a started transfer holds the buffer: register before starting
+   transfers, or once hostcopy_transfer_wait() has returned for each
+   (freeing them is not needed). While the first call is under way
+   (HOSTCOPY_REGISTER_NOW registers in the call: seconds for a large
+   buffer), transfers of the buffer are refused with BUSY rather than
+   made to wait; hostcopy_host_buffer_registration() answers at once.
+   Any thread. */
 hostcopy_status hostcopy_host_buffer_register(hostcopy_host_buffer *buffer,
                                               const hostcopy_stager *stager, int32_t when,
                                               hostcopy_registration *registration);
 
-/* How far its registration has got, without waiting. Any thread. */
+/* How far its registration has got, without waiting (while the first
+   hostcopy_host_buffer_register() call is under way: nothing registered,
+   not finished). Any thread. */
 hostcopy_status hostcopy_host_buffer_registration(const hostcopy_host_buffer *buffer,
                                                   hostcopy_registration *registration);
 
@@ -356,8 +388,11 @@ hostcopy_status hostcopy_stager_start(hostcopy_stager *stager, const hostcopy_co
                                       hostcopy_transfer **out);
 
 /* Waits until the transfer's bytes have arrived; its error if it failed.
-   Idempotent: every call, on any thread, gets the same result. Any
-   thread. */
+   Once it returns, the transfer has ended (nothing it started touches its
+   host memory any more) and it lets go of the hostcopy_host_buffer it
+   copies: the buffer may be registered, and its bytes written by other
+   transfers, before this transfer is freed. Idempotent: every call, on
+   any thread, gets the same result. Any thread. */
 hostcopy_status hostcopy_transfer_wait(hostcopy_transfer *transfer);
 
 /* *finished = 1 if the bytes have arrived (or it failed: wait says how),

@@ -13,7 +13,10 @@
 //! the device and host buffers it copies (and the engine holds the
 //! stager's lanes), so C may free any handle while a transfer is in
 //! flight; only raw host memory is the caller's to keep, as
-//! `Stager::start_unchecked`'s contract says.
+//! `Stager::start_unchecked`'s contract says. A transfer's hold on a host
+//! buffer also claims the bytes it reads or writes (another transfer of
+//! them is refused, as Rust's borrows would refuse it) and goes once the
+//! transfer has ended (its first wait), not only at its free.
 
 #[cfg(feature = "bench")]
 mod bench;

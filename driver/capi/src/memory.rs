@@ -3,7 +3,7 @@
 //! it (the Rust rule: a transfer in flight keeps what it needs alive).
 
 use std::ffi::c_void;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, TryLockError};
 
 use hostcopy_driver::HostBuffer;
 use hostcopy_driver::cuda::registration::{Register, Registration};
@@ -211,16 +211,76 @@ impl DeviceMemory {
 }
 
 /// A host buffer shared by its handle and the transfers that copy it.
+///
+/// Transfers never take the buffer's lock: what they need (its address
+/// and length, and their claims on its bytes) is read without it, so no
+/// transfer's caller waits behind a registration. The lock is taken for
+/// writing only by the first `register` call (the one that starts a
+/// registration, whose driver work for `HOSTCOPY_REGISTER_NOW` runs in
+/// the call), and for reading by the registration queries.
 #[derive(Debug)]
 pub(crate) struct HostMemory {
-    /// Locked for reading by a transfer taking a share and by the
-    /// registration queries, for writing by `register` (the one call that
-    /// needs the buffer alone).
     buffer: RwLock<HostBuffer>,
+    /// The transfers holding it and where a registration stands, each
+    /// call holding the mutex only for a few steps.
+    state: Mutex<State>,
     /// Its first byte (exposed provenance) and length, read without the
     /// lock.
     pub(crate) addr: usize,
     pub(crate) len: usize,
+}
+
+/// What a [`HostMemory`]'s mutex guards.
+#[derive(Debug, Default)]
+struct State {
+    /// The transfers holding the buffer, with the bytes each reads or
+    /// writes.
+    claims: Vec<Claim>,
+    /// The next claim's id.
+    next: u64,
+    /// A first `register` call is under way (under the write lock).
+    registering: bool,
+    /// A registration was started: later `register` calls only report it.
+    started: bool,
+}
+
+/// The bytes a transfer holding the buffer reads or writes: offsets in
+/// the buffer, sorted, disjoint, none empty.
+#[derive(Debug)]
+struct Claim {
+    id: u64,
+    writes: bool,
+    ranges: Vec<(usize, usize)>,
+}
+
+/// Whether two sorted lists of disjoint `[start, end)` ranges share a
+/// byte.
+fn overlap(a: &[(usize, usize)], b: &[(usize, usize)]) -> bool {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if a[i].1 <= b[j].0 {
+            i += 1;
+        } else if b[j].1 <= a[i].0 {
+            j += 1;
+        } else {
+            return true;
+        }
+    }
+    false
+}
+
+/// `ranges` (start, end) sorted and merged, the empty ones dropped.
+fn normalized(mut ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    ranges.retain(|&(start, end)| start < end);
+    ranges.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
 }
 
 impl HostMemory {
@@ -228,8 +288,26 @@ impl HostMemory {
         self.buffer.read().map_err(|_| unusable())
     }
 
-    fn write(&self) -> Result<RwLockWriteGuard<'_, HostBuffer>, Failure> {
-        self.buffer.write().map_err(|_| unusable())
+    /// The state; a poisoned mutex is taken as it is (no step under it
+    /// leaves it half-changed).
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How far its registration has got, without waiting: while the first
+    /// `register` call is under way (the lock is its), nothing registered
+    /// and not finished.
+    fn registration_now(&self) -> Result<hostcopy_registration, Failure> {
+        match self.buffer.try_read() {
+            Ok(buffer) => Ok(buffer.registration().into()),
+            Err(TryLockError::WouldBlock) => Ok(hostcopy_registration {
+                registered: 0,
+                len: self.len,
+                refused: 0,
+                finished: 0,
+            }),
+            Err(TryLockError::Poisoned(_)) => Err(unusable()),
+        }
     }
 }
 
@@ -240,6 +318,10 @@ fn unusable() -> Failure {
     )
 }
 
+fn busy(message: impl Into<String>) -> Failure {
+    Failure::new(HOSTCOPY_ERROR_BUSY, message)
+}
+
 /// `hostcopy_host_buffer`: a handle's share of a [`HostBuffer`].
 #[allow(non_camel_case_types)]
 #[derive(Debug)]
@@ -247,12 +329,70 @@ pub struct hostcopy_host_buffer {
     memory: Arc<HostMemory>,
 }
 
+/// A transfer's hold on a host buffer: a share of it (the memory stays
+/// mapped while the hold lives) and its claim on the bytes it reads or
+/// writes, let go of when the hold is dropped.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    memory: Arc<HostMemory>,
+    id: u64,
+}
+
+impl Hold {
+    /// The buffer held.
+    pub(crate) fn memory(&self) -> &HostMemory {
+        &self.memory
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.memory
+            .state()
+            .claims
+            .retain(|claim| claim.id != self.id);
+    }
+}
+
 impl hostcopy_host_buffer {
-    /// A share for a transfer, taken under the read lock, so that
-    /// `register` (under the write lock) sees every share taken.
-    pub(crate) fn share(&self) -> Result<Arc<HostMemory>, Failure> {
-        let _locked = self.memory.read()?;
-        Ok(self.memory.clone())
+    /// Its length.
+    pub(crate) fn len(&self) -> usize {
+        self.memory.len
+    }
+
+    /// A hold for a transfer that reads (`writes` false) or writes the
+    /// bytes at `ranges` (offsets in the buffer, `(start, end)`); BUSY
+    /// where another transfer holding the buffer writes any of them, or
+    /// reads any this one writes, or while the first `register` call is
+    /// under way. Never waits for a lock held long.
+    pub(crate) fn hold(&self, writes: bool, ranges: Vec<(usize, usize)>) -> Result<Hold, Failure> {
+        let ranges = normalized(ranges);
+        let mut state = self.memory.state();
+        if state.registering {
+            return Err(busy(
+                "the host buffer is being registered (hostcopy_host_buffer_register has not \
+                 returned): start transfers of it once the call has returned",
+            ));
+        }
+        if let Some(other) = state
+            .claims
+            .iter()
+            .find(|claim| (writes || claim.writes) && overlap(&ranges, &claim.ranges))
+        {
+            return Err(busy(format!(
+                "another transfer in flight {} bytes of the host buffer this one {}: wait for it \
+                 first",
+                if other.writes { "writes" } else { "reads" },
+                if writes { "writes" } else { "reads" },
+            )));
+        }
+        let id = state.next;
+        state.next += 1;
+        state.claims.push(Claim { id, writes, ranges });
+        Ok(Hold {
+            memory: self.memory.clone(),
+            id,
+        })
     }
 }
 
@@ -269,7 +409,7 @@ pub unsafe extern "C" fn hostcopy_host_buffer_new(
     entry("hostcopy_host_buffer_new", || {
         // SAFETY: the caller's contract.
         let out = unsafe { crate::out(out, "out") }?;
-        let buffer = HostBuffer::new(len).map_err(|error| {
+        let mut buffer = HostBuffer::new(len).map_err(|error| {
             let status = match error.kind() {
                 hostcopy_driver::HostBufferErrorKind::Map { .. } => HOSTCOPY_ERROR_OUT_OF_MEMORY,
                 hostcopy_driver::HostBufferErrorKind::Unsupported => HOSTCOPY_ERROR_UNSUPPORTED,
@@ -279,11 +419,12 @@ pub unsafe extern "C" fn hostcopy_host_buffer_new(
         let addr = if len == 0 {
             0
         } else {
-            buffer.as_ptr().expose_provenance()
+            buffer.as_mut_ptr().expose_provenance()
         };
         out.write(Box::into_raw(Box::new(hostcopy_host_buffer {
             memory: Arc::new(HostMemory {
                 buffer: RwLock::new(buffer),
+                state: Mutex::default(),
                 addr,
                 len,
             }),
@@ -406,17 +547,48 @@ pub unsafe extern "C" fn hostcopy_host_buffer_register(
                 )));
             }
         };
-        let mut locked = buffer.memory.write()?;
-        // Under the write lock no share can be taken: the count is exact.
-        if Arc::strong_count(&buffer.memory) > 1 {
-            return Err(Failure::new(
-                HOSTCOPY_ERROR_BUSY,
-                "the host buffer is in use by a transfer: register it before starting \
-                 transfers, or once they are freed",
-            ));
+        let memory = &buffer.memory;
+        let first = {
+            let mut state = memory.state();
+            if state.started || state.registering {
+                false
+            } else {
+                if !state.claims.is_empty() {
+                    return Err(busy(
+                        "the host buffer is in use by a transfer: register it before starting \
+                         transfers, or once they have been waited for",
+                    ));
+                }
+                state.registering = true;
+                true
+            }
+        };
+        if !first {
+            // Started (or being started by another call, whose end the
+            // read lock waits for): report it.
+            let status = memory.read()?.registration();
+            // SAFETY: the caller's contract.
+            unsafe { report(registration, status) };
+            return Ok(());
         }
-        let _saved = Context::save_current()?;
-        let status = locked.register(&stager.context, when);
+        // Ends `registering` however the call ends; `started` once a
+        // registration was asked for.
+        struct Registering<'a>(&'a HostMemory, bool);
+        impl Drop for Registering<'_> {
+            fn drop(&mut self) {
+                let mut state = self.0.state();
+                state.registering = false;
+                state.started |= self.1;
+            }
+        }
+        let mut registering = Registering(memory, false);
+        let status = {
+            let mut locked = memory.buffer.write().map_err(|_| unusable())?;
+            let _saved = Context::save_current()?;
+            locked.register(&stager.context, when)
+        };
+        registering.1 = !matches!(when, Register::Never);
+        drop(registering);
         // SAFETY: the caller's contract.
         unsafe { report(registration, status) };
         Ok(())
@@ -441,7 +613,7 @@ pub unsafe extern "C" fn hostcopy_host_buffer_registration(
                 out(registration, "registration")?,
             )
         };
-        registration.write(buffer.memory.read()?.registration().into());
+        registration.write(buffer.memory.registration_now()?);
         Ok(())
     })
 }
@@ -467,4 +639,82 @@ pub unsafe extern "C" fn hostcopy_host_buffer_wait_registered(
         registration.write(buffer.memory.read()?.wait_registered().into());
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A raw handle that may cross to another thread (the handle types are
+    /// `Send + Sync`; the pointer is not).
+    #[derive(Clone, Copy)]
+    struct Handle(*mut hostcopy_host_buffer);
+    // SAFETY: the handle is `Sync`; the test frees it only after every
+    // thread using it is done.
+    unsafe impl Send for Handle {}
+
+    /// While the first `register` call is under way (it holds the
+    /// buffer's write lock for the whole of a REGISTER_NOW), the
+    /// registration query answers at once ("without waiting", as the
+    /// header says), and a transfer taking the buffer is refused at once
+    /// (BUSY) rather than waiting for the registration.
+    #[test]
+    fn nothing_but_a_wait_waits_for_a_registration_under_way() {
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: a writable pointer.
+        assert_eq!(unsafe { hostcopy_host_buffer_new(1 << 20, &mut raw) }, 0);
+        let handle = Handle(raw);
+        // SAFETY: live until freed below.
+        let buffer = unsafe { &*raw };
+        // What `hostcopy_host_buffer_register` holds while it registers.
+        buffer.memory.state().registering = true;
+        let locked = buffer.memory.buffer.write().unwrap();
+
+        let (sent, answers) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let handle = handle;
+            let mut registration = core::mem::MaybeUninit::uninit();
+            // SAFETY: a live buffer and a writable structure.
+            let status =
+                unsafe { hostcopy_host_buffer_registration(handle.0, registration.as_mut_ptr()) };
+            // SAFETY: written on success.
+            let finished = (status == 0).then(|| unsafe { registration.assume_init() }.finished);
+            sent.send(("registration", status, finished)).unwrap();
+            let status = entry("hold", || {
+                // SAFETY: live.
+                unsafe { &*handle.0 }.hold(true, vec![(0, 4096)]).map(drop)
+            });
+            sent.send(("hold", status, None)).unwrap();
+        });
+        let first = answers.recv_timeout(Duration::from_secs(10));
+        let second = answers.recv_timeout(Duration::from_secs(10));
+        drop(locked);
+        buffer.memory.state().registering = false;
+        thread.join().unwrap();
+        // SAFETY: no other thread uses it now.
+        unsafe { hostcopy_host_buffer_free(handle.0) };
+        assert_eq!(
+            first.expect("hostcopy_host_buffer_registration waited for the registration"),
+            ("registration", 0, Some(0))
+        );
+        assert_eq!(
+            second.expect("a transfer's hold waited for the registration"),
+            ("hold", HOSTCOPY_ERROR_BUSY, None)
+        );
+    }
+
+    #[test]
+    fn claims_overlap_by_bytes() {
+        assert!(overlap(&[(0, 10)], &[(9, 20)]));
+        assert!(!overlap(&[(0, 10)], &[(10, 20)]));
+        assert!(!overlap(&[(0, 1), (5, 6), (30, 40)], &[(1, 5), (6, 30)]));
+        assert!(overlap(&[(0, 1), (5, 6), (30, 40)], &[(1, 5), (39, 50)]));
+        assert_eq!(
+            normalized(vec![(5, 9), (0, 0), (0, 3), (2, 5), (10, 12)]),
+            vec![(0, 9), (10, 12)]
+        );
+    }
 }

@@ -82,16 +82,33 @@ impl hostcopy_stager_options {
         }
     }
 
-    /// The Rust options; the builder checks each range.
-    fn build(&self) -> Result<StagingOptions, Failure> {
-        if self.struct_size != size_of::<hostcopy_stager_options>() {
+    /// Reads `*options`: its `struct_size` first, alone, so that a
+    /// structure of another size (a caller built against another header)
+    /// is refused before any byte past its `struct_size` is read.
+    ///
+    /// # Safety
+    ///
+    /// `options` points to a readable structure (unaligned allowed) that
+    /// starts with its `size_t struct_size` and is that many bytes.
+    unsafe fn read(options: *const hostcopy_stager_options) -> Result<Self, Failure> {
+        // SAFETY: the caller's contract: the first field is readable.
+        let struct_size = unsafe { options.cast::<usize>().read_unaligned() };
+        if struct_size != size_of::<hostcopy_stager_options>() {
             return Err(Failure::invalid(format!(
-                "hostcopy_stager_options.struct_size is {}, not sizeof(hostcopy_stager_options) = {} \
-                 (fill it with hostcopy_stager_options_default)",
-                self.struct_size,
+                "hostcopy_stager_options.struct_size is {struct_size}, not \
+                 sizeof(hostcopy_stager_options) = {} (fill it with \
+                 hostcopy_stager_options_default)",
                 size_of::<hostcopy_stager_options>()
             )));
         }
+        // SAFETY: the caller's contract, and the structure is this
+        // header's size; read as a copy, so an unaligned or later-changed
+        // structure is no concern after.
+        Ok(unsafe { options.read_unaligned() })
+    }
+
+    /// The Rust options; the builder checks each range.
+    fn build(&self) -> Result<StagingOptions, Failure> {
         let stores = match self.h2d_stores {
             STORES_CACHED => Stores::Cached,
             STORES_STREAMING => Stores::Streaming,
@@ -190,9 +207,8 @@ pub unsafe extern "C" fn hostcopy_stager_new(
         let options = if options.is_null() {
             StagingOptions::default()
         } else {
-            // SAFETY: the caller's contract; read as a copy, so an
-            // unaligned or later-changed structure is no concern after.
-            unsafe { options.read_unaligned() }.build()?
+            // SAFETY: the caller's contract.
+            unsafe { hostcopy_stager_options::read(options) }?.build()?
         };
         let _saved = Context::save_current()?;
         let context = match device {

@@ -4,13 +4,13 @@
 //! with the shares of the memory it copies.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use hostcopy_driver::cuda::staging::{Block, PendingTransfer, TransferSpec, to_device, to_host};
 use hostcopy_driver::cuda::{Context, DeviceView};
 use hostcopy_driver::{HostRange, RawHostMemory};
 
-use crate::memory::{DeviceMemory, HostMemory, hostcopy_device_buffer, hostcopy_host_buffer};
+use crate::memory::{DeviceMemory, Hold, hostcopy_device_buffer, hostcopy_host_buffer};
 use crate::stager::hostcopy_stager;
 use crate::status::{Failure, HOSTCOPY_ERROR_OUT_OF_BOUNDS, entry, entry_void, hostcopy_status};
 use crate::{out, reference};
@@ -58,8 +58,9 @@ const _: () = assert!(core::mem::offset_of!(hostcopy_copy, block_count) == 72);
 struct Described {
     to_device: bool,
     device: Arc<DeviceMemory>,
-    /// The share of a host buffer, if the host side is one.
-    host_share: Option<Arc<HostMemory>>,
+    /// The hold on a host buffer (a share and a claim on the bytes the
+    /// copy reads or writes), if the host side is one.
+    host_share: Option<Hold>,
     host: HostRange,
     device_offset: usize,
     blocks: Option<Vec<Block>>,
@@ -73,16 +74,25 @@ impl Described {
     /// `copy` is null or readable; the handles in it are null or live, and
     /// `blocks` is null or points to `block_count` readable blocks.
     unsafe fn read(copy: *const hostcopy_copy) -> Result<Described, Failure> {
-        // SAFETY: the caller's contract.
-        let copy = unsafe { reference(copy, "copy") }?;
-        if copy.struct_size != size_of::<hostcopy_copy>() {
+        if copy.is_null() {
+            return Err(Failure::null("copy"));
+        }
+        // The size first, alone: a structure of another size (a caller
+        // built against another header) is refused before any byte past
+        // its `struct_size` is read.
+        // SAFETY: the caller's contract: a readable structure starts with
+        // its `size_t struct_size`.
+        let struct_size = unsafe { copy.cast::<usize>().read_unaligned() };
+        if struct_size != size_of::<hostcopy_copy>() {
             return Err(Failure::invalid(format!(
-                "hostcopy_copy.struct_size is {}, not sizeof(hostcopy_copy) = {} (build it with \
-                 hostcopy_to_host or hostcopy_to_device)",
-                copy.struct_size,
+                "hostcopy_copy.struct_size is {struct_size}, not sizeof(hostcopy_copy) = {} \
+                 (build it with hostcopy_to_host or hostcopy_to_device)",
                 size_of::<hostcopy_copy>()
             )));
         }
+        // SAFETY: the caller's contract, and the structure is this
+        // header's size.
+        let copy = unsafe { reference(copy, "copy") }?;
         let to_device = match copy.direction {
             TO_HOST => false,
             TO_DEVICE => true,
@@ -97,6 +107,19 @@ impl Described {
         }
         // SAFETY: the caller's contract.
         let device = unsafe { reference(copy.device.cast_const(), "copy->device") }?;
+        let blocks = match (copy.blocks.is_null(), copy.block_count) {
+            (_, 0) => None,
+            (true, _) => return Err(Failure::null("copy->blocks (block_count > 0)")),
+            (false, count) => {
+                // SAFETY: the caller's contract: `count` readable blocks.
+                let blocks = unsafe { core::slice::from_raw_parts(copy.blocks, count) };
+                let blocks: Vec<Block> = blocks
+                    .iter()
+                    .map(|b| Block::new(b.device_offset, b.host_offset, b.len))
+                    .collect();
+                Some(blocks)
+            }
+        };
         let (host, host_share) = match (copy.host.is_null(), copy.host_buffer.is_null()) {
             (false, false) => {
                 return Err(Failure::invalid(
@@ -127,38 +150,40 @@ impl Described {
                 // SAFETY: the caller's contract.
                 let buffer =
                     unsafe { reference(copy.host_buffer.cast_const(), "copy->host_buffer") }?;
-                let share = buffer.share()?;
+                let buffer_len = buffer.len();
                 if copy
                     .host_offset
                     .checked_add(copy.host_len)
-                    .is_none_or(|end| end > share.len)
+                    .is_none_or(|end| end > buffer_len)
                 {
                     return Err(Failure::new(
                         HOSTCOPY_ERROR_OUT_OF_BOUNDS,
                         format!(
                             "{} bytes at host_offset {} of a host buffer of {} bytes",
-                            copy.host_len, copy.host_offset, share.len
+                            copy.host_len, copy.host_offset, buffer_len
                         ),
                     ));
                 }
+                // The bytes the copy reads or writes: each block's (the
+                // engine refuses a block past the host side later, and the
+                // hold goes with the refusal), or the whole host side.
+                let at = copy.host_offset;
+                let ranges = match &blocks {
+                    Some(blocks) => blocks
+                        .iter()
+                        .map(|block: &Block| {
+                            let start = at.saturating_add(block.host_offset);
+                            (start, start.saturating_add(block.len))
+                        })
+                        .collect(),
+                    None => vec![(at, at + copy.host_len)],
+                };
+                let hold = buffer.hold(!to_device, ranges)?;
                 let range = HostRange {
-                    addr: share.addr + copy.host_offset,
+                    addr: hold.memory().addr + copy.host_offset,
                     len: copy.host_len,
                 };
-                (range, Some(share))
-            }
-        };
-        let blocks = match (copy.blocks.is_null(), copy.block_count) {
-            (_, 0) => None,
-            (true, _) => return Err(Failure::null("copy->blocks (block_count > 0)")),
-            (false, count) => {
-                // SAFETY: the caller's contract: `count` readable blocks.
-                let blocks = unsafe { core::slice::from_raw_parts(copy.blocks, count) };
-                let blocks = blocks
-                    .iter()
-                    .map(|b| Block::new(b.device_offset, b.host_offset, b.len))
-                    .collect();
-                Some(blocks)
+                (range, Some(hold))
             }
         };
         Ok(Described {
@@ -254,7 +279,10 @@ pub unsafe extern "C" fn hostcopy_stager_run(
 #[derive(Debug)]
 pub struct hostcopy_transfer {
     pending: PendingTransfer,
-    _host: Option<Arc<HostMemory>>,
+    /// The hold on a host buffer, let go of by the first wait that
+    /// returns (the transfer has ended then: see `hostcopy_transfer_wait`)
+    /// or by the drop.
+    host: Mutex<Option<Hold>>,
     _device: Arc<DeviceMemory>,
 }
 
@@ -287,7 +315,9 @@ pub unsafe extern "C" fn hostcopy_stager_start(
         let mut locked = stager.lock()?;
         // SAFETY: raw host memory: the caller's contract, until the
         // transfer is waited for or freed; a host buffer: the transfer
-        // below holds its share until its drop has waited for the copies;
+        // below holds its share, and its claim on the bytes (no other
+        // transfer writes them, nor reads those it writes), until a wait
+        // has ended it or its drop has waited for the copies;
         // the device memory: the view's owner is a share of it, which the
         // engine holds while its copies may run, and the transfer holds
         // one too.
@@ -295,7 +325,7 @@ pub unsafe extern "C" fn hostcopy_stager_start(
             unsafe { described.with_spec(&mut view, |spec| Ok(locked.start_unchecked(spec)?)) }?;
         out.write(Box::into_raw(Box::new(hostcopy_transfer {
             pending,
-            _host: described.host_share,
+            host: Mutex::new(described.host_share),
             _device: described.device,
         })));
         Ok(())
@@ -315,7 +345,24 @@ pub unsafe extern "C" fn hostcopy_transfer_wait(
         // SAFETY: the caller's contract.
         let transfer = unsafe { reference(transfer.cast_const(), "transfer") }?;
         let _saved = Context::save_current()?;
-        Ok(transfer.pending.finish()?)
+        let result = transfer.pending.finish();
+        // `finish` has ended the transfer, whatever it returned: the
+        // copier is done with its host memory (it finishes its part of
+        // every transfer, after an error too) and its driver copies have
+        // run, or, where they may still run after a context error, the
+        // engine keeps the registered memory they use for good and puts
+        // fresh pages under the bytes they write. Nothing the transfer
+        // started touches the host buffer's bytes any more: its hold goes,
+        // so that the buffer may be registered, or written by another
+        // transfer, without freeing this one.
+        drop(
+            transfer
+                .host
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        Ok(result?)
     })
 }
 

@@ -305,7 +305,7 @@ static void batches(hostcopy_stager *stager) {
     copy.direction = HOSTCOPY_TO_DEVICE;
     OK(hostcopy_stager_run(stager, &copy));
     {
-        unsigned char *check = (unsigned char *)malloc(3 * block);
+        unsigned char *check = (unsigned char *)calloc(3 * block, 1);
         hostcopy_copy back = hostcopy_to_host(check, 3 * block - 100, device, 60 * block);
         OK(hostcopy_stager_run(stager, &back));
         CHECK(memcmp(check, bytes, 3 * block - 100) == 0);
@@ -411,7 +411,8 @@ static void started_transfers(int device_ordinal) {
     hostcopy_device_buffer *device = NULL, *wrapped = NULL;
     hostcopy_host_buffer *pool = NULL;
     hostcopy_transfer *transfer = NULL, *second = NULL;
-    unsigned char *source = (unsigned char *)malloc(len), *down = (unsigned char *)malloc(len);
+    /* A destination is initialized memory (the header's rule): calloc. */
+    unsigned char *source = (unsigned char *)malloc(len), *down = (unsigned char *)calloc(len, 1);
     hostcopy_copy copy;
     hostcopy_registration registration;
     uint64_t ptr = 0;
@@ -461,18 +462,21 @@ static void started_transfers(int device_ordinal) {
     hostcopy_transfer_free(transfer);
     CHECK(released == 1);
 
-    /* A host buffer freed while a transfer writes it, and registering one
-       that a transfer holds. */
+    /* A host buffer freed while transfers write it, registering one that
+       a transfer holds, and two transfers in flight writing the same
+       bytes of one (the second refused) or other bytes (both run). */
     OK(hostcopy_stager_new(device_ordinal, &options, &stager));
     OK(hostcopy_host_buffer_new(len, &pool));
     copy = hostcopy_to_host(NULL, 0, device, 0);
     copy.host = NULL;
     copy.host_buffer = pool;
-    copy.host_len = len;
+    copy.host_len = len / 2;
     hostcopy_sim_hold(device_ordinal);
     OK(hostcopy_stager_start(stager, &copy, &transfer));
     EXPECT(HOSTCOPY_ERROR_BUSY,
            hostcopy_host_buffer_register(pool, stager, HOSTCOPY_REGISTER_NOW, &registration));
+    EXPECT(HOSTCOPY_ERROR_BUSY, hostcopy_stager_start(stager, &copy, &second));
+    copy.host_offset = len / 2;
     OK(hostcopy_stager_start(stager, &copy, &second));
     hostcopy_host_buffer_free(pool);
     hostcopy_sim_release(device_ordinal);
@@ -507,7 +511,8 @@ static void driver_errors(int ordinal) {
     hostcopy_stager *stager = NULL;
     hostcopy_device_buffer *device = NULL;
     hostcopy_transfer *transfer = NULL;
-    unsigned char *source = (unsigned char *)malloc(len), *down = (unsigned char *)malloc(len);
+    /* A destination is initialized memory (the header's rule): calloc. */
+    unsigned char *source = (unsigned char *)malloc(len), *down = (unsigned char *)calloc(len, 1);
     hostcopy_copy copy;
 
     fill(source, len, 4);
