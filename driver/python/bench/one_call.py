@@ -152,6 +152,15 @@ def call_parts(calls: int, repeat: int) -> list[str]:
             ("stager's copy", lambda: stager.copy_to_device(device, host)),
         ]),
     ]
+    # The same 64 KiB through a stager's own pinned buffers rather than the
+    # driver's pageable path (which the default stager takes below
+    # ``driver_path_below``): whether staging small copies would be cheaper.
+    staging = hostcopy.Stager(device.device.index, driver_path_below=0)
+    lines.append(row("64 KiB staged (driver_path_below=0)", [
+        ("D2H", lambda: staging.copy_to_host(host, device)),
+        ("H2D", lambda: staging.copy_to_device(device, host)),
+    ]))
+    staging.close()
     big = 16 << 20
     big_device = torch.zeros(big, dtype=torch.uint8, device="cuda")
     big_host = np.zeros(big, np.uint8)

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 
 use crate::sides;
-use crate::staging::{Batch, Direction, Given, PyStager, Transfer, check_usable, copy};
+use crate::staging::{Batch, Direction, Given, PyStager, Transfer, check_usable, read_call, start};
 
 /// The default stagers made so far, by device ordinal. Locked only to look
 /// one up or to put one in, never across Python code (a stager's
@@ -145,6 +145,24 @@ pub(crate) fn stager_for<'py>(
     stager_of(py, &sides::device_of(memory, side)?)
 }
 
+/// A copy of the module's: its arguments read (`crate::staging::read_call`),
+/// then copied through the default stager of the device holding its device
+/// side, which reading that side told (no second look at the array).
+fn copy_on_default<'py>(
+    direction: Direction,
+    batch: Batch<'py>,
+    dst: &Bound<'py, PyAny>,
+    src: &Bound<'py, PyAny>,
+    stream: Option<Bound<'py, PyAny>>,
+    blocking: Given<'py>,
+) -> PyResult<Option<Transfer>> {
+    let py = dst.py();
+    check_usable(py)?;
+    let call = read_call(py, direction, &batch, dst, src, stream, blocking)?;
+    let stager = stager_of(py, &call.device_ordinal(direction)?)?;
+    start(&stager, direction, batch, call)
+}
+
 /// Copies GPU memory ``src`` into host memory ``dst`` at the link's speed.
 ///
 /// ``src``: a torch or cupy CUDA array, a jax array, a numba device array,
@@ -219,21 +237,12 @@ pub(crate) fn copy_to_host(
     dst_offset: Given<'_>,
     src_offset: Given<'_>,
 ) -> PyResult<Option<Transfer>> {
-    let stager = stager_for(&src, "src")?;
     let batch = Batch::Range {
         nbytes,
         dst_offset,
         src_offset,
     };
-    copy(
-        &stager,
-        Direction::ToHost,
-        batch,
-        &dst,
-        &src,
-        stream,
-        blocking,
-    )
+    copy_on_default(Direction::ToHost, batch, &dst, &src, stream, blocking)
 }
 
 /// Copies host memory ``src`` into GPU memory ``dst`` at the link's
@@ -262,21 +271,12 @@ pub(crate) fn copy_to_device(
     dst_offset: Given<'_>,
     src_offset: Given<'_>,
 ) -> PyResult<Option<Transfer>> {
-    let stager = stager_for(&dst, "dst")?;
     let batch = Batch::Range {
         nbytes,
         dst_offset,
         src_offset,
     };
-    copy(
-        &stager,
-        Direction::ToDevice,
-        batch,
-        &dst,
-        &src,
-        stream,
-        blocking,
-    )
+    copy_on_default(Direction::ToDevice, batch, &dst, &src, stream, blocking)
 }
 
 /// Copies many scattered blocks of GPU memory ``src`` into host memory
@@ -319,9 +319,7 @@ pub(crate) fn copy_blocks_to_host(
     stream: Option<Bound<'_, PyAny>>,
     blocking: Given<'_>,
 ) -> PyResult<Option<Transfer>> {
-    let stager = stager_for(&src, "src")?;
-    copy(
-        &stager,
+    copy_on_default(
         Direction::ToHost,
         Batch::Blocks(blocks),
         &dst,
@@ -348,9 +346,7 @@ pub(crate) fn copy_blocks_to_device(
     stream: Option<Bound<'_, PyAny>>,
     blocking: Given<'_>,
 ) -> PyResult<Option<Transfer>> {
-    let stager = stager_for(&dst, "dst")?;
-    copy(
-        &stager,
+    copy_on_default(
         Direction::ToDevice,
         Batch::Blocks(blocks),
         &dst,

@@ -52,6 +52,23 @@ pub(crate) struct DeviceSide {
     pub(crate) nbytes: usize,
     pub(crate) owner: Py<PyAny>,
     pub(crate) wait_for: Vec<usize>,
+    /// The device holding the bytes where the array said so as it was read
+    /// (a torch tensor's device, a DLPack capsule's, a cuda.core
+    /// `Buffer`'s `device_id`); `None` where only the driver can say
+    /// ([`DeviceSide::ordinal`] asks it).
+    known_ordinal: Option<usize>,
+}
+
+impl DeviceSide {
+    /// The ordinal of the device holding the bytes, as `device_of` gives
+    /// it for the same memory: what the module's copies look their default
+    /// stager up by, read with the side rather than before it.
+    pub(crate) fn ordinal<'py>(&self, py: Python<'py>, side: &str) -> PyResult<Bound<'py, PyAny>> {
+        match self.known_ordinal {
+            Some(ordinal) => Ok(ordinal.into_pyobject(py)?.into_any()),
+            None => device_holding(&(self.ptr as usize).into_pyobject(py)?.into_any(), side),
+        }
+    }
 }
 
 /// Both sides of a transfer and the stream it is ordered on.
@@ -642,11 +659,11 @@ fn torch_device_side(
     let device = obj.getattr("device")?.getattr("index")?;
     let current: usize = match attribute(&torch.getattr("_C")?, "_cuda_getCurrentRawStream")? {
         // Torch's raw accessor: no Stream object is made.
-        Some(raw) => int_of(&raw.call1((device,))?)?,
+        Some(raw) => int_of(&raw.call1((&device,))?)?,
         None => int_of(
             &torch
                 .getattr("cuda")?
-                .call_method1("current_stream", (device,))?
+                .call_method1("current_stream", (&device,))?
                 .getattr("cuda_stream")?,
         )?,
     };
@@ -661,6 +678,7 @@ fn torch_device_side(
         nbytes: int_of(&obj.getattr("nbytes")?)?,
         owner: obj.clone().unbind(),
         wait_for,
+        known_ordinal: device.extract().ok(),
     }))
 }
 
@@ -731,6 +749,9 @@ fn device_side(
             owner: obj.clone().unbind(),
             // A Buffer names no stream of its own: ordered after `stream=`.
             wait_for: vec![consumer],
+            known_ordinal: attribute(obj, "device_id")?
+                .filter(|id| id.is_instance_of::<PyInt>())
+                .and_then(|id| id.extract().ok()),
         });
     }
     if let Some(device_type) = dlpack_device_type(obj, side)? {
@@ -746,7 +767,7 @@ fn device_side(
         if writable {
             dlpack_device_destination(&capsule, side)?;
         }
-        let (ptr, nbytes, _, _, contiguous) = dlpack_region(&capsule, side)?;
+        let (ptr, nbytes, _, device_id, contiguous) = dlpack_region(&capsule, side)?;
         if !contiguous {
             return Err(error(
                 py,
@@ -766,6 +787,7 @@ fn device_side(
                 .into_any()
                 .unbind(),
             wait_for: vec![consumer],
+            known_ordinal: usize::try_from(device_id).ok(),
         });
     }
     if let Some(interface) = attribute(obj, "__cuda_array_interface__")? {
@@ -871,6 +893,8 @@ fn array_interface_side(
         nbytes,
         owner: obj.clone().unbind(),
         wait_for,
+        // The interface names no device: the driver says, for the pointer.
+        known_ordinal: None,
     })
 }
 

@@ -738,8 +738,43 @@ pub(crate) fn copy(
     stream: Option<Bound<'_, PyAny>>,
     blocking: Given<'_>,
 ) -> PyResult<Option<Transfer>> {
-    let py = stager.py();
-    let operation = operation(direction, &batch);
+    let call = read_call(stager.py(), direction, &batch, dst, src, stream, blocking)?;
+    start(stager, direction, batch, call)
+}
+
+/// A copy's arguments as read ([`read_call`]): whether it blocks, the
+/// table of its blocks (none for a range), and both sides.
+pub(crate) struct Call<'py> {
+    blocking: bool,
+    table: Option<Bound<'py, PyAny>>,
+    sides: Sides<'py>,
+}
+
+impl<'py> Call<'py> {
+    /// The ordinal of the device holding the device side, named as the
+    /// argument it was (`direction`): what the module's copies look their
+    /// default stager up by.
+    pub(crate) fn device_ordinal(&self, direction: Direction) -> PyResult<Bound<'py, PyAny>> {
+        let side = match direction {
+            Direction::ToHost => "src",
+            Direction::ToDevice => "dst",
+        };
+        self.sides.device.ordinal(self.sides.host.py(), side)
+    }
+}
+
+/// Reads a copy's arguments, each refused by its name: `blocking`, the
+/// batch's table, then the sides and the stream (`crate::sides::read`),
+/// none of which depends on the stager that will copy.
+pub(crate) fn read_call<'py>(
+    py: Python<'py>,
+    direction: Direction,
+    batch: &Batch<'py>,
+    dst: &Bound<'py, PyAny>,
+    src: &Bound<'py, PyAny>,
+    stream: Option<Bound<'py, PyAny>>,
+    blocking: Given<'py>,
+) -> PyResult<Call<'py>> {
     let to_device = matches!(direction, Direction::ToDevice);
     let blocking = match &blocking.0 {
         // A `bool`, as `prefault=` and `h2d_streaming=`: never any
@@ -751,21 +786,40 @@ pub(crate) fn copy(
     // this frame, so not from the exit handler on (`life::python_code`),
     // when every transfer is refused anyway.
     let read = || -> PyResult<_> {
-        let table = match &batch {
+        let table = match batch {
             Batch::Blocks(blocks) => Some(private_table(blocks)?),
             Batch::Range { .. } => None,
         };
         let sides = sides::read(dst, src, to_device, stream.as_ref(), blocking)?;
-        Ok((table, sides))
+        Ok(Call {
+            blocking,
+            table,
+            sides,
+        })
     };
-    let (
+    life::python_code(read).unwrap_or_else(|| Err(closed(py)))
+}
+
+/// Starts the copy `call` read, through `stager`: the range checked
+/// against both sides ([`span`]) or the blocks by the stager, then staged.
+pub(crate) fn start(
+    stager: &Bound<'_, PyStager>,
+    direction: Direction,
+    batch: Batch<'_>,
+    call: Call<'_>,
+) -> PyResult<Option<Transfer>> {
+    let py = stager.py();
+    let operation = operation(direction, &batch);
+    let to_device = matches!(direction, Direction::ToDevice);
+    let Call {
+        blocking,
         table,
-        Sides {
+        sides: Sides {
             device,
             host,
             consumer,
         },
-    ) = life::python_code(read).unwrap_or_else(|| Err(closed(py)))?;
+    } = call;
     let (device_range, host_range, blocks) = match (table, batch) {
         // Every block lies inside both sides: the stager checks the batch.
         (Some(table), _) => (
