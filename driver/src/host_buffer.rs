@@ -3,6 +3,7 @@
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;
 
+use crate::memory::{HostMemory, HostMemoryMut, HostRange};
 use crate::prefault::{self, FaultIn};
 
 /// Pageable, private anonymous host memory whose pages are present when it
@@ -365,6 +366,23 @@ impl AsMut<[u8]> for HostBuffer {
     }
 }
 
+// SAFETY: the buffer's mapping stays at one address, readable and
+// writable, every byte initialized (zeroed by the kernel), until the buffer
+// is dropped, which a borrow of it prevents; as `deref` gives it.
+unsafe impl HostMemory for HostBuffer {
+    fn host_range(&self) -> HostRange {
+        self[..].host_range()
+    }
+}
+
+// SAFETY: as above, and a unique borrow of the buffer excludes every other
+// reader and writer through it (`deref_mut`).
+unsafe impl HostMemoryMut for HostBuffer {
+    fn host_range_mut(&mut self) -> HostRange {
+        self[..].host_range_mut()
+    }
+}
+
 impl Drop for HostBuffer {
     fn drop(&mut self) {
         #[cfg(feature = "cuda")]
@@ -539,6 +557,18 @@ mod tests {
         // SAFETY: as above: the slices above are no longer used.
         unsafe { ptr.add(6).write(ptr.add(6).read() + 1) };
         assert_eq!(&buffer[5..7], &[7, 9]);
+    }
+
+    /// A buffer is host memory as its bytes are: a transfer takes `&buffer`
+    /// as it takes `&buffer[..]`.
+    #[test]
+    fn a_buffer_is_host_memory_over_its_own_bytes() {
+        use crate::memory::{HostMemory, HostMemoryMut};
+        let mut buffer = HostBuffer::new(2 << 12).unwrap();
+        let range = buffer.host_range();
+        assert_eq!((range.addr, range.len), (buffer.as_ptr() as usize, 2 << 12));
+        let range = buffer.host_range_mut();
+        assert_eq!((range.addr, range.len), (buffer.as_ptr() as usize, 2 << 12));
     }
 
     #[test]

@@ -56,9 +56,10 @@ impl HostRange {
 /// borrowed. What a record may copy from.
 ///
 /// Implemented for slices, arrays and `heapless::Vec` of [`Plain`] data,
-/// `Vec` with the `alloc` feature, and pinned host buffers with the `cuda`
-/// feature. Device memory does not implement it, so packing from it does not
-/// compile; a [`RawRegion`] in device memory is refused at run time.
+/// `Vec` with the `alloc` feature, hostcopy's own `HostBuffer` with the
+/// `std` feature, and pinned host buffers with the `cuda` feature. Device
+/// memory does not implement it, so packing from it does not compile; a
+/// [`RawRegion`] in device memory is refused at run time.
 ///
 /// # Safety
 ///

@@ -9,7 +9,11 @@
 //!   [`DeviceBuffer`], through the stager's pinned API;
 //! - registered: one blocking [`Stager::run`] of a [`HostBuffer`]
 //!   registered whole ([`Register::Now`]): direct driver copies;
-//! - staged: the same through an unregistered [`HostBuffer`].
+//! - staged: the same through an unregistered [`HostBuffer`];
+//! - the registered buffer and the pinned one through the driver's own
+//!   synchronous copy (`cuMemcpyDtoH` / `cuMemcpyHtoD`, no stager): what
+//!   the memory itself allows, apart from how a transfer is queued and
+//!   waited for.
 //!
 //! Each kind's CPU seconds per GiB (every thread of the process, summed
 //! over its timed runs) are noted beside the times, registered against
@@ -44,15 +48,25 @@ const SIZES: [usize; 4] = [16 << 20, 64 << 20, 256 << 20, 1 << 30];
 /// The large buffer, where the host has three times it available.
 const LARGE: usize = 64 << 30;
 
-/// The three kinds of transfer.
+/// The kinds of transfer.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Pinned,
     Registered,
     Staged,
+    /// The registered buffer through the driver's synchronous copy.
+    RegisteredDriver,
+    /// The pinned buffer through the driver's synchronous copy.
+    PinnedDriver,
 }
 
-const KINDS: [Kind; 3] = [Kind::Pinned, Kind::Registered, Kind::Staged];
+const KINDS: [Kind; 5] = [
+    Kind::Pinned,
+    Kind::Registered,
+    Kind::Staged,
+    Kind::RegisteredDriver,
+    Kind::PinnedDriver,
+];
 
 impl Kind {
     fn name(self) -> &'static str {
@@ -60,6 +74,8 @@ impl Kind {
             Kind::Pinned => "pinned",
             Kind::Registered => "registered HostBuffer",
             Kind::Staged => "staged HostBuffer",
+            Kind::RegisteredDriver => "registered HostBuffer, cuMemcpy",
+            Kind::PinnedDriver => "pinned, cuMemcpy",
         }
     }
 }
@@ -74,7 +90,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
     };
     let mut stager = Stager::new(context)?;
     for &bytes in sizes {
-        if host_available() < 5 * bytes {
+        if host_available() < 7 * bytes {
             report.notes.push(format!(
                 "registered, {}: not run, too little host memory",
                 size(bytes)
@@ -91,6 +107,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
 
 /// What one kind holds: its host memory and device buffer.
 struct Memory {
+    kind: Kind,
     pinned: Option<PinnedBuffer>,
     host: Option<HostBuffer>,
     device: DeviceBuffer,
@@ -109,8 +126,8 @@ fn one_size(
         let mut device = DeviceBuffer::new(context, bytes)?;
         device.copy_from_host(0, &expected)?;
         let (pinned, host) = match kind {
-            Kind::Pinned => (Some(PinnedBuffer::new(context, bytes)?), None),
-            Kind::Registered | Kind::Staged => {
+            Kind::Pinned | Kind::PinnedDriver => (Some(PinnedBuffer::new(context, bytes)?), None),
+            Kind::Registered | Kind::Staged | Kind::RegisteredDriver => {
                 let Ok(mut host) = HostBuffer::new(bytes) else {
                     report.notes.push(format!(
                         "registered, {}: no host buffer could be made: not run",
@@ -118,7 +135,7 @@ fn one_size(
                     ));
                     return Ok(());
                 };
-                if kind == Kind::Registered {
+                if kind != Kind::Staged {
                     let registered = host.register(context, Register::Now);
                     if !registered.is_complete() {
                         report.notes.push(format!(
@@ -133,6 +150,7 @@ fn one_size(
             }
         };
         memory.push(Memory {
+            kind,
             pinned,
             host,
             device,
@@ -185,11 +203,13 @@ fn one_size(
             shares.push((gbps(bytes, &timed) / link, per_gib));
         }
         notes.push(format!(
-            "{} {}: registered {:.1}% of pinned, staged {:.1}%; CPU s/GiB registered {:.4} = {:.3}x staged's {:.4} (targets >= 98%, <= 0.05x)",
+            "{} {}: registered {:.1}% of pinned, staged {:.1}%, registered through cuMemcpy {:.1}%, pinned through cuMemcpy {:.1}%; CPU s/GiB registered {:.4} = {:.3}x staged's {:.4} (targets >= 98%, <= 0.05x)",
             direction_name(direction),
             size(bytes),
             100.0 * shares[1].0,
             100.0 * shares[2].0,
+            100.0 * shares[3].0,
+            100.0 * shares[4].0,
             shares[1].1,
             shares[1].1 / shares[2].1,
             shares[2].1,
@@ -211,6 +231,41 @@ fn direction_name(direction: Direction) -> &'static str {
 /// One blocking transfer of the kind's memory, timed.
 fn once(stager: &mut Stager, memory: &mut Memory, direction: Direction) -> Result<Duration, Error> {
     let start = Instant::now();
+    match (memory.kind, direction) {
+        (Kind::RegisteredDriver, Direction::D2H) => {
+            let host = memory
+                .host
+                .as_mut()
+                .expect("a registered kind has a host buffer");
+            memory.device.copy_to_host(0, &mut host[..])?;
+            return Ok(start.elapsed());
+        }
+        (Kind::RegisteredDriver, Direction::H2D) => {
+            let host = memory
+                .host
+                .as_ref()
+                .expect("a registered kind has a host buffer");
+            memory.device.copy_from_host(0, &host[..])?;
+            return Ok(start.elapsed());
+        }
+        (Kind::PinnedDriver, Direction::D2H) => {
+            let pinned = memory
+                .pinned
+                .as_mut()
+                .expect("a pinned kind has a pinned buffer");
+            memory.device.copy_to_host(0, &mut pinned[..])?;
+            return Ok(start.elapsed());
+        }
+        (Kind::PinnedDriver, Direction::H2D) => {
+            let pinned = memory
+                .pinned
+                .as_ref()
+                .expect("a pinned kind has a pinned buffer");
+            memory.device.copy_from_host(0, &pinned[..])?;
+            return Ok(start.elapsed());
+        }
+        _ => {}
+    }
     match (memory.pinned.take(), &mut memory.host, direction) {
         (Some(pinned), _, Direction::D2H) => {
             memory.pinned = Some(stager.device_to_pinned(pinned, &memory.device, 0)?);
