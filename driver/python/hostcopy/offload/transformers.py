@@ -226,12 +226,14 @@ class _Sides:
 
 class _Fetched:
     """A layer's positions in host memory on their way to the device: as
-    keys and values (views of the upload's buffer), and the upload."""
+    keys and values (views of the upload's buffer), and the upload;
+    ``version``: the layer's ``host_version`` when it was queued (another
+    one now: the host part changed since, and it is waited for, never read)."""
 
-    __slots__ = ("flushed", "keys", "values", "upload")
+    __slots__ = ("version", "keys", "values", "upload")
 
-    def __init__(self, flushed: int, keys: Any, values: Any, upload: Upload) -> None:
-        self.flushed, self.keys, self.values, self.upload = flushed, keys, values, upload
+    def __init__(self, version: int, keys: Any, values: Any, upload: Upload) -> None:
+        self.version, self.keys, self.values, self.upload = version, keys, values, upload
 
     def settle(self) -> None:
         self.upload.settle()
@@ -265,7 +267,7 @@ def _bring_back(members: list["HostLayer"], host: Any, blocks: Any) -> list[_Fet
         lent=buffer,
     )
     return [
-        _Fetched(positions, *member._split(buffer[at * part : (at + 1) * part], positions), upload)
+        _Fetched(member.host_version, *member._split(buffer[at * part : (at + 1) * part], positions), upload)
         for at, member in enumerate(members)
     ]
 
@@ -359,6 +361,11 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         #: Positions cached, and how many of them are in host memory.
         self.length = 0
         self.flushed = 0
+        #: Changes with every change of the positions in host memory (a
+        #: write, ``crop``, ``reset``, a rewrite: whichever method made it,
+        #: the cache's or the layer's own): an upload queued at another one
+        #: is of what the host part held before (``_Fetched.version``).
+        self.host_version = 0
         #: Positions the host region holds per (batch, head) run.
         self.capacity = 0
         #: ``uint8``: the keys' plane ``[batch, heads, capacity, head_dim]``, then the values'.
@@ -539,6 +546,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
             self.writes.pop(0).wait()
         self.writes.append(transfer)
         self.flushed += count
+        self.host_version += 1
         self._stale = True
 
     def flush(self) -> None:
@@ -626,7 +634,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         """The positions in host memory, the current stream ordered after
         their upload (``None`` while there are none)."""
         fetched, self.fetched = self.fetched, None
-        if fetched is not None and fetched.flushed != self.flushed:
+        if fetched is not None and fetched.version != self.host_version:
             fetched.settle()  # the host part changed under it: read again
             fetched = None
         if fetched is None and self.flushed:
@@ -650,6 +658,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
             return
         self._expose()
         self.length = self.flushed = target
+        self.host_version += 1
         self._views()
 
     def _rewrite(self, keys: Any, values: Any) -> None:
@@ -662,6 +671,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
         length = keys.shape[-2]
         self._grow(max(length, 1))
         self.length = self.flushed = length
+        self.host_version += 1
         self._views()
         self.keys.copy_(keys)
         self.values.copy_(values)
@@ -683,6 +693,7 @@ class HostLayer(_DynamicLayer):  # type: ignore[misc]
     def reset(self) -> None:
         self.settle()
         self.length = self.flushed = 0
+        self.host_version += 1
         if self.is_initialized:
             self._views()
 
@@ -864,14 +875,15 @@ class HostOffloadedCache(_DynamicCache):  # type: ignore[misc]
     def _prefetch(self, index: int) -> None:
         """Before layer ``index``'s update: its positions in host memory on
         their way (with the next layers of its region in the same call, if
-        not queued already, or if what was queued no longer matches the
-        host part: a flush outside a forward), handed to the layer; then
+        not queued already, or if the host part changed since it was
+        queued: a flush outside a forward, or the layer's own ``crop``,
+        ``reorder_cache``...), handed to the layer; then
         the next layers', ``prefetch`` ahead. The layer's write, queued in
         its update, comes after them: it waits for this layer's compute,
         and the stager takes transfers in the order they come."""
         layer = self.layers[index]
         fetched = self._fetched.pop(index, None)
-        if fetched is not None and fetched.flushed != layer.flushed:
+        if fetched is not None and fetched.version != layer.host_version:
             fetched.settle()  # the host part changed under it: read again
             fetched = None
         if fetched is None:
