@@ -66,7 +66,8 @@ cargo xtask dist [--target TRIPLE]... [--check]
   (hostcopy_stager.h, libhostcopy_stager, hostcopy-stager.pc,
   hostcopy::stager).
   VERSION is the workspace's (Cargo.toml). Default target: this
-  machine's. Any target of `cargo xtask abi` is accepted.
+  machine's. Any target of `cargo xtask abi` is accepted. The last
+  lines printed are the archives' paths (`dist: wrote PATH`).
 
   --check       also package aarch64 and ppc64le Linux and
                 thumbv7em-none-eabihf, and run abi-tests/dist/check.sh:
@@ -129,9 +130,13 @@ fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Vec<String> 
     let (mut archives, mut errors) = (Vec::new(), Vec::new());
     for target in targets {
         match package(workspace, target, &version) {
-            Ok(folder) => archives.push(PathBuf::from(format!("{}.tar.gz", folder.display()))),
+            Ok(folder) => archives.push(archive_of(&folder)),
             Err(error) => errors.push(format!("{}: {error}", target.triple)),
         }
+    }
+    // Last, where the reader looks: the archives to copy or unpack.
+    for archive in &archives {
+        println!("dist: wrote {}", archive.display());
     }
     if check && errors.is_empty() {
         // This machine's archive first: the script runs the documents' C commands on it.
@@ -142,6 +147,13 @@ fn dist(workspace: &Workspace, targets: &[&Target], check: bool) -> Vec<String> 
         }
     }
     errors
+}
+
+/// The `.tar.gz` beside a target's folder, which `package` writes.
+fn archive_of(folder: &Path) -> PathBuf {
+    let mut name = folder.file_name().unwrap_or_default().to_owned();
+    name.push(".tar.gz");
+    folder.with_file_name(name)
 }
 
 /// The version the archives carry, from one place: `version` in the
@@ -267,7 +279,7 @@ fn package(workspace: &Workspace, target: &Target, (version, major): &(String, u
     if target.triple == workspace.host && target.format == Format::Elf && target.pointer_width == 64 {
         package_stager(workspace, &folder, version, &major)?;
     }
-    // tar keeps the links as links.
+    // tar keeps the links as links; the archive is `archive_of(&folder)`.
     run(Command::new("tar").current_dir(&dist_dir).arg("-czf").arg(format!("{name}.tar.gz")).arg(&name))?;
     println!("dist: {}", folder.display());
     print_sizes(&folder, &[&format!("lib/{staticlib}"), &format!("lib/{NOMEM}"), &shared])?;
@@ -439,6 +451,13 @@ mod tests {
             assert!(!fill(template, &fields).contains("@VERSION@"));
         }
         assert!(std::panic::catch_unwind(|| fill("set(x \"@SONAME@\")", &fields[..3])).is_err());
+    }
+
+    #[test]
+    fn the_archive_is_the_folder_name_with_tar_gz_beside_it() {
+        let folder = Path::new("/w/target/dist/hostcopy-0.1.0-x86_64-unknown-linux-gnu");
+        let archive = Path::new("/w/target/dist/hostcopy-0.1.0-x86_64-unknown-linux-gnu.tar.gz");
+        assert_eq!(archive_of(folder), archive);
     }
 
     #[test]

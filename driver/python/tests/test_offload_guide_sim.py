@@ -15,7 +15,10 @@ names the guide's text gives in backquotes (``cache.layers[i].host``).
 ``hostcopy.offload.transformers`` imports torch, so it is loaded over
 test_offload_sim.py's stand-ins for torch and transformers. The
 signatures driver/python/docs/offload.rst writes out (Sphinx, standing in
-for transformers, cannot read them) are checked against the classes too.
+for transformers, cannot read them) are checked against the classes too,
+and the README's offload example (``<!-- not run: ... -->``, run by
+test_readme_sim.py only with HOSTCOPY_GUIDE_DOWNLOADS=1) has its hostcopy
+names checked as the guide's marked blocks have.
 
 On a GPU host with torch, transformers and accelerate, this file runs the
 marked blocks too (those that download a model only with
@@ -40,7 +43,16 @@ import hostcopy
 import hostcopy.offload
 import hostcopy.offload.accelerate
 from test_offload_sim import fake_cache_utils, fake_torch
-from test_readme_sim import ROOT, SIM_PRELUDE, gpu_count, has_simulator, imported_modules, module_present, python_blocks
+from test_readme_sim import (
+    ROOT,
+    SIM_PRELUDE,
+    gpu_count,
+    has_simulator,
+    imported_modules,
+    module_present,
+    not_run_reason,
+    python_blocks,
+)
 
 GUIDE = "docs/offload.md"
 
@@ -54,12 +66,12 @@ GPU_HOST_COMMAND = "python -m pytest -q -rs driver/python/tests/test_offload_gui
 
 
 class Block:
-    def __init__(self, line, source, reason):
-        self.line, self.source, self.reason = line, source, reason
+    def __init__(self, line, source, reason, document=GUIDE):
+        self.line, self.source, self.reason, self.document = line, source, reason, document
 
     @property
     def id(self):
-        return f"{GUIDE}:{self.line}"
+        return f"{self.document}:{self.line}"
 
 
 def guide_blocks():
@@ -75,6 +87,19 @@ def guide_blocks():
 
 
 BLOCKS = guide_blocks()
+
+#: The README's blocks that use hostcopy.offload (not run in CI: they need
+#: a GPU and a model), whose hostcopy names are checked as the guide's.
+README_BLOCKS = [
+    Block(line, source, not_run_reason("README.md", line), "README.md")
+    for line, source in python_blocks("README.md")
+    if "hostcopy.offload" in source
+]
+
+
+def test_the_readme_has_an_offload_block_marked_as_not_run():
+    assert README_BLOCKS, "README.md: no block uses hostcopy.offload"
+    assert all(block.reason for block in README_BLOCKS), "README.md: an offload block without <!-- not run: ... -->"
 
 
 def test_the_guide_has_blocks_run_here_and_blocks_that_say_why_not():
@@ -270,7 +295,7 @@ def variables(modules):
     return found
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=lambda block: block.id)
+@pytest.mark.parametrize("block", BLOCKS + README_BLOCKS, ids=lambda block: block.id)
 def test_what_a_block_names_of_hostcopy_exists_and_takes_its_keywords(block, package):
     tree = ast.parse(block.source)
     names = {}
@@ -314,7 +339,7 @@ def check_path(variable, attributes, known, modules, where):
 def test_what_the_blocks_read_of_what_hostcopy_returned_exists(package):
     known = variables(package)
     assert {"off", "handle", "cache"} <= known.keys(), known
-    for block in BLOCKS:
+    for block in BLOCKS + README_BLOCKS:
         tree = ast.parse(block.source)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in known:
