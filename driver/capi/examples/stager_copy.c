@@ -9,7 +9,9 @@
  * through the Rust API on the same stager, device buffer and host memory
  * (`stager.run(to_host(..))`, hostcopy_bench_rust_run), interleaved run
  * by run with the C API's, and prints the ratio C / Rust: what the C
- * layer costs. The C column times the whole hostcopy_stager_run call.
+ * layer costs (of the medians, and the median of each run's ratio, the
+ * two paths taken back to back, with its quartiles). The C column times
+ * the whole hostcopy_stager_run call.
  *
  * usage: stager_copy [MiB [RUNS [DEVICE]]]   (defaults 1024, 5, 0)
  *
@@ -164,13 +166,24 @@ int main(int argc, char **argv) {
         }
     }
 
-    printf("| direction | %s GB/s |%s\n", paths[0], PATHS > 1 ? " Rust API GB/s | C / Rust |" : "");
+    printf("| direction | %s GB/s |%s\n", paths[0],
+           PATHS > 1 ? " Rust API GB/s | C / Rust | C / Rust, run by run: median (quartiles) |" : "");
     for (direction = HOSTCOPY_TO_HOST; direction <= HOSTCOPY_TO_DEVICE; direction++) {
         double gbps[2];
+        /* Each run's C speed over its Rust speed, the two taken back to
+           back: what drifts across runs (the host's memory traffic, the
+           link's clocks) cancels in each pair. */
+        static double paired[MAX_RUNS];
+        for (run = 0; run < runs; run++)
+            paired[run] = PATHS > 1 ? seconds[1][direction][run] / seconds[0][direction][run] : 1;
         for (path = 0; path < PATHS; path++)
             gbps[path] = (double)len / median(seconds[path][direction], runs) / 1e9;
         printf("| %s | %.2f |", direction == HOSTCOPY_TO_HOST ? "to host" : "to device", gbps[0]);
-        if (PATHS > 1) printf(" %.2f | %.3f |", gbps[1], gbps[0] / gbps[1]);
+        if (PATHS > 1) {
+            double middle = median(paired, runs); /* sorts `paired` */
+            printf(" %.2f | %.3f | %.3f (%.3f to %.3f) |", gbps[1], gbps[0] / gbps[1], middle,
+                   paired[runs / 4], paired[(3 * runs) / 4]);
+        }
         printf("\n");
     }
     printf("stager_copy: bytes checked both ways at every run: ok\n");
