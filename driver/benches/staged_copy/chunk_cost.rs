@@ -679,7 +679,7 @@ fn cpu_time(
             let Some(before) = crate::machine::process_cpu() else {
                 report
                     .notes
-                    .push("CPU time: not measured (no /proc/self/task/*/schedstat)".into());
+                    .push("CPU time: not measured (CLOCK_PROCESS_CPUTIME_ID refused)".into());
                 return Ok(());
             };
             let timed = match (direction, path) {

@@ -35,17 +35,21 @@ pub(crate) fn host_available() -> usize {
         .map_or(usize::MAX, |kib| kib << 10)
 }
 
-/// CPU time every thread of the process has used so far (the first field
-/// of each thread's `schedstat`, in nanoseconds); `None` where the kernel
-/// does not say.
+/// CPU time the process has used so far, every thread's, those that ended
+/// included (`CLOCK_PROCESS_CPUTIME_ID`, which brings the running threads'
+/// time up to date as it reads: a thread's `schedstat` lags by up to a
+/// scheduler tick while it runs, so a thread polling for a few hundred
+/// microseconds read as none); `None` where the clock is refused.
 pub(crate) fn process_cpu() -> Option<std::time::Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path().join("schedstat");
-        let Ok(text) = std::fs::read_to_string(path) else {
-            continue; // a thread that ended meanwhile
-        };
-        total += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
+        return None;
     }
-    Some(std::time::Duration::from_nanos(total))
+    let secs = u64::try_from(now.tv_sec).ok()?;
+    let nanos = u32::try_from(now.tv_nsec).ok()?;
+    Some(std::time::Duration::new(secs, nanos))
 }
