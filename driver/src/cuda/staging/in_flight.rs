@@ -5,6 +5,7 @@
 //! health), so it ends without its stager, on any thread, once.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use super::Direction;
@@ -70,7 +71,50 @@ impl InUse {
 /// copies of the job's last bytes at the link (14 MiB, 275 us on the H200
 /// host). Past it the caller sleeps until the copier is done, so that a
 /// small transfer whose copies wait for a long kernel does not hold a core.
-const NEAR_END_POLLS: core::time::Duration = core::time::Duration::from_millis(1);
+const NEAR_END_POLLS: Duration = Duration::from_millis(1);
+
+/// How long before its direct copies are due a blocking transfer's wait
+/// wakes to poll for them: more than a plain sleep overshoots (Linux's
+/// default timer slack, 50 us).
+const WAKE_EARLY: Duration = Duration::from_micros(100);
+
+/// How long that wait polls before it sleeps in the driver instead (copies
+/// queued behind other work, which come later than due).
+const DIRECT_POLLS: Duration = Duration::from_millis(1);
+
+/// Whether a transfer's first event follows direct copies, a sleeping
+/// wait's (from its own spare pool), and how a wait for them goes.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Direct {
+    /// No direct copies, or a transfer that returns at once (plain events).
+    No,
+    /// Direct copies beside staged chunks: waited for in the driver.
+    Sleeping,
+    /// A blocking transfer of direct copies alone: waited for by when they
+    /// are due.
+    Alone(Due),
+}
+
+/// A blocking transfer of direct copies alone: how many bytes, which way,
+/// and when they were queued, from which its wait knows when they are due.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Due {
+    pub(super) bytes: usize,
+    pub(super) direction: Direction,
+    pub(super) queued: Instant,
+}
+
+/// When a wait for direct copies of `bytes` queued at `queued` wakes to
+/// poll, the fastest such copies have run being `rate` bytes a second:
+/// [`WAKE_EARLY`] before they would be done at that rate; at once where
+/// the rate is not known yet (0) or they are due sooner.
+fn wake_at(queued: Instant, bytes: usize, rate: u64) -> Instant {
+    if rate == 0 {
+        return queued;
+    }
+    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+    queued + due.saturating_sub(WAKE_EARLY)
+}
 
 /// A planned transfer whose driver side is queued whole, in the copier's
 /// hands for its host side.
@@ -92,8 +136,8 @@ pub(super) struct InFlight {
     /// the direct copies' first where it has any (`direct`).
     events: Vec<Event>,
     /// Whether `events[0]` follows direct copies and is a sleeping wait's
-    /// (its own spare pool).
-    direct: bool,
+    /// (its own spare pool), and when they are due if they are alone.
+    direct: Direct,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,
     /// The memory the queued copies use; `None` once ended.
@@ -112,7 +156,7 @@ impl InFlight {
         job: Option<Arc<Job>>,
         lanes: &Arc<Lanes>,
         events: Vec<Event>,
-        direct: bool,
+        direct: Direct,
         order_upto: u64,
         in_use: InUse,
         transferring: Transferring,
@@ -177,8 +221,11 @@ impl InFlight {
     fn wait_once(&self) -> Result<(), Error> {
         let _relaxed = RelaxedCapture::new();
         let Some(job) = &self.job else {
-            // Direct copies alone: the driver's wait.
-            return self.synchronize_events();
+            // Direct copies alone.
+            return match self.direct {
+                Direct::Alone(due) => self.wait_due(due),
+                Direct::No | Direct::Sleeping => self.synchronize_events(),
+            };
         };
         match job.direction() {
             Direction::DeviceToHost => {
@@ -206,6 +253,29 @@ impl InFlight {
                 self.synchronize_events()
             }
         }
+    }
+
+    /// A blocking transfer's direct copies alone: asleep (a plain sleep)
+    /// until shortly before they are due ([`wake_at`]), then polling for
+    /// them, for [`DIRECT_POLLS`] at most, then asleep in the driver. A
+    /// wait asleep in the driver throughout wakes late, after an
+    /// interrupt: one H100 host took a 16 MiB copy of registered memory
+    /// at 73-75% of a pinned copy's speed that way, and at 99-100% polled.
+    fn wait_due(&self, due: Due) -> Result<(), Error> {
+        let lanes = self.lanes();
+        let wake = wake_at(due.queued, due.bytes, lanes.direct_rate(due.direction));
+        if let Some(asleep) = wake.checked_duration_since(Instant::now()) {
+            std::thread::sleep(asleep);
+        }
+        let polling = Instant::now();
+        while polling.elapsed() < DIRECT_POLLS {
+            if self.query_events()? {
+                lanes.note_direct_rate(due.direction, due.bytes, due.queued.elapsed());
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        self.synchronize_events()
     }
 
     /// Whether the events after the transfer's last chunks completed.
@@ -293,7 +363,7 @@ impl Drop for InFlight {
         let lanes = self.lanes.take();
         match &lanes {
             Some(lanes) if ended.is_ok() => {
-                if self.direct && !events.is_empty() {
+                if !matches!(self.direct, Direct::No) && !events.is_empty() {
                     lanes.return_direct_event(events.remove(0));
                 }
                 lanes.return_lane_events(events);
@@ -301,5 +371,26 @@ impl Drop for InFlight {
             _ => drop(events),
         }
         drop(lanes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Duration, Instant, WAKE_EARLY, wake_at};
+
+    /// A wait wakes `WAKE_EARLY` before its copies are due at the fastest
+    /// rate seen, and at once where none was seen or they are due sooner.
+    #[test]
+    fn a_wait_for_direct_copies_wakes_before_they_are_due() {
+        let queued = Instant::now();
+        assert_eq!(wake_at(queued, 16 << 20, 0), queued);
+        // 16 MiB at 50 GB/s: due after 335.5 us.
+        let asleep = wake_at(queued, 16 << 20, 50_000_000_000) - queued;
+        let due = Duration::from_nanos(335_544);
+        assert!(
+            asleep <= due - WAKE_EARLY && asleep + Duration::from_micros(1) >= due - WAKE_EARLY
+        );
+        // 1 MiB at 50 GB/s is due after 21 us: polled at once.
+        assert_eq!(wake_at(queued, 1 << 20, 50_000_000_000), queued);
     }
 }

@@ -23,7 +23,7 @@ use std::vec::Vec;
 use super::Direction;
 use super::driver_path::DriverPath;
 use super::feed::{CopierThread, Job, Lanes};
-use super::in_flight::{InFlight, InUse};
+use super::in_flight::{Direct, Due, InFlight, InUse};
 use super::options::StagingOptions;
 use super::order::OrderEvents;
 use super::plan::{self, Block, Layout, Route};
@@ -363,6 +363,17 @@ impl Engine {
         // transfer that returns at once takes a plain one (the driver holds
         // only so many sleeping events queued before a call waits).
         let sleeping = queuing == Queuing::Blocking;
+        // A blocking transfer of direct copies alone is waited for by when
+        // they are due ([`Due`]).
+        let waited = match (sleeping, direct.is_empty(), planned.is_empty()) {
+            (false, _, _) | (true, true, _) => Direct::No,
+            (true, false, false) => Direct::Sleeping,
+            (true, false, true) => Direct::Alone(Due {
+                bytes: direct.iter().map(|piece| piece.len).sum(),
+                direction,
+                queued: std::time::Instant::now(),
+            }),
+        };
         let mut events = Vec::new();
         if !direct.is_empty() {
             match self
@@ -404,7 +415,7 @@ impl Engine {
             job,
             &self.lanes,
             events,
-            sleeping && !direct.is_empty(),
+            waited,
             self.order.next(),
             in_use,
             transferring,
