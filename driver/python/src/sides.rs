@@ -52,11 +52,21 @@ pub(crate) struct DeviceSide {
     pub(crate) nbytes: usize,
     pub(crate) owner: Py<PyAny>,
     pub(crate) wait_for: Vec<usize>,
-    /// The device holding the bytes where the array said so as it was read
-    /// (a torch tensor's device, a DLPack capsule's, a cuda.core
-    /// `Buffer`'s `device_id`); `None` where only the driver can say
-    /// ([`DeviceSide::ordinal`] asks it).
-    known_ordinal: Option<usize>,
+    /// The device holding the bytes, where the array said so as it was
+    /// read (a torch tensor's device, a DLPack capsule's).
+    ordinal: Ordinal,
+}
+
+/// What reading a device side told of its device.
+enum Ordinal {
+    /// The array said which device holds it.
+    Known(usize),
+    /// A cuda.core `Buffer`: its `device_id`, read only where the device
+    /// is wanted (a property that may call the driver, and that older
+    /// cuda.core refuses for a `Buffer` with no memory resource).
+    Buffer,
+    /// Only the driver can say, for the pointer.
+    Ask,
 }
 
 impl DeviceSide {
@@ -64,7 +74,18 @@ impl DeviceSide {
     /// it for the same memory: what the module's copies look their default
     /// stager up by, read with the side rather than before it.
     pub(crate) fn ordinal<'py>(&self, py: Python<'py>, side: &str) -> PyResult<Bound<'py, PyAny>> {
-        match self.known_ordinal {
+        let told = match self.ordinal {
+            Ordinal::Known(ordinal) => Some(ordinal),
+            // A `device_id` that is no ordinal, or that its property
+            // refuses, leaves it to the driver.
+            Ordinal::Buffer => attribute(self.owner.bind(py), "device_id")
+                .ok()
+                .flatten()
+                .filter(|id| id.is_instance_of::<PyInt>())
+                .and_then(|id| id.extract().ok()),
+            Ordinal::Ask => None,
+        };
+        match told {
             Some(ordinal) => Ok(ordinal.into_pyobject(py)?.into_any()),
             None => device_holding(&(self.ptr as usize).into_pyobject(py)?.into_any(), side),
         }
@@ -678,7 +699,7 @@ fn torch_device_side(
         nbytes: int_of(&obj.getattr("nbytes")?)?,
         owner: obj.clone().unbind(),
         wait_for,
-        known_ordinal: device.extract().ok(),
+        ordinal: device.extract().map_or(Ordinal::Ask, Ordinal::Known),
     }))
 }
 
@@ -749,9 +770,7 @@ fn device_side(
             owner: obj.clone().unbind(),
             // A Buffer names no stream of its own: ordered after `stream=`.
             wait_for: vec![consumer],
-            known_ordinal: attribute(obj, "device_id")?
-                .filter(|id| id.is_instance_of::<PyInt>())
-                .and_then(|id| id.extract().ok()),
+            ordinal: Ordinal::Buffer,
         });
     }
     if let Some(device_type) = dlpack_device_type(obj, side)? {
@@ -787,7 +806,7 @@ fn device_side(
                 .into_any()
                 .unbind(),
             wait_for: vec![consumer],
-            known_ordinal: usize::try_from(device_id).ok(),
+            ordinal: usize::try_from(device_id).map_or(Ordinal::Ask, Ordinal::Known),
         });
     }
     if let Some(interface) = attribute(obj, "__cuda_array_interface__")? {
@@ -894,7 +913,7 @@ fn array_interface_side(
         owner: obj.clone().unbind(),
         wait_for,
         // The interface names no device: the driver says, for the pointer.
-        known_ordinal: None,
+        ordinal: Ordinal::Ask,
     })
 }
 

@@ -611,6 +611,12 @@ impl Lanes {
         }
     }
 
+    /// The rate kept `direction` may be too slow: forgotten, so that the
+    /// next blocking transfer of direct copies alone polls from the start.
+    pub(super) fn forget_direct_rate(&self, direction: Direction) {
+        self.direct_rates[direction_index(direction)].store(0, Ordering::Relaxed);
+    }
+
     /// A transfer ordered after the `wait_for` events numbered below
     /// `upto` finished: they are complete.
     pub(super) fn note_finished_below(&self, upto: u64) {

@@ -363,17 +363,6 @@ impl Engine {
         // transfer that returns at once takes a plain one (the driver holds
         // only so many sleeping events queued before a call waits).
         let sleeping = queuing == Queuing::Blocking;
-        // A blocking transfer of direct copies alone is waited for by when
-        // they are due ([`Due`]).
-        let waited = match (sleeping, direct.is_empty(), planned.is_empty()) {
-            (false, _, _) | (true, true, _) => Direct::No,
-            (true, false, false) => Direct::Sleeping,
-            (true, false, true) => Direct::Alone(Due {
-                bytes: direct.iter().map(|piece| piece.len).sum(),
-                direction,
-                queued: std::time::Instant::now(),
-            }),
-        };
         let mut events = Vec::new();
         if !direct.is_empty() {
             match self
@@ -390,6 +379,17 @@ impl Engine {
                 }
             }
         }
+        // A blocking transfer of direct copies alone is waited for by when
+        // they are due ([`Due`]), timed from their queuing.
+        let waited = match (sleeping, direct.is_empty(), planned.is_empty()) {
+            (false, _, _) | (true, true, _) => Direct::No,
+            (true, false, false) => Direct::Sleeping,
+            (true, false, true) => Direct::Alone(Due {
+                bytes: direct.iter().map(|piece| piece.len).sum(),
+                direction,
+                queued: std::time::Instant::now(),
+            }),
+        };
         let job = if planned.is_empty() {
             None
         } else {
