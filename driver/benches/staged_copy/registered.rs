@@ -239,39 +239,24 @@ fn direction_name(direction: Direction) -> &'static str {
 /// One blocking transfer of the kind's memory, timed.
 fn once(stager: &mut Stager, memory: &mut Memory, direction: Direction) -> Result<Duration, Error> {
     let start = Instant::now();
-    match (memory.kind, direction) {
-        (Kind::RegisteredDriver, Direction::D2H) => {
-            let host = memory
-                .host
-                .as_mut()
-                .expect("a registered kind has a host buffer");
-            memory.device.copy_to_host(0, &mut host[..])?;
-            return Ok(start.elapsed());
+    let Memory {
+        kind,
+        pinned,
+        host,
+        device,
+    } = memory;
+    match (*kind, direction) {
+        (Kind::RegisteredDriver | Kind::PinnedDriver, Direction::D2H) => {
+            device.copy_to_host(0, host_bytes(pinned, host))?;
         }
-        (Kind::RegisteredDriver, Direction::H2D) => {
-            let host = memory
-                .host
-                .as_ref()
-                .expect("a registered kind has a host buffer");
-            memory.device.copy_from_host(0, &host[..])?;
-            return Ok(start.elapsed());
-        }
-        (Kind::PinnedDriver, Direction::D2H) => {
-            let pinned = memory
-                .pinned
-                .as_mut()
-                .expect("a pinned kind has a pinned buffer");
-            memory.device.copy_to_host(0, &mut pinned[..])?;
-            return Ok(start.elapsed());
+        (Kind::RegisteredDriver | Kind::PinnedDriver, Direction::H2D) => {
+            device.copy_from_host(0, host_bytes(pinned, host))?;
         }
         (Kind::RegisteredPolled, _) => {
-            let host = memory
-                .host
-                .as_mut()
-                .expect("a registered kind has a host buffer");
+            let host = host_bytes(pinned, host);
             let spec = match direction {
-                Direction::D2H => to_host(&mut host[..], &memory.device),
-                Direction::H2D => to_device(&mut memory.device, &host[..]),
+                Direction::D2H => to_host(host, &*device),
+                Direction::H2D => to_device(device, &*host),
             };
             // SAFETY: both memories live in `memory`, untouched until the
             // transfer is finished below.
@@ -280,32 +265,35 @@ fn once(stager: &mut Stager, memory: &mut Memory, direction: Direction) -> Resul
                 core::hint::spin_loop();
             }
             stager.finish_pending(pending)?;
-            return Ok(start.elapsed());
         }
-        (Kind::PinnedDriver, Direction::H2D) => {
-            let pinned = memory
-                .pinned
-                .as_ref()
-                .expect("a pinned kind has a pinned buffer");
-            memory.device.copy_from_host(0, &pinned[..])?;
-            return Ok(start.elapsed());
+        (Kind::Pinned, Direction::D2H) => {
+            let buffer = pinned.take().expect("a pinned kind has a pinned buffer");
+            *pinned = Some(stager.device_to_pinned(buffer, &*device, 0)?);
         }
-        _ => {}
-    }
-    match (memory.pinned.take(), &mut memory.host, direction) {
-        (Some(pinned), _, Direction::D2H) => {
-            memory.pinned = Some(stager.device_to_pinned(pinned, &memory.device, 0)?);
+        (Kind::Pinned, Direction::H2D) => {
+            let buffer = pinned.take().expect("a pinned kind has a pinned buffer");
+            *pinned = Some(stager.pinned_to_device(device, buffer, 0)?);
         }
-        (Some(pinned), _, Direction::H2D) => {
-            memory.pinned = Some(stager.pinned_to_device(&mut memory.device, pinned, 0)?);
+        (Kind::Registered | Kind::Staged, Direction::D2H) => {
+            stager.run(to_host(host_bytes(pinned, host), &*device))?;
         }
-        (None, Some(host), Direction::D2H) => stager.run(to_host(&mut host[..], &memory.device))?,
-        (None, Some(host), Direction::H2D) => {
-            stager.run(to_device(&mut memory.device, &host[..]))?;
+        (Kind::Registered | Kind::Staged, Direction::H2D) => {
+            stager.run(to_device(device, &*host_bytes(pinned, host)))?;
         }
-        (None, None, _) => unreachable!("every kind has host memory"),
     }
     Ok(start.elapsed())
+}
+
+/// A kind's host memory: its pinned buffer or its `HostBuffer`.
+fn host_bytes<'a>(
+    pinned: &'a mut Option<PinnedBuffer>,
+    host: &'a mut Option<HostBuffer>,
+) -> &'a mut [u8] {
+    match (pinned, host) {
+        (Some(pinned), _) => &mut pinned[..],
+        (None, Some(host)) => &mut host[..],
+        (None, None) => unreachable!("every kind has host memory"),
+    }
 }
 
 /// How a large buffer is registered while its first GiB uploads: in the
