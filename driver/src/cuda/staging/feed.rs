@@ -60,6 +60,7 @@ use self::handoff::{FeederThread, Handoff, Outcome};
 use self::sync::{Arc, Mutex, MutexGuard, lock};
 use super::Direction;
 use super::options::{DeviceCopies, MAX_CHUNK, StagingOptions};
+use super::pace::Rates;
 use super::plan::{Capabilities, DeviceMove, DevicePiece, PlannedChunk, choose_moves};
 use super::trace::{self, Step};
 use crate::cuda::capture::RelaxedCapture;
@@ -98,14 +99,6 @@ const DONE_SOON: core::time::Duration = core::time::Duration::from_micros(300);
 /// 270 us); with equal 16 MiB chunks the last one (about 450 us).
 const NEAR_END: usize = 14 << 20;
 
-/// `Lanes::direct_rates`' index of `direction`.
-fn direction_index(direction: Direction) -> usize {
-    match direction {
-        Direction::DeviceToHost => 0,
-        Direction::HostToDevice => 1,
-    }
-}
-
 /// What the stager and its copier share: first the settings and objects
 /// fixed when the stager is made, read without a lock; then the state that
 /// changes, each part behind its own synchronisation (the copier's own in
@@ -140,10 +133,9 @@ pub(super) struct Lanes {
     /// Completion events of direct copies, reused: a wait for them sleeps
     /// ([`Event::blocking`]), since no copier's host side follows them.
     spare_direct_events: Mutex<Vec<Event>>,
-    /// The fastest a blocking transfer's direct copies alone have run, in
-    /// bytes a second, to the host and to the device (0: none has yet):
-    /// when its wait wakes to poll for them (`InFlight`).
-    direct_rates: [AtomicU64; 2],
+    /// How fast blocking transfers' direct copies alone have run: when
+    /// their waits wake to poll for them (`InFlight`).
+    pub(super) rates: Rates,
     /// The jobs handed to the copier, and its stop.
     handoff: Arc<Handoff<Arc<Job>>>,
     /// The stager's health: the error with which its streams last failed
@@ -480,7 +472,7 @@ impl Lanes {
             spare_events: Mutex::new(Vec::new()),
             spare_lane_events: Mutex::new(Vec::new()),
             spare_direct_events: Mutex::new(Vec::new()),
-            direct_rates: [AtomicU64::new(0), AtomicU64::new(0)],
+            rates: Rates::default(),
             handoff: Arc::new(Handoff::new()),
             undrained: Mutex::new(None),
             finished_below: AtomicU64::new(0),
@@ -586,35 +578,6 @@ impl Lanes {
     /// while they have not drained since.
     pub(super) fn undrained(&self) -> Option<DriverError> {
         *lock(&self.undrained)
-    }
-
-    /// The fastest a blocking transfer's direct copies alone have run
-    /// `direction`, in bytes a second; 0 until one has been timed.
-    pub(super) fn direct_rate(&self, direction: Direction) -> u64 {
-        self.direct_rates[direction_index(direction)].load(Ordering::Relaxed)
-    }
-
-    /// Direct copies of `bytes` ran `direction` in `took` (from queuing
-    /// to the poll that saw them done): the fastest rate is kept. A time
-    /// measured is never shorter than the copies took, so the rate kept
-    /// is never faster than they ran.
-    pub(super) fn note_direct_rate(
-        &self,
-        direction: Direction,
-        bytes: usize,
-        took: std::time::Duration,
-    ) {
-        let rate = bytes as f64 / took.as_secs_f64();
-        if rate.is_finite() && rate >= 1.0 {
-            // `as` saturates a rate beyond `u64::MAX`.
-            self.direct_rates[direction_index(direction)].fetch_max(rate as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// The rate kept `direction` may be too slow: forgotten, so that the
-    /// next blocking transfer of direct copies alone polls from the start.
-    pub(super) fn forget_direct_rate(&self, direction: Direction) {
-        self.direct_rates[direction_index(direction)].store(0, Ordering::Relaxed);
     }
 
     /// A transfer ordered after the `wait_for` events numbered below

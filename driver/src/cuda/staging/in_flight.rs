@@ -10,6 +10,7 @@ use std::vec::Vec;
 
 use super::Direction;
 use super::feed::{Job, Lanes};
+use super::pace;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
@@ -73,24 +74,6 @@ impl InUse {
 /// small transfer whose copies wait for a long kernel does not hold a core.
 const NEAR_END_POLLS: Duration = Duration::from_millis(1);
 
-/// How long before its direct copies are due a blocking transfer's wait
-/// wakes to poll for them: more than a plain sleep overshoots (Linux's
-/// default timer slack, 50 us).
-const WAKE_EARLY: Duration = Duration::from_micros(100);
-
-/// How long that wait polls before it sleeps in the driver instead (copies
-/// queued behind other work, which come later than due).
-const DIRECT_POLLS: Duration = Duration::from_millis(1);
-
-/// The longest that wait sleeps before it polls, whatever the rate: what a
-/// rate too slow (copies timed behind other work) can cost one transfer
-/// before the wait finds them done at its first poll and forgets it.
-const LONGEST_SLEEP: Duration = Duration::from_millis(50);
-
-/// The fewest bytes whose copies are timed for the rate: below it the
-/// copies' fixed latency (tens of microseconds) would read as a slow link.
-const TIMED_FROM: usize = 4 << 20;
-
 /// Whether a transfer's first event follows direct copies, a sleeping
 /// wait's (from its own spare pool), and how a wait for them goes.
 #[derive(Clone, Copy, Debug)]
@@ -105,50 +88,13 @@ pub(super) enum Direct {
 }
 
 /// A blocking transfer of direct copies alone: how many bytes, which way,
-/// and when they had been queued, from which its wait knows when they are
-/// due.
+/// and when they were about to be queued, from which its wait knows when
+/// they are due ([`pace`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Due {
     pub(super) bytes: usize,
     pub(super) direction: Direction,
     pub(super) queued: Instant,
-}
-
-/// How long a wait for direct copies of `bytes`, queued at `queued`,
-/// sleeps from `now` before it polls, the fastest such copies have run
-/// being `rate` bytes a second: until [`WAKE_EARLY`] before they would be
-/// done at that rate, [`LONGEST_SLEEP`] at most; not at all where the rate
-/// is not known yet (0) or they are due sooner.
-fn sleep_before_polling(queued: Instant, bytes: usize, rate: u64, now: Instant) -> Duration {
-    if rate == 0 {
-        return Duration::ZERO;
-    }
-    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
-    let wake = queued + due.saturating_sub(WAKE_EARLY);
-    wake.saturating_duration_since(now).min(LONGEST_SLEEP)
-}
-
-/// What a wait that found its direct copies done tells of the rate.
-#[derive(Debug, PartialEq, Eq)]
-enum Learned {
-    /// Nothing: it did not see them unfinished, or they were too few bytes
-    /// for their time to be the link's.
-    Nothing,
-    /// Their time: a poll saw them unfinished, then one saw them done.
-    Timed,
-    /// It slept and its first poll saw them done: it may have slept past
-    /// them, on a rate too slow.
-    Overslept,
-}
-
-/// What a wait learned that `slept` (or not), then polled `unfinished`
-/// times before a poll saw its `bytes` of direct copies done.
-fn learned(slept: bool, unfinished: u32, bytes: usize) -> Learned {
-    match (slept, unfinished) {
-        (true, 0) => Learned::Overslept,
-        (_, 1..) if bytes >= TIMED_FROM => Learned::Timed,
-        _ => Learned::Nothing,
-    }
 }
 
 /// A planned transfer whose driver side is queued whole, in the copier's
@@ -291,37 +237,22 @@ impl InFlight {
     }
 
     /// A blocking transfer's direct copies alone: asleep (a plain sleep)
-    /// until shortly before they are due ([`wake_at`]; [`LONGEST_SLEEP`]
-    /// at most), then polling for them, for [`DIRECT_POLLS`] at most, then
-    /// asleep in the driver. A wait asleep in the driver throughout wakes
-    /// late, after an interrupt: one H100 host took a 16 MiB copy of
-    /// registered memory at 73-75% of a pinned copy's speed that way, and
-    /// at 99-100% polled.
-    ///
-    /// The rate it wakes by is the stager's: copies of [`TIMED_FROM`]
-    /// bytes or more that a poll saw not yet done, then done, are timed
-    /// (from their queuing, so never faster than they ran) and the fastest
-    /// is kept; a wait that slept and finds its copies done at its first
-    /// poll may have slept past them, so the rate is forgotten and the
-    /// next wait polls from the start and times its copies again.
+    /// until shortly before they are due, then polling for them, then
+    /// asleep in the driver, as [`pace`] says; what the wait
+    /// saw is noted for the next.
     fn wait_due(&self, due: Due) -> Result<(), Error> {
-        let lanes = self.lanes();
-        let rate = lanes.direct_rate(due.direction);
-        let asleep = sleep_before_polling(due.queued, due.bytes, rate, Instant::now());
+        let rates = &self.lanes().rates;
+        let pace = rates.pace(due.direction, due.bytes);
+        let asleep = pace::asleep(&pace, due.queued, Instant::now());
         if !asleep.is_zero() {
             std::thread::sleep(asleep);
         }
         let polling = Instant::now();
         let mut unfinished = 0u32;
-        while polling.elapsed() < DIRECT_POLLS {
+        while polling.elapsed() < pace.polls {
             if self.query_events()? {
-                match learned(!asleep.is_zero(), unfinished, due.bytes) {
-                    Learned::Timed => {
-                        lanes.note_direct_rate(due.direction, due.bytes, due.queued.elapsed());
-                    }
-                    Learned::Overslept => lanes.forget_direct_rate(due.direction),
-                    Learned::Nothing => {}
-                }
+                let took = due.queued.elapsed();
+                rates.note(due.direction, &pace, due.bytes, unfinished, took);
                 return Ok(());
             }
             unfinished = unfinished.saturating_add(1);
@@ -423,60 +354,5 @@ impl Drop for InFlight {
             _ => drop(events),
         }
         drop(lanes);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{
-        Duration, Instant, LONGEST_SLEEP, Learned, TIMED_FROM, WAKE_EARLY, learned,
-        sleep_before_polling,
-    };
-
-    /// A wait sleeps until `WAKE_EARLY` before its copies are due at the
-    /// fastest rate seen, from when they were queued; not at all where no
-    /// rate was seen or they are due sooner; never longer than
-    /// `LONGEST_SLEEP`, however slow the rate.
-    #[test]
-    fn a_wait_for_direct_copies_sleeps_until_shortly_before_they_are_due() {
-        let queued = Instant::now();
-        assert_eq!(
-            sleep_before_polling(queued, 16 << 20, 0, queued),
-            Duration::ZERO
-        );
-        // 16 MiB at 50 GB/s: due after 335.5 us.
-        let due = Duration::from_nanos(335_544);
-        let asleep = sleep_before_polling(queued, 16 << 20, 50_000_000_000, queued);
-        assert!(
-            asleep <= due - WAKE_EARLY && asleep + Duration::from_micros(1) >= due - WAKE_EARLY
-        );
-        // Asked 200 us after the queuing: 200 us less.
-        let later = queued + Duration::from_micros(200);
-        let rest = sleep_before_polling(queued, 16 << 20, 50_000_000_000, later);
-        assert_eq!(rest, asleep - Duration::from_micros(200));
-        // 1 MiB at 50 GB/s is due after 21 us: polled at once.
-        assert_eq!(
-            sleep_before_polling(queued, 1 << 20, 50_000_000_000, queued),
-            Duration::ZERO
-        );
-        // 1 MiB at 1 byte a second would be 12 days.
-        assert_eq!(
-            sleep_before_polling(queued, 1 << 20, 1, queued),
-            LONGEST_SLEEP
-        );
-    }
-
-    /// Only copies seen unfinished and then done, of `TIMED_FROM` bytes or
-    /// more, are timed (a small copy's time is its latency, not the link);
-    /// a wait that slept and found them done at once forgets the rate.
-    #[test]
-    fn a_wait_times_only_copies_it_saw_finish_and_forgets_a_rate_it_overslept() {
-        assert_eq!(learned(true, 0, 64 << 20), Learned::Overslept);
-        assert_eq!(learned(true, 0, 1), Learned::Overslept);
-        assert_eq!(learned(false, 0, 64 << 20), Learned::Nothing);
-        assert_eq!(learned(false, 3, TIMED_FROM), Learned::Timed);
-        assert_eq!(learned(true, 3, TIMED_FROM), Learned::Timed);
-        assert_eq!(learned(false, 3, TIMED_FROM - 1), Learned::Nothing);
-        assert_eq!(learned(true, 1, 4096), Learned::Nothing);
     }
 }

@@ -174,6 +174,7 @@ mod feed;
 mod in_flight;
 mod options;
 mod order;
+mod pace;
 mod pending;
 mod plan;
 mod scope;

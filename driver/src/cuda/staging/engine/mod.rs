@@ -364,6 +364,9 @@ impl Engine {
         // only so many sleeping events queued before a call waits).
         let sleeping = queuing == Queuing::Blocking;
         let mut events = Vec::new();
+        // Direct copies are timed from just before their queuing: never
+        // faster than they ran.
+        let queued = std::time::Instant::now();
         if !direct.is_empty() {
             match self
                 .lanes
@@ -380,14 +383,14 @@ impl Engine {
             }
         }
         // A blocking transfer of direct copies alone is waited for by when
-        // they are due ([`Due`]), timed from their queuing.
+        // they are due ([`Due`]).
         let waited = match (sleeping, direct.is_empty(), planned.is_empty()) {
             (false, _, _) | (true, true, _) => Direct::No,
             (true, false, false) => Direct::Sleeping,
             (true, false, true) => Direct::Alone(Due {
                 bytes: direct.iter().map(|piece| piece.len).sum(),
                 direction,
-                queued: std::time::Instant::now(),
+                queued,
             }),
         };
         let job = if planned.is_empty() {
