@@ -255,11 +255,19 @@ mod tests {
     /// would wake it after the copies are done.
     #[test]
     fn a_class_without_a_rate_borrows_a_larger_before_a_smaller() {
-        let larger = pace(&rates(&[(4, 40 * GB), (10, 50 * GB)]), Some(6), 64 << 20);
+        // The nearest larger class (8, 50 GB/s), not a farther one (12) nor
+        // a smaller one (4).
+        let known = [(4, 40 * GB), (8, 50 * GB), (12, 60 * GB)];
+        let larger = pace(&rates(&known), Some(6), 64 << 20);
         let at_50 = Duration::from_secs_f64((64u64 << 20) as f64 / (50 * GB) as f64);
         assert!(larger.wake <= at_50 - WAKE_EARLY);
         assert!(larger.wake + Duration::from_micros(1) >= at_50 - WAKE_EARLY);
-        let smaller = pace(&rates(&[(4, 50 * GB)]), Some(10), 1 << 30);
+        // Its own class before any other.
+        let own = pace(&rates(&[(6, 40 * GB), (8, 50 * GB)]), Some(6), 64 << 20);
+        let at_40 = Duration::from_secs_f64((64u64 << 20) as f64 / (40 * GB) as f64);
+        assert!(own.wake + Duration::from_micros(1) >= at_40 - WAKE_EARLY);
+        // None larger: the nearest smaller class (4, 50 GB/s), not class 2.
+        let smaller = pace(&rates(&[(2, 25 * GB), (4, 50 * GB)]), Some(10), 1 << 30);
         let at_50 = Duration::from_secs_f64((1u64 << 30) as f64 / (50 * GB) as f64);
         assert!(smaller.wake <= at_50 * 3 / 4);
         assert!(smaller.wake + Duration::from_micros(1) >= at_50 * 3 / 4);
