@@ -471,3 +471,37 @@ fn a_kept_buffer_on_fresh_pages_is_no_longer_copied_directly() {
     drop(stager_a);
     assert_eq!(copies, STAGED, "the kept buffer was copied directly");
 }
+
+/// A blocking transfer of registered memory alone is timed on the GPU:
+/// two timing events around its copies, read once it is done, which the
+/// next such transfer reuses with its completion event (no event made).
+#[test]
+fn a_blocking_direct_transfer_is_timed_on_the_gpu_and_reuses_its_events() {
+    let device = device();
+    let mut stager = stager(&device);
+    let mut buffer = filled(7);
+    let registered = buffer.register_in_ranges(&device.context, Register::Now, RANGE);
+    assert!(registered.is_complete(), "{registered:?}");
+    // Whole ranges: every byte direct, both ways.
+    let whole = 3 * RANGE;
+    let expected = pattern(whole, 7);
+    let mut target = DeviceBuffer::new(&device.context, whole).unwrap();
+    for round in 0..3 {
+        let (up, calls) = sim::count_calls(|| stager.run(to_device(&mut target, &buffer[..whole])));
+        up.unwrap();
+        assert_eq!(calls.of("cuMemcpyHtoDAsync_v2"), 3, "one copy a range");
+        assert_eq!(calls.of("cuEventElapsedTime"), 1, "timed once");
+        buffer[..whole].fill(0);
+        let (down, calls) = sim::count_calls(|| stager.run(to_host(&mut buffer[..whole], &target)));
+        down.unwrap();
+        assert_eq!(calls.of("cuMemcpyDtoHAsync_v2"), 3, "one copy a range");
+        assert_eq!(calls.of("cuEventElapsedTime"), 1, "timed once");
+        if round > 0 {
+            assert_eq!(calls.of("cuEventCreate"), 0, "events reused");
+        }
+        assert!(buffer[..whole] == expected[..], "the bytes differ");
+    }
+    drop(buffer);
+    drop(stager);
+    device.assert_no_violations();
+}

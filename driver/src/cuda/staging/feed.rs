@@ -99,6 +99,28 @@ const DONE_SOON: core::time::Duration = core::time::Duration::from_micros(300);
 /// 270 us); with equal 16 MiB chunks the last one (about 450 us).
 const NEAR_END: usize = 14 << 20;
 
+/// How a transfer's direct copies are waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DirectWait {
+    /// Polled, or waited for beside other events: a transfer that returns
+    /// at once.
+    Plain,
+    /// Asleep in the driver: a blocking transfer with staged chunks too.
+    Sleeping,
+    /// Asleep until they are due, then polled ([`pace`](super::pace)): a
+    /// blocking transfer of direct copies alone, timed on the GPU.
+    Paced,
+}
+
+/// Timing events recorded just before and just after a transfer's direct
+/// copies: how long they ran on the GPU, whatever was queued before them
+/// and however their wait went; `end` is a plain event, polled.
+#[derive(Debug)]
+pub(super) struct CopyTimes {
+    pub(super) start: Event,
+    pub(super) end: Event,
+}
+
 /// What the stager and its copier share: first the settings and objects
 /// fixed when the stager is made, read without a lock; then the state that
 /// changes, each part behind its own synchronisation (the copier's own in
@@ -133,6 +155,8 @@ pub(super) struct Lanes {
     /// Completion events of direct copies, reused: a wait for them sleeps
     /// ([`Event::blocking`]), since no copier's host side follows them.
     spare_direct_events: Mutex<Vec<Event>>,
+    /// Timing events around direct copies alone ([`CopyTimes`]), reused.
+    spare_timing_events: Mutex<Vec<Event>>,
     /// How fast blocking transfers' direct copies alone have run: when
     /// their waits wake to poll for them (`InFlight`).
     pub(super) rates: Rates,
@@ -472,6 +496,7 @@ impl Lanes {
             spare_events: Mutex::new(Vec::new()),
             spare_lane_events: Mutex::new(Vec::new()),
             spare_direct_events: Mutex::new(Vec::new()),
+            spare_timing_events: Mutex::new(Vec::new()),
             rates: Rates::default(),
             handoff: Arc::new(Handoff::new()),
             undrained: Mutex::new(None),
@@ -489,6 +514,7 @@ impl Lanes {
         lock(&self.spare_events).clear();
         lock(&self.spare_lane_events).clear();
         lock(&self.spare_direct_events).clear();
+        lock(&self.spare_timing_events).clear();
         self.flags.memory = None;
         drop(self.gather.take());
     }
@@ -540,6 +566,22 @@ impl Lanes {
         let mut spare = lock(&self.spare_direct_events);
         if spare.len() < SPARE_EVENTS {
             spare.push(event);
+        }
+    }
+
+    /// Gives the timing events around direct copies back for reuse.
+    pub(super) fn return_copy_times(&self, times: CopyTimes) {
+        let mut spare = lock(&self.spare_timing_events);
+        if spare.len() + 2 <= SPARE_EVENTS {
+            spare.extend([times.start, times.end]);
+        }
+    }
+
+    /// A timing event, a spare one if there is.
+    fn timing_event(&self) -> Result<Event, Error> {
+        match lock(&self.spare_timing_events).pop() {
+            Some(event) => Ok(event),
+            None => Ok(Event::timing(&self.context)?),
         }
     }
 
@@ -815,9 +857,10 @@ impl Lanes {
 
     /// Queues a transfer's direct copies (between registered host memory
     /// and the device) on lane `lane`'s stream, and records an event after
-    /// them: where `sleeping`, one that a wait sleeps on (no host side
+    /// them: where `wait` sleeps, one that a wait sleeps on (no host side
     /// follows: a thread spinning on it would cost a core for the whole
     /// copy), from its own spare pool; else a plain one, as the lanes'.
+    /// Where `wait` is paced, the copies are timed too ([`CopyTimes`]).
     /// Several pieces go in one batch call unless the stager copies in a
     /// loop or the driver has no batch copy.
     pub(super) fn queue_direct(
@@ -825,13 +868,24 @@ impl Lanes {
         direction: Direction,
         pieces: &[DevicePiece],
         lane: usize,
-        sleeping: bool,
-    ) -> Result<Event, Error> {
+        wait: DirectWait,
+    ) -> Result<(Event, Option<CopyTimes>), Error> {
         let _relaxed = RelaxedCapture::new();
         // Unwinding from here would end the transfer's borrows with its
         // copies queued.
         let _no_unwind = AbortOnUnwind::new();
         let stream = self.streams[lane].as_stream();
+        let start = match wait {
+            DirectWait::Paced => {
+                let start = self.timing_event()?;
+                if let Err(error) = start.record_on_own(stream) {
+                    lock(&self.spare_timing_events).push(start);
+                    return Err(error);
+                }
+                Some(start)
+            }
+            DirectWait::Plain | DirectWait::Sleeping => None,
+        };
         let capabilities = self.capabilities();
         let batch = pieces.len() > 1
             && capabilities.batch
@@ -840,6 +894,15 @@ impl Lanes {
                 DeviceCopies::Auto | DeviceCopies::Batch | DeviceCopies::Kernel
             );
         self.move_pieces(direction, pieces, batch, stream)?;
+        let times = match start {
+            Some(start) => {
+                let end = self.timing_event()?;
+                end.record_on_own(stream)?;
+                Some(CopyTimes { start, end })
+            }
+            None => None,
+        };
+        let sleeping = wait != DirectWait::Plain;
         let pool = match sleeping {
             true => &self.spare_direct_events,
             false => &self.spare_lane_events,
@@ -854,7 +917,7 @@ impl Lanes {
             lock(pool).push(event);
             return Err(error);
         }
-        Ok(event)
+        Ok((event, times))
     }
 
     /// What the planner knows of the driver's side: the stager's choice,

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use super::Direction;
-use super::feed::{Job, Lanes};
-use super::pace;
+use super::feed::{CopyTimes, Job, Lanes};
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
@@ -76,7 +75,7 @@ const NEAR_END_POLLS: Duration = Duration::from_millis(1);
 
 /// Whether a transfer's first event follows direct copies, a sleeping
 /// wait's (from its own spare pool), and how a wait for them goes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub(super) enum Direct {
     /// No direct copies, or a transfer that returns at once (plain events).
     No,
@@ -89,12 +88,13 @@ pub(super) enum Direct {
 
 /// A blocking transfer of direct copies alone: how many bytes, which way,
 /// and when they were about to be queued, from which its wait knows when
-/// they are due ([`pace`]).
-#[derive(Clone, Copy, Debug)]
+/// they are due ([`pace`](super::pace)); and the events that time them on the GPU.
+#[derive(Debug)]
 pub(super) struct Due {
     pub(super) bytes: usize,
     pub(super) direction: Direction,
     pub(super) queued: Instant,
+    pub(super) times: CopyTimes,
 }
 
 /// A planned transfer whose driver side is queued whole, in the copier's
@@ -203,7 +203,7 @@ impl InFlight {
         let _relaxed = RelaxedCapture::new();
         let Some(job) = &self.job else {
             // Direct copies alone.
-            return match self.direct {
+            return match &self.direct {
                 Direct::Alone(due) => self.wait_due(due),
                 Direct::No | Direct::Sleeping => self.synchronize_events(),
             };
@@ -237,28 +237,33 @@ impl InFlight {
     }
 
     /// A blocking transfer's direct copies alone: asleep (a plain sleep)
-    /// until shortly before they are due, then polling for them, then
-    /// asleep in the driver, as [`pace`] says; what the wait
-    /// saw is noted for the next.
-    fn wait_due(&self, due: Due) -> Result<(), Error> {
+    /// until shortly before they are due, then polling the plain event
+    /// after them, then asleep in the driver, as [`pace`](super::pace) says; how late
+    /// the sleep woke and how long the copies ran on the GPU are noted for
+    /// the next wait.
+    fn wait_due(&self, due: &Due) -> Result<(), Error> {
         let rates = &self.lanes().rates;
         let pace = rates.pace(due.direction, due.bytes);
-        let asleep = pace::asleep(&pace, due.queued, Instant::now());
-        if !asleep.is_zero() {
-            std::thread::sleep(asleep);
+        let until = due.queued + pace.wake;
+        let now = Instant::now();
+        if until > now {
+            std::thread::sleep(until - now);
+            rates.note_sleep(until, Instant::now());
         }
         let polling = Instant::now();
-        let mut unfinished = 0u32;
-        while polling.elapsed() < pace.polls {
-            if self.query_events()? {
-                let took = due.queued.elapsed();
-                rates.note(due.direction, &pace, due.bytes, unfinished, took);
-                return Ok(());
+        while !due.times.end.query()? {
+            if polling.elapsed() >= pace.polls {
+                self.synchronize_events()?;
+                break;
             }
-            unfinished = unfinished.saturating_add(1);
             std::thread::yield_now();
         }
-        self.synchronize_events()
+        // Both timing events have run. A time the driver cannot give
+        // (an error after the copies ran) teaches nothing.
+        if let Ok(ms) = due.times.end.elapsed_ms_since(&due.times.start) {
+            rates.note_copies(due.direction, due.bytes, ms);
+        }
+        Ok(())
     }
 
     /// Whether the events after the transfer's last chunks completed.
@@ -343,15 +348,19 @@ impl Drop for InFlight {
         let ended = *self.ended.get_or_init(|| self.end(false));
         let _relaxed = RelaxedCapture::new();
         let mut events = core::mem::take(&mut self.events);
+        let direct = core::mem::replace(&mut self.direct, Direct::No);
         let lanes = self.lanes.take();
         match &lanes {
             Some(lanes) if ended.is_ok() => {
-                if !matches!(self.direct, Direct::No) && !events.is_empty() {
+                if !matches!(direct, Direct::No) && !events.is_empty() {
                     lanes.return_direct_event(events.remove(0));
+                }
+                if let Direct::Alone(due) = direct {
+                    lanes.return_copy_times(due.times);
                 }
                 lanes.return_lane_events(events);
             }
-            _ => drop(events),
+            _ => drop((events, direct)),
         }
         drop(lanes);
     }

@@ -4,25 +4,28 @@
 //! interrupt: one H100 host took a 16 MiB copy of registered memory at
 //! 73-75% of a pinned copy's speed that way, and at 99-100% polled. Polling
 //! throughout costs a core for the whole copy. So the wait sleeps (a plain
-//! sleep) until shortly before the copies are due, polls, and sleeps in the
-//! driver only past a polling budget (copies queued behind other work).
+//! sleep) until shortly before the copies are due, polls a plain event
+//! recorded after them, and sleeps in the driver only past a polling budget
+//! (copies queued behind other work).
 //!
 //! When they are due comes from how long earlier copies of about the same
-//! size took the same way: one rate per direction and size class (a power
-//! of two from 1 MiB). Within a class the estimate is off by at most the
-//! copies' fixed latency (tens of microseconds), less than the wait wakes
-//! early by; across classes it is not (16 MiB copies timed at 50 GB/s, with
-//! 20 us of latency, make 1 GiB copies look 1.3 ms longer than they are),
-//! so a class with no rate of its own borrows a larger class's (which wakes
-//! it early) before a smaller one's (which it wakes by at three quarters of
-//! the time).
+//! size ran on the GPU: two timing events around the copies, read once
+//! they have run, whichever way the wait ended. That time leaves out work
+//! queued before them and every host wake-up, so it neither grows behind a
+//! kernel nor depends on whether the wait polled. One rate per direction
+//! and size class (a power of two from 1 MiB), the latest timed: within a
+//! class the estimate is off by at most the copies' fixed latency (tens of
+//! microseconds), less than the wait wakes early by; across classes it is
+//! not (16 MiB copies timed with 20 us of latency make 1 GiB copies look
+//! longer than they are), so a class with no rate of its own borrows a
+//! larger class's (which wakes it early) before a smaller one's (which it
+//! wakes by at three quarters of the time). With no rate at all in its
+//! direction a wait sleeps in the driver: one late wake, and its copies
+//! are timed.
 //!
-//! A copy's time runs from just before it was queued, so a rate is never
-//! faster than the copies ran; the wait that timed it keeps it for the
-//! class (the latest, not the fastest, so that a rate raised after an
-//! oversleep comes down again). A wait that slept and finds its copies done
-//! at its first poll may have slept past them: the class's rate is raised
-//! by an eighth.
+//! A plain sleep wakes late by the host's timer slack and more on a busy
+//! host; how late the waits' sleeps woke (smoothed) is taken off the next
+//! sleep, so that the wait still wakes before its copies are done.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,18 +33,21 @@ use std::time::{Duration, Instant};
 use super::Direction;
 
 /// How long before its direct copies are due a wait wakes to poll for
-/// them: more than a plain sleep overshoots (Linux's default timer slack,
-/// 50 us).
+/// them, besides how late its sleep is expected to wake: the copies'
+/// latency from queuing to running and back (tens of microseconds),
+/// with room to spare.
 const WAKE_EARLY: Duration = Duration::from_micros(100);
 
 /// How long a wait polls at least before it sleeps in the driver instead
 /// (copies queued behind other work, which come later than due).
 const DIRECT_POLLS: Duration = Duration::from_millis(1);
 
-/// The longest a wait sleeps before it polls, whatever the rate, and the
-/// longest it polls where no rate is known: what a wrong rate, or copies
-/// queued behind other work, can cost one transfer.
+/// The longest a wait sleeps before it polls, whatever the rate.
 const LONGEST_SLEEP: Duration = Duration::from_millis(50);
+
+/// The most a sleep is taken to wake late by: a sleep that woke later
+/// (the thread preempted) counts as this late.
+const LATEST_WAKE: Duration = Duration::from_millis(1);
 
 /// The smallest copies timed, and the first size class: below it the
 /// copies' latency is their time, and they are polled at once.
@@ -60,11 +66,14 @@ fn class(bytes: usize) -> Option<usize> {
     Some(above.min(CLASSES - 1))
 }
 
-/// The rates of blocking transfers' direct copies alone, in bytes a second,
-/// per direction and size class (0: not known): one per stager.
+/// What blocking transfers' direct copies alone have shown, one per
+/// stager: their rates on the GPU, in bytes a second, per direction and
+/// size class (0: not known), and how late the waits' sleeps woke.
 #[derive(Debug, Default)]
 pub(super) struct Rates {
     rates: [[AtomicU64; CLASSES]; 2],
+    /// Nanoseconds, smoothed over the waits' sleeps.
+    late: AtomicU64,
 }
 
 /// How a wait for direct copies goes, from just before they were queued.
@@ -72,11 +81,9 @@ pub(super) struct Rates {
 pub(super) struct Pace {
     /// Until when after their queuing it sleeps before it polls.
     pub(super) wake: Duration,
-    /// How long it polls at most before it sleeps in the driver.
+    /// How long it polls at most before it sleeps in the driver (zero: it
+    /// queries once, then sleeps there).
     pub(super) polls: Duration,
-    /// Its copies' class, and the rate it woke by (0: it did not sleep);
-    /// `None`: copies too small to be timed.
-    learns: Option<(usize, u64)>,
 }
 
 /// Where a class's rate came from.
@@ -104,48 +111,49 @@ fn known(rates: &[u64; CLASSES], class: usize) -> Known {
 }
 
 /// The pace of a wait for `bytes` of copies of `class` (`None`: too few to
-/// time), the rates of their direction being `rates`.
-fn pace(rates: &[u64; CLASSES], class: Option<usize>, bytes: usize) -> Pace {
+/// time), the rates of their direction being `rates` and a sleep expected
+/// to wake `late`.
+fn pace(rates: &[u64; CLASSES], class: Option<usize>, bytes: usize, late: Duration) -> Pace {
     let Some(class) = class else {
         return Pace {
             wake: Duration::ZERO,
             polls: DIRECT_POLLS,
-            learns: None,
         };
     };
     let due = |rate: u64| Duration::from_secs_f64(bytes as f64 / rate as f64);
-    let (wake, rate) = match known(rates, class) {
-        Known::Near(rate) => (due(rate).saturating_sub(WAKE_EARLY), rate),
-        Known::Smaller(rate) => (due(rate) * 3 / 4, rate),
+    let wake = match known(rates, class) {
+        Known::Near(rate) => due(rate).saturating_sub(WAKE_EARLY),
+        Known::Smaller(rate) => due(rate) * 3 / 4,
         Known::Unknown => {
             return Pace {
                 wake: Duration::ZERO,
-                polls: LONGEST_SLEEP,
-                learns: Some((class, 0)),
+                polls: Duration::ZERO,
             };
         }
     };
-    let wake = wake.min(LONGEST_SLEEP);
+    let wake = wake.saturating_sub(late).min(LONGEST_SLEEP);
     Pace {
         wake,
         polls: DIRECT_POLLS.max(wake / 2),
-        learns: Some((class, if wake.is_zero() { 0 } else { rate })),
     }
 }
 
-/// What a wait tells of the rate, having `polled` unfinished before a poll
-/// saw its `bytes` done, `took` after they were queued: the class's new
-/// rate, if any.
-fn learned(pace: &Pace, bytes: usize, polled: u32, took: Duration) -> Option<(usize, u64)> {
-    let (class, slept_by) = pace.learns?;
-    if polled > 0 {
-        // Seen unfinished, then done: timed.
-        let rate = bytes as f64 / took.as_secs_f64().max(1e-9);
-        // `as` saturates a rate beyond `u64::MAX`; at least 1.
-        return Some((class, (rate as u64).max(1)));
+/// The rate of `bytes` of copies that ran `ms` on the GPU, at least 1.
+fn rate(bytes: usize, ms: f32) -> u64 {
+    let rate = bytes as f64 / (f64::from(ms) / 1e3).max(1e-9);
+    // `as` saturates a rate beyond `u64::MAX`.
+    (rate as u64).max(1)
+}
+
+/// How late sleeps are taken to wake once a sleep woke `sample` late,
+/// having been taken to wake `late`: a quarter of the way to it.
+fn smoothed(late: Duration, sample: Duration) -> Duration {
+    let sample = sample.min(LATEST_WAKE);
+    if sample >= late {
+        late + (sample - late) / 4
+    } else {
+        late - (late - sample) / 4
     }
-    // Done at its first poll after a sleep: perhaps slept past them.
-    (slept_by != 0).then(|| (class, slept_by.saturating_add(slept_by / 8)))
 }
 
 impl Rates {
@@ -154,23 +162,26 @@ impl Rates {
         let rates = self.rates[index(direction)]
             .each_ref()
             .map(|rate| rate.load(Ordering::Relaxed));
-        pace(&rates, class(bytes), bytes)
+        let late = Duration::from_nanos(self.late.load(Ordering::Relaxed));
+        pace(&rates, class(bytes), bytes, late)
     }
 
-    /// A wait paced by `pace` saw its `bytes` of copies `direction` done
-    /// after `polled` polls saw them unfinished, `took` after they were
-    /// queued.
-    pub(super) fn note(
-        &self,
-        direction: Direction,
-        pace: &Pace,
-        bytes: usize,
-        polled: u32,
-        took: Duration,
-    ) {
-        if let Some((class, rate)) = learned(pace, bytes, polled, took) {
-            self.rates[index(direction)][class].store(rate, Ordering::Relaxed);
+    /// `bytes` of direct copies `direction` ran `ms` on the GPU.
+    pub(super) fn note_copies(&self, direction: Direction, bytes: usize, ms: f32) {
+        if let Some(class) = class(bytes)
+            && ms.is_finite()
+            && ms >= 0.0
+        {
+            self.rates[index(direction)][class].store(rate(bytes, ms), Ordering::Relaxed);
         }
+    }
+
+    /// A wait's sleep, asked to end at `until`, ended at `woke`.
+    pub(super) fn note_sleep(&self, until: Instant, woke: Instant) {
+        let late = Duration::from_nanos(self.late.load(Ordering::Relaxed));
+        let next = smoothed(late, woke.saturating_duration_since(until));
+        // At most `LATEST_WAKE`: far below `u64::MAX` nanoseconds.
+        self.late.store(next.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -182,17 +193,12 @@ fn index(direction: Direction) -> usize {
     }
 }
 
-/// How long from `now` until `pace` wakes, for copies queued at `queued`.
-pub(super) fn asleep(pace: &Pace, queued: Instant, now: Instant) -> Duration {
-    (queued + pace.wake).saturating_duration_since(now)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::Direction;
     use super::{
-        CLASSES, DIRECT_POLLS, Duration, Instant, LONGEST_SLEEP, Pace, Rates, WAKE_EARLY, asleep,
-        class, learned, pace,
+        CLASSES, DIRECT_POLLS, Duration, Instant, LATEST_WAKE, LONGEST_SLEEP, Rates, WAKE_EARLY,
+        class, pace, smoothed,
     };
 
     const GB: u64 = 1_000_000_000;
@@ -203,6 +209,11 @@ mod tests {
             rates[class] = rate;
         }
         rates
+    }
+
+    /// Within a microsecond of `expected`, and not after it.
+    fn near(wake: Duration, expected: Duration) -> bool {
+        wake <= expected && wake + Duration::from_micros(1) >= expected
     }
 
     /// Classes are powers of two from 1 MiB, the last open-ended; smaller
@@ -220,32 +231,44 @@ mod tests {
 
     /// With its class's rate a wait sleeps until `WAKE_EARLY` before the
     /// copies are due and polls at least `DIRECT_POLLS`; with none known
-    /// it polls from the start, for up to `LONGEST_SLEEP`; small copies
-    /// are polled at once and never timed.
+    /// in its direction it sleeps in the driver at once; small copies are
+    /// polled at once.
     #[test]
     fn a_wait_wakes_shortly_before_its_copies_are_due() {
         // 16 MiB at 50 GB/s: due after 335.5 us.
-        let own = pace(&rates(&[(4, 50 * GB)]), Some(4), 16 << 20);
-        let due = Duration::from_nanos(335_544);
-        assert!(own.wake <= due - WAKE_EARLY);
-        assert!(own.wake + Duration::from_micros(1) >= due - WAKE_EARLY);
+        let own = pace(&rates(&[(4, 50 * GB)]), Some(4), 16 << 20, Duration::ZERO);
+        assert!(near(own.wake, Duration::from_nanos(335_544) - WAKE_EARLY));
         assert_eq!(own.polls, DIRECT_POLLS);
         // 1 GiB at 50 GB/s: 21.5 ms, polled for up to half the sleep.
-        let large = pace(&rates(&[(10, 50 * GB)]), Some(10), 1 << 30);
+        let large = pace(&rates(&[(10, 50 * GB)]), Some(10), 1 << 30, Duration::ZERO);
         assert!(large.polls > Duration::from_millis(10));
-        // Nothing known: polled from the start, long enough to be timed.
-        let unknown = pace(&rates(&[]), Some(10), 1 << 30);
+        // Nothing known: in the driver at once.
+        let unknown = pace(&rates(&[]), Some(10), 1 << 30, Duration::ZERO);
         assert_eq!(
             (unknown.wake, unknown.polls),
-            (Duration::ZERO, LONGEST_SLEEP)
+            (Duration::ZERO, Duration::ZERO)
         );
         // Below 1 MiB: polled at once, for `DIRECT_POLLS`.
-        let small = pace(&rates(&[(0, 50 * GB)]), class(4096), 4096);
+        let small = pace(&rates(&[(0, 50 * GB)]), class(4096), 4096, Duration::ZERO);
         assert_eq!((small.wake, small.polls), (Duration::ZERO, DIRECT_POLLS));
-        assert_eq!(learned(&small, 4096, 3, Duration::from_micros(9)), None);
         // 1 MiB at 1 byte a second would be 12 days: `LONGEST_SLEEP`.
-        let slow = pace(&rates(&[(0, 1)]), Some(0), 1 << 20);
+        let slow = pace(&rates(&[(0, 1)]), Some(0), 1 << 20, Duration::ZERO);
         assert_eq!(slow.wake, LONGEST_SLEEP);
+    }
+
+    /// A sleep expected to wake late is shortened by as much.
+    #[test]
+    fn a_wait_sleeps_less_by_how_late_sleeps_wake() {
+        let known = rates(&[(4, 50 * GB)]);
+        let on_time = pace(&known, Some(4), 16 << 20, Duration::ZERO);
+        let late = Duration::from_micros(70);
+        assert_eq!(
+            pace(&known, Some(4), 16 << 20, late).wake,
+            on_time.wake - late
+        );
+        // Never below zero.
+        let later = pace(&known, Some(4), 16 << 20, Duration::from_millis(1));
+        assert_eq!(later.wake, Duration::ZERO);
     }
 
     /// A class with no rate of its own takes the nearest larger class's
@@ -255,86 +278,92 @@ mod tests {
     /// would wake it after the copies are done.
     #[test]
     fn a_class_without_a_rate_borrows_a_larger_before_a_smaller() {
+        let at = |bytes: u64, rate: u64| Duration::from_secs_f64(bytes as f64 / rate as f64);
         // The nearest larger class (8, 50 GB/s), not a farther one (12) nor
         // a smaller one (4).
         let known = [(4, 40 * GB), (8, 50 * GB), (12, 60 * GB)];
-        let larger = pace(&rates(&known), Some(6), 64 << 20);
-        let at_50 = Duration::from_secs_f64((64u64 << 20) as f64 / (50 * GB) as f64);
-        assert!(larger.wake <= at_50 - WAKE_EARLY);
-        assert!(larger.wake + Duration::from_micros(1) >= at_50 - WAKE_EARLY);
+        let larger = pace(&rates(&known), Some(6), 64 << 20, Duration::ZERO);
+        assert!(near(larger.wake, at(64 << 20, 50 * GB) - WAKE_EARLY));
         // Its own class before any other.
-        let own = pace(&rates(&[(6, 40 * GB), (8, 50 * GB)]), Some(6), 64 << 20);
-        let at_40 = Duration::from_secs_f64((64u64 << 20) as f64 / (40 * GB) as f64);
-        assert!(own.wake + Duration::from_micros(1) >= at_40 - WAKE_EARLY);
+        let own = pace(
+            &rates(&[(6, 40 * GB), (8, 50 * GB)]),
+            Some(6),
+            64 << 20,
+            Duration::ZERO,
+        );
+        assert!(near(own.wake, at(64 << 20, 40 * GB) - WAKE_EARLY));
         // None larger: the nearest smaller class (4, 50 GB/s), not class 2.
-        let smaller = pace(&rates(&[(2, 25 * GB), (4, 50 * GB)]), Some(10), 1 << 30);
-        let at_50 = Duration::from_secs_f64((1u64 << 30) as f64 / (50 * GB) as f64);
-        assert!(smaller.wake <= at_50 * 3 / 4);
-        assert!(smaller.wake + Duration::from_micros(1) >= at_50 * 3 / 4);
-        assert!(smaller.polls >= at_50 * 3 / 8);
+        let smaller = pace(
+            &rates(&[(2, 25 * GB), (4, 50 * GB)]),
+            Some(10),
+            1 << 30,
+            Duration::ZERO,
+        );
+        assert!(near(smaller.wake, at(1 << 30, 50 * GB) * 3 / 4));
+        assert!(smaller.polls >= at(1 << 30, 50 * GB) * 3 / 8);
     }
 
-    /// A wait that saw its copies unfinished, then done, keeps their rate
-    /// for the class (the latest, lower too); one that slept and found them
-    /// done at its first poll raises the rate it slept by an eighth; one
-    /// that polled from the start and found them done at once learns
-    /// nothing.
+    /// The copies' time on the GPU sets their class's rate, the latest
+    /// kept (lower and higher alike), each direction apart; copies below
+    /// 1 MiB and times that are no times set nothing.
     #[test]
-    fn a_wait_keeps_the_rate_it_timed_and_raises_one_it_overslept() {
+    fn the_latest_time_on_the_gpu_sets_the_rate() {
         let table = Rates::default();
         let to_host = Direction::DeviceToHost;
         let first = table.pace(to_host, 64 << 20);
-        assert_eq!(first.wake, Duration::ZERO);
-        // 64 MiB seen unfinished, done 1.342 ms after queuing: 50 GB/s.
-        table.note(
-            to_host,
-            &first,
-            64 << 20,
-            5,
-            Duration::from_nanos(1_342_177),
-        );
-        let timed = table.pace(to_host, 64 << 20);
-        let rate = |pace: &Pace| pace.learns.unwrap().1;
-        assert!((rate(&timed) as i64 - (50 * GB) as i64).abs() < 100_000);
-        // The other direction, and other classes' own rates, are apart.
-        assert_eq!(
-            table.pace(Direction::HostToDevice, 64 << 20).wake,
-            Duration::ZERO
-        );
-        // Slept, then done at the first poll: an eighth faster.
-        table.note(to_host, &timed, 64 << 20, 0, Duration::from_millis(2));
-        let raised = table.pace(to_host, 64 << 20);
-        assert_eq!(rate(&raised), rate(&timed) + rate(&timed) / 8);
-        // Timed again, slower: kept, lower.
-        table.note(
-            to_host,
-            &raised,
-            64 << 20,
-            2,
-            Duration::from_nanos(1_491_308),
-        );
-        let lower = table.pace(to_host, 64 << 20);
-        assert!((rate(&lower) as i64 - (45 * GB) as i64).abs() < 100_000);
-        // Polled from the start and done at once: nothing learned.
-        let other = Rates::default();
-        let unknown = other.pace(to_host, 64 << 20);
-        other.note(to_host, &unknown, 64 << 20, 0, Duration::from_millis(2));
-        assert_eq!(other.pace(to_host, 64 << 20).wake, Duration::ZERO);
+        assert_eq!(first.polls, Duration::ZERO);
+        // 64 MiB in 1.342 ms: 50 GB/s.
+        let at_50 = Duration::from_secs_f64((64u64 << 20) as f64 / (50 * GB) as f64);
+        table.note_copies(to_host, 64 << 20, 1.342_177);
+        assert!(near(table.pace(to_host, 64 << 20).wake, at_50 - WAKE_EARLY));
+        // The other direction is apart.
+        let other = table.pace(Direction::HostToDevice, 64 << 20);
+        assert_eq!(other.polls, Duration::ZERO);
+        // Slower, then faster: each kept.
+        table.note_copies(to_host, 64 << 20, 2.684_354);
+        let at_25 = at_50 * 2;
+        assert!(near(table.pace(to_host, 64 << 20).wake, at_25 - WAKE_EARLY));
+        table.note_copies(to_host, 64 << 20, 1.342_177);
+        assert!(near(table.pace(to_host, 64 << 20).wake, at_50 - WAKE_EARLY));
+        // Nothing from copies too small, nor from a time that is none.
+        let untimed = Rates::default();
+        untimed.note_copies(to_host, 4096, 0.001);
+        untimed.note_copies(to_host, 64 << 20, f32::NAN);
+        untimed.note_copies(to_host, 64 << 20, -1.0);
+        assert_eq!(untimed.pace(to_host, 1 << 20).polls, Duration::ZERO);
+        // A time of zero is the fastest rate, not a division by zero.
+        untimed.note_copies(to_host, 64 << 20, 0.0);
+        assert_eq!(untimed.pace(to_host, 64 << 20).wake, Duration::ZERO);
+        assert_eq!(untimed.pace(to_host, 64 << 20).polls, DIRECT_POLLS);
     }
 
-    /// The sleep left is counted from the queuing.
+    /// How late sleeps wake moves a quarter of the way to each sleep's
+    /// lateness, a sleep later than `LATEST_WAKE` counting as that late;
+    /// a sleep that woke early counts as on time.
     #[test]
-    fn the_sleep_left_counts_from_the_queuing() {
-        let queued = Instant::now();
-        let paced = pace(&rates(&[(4, 50 * GB)]), Some(4), 16 << 20);
-        let later = queued + Duration::from_micros(200);
+    fn how_late_sleeps_wake_is_smoothed_and_bounded() {
+        let us = Duration::from_micros;
+        assert_eq!(smoothed(Duration::ZERO, us(200)), us(50));
+        assert_eq!(smoothed(us(100), Duration::ZERO), us(75));
         assert_eq!(
-            asleep(&paced, queued, later),
-            paced.wake - Duration::from_micros(200)
+            smoothed(Duration::ZERO, Duration::from_secs(1)),
+            LATEST_WAKE / 4
         );
-        assert_eq!(
-            asleep(&paced, queued, queued + Duration::from_secs(1)),
-            Duration::ZERO
-        );
+        let table = Rates::default();
+        let until = Instant::now();
+        table.note_sleep(until, until + us(400));
+        table.note_copies(Direction::DeviceToHost, 16 << 20, 0.335_544);
+        let paced = table.pace(Direction::DeviceToHost, 16 << 20);
+        assert!(near(
+            paced.wake,
+            us(335) + Duration::from_nanos(544) - WAKE_EARLY - us(100)
+        ));
+        // Woke before it was asked to: on time.
+        table.note_sleep(until + us(10), until);
+        let later = table.pace(Direction::DeviceToHost, 16 << 20);
+        assert!(near(
+            later.wake,
+            us(335) + Duration::from_nanos(544) - WAKE_EARLY - us(75)
+        ));
     }
 }

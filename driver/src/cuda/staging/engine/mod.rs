@@ -22,7 +22,7 @@ use std::vec::Vec;
 
 use super::Direction;
 use super::driver_path::DriverPath;
-use super::feed::{CopierThread, Job, Lanes};
+use super::feed::{CopierThread, DirectWait, Job, Lanes};
 use super::in_flight::{Direct, Due, InFlight, InUse};
 use super::options::StagingOptions;
 use super::order::OrderEvents;
@@ -361,18 +361,35 @@ impl Engine {
         };
         // A blocking call's wait sleeps on the direct copies' event; a
         // transfer that returns at once takes a plain one (the driver holds
-        // only so many sleeping events queued before a call waits).
-        let sleeping = queuing == Queuing::Blocking;
+        // only so many sleeping events queued before a call waits). A
+        // blocking transfer of direct copies alone is waited for by when
+        // they are due ([`Due`]): its copies are timed.
+        let wait = match (queuing == Queuing::Blocking, planned.is_empty()) {
+            (false, _) => DirectWait::Plain,
+            (true, false) => DirectWait::Sleeping,
+            (true, true) => DirectWait::Paced,
+        };
         let mut events = Vec::new();
-        // Direct copies are timed from just before their queuing: never
-        // faster than they ran.
-        let queued = std::time::Instant::now();
+        let mut waited = Direct::No;
         if !direct.is_empty() {
+            let queued = std::time::Instant::now();
             match self
                 .lanes
-                .queue_direct(direction, &direct, DIRECT_LANE, sleeping)
+                .queue_direct(direction, &direct, DIRECT_LANE, wait)
             {
-                Ok(event) => events.push(event),
+                Ok((event, times)) => {
+                    events.push(event);
+                    waited = match times {
+                        Some(times) => Direct::Alone(Due {
+                            bytes: direct.iter().map(|piece| piece.len).sum(),
+                            direction,
+                            queued,
+                            times,
+                        }),
+                        None if wait == DirectWait::Sleeping => Direct::Sleeping,
+                        None => Direct::No,
+                    };
+                }
                 Err(error) => {
                     // What was queued runs: the streams drain before
                     // anything else uses them.
@@ -382,17 +399,6 @@ impl Engine {
                 }
             }
         }
-        // A blocking transfer of direct copies alone is waited for by when
-        // they are due ([`Due`]).
-        let waited = match (sleeping, direct.is_empty(), planned.is_empty()) {
-            (false, _, _) | (true, true, _) => Direct::No,
-            (true, false, false) => Direct::Sleeping,
-            (true, false, true) => Direct::Alone(Due {
-                bytes: direct.iter().map(|piece| piece.len).sum(),
-                direction,
-                queued,
-            }),
-        };
         let job = if planned.is_empty() {
             None
         } else {
