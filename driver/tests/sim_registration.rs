@@ -491,16 +491,23 @@ fn a_blocking_direct_transfer_is_timed_on_the_gpu_and_reuses_its_events() {
         up.unwrap();
         assert_eq!(calls.of("cuMemcpyHtoDAsync_v2"), 3, "one copy a range");
         assert_eq!(calls.of("cuEventElapsedTime"), 1, "timed once");
+        if round > 0 {
+            assert_eq!(calls.of("cuEventCreate"), 0, "events reused");
+        }
         buffer[..whole].fill(0);
         let (down, calls) = sim::count_calls(|| stager.run(to_host(&mut buffer[..whole], &target)));
         down.unwrap();
         assert_eq!(calls.of("cuMemcpyDtoHAsync_v2"), 3, "one copy a range");
         assert_eq!(calls.of("cuEventElapsedTime"), 1, "timed once");
-        if round > 0 {
-            assert_eq!(calls.of("cuEventCreate"), 0, "events reused");
-        }
+        assert_eq!(calls.of("cuEventCreate"), 0, "events reused");
         assert!(buffer[..whole] == expected[..], "the bytes differ");
     }
+    // Copies below 1 MiB are not timed.
+    let small = 64 << 10;
+    let (up, calls) = sim::count_calls(|| stager.run(to_device(&mut target, &buffer[..small])));
+    up.unwrap();
+    assert_eq!(calls.of("cuEventElapsedTime"), 0, "not timed");
+    assert_eq!(calls.of("cuEventRecord"), 1, "the completion event alone");
     drop(buffer);
     drop(stager);
     device.assert_no_violations();

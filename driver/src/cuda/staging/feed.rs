@@ -110,6 +110,9 @@ pub(super) enum DirectWait {
     /// Asleep until they are due, then polled ([`pace`](super::pace)): a
     /// blocking transfer of direct copies alone, timed on the GPU.
     Paced,
+    /// Polled at once, then asleep in the driver: a blocking transfer of
+    /// direct copies alone too small to be timed.
+    Untimed,
 }
 
 /// Timing events recorded just before and just after a transfer's direct
@@ -879,12 +882,15 @@ impl Lanes {
             DirectWait::Paced => {
                 let start = self.timing_event()?;
                 if let Err(error) = start.record_on_own(stream) {
-                    lock(&self.spare_timing_events).push(start);
+                    let mut spare = lock(&self.spare_timing_events);
+                    if spare.len() < SPARE_EVENTS {
+                        spare.push(start);
+                    }
                     return Err(error);
                 }
                 Some(start)
             }
-            DirectWait::Plain | DirectWait::Sleeping => None,
+            DirectWait::Plain | DirectWait::Sleeping | DirectWait::Untimed => None,
         };
         let capabilities = self.capabilities();
         let batch = pieces.len() > 1

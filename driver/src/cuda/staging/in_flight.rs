@@ -10,6 +10,7 @@ use std::vec::Vec;
 
 use super::Direction;
 use super::feed::{CopyTimes, Job, Lanes};
+use super::pace;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
 use crate::cuda::error::Error;
@@ -88,13 +89,14 @@ pub(super) enum Direct {
 
 /// A blocking transfer of direct copies alone: how many bytes, which way,
 /// and when they were about to be queued, from which its wait knows when
-/// they are due ([`pace`](super::pace)); and the events that time them on the GPU.
+/// they are due ([`pace`]); and the events that time them on
+/// the GPU (`None`: copies too small to be timed, polled at once).
 #[derive(Debug)]
 pub(super) struct Due {
     pub(super) bytes: usize,
     pub(super) direction: Direction,
     pub(super) queued: Instant,
-    pub(super) times: CopyTimes,
+    pub(super) times: Option<CopyTimes>,
 }
 
 /// A planned transfer whose driver side is queued whole, in the copier's
@@ -117,7 +119,8 @@ pub(super) struct InFlight {
     /// the direct copies' first where it has any (`direct`).
     events: Vec<Event>,
     /// Whether `events[0]` follows direct copies and is a sleeping wait's
-    /// (its own spare pool), and when they are due if they are alone.
+    /// (its own spare pool), and when they are due if they are alone, with
+    /// the events that time them.
     direct: Direct,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,
@@ -238,30 +241,47 @@ impl InFlight {
 
     /// A blocking transfer's direct copies alone: asleep (a plain sleep)
     /// until shortly before they are due, then polling the plain event
-    /// after them, then asleep in the driver, as [`pace`](super::pace) says; how late
-    /// the sleep woke and how long the copies ran on the GPU are noted for
-    /// the next wait.
+    /// after them, then asleep in the driver, as [`pace`]
+    /// says; how late the sleep woke and how long the copies ran on the
+    /// GPU are noted for the next wait. Copies that have not begun when
+    /// the wait wakes, [`pace::BEGUN_BY`] or more after their queuing
+    /// (queued behind other work), are waited for in the driver at once.
     fn wait_due(&self, due: &Due) -> Result<(), Error> {
         let rates = &self.lanes().rates;
-        let pace = rates.pace(due.direction, due.bytes);
-        let until = due.queued + pace.wake;
+        let paced = rates.pace(due.direction, due.bytes);
+        let until = due.queued + paced.wake;
         let now = Instant::now();
         if until > now {
             std::thread::sleep(until - now);
             rates.note_sleep(until, Instant::now());
         }
+        // Polled: the copies' own plain event where they are timed (a
+        // blocking-sync event may read complete later), else the
+        // completion event. Timed copies not begun by now wait for other
+        // work queued before them: waited for in the driver.
+        let (polled, behind) = match &due.times {
+            Some(times) => (
+                &times.end,
+                !times.start.query()? && due.queued.elapsed() >= pace::BEGUN_BY,
+            ),
+            None => (&self.events[0], false),
+        };
         let polling = Instant::now();
-        while !due.times.end.query()? {
-            if polling.elapsed() >= pace.polls {
+        while !polled.query()? {
+            if behind || polling.elapsed() >= paced.polls {
                 self.synchronize_events()?;
                 break;
             }
             std::thread::yield_now();
         }
-        // Both timing events have run. A time the driver cannot give
-        // (an error after the copies ran) teaches nothing.
-        if let Ok(ms) = due.times.end.elapsed_ms_since(&due.times.start) {
-            rates.note_copies(due.direction, due.bytes, ms);
+        if let Some(times) = &due.times {
+            // Both timing events have run: a time the driver cannot give
+            // is a fault of the layer's, not of the copies.
+            let ms = times.end.elapsed_ms_since(&times.start);
+            debug_assert!(ms.is_ok(), "direct copies ran, untimed: {ms:?}");
+            if let Ok(ms) = ms {
+                rates.note_copies(due.direction, due.bytes, ms);
+            }
         }
         Ok(())
     }
@@ -355,8 +375,14 @@ impl Drop for InFlight {
                 if !matches!(direct, Direct::No) && !events.is_empty() {
                     lanes.return_direct_event(events.remove(0));
                 }
-                if let Direct::Alone(due) = direct {
-                    lanes.return_copy_times(due.times);
+                // The completion event may still be pending where the wait
+                // saw the timing event after the copies run: recording it
+                // again is the driver's to order.
+                if let Direct::Alone(Due {
+                    times: Some(times), ..
+                }) = direct
+                {
+                    lanes.return_copy_times(times);
                 }
                 lanes.return_lane_events(events);
             }

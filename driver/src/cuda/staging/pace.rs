@@ -10,7 +10,8 @@
 //!
 //! When they are due comes from how long earlier copies of about the same
 //! size ran on the GPU: two timing events around the copies, read once
-//! they have run, whichever way the wait ended. That time leaves out work
+//! they have run, whether the wait polled or slept in the driver. That
+//! time leaves out work
 //! queued before them and every host wake-up, so it neither grows behind a
 //! kernel nor depends on whether the wait polled. One rate per direction
 //! and size class (a power of two from 1 MiB), the latest timed: within a
@@ -25,7 +26,11 @@
 //!
 //! A plain sleep wakes late by the host's timer slack and more on a busy
 //! host; how late the waits' sleeps woke (smoothed) is taken off the next
-//! sleep, so that the wait still wakes before its copies are done.
+//! sleep, up to half of it, so that a wait still sleeps (and so keeps
+//! measuring how late it wakes) however late one sleep woke.
+//!
+//! Copies below 1 MiB are neither timed nor slept for: their latency is
+//! their time, and they are polled at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +42,12 @@ use super::Direction;
 /// latency from queuing to running and back (tens of microseconds),
 /// with room to spare.
 const WAKE_EARLY: Duration = Duration::from_micros(100);
+
+/// How long after their queuing copies queued behind nothing have begun
+/// on the GPU, with room to spare (the driver submits them in
+/// microseconds): copies not begun past it wait for other work first, and
+/// their wait sleeps in the driver.
+pub(super) const BEGUN_BY: Duration = Duration::from_micros(100);
 
 /// How long a wait polls at least before it sleeps in the driver instead
 /// (copies queued behind other work, which come later than due).
@@ -56,6 +67,11 @@ const SMALLEST: usize = 1 << 20;
 /// Size classes, powers of two from [`SMALLEST`]; the last takes every
 /// larger size.
 const CLASSES: usize = 16;
+
+/// Whether `bytes` of copies are timed (and their wait paced).
+pub(super) fn timed(bytes: usize) -> bool {
+    class(bytes).is_some()
+}
 
 /// The class of `bytes` of copies, `None` below [`SMALLEST`].
 fn class(bytes: usize) -> Option<usize> {
@@ -112,7 +128,7 @@ fn known(rates: &[u64; CLASSES], class: usize) -> Known {
 
 /// The pace of a wait for `bytes` of copies of `class` (`None`: too few to
 /// time), the rates of their direction being `rates` and a sleep expected
-/// to wake `late`.
+/// to wake `late` (taken off the sleep, up to half of it).
 fn pace(rates: &[u64; CLASSES], class: Option<usize>, bytes: usize, late: Duration) -> Pace {
     let Some(class) = class else {
         return Pace {
@@ -131,7 +147,7 @@ fn pace(rates: &[u64; CLASSES], class: Option<usize>, bytes: usize, late: Durati
             };
         }
     };
-    let wake = wake.saturating_sub(late).min(LONGEST_SLEEP);
+    let wake = (wake - late.min(wake / 2)).min(LONGEST_SLEEP);
     Pace {
         wake,
         polls: DIRECT_POLLS.max(wake / 2),
@@ -256,9 +272,10 @@ mod tests {
         assert_eq!(slow.wake, LONGEST_SLEEP);
     }
 
-    /// A sleep expected to wake late is shortened by as much.
+    /// A sleep expected to wake late is shortened by as much, up to half:
+    /// a wait still sleeps, and so goes on measuring how late it wakes.
     #[test]
-    fn a_wait_sleeps_less_by_how_late_sleeps_wake() {
+    fn a_wait_sleeps_less_by_how_late_sleeps_wake_up_to_half() {
         let known = rates(&[(4, 50 * GB)]);
         let on_time = pace(&known, Some(4), 16 << 20, Duration::ZERO);
         let late = Duration::from_micros(70);
@@ -266,9 +283,9 @@ mod tests {
             pace(&known, Some(4), 16 << 20, late).wake,
             on_time.wake - late
         );
-        // Never below zero.
         let later = pace(&known, Some(4), 16 << 20, Duration::from_millis(1));
-        assert_eq!(later.wake, Duration::ZERO);
+        assert_eq!(later.wake, on_time.wake - on_time.wake / 2);
+        assert!(!later.wake.is_zero());
     }
 
     /// A class with no rate of its own takes the nearest larger class's

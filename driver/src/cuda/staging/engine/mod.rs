@@ -26,6 +26,7 @@ use super::feed::{CopierThread, DirectWait, Job, Lanes};
 use super::in_flight::{Direct, Due, InFlight, InUse};
 use super::options::StagingOptions;
 use super::order::OrderEvents;
+use super::pace;
 use super::plan::{self, Block, Layout, Route};
 use super::spec::{Blocks, DeviceSide, TransferSpec};
 use super::trace::{self, Step};
@@ -363,11 +364,13 @@ impl Engine {
         // transfer that returns at once takes a plain one (the driver holds
         // only so many sleeping events queued before a call waits). A
         // blocking transfer of direct copies alone is waited for by when
-        // they are due ([`Due`]): its copies are timed.
+        // they are due ([`Due`]): its copies are timed, unless too small.
+        let bytes = direct.iter().map(|piece| piece.len).sum();
         let wait = match (queuing == Queuing::Blocking, planned.is_empty()) {
             (false, _) => DirectWait::Plain,
             (true, false) => DirectWait::Sleeping,
-            (true, true) => DirectWait::Paced,
+            (true, true) if pace::timed(bytes) => DirectWait::Paced,
+            (true, true) => DirectWait::Untimed,
         };
         let mut events = Vec::new();
         let mut waited = Direct::No;
@@ -379,15 +382,15 @@ impl Engine {
             {
                 Ok((event, times)) => {
                     events.push(event);
-                    waited = match times {
-                        Some(times) => Direct::Alone(Due {
-                            bytes: direct.iter().map(|piece| piece.len).sum(),
+                    waited = match wait {
+                        DirectWait::Plain => Direct::No,
+                        DirectWait::Sleeping => Direct::Sleeping,
+                        DirectWait::Paced | DirectWait::Untimed => Direct::Alone(Due {
+                            bytes,
                             direction,
                             queued,
                             times,
                         }),
-                        None if wait == DirectWait::Sleeping => Direct::Sleeping,
-                        None => Direct::No,
                     };
                 }
                 Err(error) => {
