@@ -79,10 +79,15 @@ impl Registration {
 }
 
 /// The range a registration in the background takes at a time, unless
-/// told otherwise: about 9 ms of `cuMemHostRegister` (64 GiB in 64 MiB
-/// ranges took 9.17 s on the H100 host, one registration of 64 GiB 8.98 s,
-/// in 256 MiB ranges 12.26 s), so that the first bytes are direct soon, a
-/// driver call waiting behind a range waits little, and so does a drop.
+/// told otherwise: a few milliseconds of `cuMemHostRegister`, so that the
+/// first bytes are direct soon, a driver call waiting behind a range
+/// waits little (0.8 to 1.4 ms at the median, 4.6 to 11 ms at most, on
+/// H100 hosts), and so does a drop. 64 GiB whose pages are present took
+/// 1.5 to 2.2 s in such ranges on four hosts, 0.95x to 1.23x one
+/// registration of the whole buffer alone; 256 MiB ranges took 0.86x to
+/// 1.09x, 1 GiB ranges 0.80x to 1.17x while holding other calls for 21 to
+/// 140 ms; registering threads beside each other are no faster (the
+/// driver registers one range at a time). `BENCHMARKS.md` has the runs.
 ///
 /// A driver copy may not span two registrations (the driver refuses it:
 /// `CUDA_ERROR_INVALID_VALUE`, measured on the H100 host). hostcopy's own
