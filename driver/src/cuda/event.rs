@@ -9,6 +9,9 @@ use super::error::{DriverError, Error};
 use super::ffi::{self, CUevent};
 use super::stream::{CUDA_ERROR_NOT_READY, StreamRef};
 
+/// `CU_EVENT_BLOCKING_SYNC`.
+const BLOCKING_SYNC: core::ffi::c_uint = 0x01;
+
 /// A CUDA event in a context it keeps alive, destroyed on drop.
 pub struct Event {
     context: Context,
@@ -40,9 +43,13 @@ impl Event {
     /// instead of spinning: for a thread that waits while the stager's
     /// workers need the cores.
     pub(crate) fn blocking(context: &Context) -> Result<Event, DriverError> {
-        /// `CU_EVENT_BLOCKING_SYNC`.
-        const BLOCKING_SYNC: core::ffi::c_uint = 0x01;
         Self::with_flags(context, BLOCKING_SYNC | ffi::CU_EVENT_DISABLE_TIMING)
+    }
+
+    /// A [`blocking`](Self::blocking) event that also times: the end of
+    /// copies whose start a [`timing`](Self::timing) event marks.
+    pub(crate) fn blocking_timing(context: &Context) -> Result<Event, DriverError> {
+        Self::with_flags(context, BLOCKING_SYNC)
     }
 
     fn with_flags(context: &Context, flags: core::ffi::c_uint) -> Result<Event, DriverError> {

@@ -108,20 +108,12 @@ pub(super) enum DirectWait {
     /// Asleep in the driver: a blocking transfer with staged chunks too.
     Sleeping,
     /// Asleep until they are due, then polled ([`pace`](super::pace)): a
-    /// blocking transfer of direct copies alone, timed on the GPU.
+    /// blocking transfer of direct copies alone, timed on the GPU from a
+    /// timing event recorded just before them to their completion event.
     Paced,
     /// Polled at once, then asleep in the driver: a blocking transfer of
     /// direct copies alone too small to be timed.
     Untimed,
-}
-
-/// Timing events recorded just before and just after a transfer's direct
-/// copies: how long they ran on the GPU, whatever was queued before them
-/// and however their wait went; `end` is a plain event, polled.
-#[derive(Debug)]
-pub(super) struct CopyTimes {
-    pub(super) start: Event,
-    pub(super) end: Event,
 }
 
 /// What the stager and its copier share: first the settings and objects
@@ -156,9 +148,10 @@ pub(super) struct Lanes {
     /// Transfer completion events, reused.
     spare_lane_events: Mutex<Vec<Event>>,
     /// Completion events of direct copies, reused: a wait for them sleeps
-    /// ([`Event::blocking`]), since no copier's host side follows them.
+    /// ([`Event::blocking_timing`]), since no copier's host side follows
+    /// them, and they end the copies' time on the GPU.
     spare_direct_events: Mutex<Vec<Event>>,
-    /// Timing events around direct copies alone ([`CopyTimes`]), reused.
+    /// Timing events recorded before direct copies alone, reused.
     spare_timing_events: Mutex<Vec<Event>>,
     /// How fast blocking transfers' direct copies alone have run: when
     /// their waits wake to poll for them (`InFlight`).
@@ -572,19 +565,12 @@ impl Lanes {
         }
     }
 
-    /// Gives the timing events around direct copies back for reuse.
-    pub(super) fn return_copy_times(&self, times: CopyTimes) {
+    /// Gives the timing event recorded before direct copies back for
+    /// reuse.
+    pub(super) fn return_timing_event(&self, event: Event) {
         let mut spare = lock(&self.spare_timing_events);
-        if spare.len() + 2 <= SPARE_EVENTS {
-            spare.extend([times.start, times.end]);
-        }
-    }
-
-    /// A timing event, a spare one if there is.
-    fn timing_event(&self) -> Result<Event, Error> {
-        match lock(&self.spare_timing_events).pop() {
-            Some(event) => Ok(event),
-            None => Ok(Event::timing(&self.context)?),
+        if spare.len() < SPARE_EVENTS {
+            spare.push(event);
         }
     }
 
@@ -862,33 +848,35 @@ impl Lanes {
     /// and the device) on lane `lane`'s stream, and records an event after
     /// them: where `wait` sleeps, one that a wait sleeps on (no host side
     /// follows: a thread spinning on it would cost a core for the whole
-    /// copy), from its own spare pool; else a plain one, as the lanes'.
-    /// Where `wait` is paced, the copies are timed too ([`CopyTimes`]).
-    /// Several pieces go in one batch call unless the stager copies in a
-    /// loop or the driver has no batch copy.
+    /// copy) and that times, from its own spare pool; else a plain one, as
+    /// the lanes'. Where `wait` is paced, a timing event is recorded just
+    /// before the copies too, and returned: from it to the completion
+    /// event is their time on the GPU. Several pieces go in one batch call
+    /// unless the stager copies in a loop or the driver has no batch copy.
     pub(super) fn queue_direct(
         &self,
         direction: Direction,
         pieces: &[DevicePiece],
         lane: usize,
         wait: DirectWait,
-    ) -> Result<(Event, Option<CopyTimes>), Error> {
+    ) -> Result<(Event, Option<Event>), Error> {
         let _relaxed = RelaxedCapture::new();
         // Unwinding from here would end the transfer's borrows with its
         // copies queued.
         let _no_unwind = AbortOnUnwind::new();
         let stream = self.streams[lane].as_stream();
-        let start = match wait {
+        let started = match wait {
             DirectWait::Paced => {
-                let start = self.timing_event()?;
-                if let Err(error) = start.record_on_own(stream) {
-                    let mut spare = lock(&self.spare_timing_events);
-                    if spare.len() < SPARE_EVENTS {
-                        spare.push(start);
-                    }
+                let spare = lock(&self.spare_timing_events).pop();
+                let started = match spare {
+                    Some(event) => event,
+                    None => Event::timing(&self.context)?,
+                };
+                if let Err(error) = started.record_on_own(stream) {
+                    self.return_timing_event(started);
                     return Err(error);
                 }
-                Some(start)
+                Some(started)
             }
             DirectWait::Plain | DirectWait::Sleeping | DirectWait::Untimed => None,
         };
@@ -900,14 +888,6 @@ impl Lanes {
                 DeviceCopies::Auto | DeviceCopies::Batch | DeviceCopies::Kernel
             );
         self.move_pieces(direction, pieces, batch, stream)?;
-        let times = match start {
-            Some(start) => {
-                let end = self.timing_event()?;
-                end.record_on_own(stream)?;
-                Some(CopyTimes { start, end })
-            }
-            None => None,
-        };
         let sleeping = wait != DirectWait::Plain;
         let pool = match sleeping {
             true => &self.spare_direct_events,
@@ -916,14 +896,14 @@ impl Lanes {
         let spare = lock(pool).pop();
         let event = match (spare, sleeping) {
             (Some(event), _) => event,
-            (None, true) => Event::blocking(&self.context)?,
+            (None, true) => Event::blocking_timing(&self.context)?,
             (None, false) => Event::ordering(&self.context)?,
         };
         if let Err(error) = event.record_on_own(stream) {
             lock(pool).push(event);
             return Err(error);
         }
-        Ok((event, times))
+        Ok((event, started))
     }
 
     /// What the planner knows of the driver's side: the stager's choice,

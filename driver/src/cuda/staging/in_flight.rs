@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 use super::Direction;
-use super::feed::{CopyTimes, Job, Lanes};
+use super::feed::{Job, Lanes};
 use super::pace;
 use crate::cuda::capture::RelaxedCapture;
 use crate::cuda::device::DeviceInUse;
@@ -89,14 +89,15 @@ pub(super) enum Direct {
 
 /// A blocking transfer of direct copies alone: how many bytes, which way,
 /// and when they were about to be queued, from which its wait knows when
-/// they are due ([`pace`]); and the events that time them on
-/// the GPU (`None`: copies too small to be timed, polled at once).
+/// they are due ([`pace`]); and the timing event recorded just before
+/// them, from which their completion event times them on the GPU (`None`:
+/// copies too small to be timed, polled at once).
 #[derive(Debug)]
 pub(super) struct Due {
     pub(super) bytes: usize,
     pub(super) direction: Direction,
     pub(super) queued: Instant,
-    pub(super) times: Option<CopyTimes>,
+    pub(super) started: Option<Event>,
 }
 
 /// A planned transfer whose driver side is queued whole, in the copier's
@@ -240,10 +241,10 @@ impl InFlight {
     }
 
     /// A blocking transfer's direct copies alone: asleep (a plain sleep)
-    /// until shortly before they are due, then polling the plain event
-    /// after them, then asleep in the driver, as [`pace`]
-    /// says; how late the sleep woke and how long the copies ran on the
-    /// GPU are noted for the next wait. Copies that have not begun when
+    /// until shortly before they are due, then polling their completion
+    /// event, then asleep in the driver on it, as [`pace`] says; how late
+    /// the sleep woke and how long the copies ran on the GPU are noted for
+    /// the next wait. Copies that have not begun when
     /// the wait wakes, [`pace::BEGUN_BY`] or more after their queuing
     /// (queued behind other work), are waited for in the driver at once.
     fn wait_due(&self, due: &Due) -> Result<(), Error> {
@@ -255,29 +256,25 @@ impl InFlight {
             std::thread::sleep(until - now);
             rates.note_sleep(until, Instant::now());
         }
-        // Polled: the copies' own plain event where they are timed (a
-        // blocking-sync event may read complete later), else the
-        // completion event. Timed copies not begun by now wait for other
-        // work queued before them: waited for in the driver.
-        let (polled, behind) = match &due.times {
-            Some(times) => (
-                &times.end,
-                !times.start.query()? && due.queued.elapsed() >= pace::BEGUN_BY,
-            ),
-            None => (&self.events[0], false),
+        // Timed copies not begun by now wait for other work queued before
+        // them: waited for in the driver.
+        let completed = &self.events[0];
+        let behind = match &due.started {
+            Some(started) => due.queued.elapsed() >= pace::BEGUN_BY && !started.query()?,
+            None => false,
         };
         let polling = Instant::now();
-        while !polled.query()? {
+        while !completed.query()? {
             if behind || polling.elapsed() >= paced.polls {
                 self.synchronize_events()?;
                 break;
             }
             std::thread::yield_now();
         }
-        if let Some(times) = &due.times {
-            // Both timing events have run: a time the driver cannot give
-            // is a fault of the layer's, not of the copies.
-            let ms = times.end.elapsed_ms_since(&times.start);
+        if let Some(started) = &due.started {
+            // Both events have run: a time the driver cannot give is a
+            // fault of the layer's, not of the copies.
+            let ms = completed.elapsed_ms_since(started);
             debug_assert!(ms.is_ok(), "direct copies ran, untimed: {ms:?}");
             if let Ok(ms) = ms {
                 rates.note_copies(due.direction, due.bytes, ms);
@@ -375,14 +372,12 @@ impl Drop for InFlight {
                 if !matches!(direct, Direct::No) && !events.is_empty() {
                     lanes.return_direct_event(events.remove(0));
                 }
-                // The completion event may still be pending where the wait
-                // saw the timing event after the copies run: recording it
-                // again is the driver's to order.
                 if let Direct::Alone(Due {
-                    times: Some(times), ..
+                    started: Some(started),
+                    ..
                 }) = direct
                 {
-                    lanes.return_copy_times(times);
+                    lanes.return_timing_event(started);
                 }
                 lanes.return_lane_events(events);
             }

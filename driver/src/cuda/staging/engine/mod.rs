@@ -380,7 +380,7 @@ impl Engine {
                 .lanes
                 .queue_direct(direction, &direct, DIRECT_LANE, wait)
             {
-                Ok((event, times)) => {
+                Ok((event, started)) => {
                     events.push(event);
                     waited = match wait {
                         DirectWait::Plain => Direct::No,
@@ -389,7 +389,7 @@ impl Engine {
                             bytes,
                             direction,
                             queued,
-                            times,
+                            started,
                         }),
                     };
                 }
