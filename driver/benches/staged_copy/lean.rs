@@ -15,6 +15,9 @@
 //!   once before any timing, an event recorded after each chunk's device
 //!   copy and polled (`Event::query` in a loop) by the calling thread
 //!   before the slot's host side (D2H) or before the slot is reused (H2D);
+//! - a finer lean ring ([`RINGS`]: slots of 2 MiB, streaming stores into
+//!   them for an upload), the most a ring makes of a 16 or 64 MiB
+//!   transfer by overlapping its host copies with its driver copies;
 //! - the engine: one blocking [`Stager::run`] with default options;
 //! - the engine with other options ([`VARIANTS`]: smaller chunks,
 //!   streaming stores into the staging buffers, one stream with small
@@ -25,9 +28,11 @@
 //! chunk, slots and streams as the engine's defaults, as many workers
 //! ([`default_workers`]), and the same stores (to the host, each worker's
 //! part through `hostcopy_fn`, non-temporal for parts of 256 KiB and up,
-//! as the engine's D2H copies; to a slot, cached stores, the engine's
-//! default for H2D). So what the ratios measure is the engine's overhead,
-//! not a different copy. The rows give GB/s and `x pinned`; the notes give
+//! as the engine's D2H copies; to a slot, cached stores, the engine's for
+//! an upload of 256 MiB and up). So what the ratios measure from 256 MiB
+//! is the engine's overhead, not a different copy; below it the engine's
+//! lone upload streams ([`STREAMING_UPLOAD_BELOW`](hostcopy_driver::cuda::staging::STREAMING_UPLOAD_BELOW)), and the variant of
+//! cached stores for every upload is the like-for-like row. The rows give GB/s and `x pinned`; the notes give
 //! lean and engine as a share of pinned and engine / lean, whose target is
 //! at least 0.97 at every size, both ways.
 //!
@@ -68,13 +73,23 @@ const SLOTS: usize = 4;
 /// the driver's queue, larger ones fall out of the host's cache).
 const CHUNK: usize = 16 << 20;
 
+/// The rings measured: the engine's defaults' ring ([`CHUNK`], cached
+/// stores into the slots for an upload), the baseline of the ratios; and
+/// a finer one (2 MiB slots, streaming stores), whose small first chunk
+/// and overlapped host copies are the most a ring can make of one 16 or
+/// 64 MiB transfer. Bytes a slot and whether an upload streams.
+const RINGS: [(usize, bool); 2] = [(CHUNK, false), (2 << 20, true)];
+
 /// The engine's variant rows: a name and the options beside the
 /// defaults.
 type Variant = (
     &'static str,
     fn(StagingOptionsBuilder) -> StagingOptionsBuilder,
 );
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 7] = [
+    ("cached stores for every upload", |b| {
+        b.h2d_stores(Stores::Cached)
+    }),
     ("chunks of 4 MiB", |b| b.chunk(4 << 20)),
     ("chunks of 8 MiB", |b| b.chunk(8 << 20)),
     ("streaming stores", |b| b.h2d_stores(Stores::Streaming)),
@@ -102,7 +117,10 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
     } else {
         &SIZES[..]
     };
-    let ring = Ring::new(context, default_workers(1))?;
+    let rings = RINGS
+        .iter()
+        .map(|&(chunk, streaming)| Ring::new(context, default_workers(1), chunk, streaming))
+        .collect::<Result<Vec<Ring>, Error>>()?;
     let mut stager = Stager::new(context)?;
     let mut variants = Vec::new();
     for (_, with) in VARIANTS {
@@ -139,7 +157,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
                         Kind::Variant(variant) => &mut variants[variant],
                         _ => &mut stager,
                     };
-                    let elapsed = memory.once(&ring, stager, which, kinds[which], direction)?;
+                    let elapsed = memory.once(&rings, stager, which, kinds[which], direction)?;
                     // The first round warms every kind up.
                     if round > 0 {
                         times[which].push(elapsed);
@@ -159,7 +177,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
                     let traced =
                         crate::batches::traced(&format!("{label}, {}", kind.name()), || {
                             memory
-                                .once(&ring, stager, index, *kind, direction)
+                                .once(&rings, stager, index, *kind, direction)
                                 .map(drop)
                         })?;
                     report.notes.push(traced);
@@ -173,17 +191,23 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
             let timed: Vec<Timed> = times.into_iter().map(Timed::plain).collect();
             let (pinned, lean, engine) = (&timed[0], &timed[1], &timed[2]);
             let link = gbps(bytes, pinned);
-            let workers = match ring.workers.count() {
-                1 => "1 worker".to_owned(),
-                count => format!("{count} workers"),
+            let lean_path = |ring: &Ring| {
+                let workers = match ring.workers.count() {
+                    1 => "1 worker".to_owned(),
+                    count => format!("{count} workers"),
+                };
+                let stores = match ring.h2d_streaming {
+                    true => ", streaming stores",
+                    false => "",
+                };
+                format!(
+                    "lean ring: {SLOTS} pinned slots of {} on a stream each, {workers}{stores}, events polled",
+                    size(ring.chunk.min(bytes)),
+                )
             };
-            let lean_path = format!(
-                "lean ring: {SLOTS} pinned slots of {} on a stream each, {workers}, events polled",
-                size(CHUNK.min(bytes)),
-            );
             for (kind, timed) in kinds.iter().zip(&timed) {
                 let path = match kind {
-                    Kind::Lean => lean_path.clone(),
+                    Kind::Lean(ring) => lean_path(&rings[*ring]),
                     kind => kind.name(),
                 };
                 report
@@ -193,7 +217,7 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
             let chunked: Vec<String> = kinds
                 .iter()
                 .zip(&timed)
-                .filter(|(kind, _)| matches!(kind, Kind::Variant(_)))
+                .filter(|(kind, _)| matches!(kind, Kind::Variant(_) | Kind::Lean(1..)))
                 .map(|(kind, timed)| {
                     format!("{} {:.1}%", kind.name(), 100.0 * gbps(bytes, timed) / link)
                 })
@@ -237,7 +261,8 @@ pub(crate) fn run(bench: &Bench<'_>, report: &mut Report) -> Result<(), Error> {
 #[derive(Clone, Copy)]
 enum Kind {
     Pinned,
-    Lean,
+    /// The ring of `RINGS[_]`.
+    Lean(usize),
     Engine,
     /// The engine with the options of `VARIANTS[_]`.
     Variant(usize),
@@ -247,7 +272,11 @@ impl Kind {
     fn name(self) -> String {
         match self {
             Kind::Pinned => "pinned (link)".to_owned(),
-            Kind::Lean => "lean ring".to_owned(),
+            Kind::Lean(0) => "lean ring".to_owned(),
+            Kind::Lean(ring) => {
+                let (chunk, _) = RINGS[ring];
+                format!("lean ring of {} slots, streaming stores", size(chunk))
+            }
             Kind::Engine => "staged (engine), blocking call, default options".to_owned(),
             Kind::Variant(variant) => format!("staged (engine), {}", VARIANTS[variant].0),
         }
@@ -256,7 +285,8 @@ impl Kind {
 
 /// Every kind, in the order of their times: pinned, lean, engine first.
 fn kinds() -> Vec<Kind> {
-    let mut kinds = vec![Kind::Pinned, Kind::Lean, Kind::Engine];
+    let mut kinds = vec![Kind::Pinned, Kind::Lean(0), Kind::Engine];
+    kinds.extend((1..RINGS.len()).map(Kind::Lean));
     kinds.extend((0..VARIANTS.len()).map(Kind::Variant));
     kinds
 }
@@ -317,7 +347,7 @@ impl Memory {
     /// timed.
     fn once(
         &mut self,
-        ring: &Ring,
+        rings: &[Ring],
         stager: &mut Stager,
         index: usize,
         kind: Kind,
@@ -336,8 +366,8 @@ impl Memory {
                     Direction::H2D => stager.pinned_to_device(device, buffer, 0)?,
                 });
             }
-            (Kind::Lean, Direction::D2H) => ring.d2h(device, host)?,
-            (Kind::Lean, Direction::H2D) => ring.h2d(device, &self.upload)?,
+            (Kind::Lean(ring), Direction::D2H) => rings[ring].d2h(device, host)?,
+            (Kind::Lean(ring), Direction::H2D) => rings[ring].h2d(device, &self.upload)?,
             (Kind::Engine | Kind::Variant(_), Direction::D2H) => {
                 stager.run(to_host(&mut host[..], &*device))?;
             }
@@ -400,6 +430,10 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// Pinned slots, a stream and an event per slot, and the workers.
 struct Ring {
+    /// Bytes a slot.
+    chunk: usize,
+    /// Whether an upload fills the slots with streaming stores.
+    h2d_streaming: bool,
     slots: Vec<PinnedBuffer>,
     streams: Vec<Stream>,
     events: Vec<Event>,
@@ -407,15 +441,22 @@ struct Ring {
 }
 
 impl Ring {
-    fn new(context: &Context, workers: usize) -> Result<Ring, Error> {
+    fn new(
+        context: &Context,
+        workers: usize,
+        chunk: usize,
+        h2d_streaming: bool,
+    ) -> Result<Ring, Error> {
         let mut ring = Ring {
+            chunk,
+            h2d_streaming,
             slots: Vec::new(),
             streams: Vec::new(),
             events: Vec::new(),
             workers: Workers::start(workers),
         };
         for _ in 0..SLOTS {
-            ring.slots.push(PinnedBuffer::new(context, CHUNK)?);
+            ring.slots.push(PinnedBuffer::new(context, chunk)?);
             ring.streams.push(Stream::new(context)?);
             ring.events.push(Event::ordering(context)?);
         }
@@ -426,7 +467,7 @@ impl Ring {
     /// then per chunk, in order: poll its slot's event, copy the slot out
     /// with the workers, queue the slot's next chunk.
     fn d2h(&self, device: &DeviceBuffer, host: &mut [u8]) -> Result<(), Error> {
-        let chunk = CHUNK.min(host.len());
+        let chunk = self.chunk.min(host.len());
         let chunks = host.len().div_ceil(chunk);
         let _awake = self.workers.wake();
         let result = (|| {
@@ -439,7 +480,7 @@ impl Ring {
                 let (offset, len) = span(index, chunk, host.len());
                 // SAFETY: the slot's event has passed, so its copy of this
                 // chunk is done and none is queued into it until just
-                // below; `len` bytes fit in the slot (`CHUNK`) and in
+                // below; `len` bytes fit in the slot (`self.chunk`) and in
                 // `host` from `offset`; pageable and pinned memory are
                 // disjoint.
                 unsafe {
@@ -471,7 +512,7 @@ impl Ring {
         let slot = index % SLOTS;
         let (offset, len) = span(index, chunk, total);
         let stream = self.streams[slot].as_stream();
-        // SAFETY: the slot holds `CHUNK >= len` pinned bytes, which nothing
+        // SAFETY: the slot holds `self.chunk >= len` pinned bytes, which nothing
         // touches until the event recorded below has been seen passed
         // (`poll`); after an error `settle` waits for every stream before
         // the ring can be dropped. The device range is checked by the call.
@@ -484,7 +525,7 @@ impl Ring {
     /// the slot with the workers, queue its copy to the device and record
     /// the slot's event; then poll every slot's last event.
     fn h2d(&self, device: &mut DeviceBuffer, host: &[u8]) -> Result<(), Error> {
-        let chunk = CHUNK.min(host.len());
+        let chunk = self.chunk.min(host.len());
         let chunks = host.len().div_ceil(chunk);
         let _awake = self.workers.wake();
         let result = (|| {
@@ -497,11 +538,11 @@ impl Ring {
                 let staged = self.slots[slot].raw_ptr();
                 // SAFETY: the slot is free (its event has passed, or no
                 // copy was ever queued from it); `len` bytes fit in the
-                // slot (`CHUNK`) and in `host` from `offset`; pageable and
+                // slot (`self.chunk`) and in `host` from `offset`; pageable and
                 // pinned memory are disjoint.
                 unsafe {
                     self.workers
-                        .copy(staged, host[offset..].as_ptr(), len, false)
+                        .copy(staged, host[offset..].as_ptr(), len, self.h2d_streaming)
                 };
                 let stream = self.streams[slot].as_stream();
                 // SAFETY: the slot holds the chunk, and nothing writes it

@@ -3,7 +3,7 @@
 //! time the process has used.
 
 use hostcopy_driver::cuda::Context;
-use hostcopy_driver::cuda::staging::StagingOptions;
+use hostcopy_driver::cuda::staging::{STREAMING_UPLOAD_BELOW, StagingOptions};
 
 /// The machine and the default options, for the report's head.
 pub(crate) fn summary(context: &Context) -> String {
@@ -15,11 +15,17 @@ pub(crate) fn summary(context: &Context) -> String {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let defaults = StagingOptions::default();
     format!(
-        "{name}, driver {driver}, {cores} host cores; default options: {} MiB chunks, {} staging buffers, {} workers, H2D {:?} stores, driver path below {} KiB\n",
+        "{name}, driver {driver}, {cores} host cores; default options: {} MiB chunks, {} staging buffers, {} workers, H2D stores {}, driver path below {} KiB\n",
         defaults.chunk() >> 20,
         defaults.buffers(),
         defaults.workers(),
-        defaults.h2d_stores(),
+        match defaults.h2d_stores() {
+            Some(stores) => format!("{stores:?}"),
+            None => format!(
+                "streaming for an upload alone below {} MiB, else cached",
+                STREAMING_UPLOAD_BELOW >> 20
+            ),
+        },
         defaults.driver_path_below() >> 10,
     )
 }

@@ -148,9 +148,12 @@ typedef struct hostcopy_stager hostcopy_stager;
 /* workers: the default, the cores less a few, shared between `stagers`. */
 #define HOSTCOPY_WORKERS_DEFAULT SIZE_MAX
 
-/* Stores for host-to-device copies into staging buffers. */
+/* Stores for host-to-device copies into staging buffers: cached or
+   streaming for every upload, or (the default) chosen per upload:
+   streaming for one alone below 256 MiB, cached for the rest. */
 #define HOSTCOPY_STORES_CACHED 0
 #define HOSTCOPY_STORES_STREAMING 1
+#define HOSTCOPY_STORES_BY_UPLOAD 2
 
 /* A stager's options, as the Rust StagingOptions builder has them
    (docs/tuning.md says what each does). Fill it with
@@ -175,7 +178,7 @@ typedef struct hostcopy_stager_options {
                                  kernel (default 32 KiB; 0 never) */
     uint32_t prefault;        /* 1: make a cold destination's pages present
                                  (default 1) */
-    uint32_t h2d_stores;      /* HOSTCOPY_STORES_CACHED (default) or _STREAMING */
+    uint32_t h2d_stores;      /* HOSTCOPY_STORES_BY_UPLOAD (default), _CACHED or _STREAMING */
 } hostcopy_stager_options;
 
 /* Writes the defaults (and struct_size) into *options. Any thread. */

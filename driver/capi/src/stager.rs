@@ -14,9 +14,11 @@ use crate::{out, reference};
 const WORKERS_DEFAULT: usize = usize::MAX;
 /// `HOSTCOPY_CURRENT_CONTEXT`.
 const CURRENT_CONTEXT: i32 = -1;
-/// `HOSTCOPY_STORES_CACHED` and `HOSTCOPY_STORES_STREAMING`.
+/// `HOSTCOPY_STORES_CACHED`, `HOSTCOPY_STORES_STREAMING` and
+/// `HOSTCOPY_STORES_BY_UPLOAD` (the default: each upload's plan chooses).
 const STORES_CACHED: u32 = 0;
 const STORES_STREAMING: u32 = 1;
+const STORES_BY_UPLOAD: u32 = 2;
 
 /// `hostcopy_stager_options`, field for field.
 #[repr(C)]
@@ -110,11 +112,12 @@ impl hostcopy_stager_options {
     /// The Rust options; the builder checks each range.
     fn build(&self) -> Result<StagingOptions, Failure> {
         let stores = match self.h2d_stores {
-            STORES_CACHED => Stores::Cached,
-            STORES_STREAMING => Stores::Streaming,
+            STORES_CACHED => Some(Stores::Cached),
+            STORES_STREAMING => Some(Stores::Streaming),
+            STORES_BY_UPLOAD => None,
             other => {
                 return Err(Failure::invalid(format!(
-                    "h2d_stores is {other}: HOSTCOPY_STORES_CACHED (0) or HOSTCOPY_STORES_STREAMING (1)"
+                    "h2d_stores is {other}: HOSTCOPY_STORES_CACHED (0), HOSTCOPY_STORES_STREAMING (1) or HOSTCOPY_STORES_BY_UPLOAD (2)"
                 )));
             }
         };
@@ -133,8 +136,10 @@ impl hostcopy_stager_options {
             .d2h_workers(self.d2h_workers)
             .driver_path_below(self.driver_path_below)
             .kernel_below(self.kernel_below)
-            .prefault(prefault)
-            .h2d_stores(stores);
+            .prefault(prefault);
+        if let Some(stores) = stores {
+            builder = builder.h2d_stores(stores);
+        }
         if self.workers != WORKERS_DEFAULT {
             builder = builder.workers(self.workers);
         }
@@ -142,12 +147,13 @@ impl hostcopy_stager_options {
     }
 }
 
-fn stores_value(stores: Stores) -> u32 {
+fn stores_value(stores: Option<Stores>) -> u32 {
     match stores {
-        Stores::Streaming => STORES_STREAMING,
+        None => STORES_BY_UPLOAD,
+        Some(Stores::Streaming) => STORES_STREAMING,
         // `Stores` is non-exhaustive; a kind C has no value for reads as
-        // the default's.
-        _ => STORES_CACHED,
+        // cached.
+        Some(_) => STORES_CACHED,
     }
 }
 

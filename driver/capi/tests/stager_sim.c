@@ -118,7 +118,7 @@ static void stagers(int device) {
     CHECK(options.struct_size == sizeof options);
     CHECK(options.chunk == 16 * MIB && options.buffers >= 1);
     CHECK(options.workers == HOSTCOPY_WORKERS_DEFAULT && options.stagers == 1);
-    CHECK(options.prefault == 1 && options.h2d_stores == HOSTCOPY_STORES_CACHED);
+    CHECK(options.prefault == 1 && options.h2d_stores == HOSTCOPY_STORES_BY_UPLOAD);
 
     options = test_options();
     EXPECT(HOSTCOPY_ERROR_NULL_ARGUMENT, hostcopy_stager_new(device, &options, NULL));

@@ -46,7 +46,8 @@ per layer):
 - ``hostcopy/VARIANT`` (``--stagers``): ``hostcopy`` through a
   ``hostcopy.Stager`` of its own, made with the options VARIANT names:
   ``w4`` 4 copy workers, ``c4`` chunks of 4 MiB, ``b8`` 8 staging
-  buffers, ``s`` streaming stores, ``r`` the pool registered
+  buffers, ``s`` streaming stores, ``k`` cached stores (for every
+  upload; the default chooses per upload), ``r`` the pool registered
   (``register="now"``), together as in ``w4c4`` or ``w4r``.
 
 Each kind runs --warmup tokens (default 4) then --tokens timed tokens
@@ -298,7 +299,8 @@ def register_of(kind: str) -> str:
 def stager_of(kind: str) -> Optional[Any]:
     """``hostcopy/VARIANT``'s own stager (None for ``hostcopy`` and
     ``registered``: the default one): ``w<N>`` workers, ``c<MiB>`` chunk,
-    ``b<N>`` buffers, ``s`` streaming stores; ``r`` (the pool registered,
+    ``b<N>`` buffers, ``s`` streaming stores, ``k`` cached stores (each
+    for every upload; neither: chosen per upload); ``r`` (the pool registered,
     ``register_of``) leaves the stager's options as they are."""
     if kind in ("hostcopy", "registered"):
         return None
@@ -313,10 +315,12 @@ def stager_of(kind: str) -> Optional[Any]:
             options["buffers"] = int(value)
         elif key == "s" and not value:
             options["h2d_streaming"] = True
+        elif key == "k" and not value:
+            options["h2d_streaming"] = False
         elif key == "r" and not value:
             pass  # the pool registered: register_of
         else:
-            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s, r)")
+            raise SystemExit(f"{NAME}: --stagers: unknown option {part!r} in {kind!r} (w<N>, c<MiB>, b<N>, s, k, r)")
     return hostcopy.Stager(0, **options)
 
 
@@ -426,7 +430,7 @@ def parse() -> argparse.Namespace:
                              "every upload direct), pageable (torch pageable); none is always run")
     parser.add_argument("--stagers", default="",
                         help="comma-separated hostcopy variants run beside the rest, each with a stager of its own: "
-                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming stores, r the pool registered "
+                             "w<N> workers, c<MiB> chunk, b<N> buffers, s streaming stores, k cached stores, r the pool registered "
                              "(register=\"now\") (e.g. w4,c4,w4c4,r,w4r)")
     parser.add_argument("--csv", help="write the rows to this CSV file")
     args = parser.parse_args()

@@ -327,6 +327,8 @@ class WaitedCache(hostcopy.offload.transformers.HostOffloadedCache):
 
 
 GEN_STAGED = "HostOffloadedCache, staged (register=never)"
+GEN_STAGED_CACHED = "HostOffloadedCache, staged, cached stores"
+GEN_STAGED_STREAMING = "HostOffloadedCache, staged, streaming stores"
 GEN_REGISTERED = "HostOffloadedCache, registered (register=background, waited)"
 
 
@@ -355,6 +357,9 @@ def generate_rows(model, args):
     # for a lone large upload, design-record.md; the link has room here).
     stagers = {workers: hostcopy.Stager(0, workers=workers) for workers in (4, 2)}
     streaming = hostcopy.Stager(0, h2d_streaming=True)
+    # Cached stores for every upload: the default before each upload's
+    # stores were chosen for it (streaming for one alone below 256 MiB).
+    cached = hostcopy.Stager(0, h2d_streaming=False)
     variants = {
         "HostOffloadedCache": {},  # group 2
         "HostOffloadedCache, group 1": {"group": 1},
@@ -362,13 +367,18 @@ def generate_rows(model, args):
         "HostOffloadedCache, 4 workers": {"stager": stagers[4]},
         "HostOffloadedCache, 2 workers": {"stager": stagers[2]},
         "HostOffloadedCache, streaming stores": {"stager": streaming},
+        "HostOffloadedCache, cached stores": {"stager": cached},
         GEN_STAGED: {"register": "never"},
+        GEN_STAGED_CACHED: {"register": "never", "stager": cached},
+        GEN_STAGED_STREAMING: {"register": "never", "stager": streaming},
         GEN_REGISTERED: {},  # a WaitedCache
     }
     if args.variants == "default":
         variants = {"HostOffloadedCache": {}}
     elif args.variants == "register":
         variants = {name: variants[name] for name in ("HostOffloadedCache", GEN_STAGED, GEN_REGISTERED)}
+    elif args.variants == "stores":
+        variants = {name: variants[name] for name in (GEN_STAGED, GEN_STAGED_CACHED, GEN_STAGED_STREAMING)}
 
     def cache_of(name, options):
         make = WaitedCache if name == GEN_REGISTERED else hostcopy.offload.transformers.HostOffloadedCache
@@ -491,10 +501,11 @@ def main() -> int:
     parser.add_argument("--only-generate", action="store_true", help="the generate rows alone (model on the GPU)")
     parser.add_argument("--kv-heads", type=int, default=8, help="KV heads of the model (32: no GQA)")
     parser.add_argument("--batch", type=int, default=1, help="sequences generated at once")
-    parser.add_argument("--variants", choices=["all", "register", "default"], default="all",
+    parser.add_argument("--variants", choices=["all", "register", "stores", "default"], default="all",
                         help="HostOffloadedCache's variants in the generate rows: all (group 1 and 8, 4 and 2 "
                              f"workers, streaming stores, '{GEN_STAGED}', '{GEN_REGISTERED}'), register "
-                             "(its defaults, staged and registered), default (its defaults alone)")
+                             "(its defaults, staged and registered), stores (staged, with the stores chosen per "
+                             "upload, cached and streaming for every upload), default (its defaults alone)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("offload_loop: skipped: no GPU")

@@ -183,7 +183,7 @@ class StagerOptions(TypedDict):
     chunk: int
     buffers: int
     workers: int
-    h2d_streaming: bool
+    h2d_streaming: Optional[bool]
     driver_path_below: int
     prefault: bool
 

@@ -51,7 +51,8 @@ struct InForce {
     chunk: usize,
     buffers: usize,
     workers: usize,
-    h2d_streaming: bool,
+    /// `None`: chosen per upload (the Rust layer's default).
+    h2d_streaming: Option<bool>,
     driver_path_below: usize,
     prefault: bool,
 }
@@ -298,7 +299,9 @@ impl PyStager {
                 chunk: options.chunk(),
                 buffers: options.buffers(),
                 workers,
-                h2d_streaming: options.h2d_stores() == Stores::Streaming,
+                h2d_streaming: options
+                    .h2d_stores()
+                    .map(|stores| stores == Stores::Streaming),
                 driver_path_below: options.driver_path_below(),
                 prefault: options.prefault(),
             },
@@ -509,8 +512,9 @@ impl PyStager {
     }
 
     /// The options in force (defaults filled in), read without waiting for
-    /// a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``,
-    /// ``driver_path_below``, ``prefault``.
+    /// a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``
+    /// (``None``: chosen per upload, streaming stores for one alone below
+    /// 256 MiB), ``driver_path_below``, ``prefault``.
     // A fresh dict each read, in `hostcopy.StagerOptions`' shape.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

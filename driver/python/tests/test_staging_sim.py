@@ -457,6 +457,9 @@ def test_options_take_numpy_integers_and_name_every_option_in_force(sim, numpy, 
         assert all(type(value) is int for name, value in stager.options.items() if name not in flags)
     with hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1) as stager:
         assert stager.options["prefault"] is True, "on by default, as in the Rust layer"
+        assert stager.options["h2d_streaming"] is None, "chosen per upload by default"
+    with hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1, h2d_streaming=False) as stager:
+        assert stager.options["h2d_streaming"] is False
 
 
 def test_options_are_a_fresh_dict_property_of_the_native_stager(sim, device):
@@ -467,7 +470,7 @@ def test_options_are_a_fresh_dict_property_of_the_native_stager(sim, device):
     assert inspect.isdatadescriptor(vars(hostcopy._native.Stager)["options"]), "a property, not a method"
     with hostcopy.Stager(device, chunk=CHUNK, buffers=2, workers=1) as stager:
         assert stager.options == stager.options and stager.options is not stager.options
-        assert stager.options["buffers"] == 2 and stager.options["h2d_streaming"] is False
+        assert stager.options["buffers"] == 2 and stager.options["h2d_streaming"] is None
         stager.options["chunk"] = 1
         assert stager.options["chunk"] == CHUNK, "a copy: changing it changes nothing"
 

@@ -105,15 +105,13 @@ pub(super) enum DirectWait {
     /// Polled, or waited for beside other events: a transfer that returns
     /// at once.
     Plain,
-    /// Asleep in the driver: a blocking transfer with staged chunks too.
+    /// Asleep in the driver: a blocking transfer with staged chunks too,
+    /// or of direct copies too small to be timed.
     Sleeping,
     /// Asleep until they are due, then polled ([`pace`](super::pace)): a
     /// blocking transfer of direct copies alone, timed on the GPU from a
     /// timing event recorded just before them to their completion event.
-    Paced,
-    /// Polled at once, then asleep in the driver: a blocking transfer of
-    /// direct copies alone too small to be timed.
-    Untimed,
+    Timed,
 }
 
 /// What the stager and its copier share: first the settings and objects
@@ -292,6 +290,15 @@ fn plan_gathers(plan: &[PlannedChunk]) -> bool {
 /// Use `seq / buffers` of its buffer, as its counter counts (wrapping).
 fn use_of(seq: u64, buffers: usize) -> u32 {
     (seq / buffers as u64) as u32
+}
+
+/// Keeps `event` in the spare pool `spare` for reuse, unless it holds
+/// [`SPARE_EVENTS`] already.
+fn push_spare(spare: &Mutex<Vec<Event>>, event: Event) {
+    let mut spare = lock(spare);
+    if spare.len() < SPARE_EVENTS {
+        spare.push(event);
+    }
 }
 
 /// Whether counter value `have` has reached `want`, as the driver's
@@ -559,19 +566,13 @@ impl Lanes {
 
     /// Gives a direct copies' completion event back for reuse.
     pub(super) fn return_direct_event(&self, event: Event) {
-        let mut spare = lock(&self.spare_direct_events);
-        if spare.len() < SPARE_EVENTS {
-            spare.push(event);
-        }
+        push_spare(&self.spare_direct_events, event);
     }
 
     /// Gives the timing event recorded before direct copies back for
     /// reuse.
     pub(super) fn return_timing_event(&self, event: Event) {
-        let mut spare = lock(&self.spare_timing_events);
-        if spare.len() < SPARE_EVENTS {
-            spare.push(event);
-        }
+        push_spare(&self.spare_timing_events, event);
     }
 
     /// Waits for everything queued on the stager's streams, and on `also`
@@ -626,7 +627,7 @@ impl Lanes {
     /// Whether no work of the stager's is queued or in the copier's hands:
     /// the copier holds no job and every stream has run what it was given.
     pub(super) fn idle(&self) -> Result<bool, Error> {
-        if !self.handoff.is_idle() {
+        if !self.copier_idle() {
             return Ok(false);
         }
         for stream in &self.streams {
@@ -635,6 +636,12 @@ impl Lanes {
             }
         }
         Ok(true)
+    }
+
+    /// Whether the copier holds no job: every transfer handed to it has
+    /// its host side made (asks no driver).
+    pub(super) fn copier_idle(&self) -> bool {
+        self.handoff.is_idle()
     }
 
     /// Waits until the copier has finished every job handed to it.
@@ -784,10 +791,7 @@ impl Lanes {
     }
 
     fn return_event(&self, event: Event) {
-        let mut spare = lock(&self.spare_events);
-        if spare.len() < SPARE_EVENTS {
-            spare.push(event);
-        }
+        push_spare(&self.spare_events, event);
     }
 
     /// The driver's side of a chunk the gather kernel does not move: one
@@ -866,7 +870,7 @@ impl Lanes {
         let _no_unwind = AbortOnUnwind::new();
         let stream = self.streams[lane].as_stream();
         let started = match wait {
-            DirectWait::Paced => {
+            DirectWait::Timed => {
                 let spare = lock(&self.spare_timing_events).pop();
                 let started = match spare {
                     Some(event) => event,
@@ -878,7 +882,7 @@ impl Lanes {
                 }
                 Some(started)
             }
-            DirectWait::Plain | DirectWait::Sleeping | DirectWait::Untimed => None,
+            DirectWait::Plain | DirectWait::Sleeping => None,
         };
         let capabilities = self.capabilities();
         let batch = pieces.len() > 1
@@ -900,7 +904,7 @@ impl Lanes {
             (None, false) => Event::ordering(&self.context)?,
         };
         if let Err(error) = event.record_on_own(stream) {
-            lock(pool).push(event);
+            push_spare(pool, event);
             return Err(error);
         }
         Ok((event, started))

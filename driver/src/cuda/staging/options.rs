@@ -128,6 +128,24 @@ pub const DEFAULT_D2H_WORKERS: usize = usize::MAX;
 /// 2 MiB is the smallest size from which staging was never slower.
 pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 
+/// Under the default stores ([`StagingOptionsBuilder::h2d_stores`] not
+/// set), an upload staging fewer bytes than this that starts while the
+/// stager's copier holds no other transfer writes its staging buffers
+/// with streaming stores; every other upload with cached ones.
+///
+/// Measured on H100 hosts (runs 95 to 98, BENCHMARKS.md, "One transfer
+/// against a lean staging ring"): a staging buffer filled with cached
+/// stores and read by the DMA engine at once took 513 to 770 us for
+/// 16 MiB where pinned memory's copy takes 305; filled with streaming
+/// stores, 311. One upload alone reached 47 to 61% of pinned at 16 MiB
+/// with streaming stores against 24 to 36% with cached, 64 MiB 68 to 70%
+/// against 44 to 55%, 256 MiB 68 to 81% against 60 to 69%, but 1 GiB 70
+/// to 81% against 78 to 88%. Where uploads of 256 MiB follow each other
+/// (`HostOffloadedCache` on a link-bound model) streaming stores lost:
+/// 29.5 ms a token against 20.9 to 21.8. So streaming stores for an
+/// upload alone and below 256 MiB.
+pub const STREAMING_UPLOAD_BELOW: usize = 256 << 20;
+
 /// Below this mean block length a chunk's blocks are moved by hostcopy's
 /// gather kernel under [`DeviceCopies::Auto`]; from it on, by the copy
 /// engine (the default of [`StagingOptionsBuilder::kernel_below`]).
@@ -181,7 +199,8 @@ pub struct StagingOptions {
     pub(super) streams: usize,
     pub(super) workers: usize,
     pub(super) d2h_workers: usize,
-    pub(super) h2d_stores: Stores,
+    /// `None`: the plan chooses per upload ([`plan::upload_stores`](super::plan)).
+    pub(super) h2d_stores: Option<Stores>,
     pub(super) driver_path_below: usize,
     pub(super) device_copies: DeviceCopies,
     pub(super) kernel_below: usize,
@@ -190,7 +209,7 @@ pub struct StagingOptions {
 
 impl Default for StagingOptions {
     /// [`DEFAULT_CHUNK`], [`DEFAULT_BUFFERS`], [`default_workers`]`(1)`,
-    /// cached stores for host-to-device, [`DRIVER_PATH_BELOW`],
+    /// the stores of each upload chosen by its plan, [`DRIVER_PATH_BELOW`],
     /// [`DeviceCopies::Auto`] with [`KERNEL_BELOW`], prefault on.
     fn default() -> Self {
         StagingOptions {
@@ -201,7 +220,7 @@ impl Default for StagingOptions {
             streams: DEFAULT_STREAMS,
             workers: default_workers(1),
             d2h_workers: DEFAULT_D2H_WORKERS,
-            h2d_stores: Stores::Cached,
+            h2d_stores: None,
             driver_path_below: DRIVER_PATH_BELOW,
             device_copies: DeviceCopies::Auto,
             kernel_below: KERNEL_BELOW,
@@ -272,8 +291,10 @@ impl StagingOptions {
         self.d2h_workers.min(self.workers)
     }
 
-    /// How host-to-device chunks are written into staging buffers.
-    pub fn h2d_stores(&self) -> Stores {
+    /// How host-to-device chunks are written into staging buffers: the
+    /// stores set with [`StagingOptionsBuilder::h2d_stores`], or `None`
+    /// where each upload's plan chooses (the default: see there).
+    pub fn h2d_stores(&self) -> Option<Stores> {
         self.h2d_stores
     }
 
@@ -372,10 +393,17 @@ impl StagingOptionsBuilder {
         self
     }
 
-    /// Stores for host-to-device copies into staging buffers (default
-    /// [`Stores::Cached`], measured: see [`Stores`]).
+    /// Stores for every host-to-device copy into staging buffers. By
+    /// default each upload's plan chooses: streaming stores for one below
+    /// [`STREAMING_UPLOAD_BELOW`] that starts while the stager's copier
+    /// holds no other transfer (its staging buffers are then read by the
+    /// DMA engine at once, which reads lines still in the host's caches
+    /// at about half the link's speed), cached stores for the rest (an
+    /// upload queued behind others, whose buffers are read later, and a
+    /// large one, whose host copy is the longer part). Measured in
+    /// BENCHMARKS.md, "One transfer against a lean staging ring".
     pub fn h2d_stores(mut self, stores: Stores) -> Self {
-        self.options.h2d_stores = stores;
+        self.options.h2d_stores = Some(stores);
         self
     }
 

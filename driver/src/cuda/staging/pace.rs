@@ -333,17 +333,17 @@ mod tests {
         assert_eq!(first.polls, Duration::ZERO);
         // 64 MiB in 1.342 ms: 50 GB/s.
         let at_50 = Duration::from_secs_f64((64u64 << 20) as f64 / (50 * GB) as f64);
-        table.note_copies(to_host, 64 << 20, 1.342_177);
-        assert!(near(table.pace(to_host, 64 << 20).wake, at_50 - WAKE_EARLY));
+        let wake_after = |ms| {
+            table.note_copies(to_host, 64 << 20, ms);
+            table.pace(to_host, 64 << 20).wake
+        };
+        assert!(near(wake_after(1.342_177), at_50 - WAKE_EARLY));
         // The other direction is apart.
         let other = table.pace(Direction::HostToDevice, 64 << 20);
         assert_eq!(other.polls, Duration::ZERO);
         // Slower, then faster: each kept.
-        table.note_copies(to_host, 64 << 20, 2.684_354);
-        let at_25 = at_50 * 2;
-        assert!(near(table.pace(to_host, 64 << 20).wake, at_25 - WAKE_EARLY));
-        table.note_copies(to_host, 64 << 20, 1.342_177);
-        assert!(near(table.pace(to_host, 64 << 20).wake, at_50 - WAKE_EARLY));
+        assert!(near(wake_after(2.684_354), at_50 * 2 - WAKE_EARLY));
+        assert!(near(wake_after(1.342_177), at_50 - WAKE_EARLY));
         // Nothing from copies too small, nor from a time that is none.
         let untimed = Rates::default();
         untimed.note_copies(to_host, 4096, 0.001);

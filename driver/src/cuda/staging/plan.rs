@@ -13,7 +13,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use super::Direction;
-use super::options::{DeviceCopies, StagingOptions, Stores};
+use super::options::{DeviceCopies, STREAMING_UPLOAD_BELOW, StagingOptions, Stores};
 use crate::cuda::error::{BlockSide, Error};
 use crate::cuda::ffi::CUdeviceptr;
 
@@ -390,13 +390,16 @@ pub(super) type Registered<'a> = &'a mut dyn FnMut(usize, usize) -> usize;
 /// - anything else is staged in chunks of the direction's size (`chunk`
 ///   to the host, `h2d_chunk` to the device, growing from `edge_chunk` at
 ///   both ends: [`chunk_sizes`]), with streaming stores into the caller's
-///   memory (to the host) and the stager's `h2d_stores` into its buffers.
+///   memory (to the host) and the stager's `h2d_stores` into its buffers,
+///   or where it set none, those of [`upload_stores`] (`alone`: whether
+///   the stager's copier holds no other transfer, asked only then).
 pub(super) fn route(
     layout: &Layout<'_>,
     total: usize,
     one_range: bool,
     options: &StagingOptions,
     driver_path_free: impl FnOnce() -> Result<bool, Error>,
+    alone: impl FnOnce() -> bool,
     registered: Option<Registered<'_>>,
 ) -> Result<Route, Error> {
     let (direct, rest) = match registered {
@@ -415,11 +418,16 @@ pub(super) fn route(
     if total == 0 {
         return Ok(Route::Empty);
     }
+    let staged_bytes = total - direct_bytes;
     let (chunk, stores) = match layout.direction {
         Direction::DeviceToHost => (options.chunk, Stores::Streaming),
-        Direction::HostToDevice => (options.h2d_chunk(), options.h2d_stores),
+        Direction::HostToDevice => (
+            options.h2d_chunk(),
+            options
+                .h2d_stores
+                .unwrap_or_else(|| upload_stores(staged_bytes, alone())),
+        ),
     };
-    let staged_bytes = total - direct_bytes;
     let staged = match (&rest, staged_bytes) {
         (_, 0) => Vec::new(),
         (Some(rest), _) => {
@@ -442,6 +450,19 @@ pub(super) fn route(
         staged,
         stores,
     })
+}
+
+/// The stores that fill the staging buffers of an upload staging
+/// `staged` bytes under the default options: streaming where it is
+/// `alone` (the copier holds no other transfer, so the DMA engine reads
+/// each buffer as soon as it is filled) and below
+/// [`STREAMING_UPLOAD_BELOW`]; cached otherwise.
+pub(super) fn upload_stores(staged: usize, alone: bool) -> Stores {
+    if alone && staged < STREAMING_UPLOAD_BELOW {
+        Stores::Streaming
+    } else {
+        Stores::Cached
+    }
 }
 
 /// The direct copies of the blocks' registered bytes (in `registered`'s
@@ -613,6 +634,19 @@ mod tests {
         plan(&layout, &[4096, 16 << 10])
     }
 
+    /// `blocks` between host memory at 1 TiB and device memory at 16 TiB,
+    /// through two staging buffers, from chunk 0.
+    fn layout_of(direction: Direction, blocks: &[Block]) -> Layout<'_> {
+        Layout {
+            direction,
+            host: 1 << 40,
+            device: 1 << 44,
+            blocks,
+            staging: &[1 << 41, 1 << 42],
+            first: 0,
+        }
+    }
+
     /// The route of one range of `len` bytes in `direction`, with options
     /// of 1 MiB chunks and a 64 KiB crossover; `free`: whether the
     /// driver's path would wait for nothing, `None` where it must not be
@@ -625,16 +659,10 @@ mod tests {
             .build()
             .unwrap();
         let blocks = [Block::new(0, 0, len)];
-        let layout = Layout {
-            direction,
-            host: 1 << 40,
-            device: 1 << 44,
-            blocks: &blocks,
-            staging: &[1 << 41, 1 << 42],
-            first: 0,
-        };
+        let layout = layout_of(direction, &blocks);
         let asked = || Ok(free.expect("the driver's path was asked about"));
-        route(&layout, len, true, &options, asked, None).unwrap()
+        let alone = || panic!("set stores ask nothing");
+        route(&layout, len, true, &options, asked, alone, None).unwrap()
     }
 
     /// Registered bytes are copied directly, one copy a registered range,
@@ -670,7 +698,16 @@ mod tests {
             .build()
             .unwrap();
         let asked = || panic!("the driver's path was asked about");
-        let planned = route(&layout, 4096, false, &options, asked, Some(&mut registered)).unwrap();
+        let planned = route(
+            &layout,
+            4096,
+            false,
+            &options,
+            asked,
+            || true,
+            Some(&mut registered),
+        )
+        .unwrap();
         let Route::Queued { direct, staged, .. } = planned else {
             panic!("{planned:?}");
         };
@@ -707,7 +744,16 @@ mod tests {
             ..layout
         };
         let asked = || panic!("the driver's path was asked about");
-        let planned = route(&layout, 512, true, &options, asked, Some(&mut registered)).unwrap();
+        let planned = route(
+            &layout,
+            512,
+            true,
+            &options,
+            asked,
+            || true,
+            Some(&mut registered),
+        )
+        .unwrap();
         assert!(
             matches!(&planned, Route::Queued { direct, staged, .. } if direct.len() == 1 && staged.is_empty()),
             "{planned:?}"
@@ -749,7 +795,17 @@ mod tests {
                 first: 0,
             };
             let asked = || panic!("the driver's path was asked about");
-            match route(&layout, 3 * page, false, &options, asked, Some(registered)).unwrap() {
+            match route(
+                &layout,
+                3 * page,
+                false,
+                &options,
+                asked,
+                || true,
+                Some(registered),
+            )
+            .unwrap()
+            {
                 Route::Queued { direct, staged, .. } => (direct, staged),
                 other => panic!("{other:?}"),
             }
@@ -822,6 +878,76 @@ mod tests {
                 // The stager's stores to the device (streaming to the host).
                 assert_eq!(stores, Stores::Cached);
                 assert_eq!(chunks[1].buffer, 1, "buffers taken in turn");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Under the default options an upload alone and below
+    /// `STREAMING_UPLOAD_BELOW` writes its staging buffers with streaming
+    /// stores, any other with cached ones; registered bytes do not count
+    /// (they are not staged); stores the stager set are every upload's,
+    /// and a download's host side always streams.
+    #[test]
+    fn an_upload_alone_and_below_the_threshold_streams_its_staging_writes() {
+        let stores_of = |options: &StagingOptions, direction, len: usize, alone: Option<bool>| {
+            let blocks = [Block::new(0, 0, len)];
+            let layout = layout_of(direction, &blocks);
+            let asked = || Ok(false);
+            let alone = || alone.expect("whether the upload is alone was asked");
+            match route(&layout, len, false, options, asked, alone, None).unwrap() {
+                Route::Queued { stores, .. } => stores,
+                other => panic!("{other:?}"),
+            }
+        };
+        let default = StagingOptions::default();
+        let (up, below) = (Direction::HostToDevice, STREAMING_UPLOAD_BELOW);
+        assert_eq!(
+            stores_of(&default, up, 16 << 20, Some(true)),
+            Stores::Streaming
+        );
+        assert_eq!(
+            stores_of(&default, up, below - 1, Some(true)),
+            Stores::Streaming
+        );
+        assert_eq!(stores_of(&default, up, below, Some(true)), Stores::Cached);
+        assert_eq!(
+            stores_of(&default, up, 16 << 20, Some(false)),
+            Stores::Cached
+        );
+        let down = Direction::DeviceToHost;
+        assert_eq!(stores_of(&default, down, 16 << 20, None), Stores::Streaming);
+        for set in [Stores::Cached, Stores::Streaming] {
+            let options = StagingOptions::builder().h2d_stores(set).build().unwrap();
+            assert_eq!(options.h2d_stores(), Some(set));
+            assert_eq!(stores_of(&options, up, 16 << 20, None), set);
+            assert_eq!(stores_of(&options, up, below, None), set);
+        }
+        assert_eq!(default.h2d_stores(), None);
+        // The staged bytes decide, not the transfer's: most of a large
+        // upload registered leaves a small one staged.
+        let mut registered = |addr: usize, len: usize| {
+            let offset = addr - (1 << 40);
+            len.min((STREAMING_UPLOAD_BELOW + (1 << 20)).saturating_sub(offset))
+        };
+        let total = STREAMING_UPLOAD_BELOW + (2 << 20);
+        let blocks = [Block::new(0, 0, total)];
+        let layout = layout_of(up, &blocks);
+        let asked = || Ok(false);
+        match route(
+            &layout,
+            total,
+            false,
+            &default,
+            asked,
+            || true,
+            Some(&mut registered),
+        )
+        .unwrap()
+        {
+            Route::Queued { stores, staged, .. } => {
+                assert_eq!(staged.iter().map(|chunk| chunk.len).sum::<usize>(), 1 << 20);
+                assert_eq!(stores, Stores::Streaming);
             }
             other => panic!("{other:?}"),
         }

@@ -302,12 +302,14 @@ impl Engine {
             };
             let (order, lanes, context) = (&mut self.order, &self.lanes, &self.context);
             let free = || driver_path_free(queuing, order, lanes, context);
+            let alone = || lanes.copier_idle();
             plan::route(
                 &layout,
                 total,
                 offset.is_some(),
                 &self.options,
                 free,
+                alone,
                 registered,
             )?
         };
@@ -366,11 +368,12 @@ impl Engine {
         // blocking transfer of direct copies alone is waited for by when
         // they are due ([`Due`]): its copies are timed, unless too small.
         let bytes = direct.iter().map(|piece| piece.len).sum();
-        let wait = match (queuing == Queuing::Blocking, planned.is_empty()) {
+        let blocking = queuing == Queuing::Blocking;
+        let alone = blocking && planned.is_empty();
+        let wait = match (blocking, alone) {
             (false, _) => DirectWait::Plain,
-            (true, false) => DirectWait::Sleeping,
-            (true, true) if pace::timed(bytes) => DirectWait::Paced,
-            (true, true) => DirectWait::Untimed,
+            (true, true) if pace::timed(bytes) => DirectWait::Timed,
+            (true, _) => DirectWait::Sleeping,
         };
         let mut events = Vec::new();
         let mut waited = Direct::No;
@@ -382,10 +385,10 @@ impl Engine {
             {
                 Ok((event, started)) => {
                     events.push(event);
-                    waited = match wait {
-                        DirectWait::Plain => Direct::No,
-                        DirectWait::Sleeping => Direct::Sleeping,
-                        DirectWait::Paced | DirectWait::Untimed => Direct::Alone(Due {
+                    waited = match (blocking, alone) {
+                        (false, _) => Direct::No,
+                        (true, false) => Direct::Sleeping,
+                        (true, true) => Direct::Alone(Due {
                             bytes,
                             direction,
                             queued,
