@@ -29,10 +29,12 @@
 //! ([`default_workers`]), and the same stores (to the host, each worker's
 //! part through `hostcopy_fn`, non-temporal for parts of 256 KiB and up,
 //! as the engine's D2H copies; to a slot, cached stores, the engine's for
-//! an upload of 256 MiB and up). So what the ratios measure from 256 MiB
-//! is the engine's overhead, not a different copy; below it the engine's
-//! lone upload streams ([`STREAMING_UPLOAD_BELOW`](hostcopy_driver::cuda::staging::STREAMING_UPLOAD_BELOW)), and the variant of
-//! cached stores for every upload is the like-for-like row. The rows give GB/s and `x pinned`; the notes give
+//! an upload that returns at once or stages more than 256 MiB). So what
+//! the ratios measure from 1 GiB is the engine's overhead, not a different
+//! copy; up to 256 MiB the engine's blocking upload streams
+//! ([`STREAMING_UPLOAD_MAX`](hostcopy_driver::cuda::staging::STREAMING_UPLOAD_MAX)),
+//! and the variant of cached stores for every upload is the like-for-like
+//! row. The rows give GB/s and `x pinned`; the notes give
 //! lean and engine as a share of pinned and engine / lean, whose target is
 //! at least 0.97 at every size, both ways.
 //!

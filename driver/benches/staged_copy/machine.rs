@@ -3,7 +3,7 @@
 //! time the process has used.
 
 use hostcopy_driver::cuda::Context;
-use hostcopy_driver::cuda::staging::{STREAMING_UPLOAD_BELOW, StagingOptions};
+use hostcopy_driver::cuda::staging::{STREAMING_UPLOAD_MAX, StagingOptions};
 
 /// The machine and the default options, for the report's head.
 pub(crate) fn summary(context: &Context) -> String {
@@ -22,8 +22,8 @@ pub(crate) fn summary(context: &Context) -> String {
         match defaults.h2d_stores() {
             Some(stores) => format!("{stores:?}"),
             None => format!(
-                "streaming for an upload alone below {} MiB, else cached",
-                STREAMING_UPLOAD_BELOW >> 20
+                "streaming for a blocking upload of up to {} MiB, else cached",
+                STREAMING_UPLOAD_MAX >> 20
             ),
         },
         defaults.driver_path_below() >> 10,

@@ -358,7 +358,8 @@ def generate_rows(model, args):
     stagers = {workers: hostcopy.Stager(0, workers=workers) for workers in (4, 2)}
     streaming = hostcopy.Stager(0, h2d_streaming=True)
     # Cached stores for every upload: the default before each upload's
-    # stores were chosen for it (streaming for one alone below 256 MiB).
+    # stores were chosen for it (streaming for a blocking one of up to
+    # 256 MiB: never here, the cache's uploads return at once).
     cached = hostcopy.Stager(0, h2d_streaming=False)
     variants = {
         "HostOffloadedCache": {},  # group 2

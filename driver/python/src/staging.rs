@@ -513,8 +513,8 @@ impl PyStager {
 
     /// The options in force (defaults filled in), read without waiting for
     /// a transfer: ``chunk``, ``buffers``, ``workers``, ``h2d_streaming``
-    /// (``None``: chosen per upload, streaming stores for one alone below
-    /// 256 MiB), ``driver_path_below``, ``prefault``.
+    /// (``None``: chosen per upload, streaming stores for a blocking one of
+    /// up to 256 MiB), ``driver_path_below``, ``prefault``.
     // A fresh dict each read, in `hostcopy.StagerOptions`' shape.
     #[getter]
     fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -627,7 +627,7 @@ impl Lanes {
     /// Whether no work of the stager's is queued or in the copier's hands:
     /// the copier holds no job and every stream has run what it was given.
     pub(super) fn idle(&self) -> Result<bool, Error> {
-        if !self.copier_idle() {
+        if !self.handoff.is_idle() {
             return Ok(false);
         }
         for stream in &self.streams {
@@ -636,12 +636,6 @@ impl Lanes {
             }
         }
         Ok(true)
-    }
-
-    /// Whether the copier holds no job: every transfer handed to it has
-    /// its host side made (asks no driver).
-    pub(super) fn copier_idle(&self) -> bool {
-        self.handoff.is_idle()
     }
 
     /// Waits until the copier has finished every job handed to it.

@@ -191,8 +191,8 @@ pub use driver_path::PinnedTransferError;
 pub use options::{
     DEFAULT_BUFFERS, DEFAULT_CHUNK, DEFAULT_D2H_WORKERS, DEFAULT_EDGE_CHUNK, DEFAULT_H2D_CHUNK,
     DEFAULT_STREAMS, DRIVER_PATH_BELOW, DeviceCopies, KERNEL_BELOW, MAX_BUFFERS, MAX_CHUNK,
-    MIN_CHUNK, RESERVED_CORES, STREAMING_UPLOAD_BELOW, StagingOptions, StagingOptionsBuilder,
-    Stores, default_workers,
+    MIN_CHUNK, RESERVED_CORES, STREAMING_UPLOAD_MAX, StagingOptions, StagingOptionsBuilder, Stores,
+    default_workers,
 };
 pub use order::MAX_ORDER_EVENTS;
 pub use pending::PendingTransfer;

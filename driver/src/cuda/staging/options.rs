@@ -129,22 +129,23 @@ pub const DEFAULT_D2H_WORKERS: usize = usize::MAX;
 pub const DRIVER_PATH_BELOW: usize = 2 << 20;
 
 /// Under the default stores ([`StagingOptionsBuilder::h2d_stores`] not
-/// set), an upload staging fewer bytes than this that starts while the
-/// stager's copier holds no other transfer writes its staging buffers
-/// with streaming stores; every other upload with cached ones.
+/// set), a blocking upload (its caller waits for it) that stages at most
+/// this many bytes writes its staging buffers with streaming stores; every
+/// other upload with cached ones.
 ///
-/// Measured on H100 hosts (runs 95 to 98, BENCHMARKS.md, "One transfer
-/// against a lean staging ring"): a staging buffer filled with cached
-/// stores and read by the DMA engine at once took 513 to 770 us for
-/// 16 MiB where pinned memory's copy takes 305; filled with streaming
-/// stores, 311. One upload alone reached 47 to 61% of pinned at 16 MiB
-/// with streaming stores against 24 to 36% with cached, 64 MiB 68 to 70%
-/// against 44 to 55%, 256 MiB 68 to 81% against 60 to 69%, but 1 GiB 70
-/// to 81% against 78 to 88%. Where uploads of 256 MiB follow each other
-/// (`HostOffloadedCache` on a link-bound model) streaming stores lost:
-/// 29.5 ms a token against 20.9 to 21.8. So streaming stores for an
-/// upload alone and below 256 MiB.
-pub const STREAMING_UPLOAD_BELOW: usize = 256 << 20;
+/// Measured on H100 hosts (BENCHMARKS.md, "One transfer against a lean
+/// staging ring"): a staging buffer filled with cached stores and read by
+/// the DMA engine at once took 513 to 770 us for 16 MiB where pinned
+/// memory's copy takes 305 (runs 95, 96); filled with streaming stores,
+/// 311. One blocking upload reached, with streaming stores against cached
+/// ones, 60.9 against 39.2% of pinned at 16 MiB, 71.4 against 58.4% at
+/// 64 MiB and 68.9 against 64.1% at 256 MiB, but 68.3 against 83.3% at
+/// 1 GiB (run 111; runs 96 to 98 alike). Uploads that return at once and
+/// follow each other lost with streaming stores: 16 MiB uploads back to
+/// back moved 35.5 GB/s against 48.9 (run 111, a decode-like loop), and
+/// `HostOffloadedCache` on a link-bound model took 29.2 ms a token against
+/// 20.3 (run 111; 29.5 against 20.9 to 21.8 in run 98).
+pub const STREAMING_UPLOAD_MAX: usize = 256 << 20;
 
 /// Below this mean block length a chunk's blocks are moved by hostcopy's
 /// gather kernel under [`DeviceCopies::Auto`]; from it on, by the copy
@@ -394,14 +395,14 @@ impl StagingOptionsBuilder {
     }
 
     /// Stores for every host-to-device copy into staging buffers. By
-    /// default each upload's plan chooses: streaming stores for one below
-    /// [`STREAMING_UPLOAD_BELOW`] that starts while the stager's copier
-    /// holds no other transfer (its staging buffers are then read by the
-    /// DMA engine at once, which reads lines still in the host's caches
-    /// at about half the link's speed), cached stores for the rest (an
-    /// upload queued behind others, whose buffers are read later, and a
-    /// large one, whose host copy is the longer part). Measured in
-    /// BENCHMARKS.md, "One transfer against a lean staging ring".
+    /// default each upload's plan chooses: streaming stores for a blocking
+    /// one of at most [`STREAMING_UPLOAD_MAX`] bytes staged (its staging
+    /// buffers are read by the DMA engine as soon as they are filled, and
+    /// lines still in the host's caches are read at about half the link's
+    /// speed), cached stores for the rest (uploads that return at once,
+    /// which follow each other with their host copies the longer part, and
+    /// large ones). Measured in BENCHMARKS.md, "One transfer against a lean
+    /// staging ring".
     pub fn h2d_stores(mut self, stores: Stores) -> Self {
         self.options.h2d_stores = Some(stores);
         self

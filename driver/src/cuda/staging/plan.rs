@@ -13,7 +13,7 @@ use std::vec::Vec;
 use hostcopy_core::HostCopyArgs;
 
 use super::Direction;
-use super::options::{DeviceCopies, STREAMING_UPLOAD_BELOW, StagingOptions, Stores};
+use super::options::{DeviceCopies, STREAMING_UPLOAD_MAX, StagingOptions, Stores};
 use crate::cuda::error::{BlockSide, Error};
 use crate::cuda::ffi::CUdeviceptr;
 
@@ -391,15 +391,15 @@ pub(super) type Registered<'a> = &'a mut dyn FnMut(usize, usize) -> usize;
 ///   to the host, `h2d_chunk` to the device, growing from `edge_chunk` at
 ///   both ends: [`chunk_sizes`]), with streaming stores into the caller's
 ///   memory (to the host) and the stager's `h2d_stores` into its buffers,
-///   or where it set none, those of [`upload_stores`] (`alone`: whether
-///   the stager's copier holds no other transfer, asked only then).
+///   or where it set none, those of [`upload_stores`] (`blocking`: the
+///   caller waits for the transfer).
 pub(super) fn route(
     layout: &Layout<'_>,
     total: usize,
     one_range: bool,
     options: &StagingOptions,
     driver_path_free: impl FnOnce() -> Result<bool, Error>,
-    alone: impl FnOnce() -> bool,
+    blocking: bool,
     registered: Option<Registered<'_>>,
 ) -> Result<Route, Error> {
     let (direct, rest) = match registered {
@@ -425,7 +425,7 @@ pub(super) fn route(
             options.h2d_chunk(),
             options
                 .h2d_stores
-                .unwrap_or_else(|| upload_stores(staged_bytes, alone())),
+                .unwrap_or_else(|| upload_stores(staged_bytes, blocking)),
         ),
     };
     let staged = match (&rest, staged_bytes) {
@@ -454,11 +454,11 @@ pub(super) fn route(
 
 /// The stores that fill the staging buffers of an upload staging
 /// `staged` bytes under the default options: streaming where it is
-/// `alone` (the copier holds no other transfer, so the DMA engine reads
-/// each buffer as soon as it is filled) and below
-/// [`STREAMING_UPLOAD_BELOW`]; cached otherwise.
-pub(super) fn upload_stores(staged: usize, alone: bool) -> Stores {
-    if alone && staged < STREAMING_UPLOAD_BELOW {
+/// `blocking` (its caller waits, and the DMA engine reads each buffer as
+/// soon as it is filled) and at most [`STREAMING_UPLOAD_MAX`] bytes;
+/// cached otherwise.
+pub(super) fn upload_stores(staged: usize, blocking: bool) -> Stores {
+    if blocking && staged <= STREAMING_UPLOAD_MAX {
         Stores::Streaming
     } else {
         Stores::Cached
@@ -661,8 +661,7 @@ mod tests {
         let blocks = [Block::new(0, 0, len)];
         let layout = layout_of(direction, &blocks);
         let asked = || Ok(free.expect("the driver's path was asked about"));
-        let alone = || panic!("set stores ask nothing");
-        route(&layout, len, true, &options, asked, alone, None).unwrap()
+        route(&layout, len, true, &options, asked, false, None).unwrap()
     }
 
     /// Registered bytes are copied directly, one copy a registered range,
@@ -704,7 +703,7 @@ mod tests {
             false,
             &options,
             asked,
-            || true,
+            true,
             Some(&mut registered),
         )
         .unwrap();
@@ -750,7 +749,7 @@ mod tests {
             true,
             &options,
             asked,
-            || true,
+            true,
             Some(&mut registered),
         )
         .unwrap();
@@ -801,7 +800,7 @@ mod tests {
                 false,
                 &options,
                 asked,
-                || true,
+                true,
                 Some(registered),
             )
             .unwrap()
@@ -883,54 +882,50 @@ mod tests {
         }
     }
 
-    /// Under the default options an upload alone and below
-    /// `STREAMING_UPLOAD_BELOW` writes its staging buffers with streaming
-    /// stores, any other with cached ones; registered bytes do not count
-    /// (they are not staged); stores the stager set are every upload's,
-    /// and a download's host side always streams.
+    /// Under the default options a blocking upload of at most
+    /// `STREAMING_UPLOAD_MAX` bytes staged writes its staging buffers with
+    /// streaming stores, any other upload with cached ones; registered
+    /// bytes do not count (they are not staged); stores the stager set are
+    /// every upload's, and a download's host side always streams.
     #[test]
-    fn an_upload_alone_and_below_the_threshold_streams_its_staging_writes() {
-        let stores_of = |options: &StagingOptions, direction, len: usize, alone: Option<bool>| {
+    fn a_blocking_upload_up_to_the_threshold_streams_its_staging_writes() {
+        let stores_of = |options: &StagingOptions, direction, len: usize, blocking: bool| {
             let blocks = [Block::new(0, 0, len)];
             let layout = layout_of(direction, &blocks);
             let asked = || Ok(false);
-            let alone = || alone.expect("whether the upload is alone was asked");
-            match route(&layout, len, false, options, asked, alone, None).unwrap() {
+            match route(&layout, len, false, options, asked, blocking, None).unwrap() {
                 Route::Queued { stores, .. } => stores,
                 other => panic!("{other:?}"),
             }
         };
         let default = StagingOptions::default();
-        let (up, below) = (Direction::HostToDevice, STREAMING_UPLOAD_BELOW);
-        assert_eq!(
-            stores_of(&default, up, 16 << 20, Some(true)),
-            Stores::Streaming
-        );
-        assert_eq!(
-            stores_of(&default, up, below - 1, Some(true)),
-            Stores::Streaming
-        );
-        assert_eq!(stores_of(&default, up, below, Some(true)), Stores::Cached);
-        assert_eq!(
-            stores_of(&default, up, 16 << 20, Some(false)),
-            Stores::Cached
-        );
+        let (up, max) = (Direction::HostToDevice, STREAMING_UPLOAD_MAX);
+        assert_eq!(stores_of(&default, up, 16 << 20, true), Stores::Streaming);
+        assert_eq!(stores_of(&default, up, max, true), Stores::Streaming);
+        assert_eq!(stores_of(&default, up, max + 1, true), Stores::Cached);
+        assert_eq!(stores_of(&default, up, 16 << 20, false), Stores::Cached);
         let down = Direction::DeviceToHost;
-        assert_eq!(stores_of(&default, down, 16 << 20, None), Stores::Streaming);
+        assert_eq!(stores_of(&default, down, 16 << 20, true), Stores::Streaming);
+        assert_eq!(
+            stores_of(&default, down, 16 << 20, false),
+            Stores::Streaming
+        );
         for set in [Stores::Cached, Stores::Streaming] {
             let options = StagingOptions::builder().h2d_stores(set).build().unwrap();
             assert_eq!(options.h2d_stores(), Some(set));
-            assert_eq!(stores_of(&options, up, 16 << 20, None), set);
-            assert_eq!(stores_of(&options, up, below, None), set);
+            for blocking in [true, false] {
+                assert_eq!(stores_of(&options, up, 16 << 20, blocking), set);
+                assert_eq!(stores_of(&options, up, max + 1, blocking), set);
+            }
         }
         assert_eq!(default.h2d_stores(), None);
         // The staged bytes decide, not the transfer's: most of a large
         // upload registered leaves a small one staged.
         let mut registered = |addr: usize, len: usize| {
             let offset = addr - (1 << 40);
-            len.min((STREAMING_UPLOAD_BELOW + (1 << 20)).saturating_sub(offset))
+            len.min((STREAMING_UPLOAD_MAX + (1 << 20)).saturating_sub(offset))
         };
-        let total = STREAMING_UPLOAD_BELOW + (2 << 20);
+        let total = STREAMING_UPLOAD_MAX + (2 << 20);
         let blocks = [Block::new(0, 0, total)];
         let layout = layout_of(up, &blocks);
         let asked = || Ok(false);
@@ -940,7 +935,7 @@ mod tests {
             false,
             &default,
             asked,
-            || true,
+            true,
             Some(&mut registered),
         )
         .unwrap()

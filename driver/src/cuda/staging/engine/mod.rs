@@ -302,14 +302,13 @@ impl Engine {
             };
             let (order, lanes, context) = (&mut self.order, &self.lanes, &self.context);
             let free = || driver_path_free(queuing, order, lanes, context);
-            let alone = || lanes.copier_idle();
             plan::route(
                 &layout,
                 total,
                 offset.is_some(),
                 &self.options,
                 free,
-                alone,
+                queuing == Queuing::Blocking,
                 registered,
             )?
         };
