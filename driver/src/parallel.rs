@@ -58,14 +58,15 @@ static WORKERS: OnceLock<CopyWorkers> = OnceLock::new();
 
 /// How a copy's bytes are written.
 ///
-/// Measured on the H200 host, 1 GiB host to device through the CUDA
-/// layer's stager with its default options: cached stores 53.2 GB/s (96% of
-/// pinned H2D), streaming stores 41.5 GB/s (75%) (docs/design-record.md,
-/// "Non-temporal stores in `hostcopy_fn`; cached stores into staging
-/// buffers"). The DMA
-/// engine reads the staging buffer right after the host copy wrote it;
-/// lines still in the host's cache reach it faster than lines the streaming
-/// stores sent to memory. The stager's default is [`Stores::Cached`].
+/// Which is faster into a staging buffer depends on the host and on when
+/// the DMA engine reads it (docs/design-record.md, "Non-temporal stores in
+/// `hostcopy_fn`; an upload's staging stores chosen by whether its caller
+/// waits"): on the H200 host, 1 GiB host to device, cached stores 53.2 GB/s
+/// (96% of pinned), streaming 41.5 (75%); on H100 hosts one blocking
+/// upload of 16 MiB 60% of pinned with streaming stores against 39% with
+/// cached, and uploads back to back faster with cached ones. The CUDA
+/// layer's stager chooses per upload unless told
+/// (`StagingOptionsBuilder::h2d_stores`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Stores {
