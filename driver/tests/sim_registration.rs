@@ -473,8 +473,9 @@ fn a_kept_buffer_on_fresh_pages_is_no_longer_copied_directly() {
 }
 
 /// A blocking transfer of registered memory alone is timed on the GPU:
-/// two timing events around its copies, read once it is done, which the
-/// next such transfer reuses with its completion event (no event made).
+/// from a timing event recorded before its copies to their completion
+/// event (two records, no more), read once it is done; the next such
+/// transfer reuses both (no event made).
 #[test]
 fn a_blocking_direct_transfer_is_timed_on_the_gpu_and_reuses_its_events() {
     let device = device();
@@ -493,6 +494,11 @@ fn a_blocking_direct_transfer_is_timed_on_the_gpu_and_reuses_its_events() {
         up.unwrap();
         assert_eq!(calls.of("cuMemcpyHtoDAsync_v2"), 3, "one copy a range");
         assert_eq!(calls.of("cuEventElapsedTime"), timed, "timed once");
+        assert_eq!(
+            calls.of("cuEventRecord"),
+            1 + timed,
+            "one timing event before the copies, then the completion event"
+        );
         if round > 0 {
             assert_eq!(calls.of("cuEventCreate"), 0, "events reused");
         }
@@ -501,6 +507,7 @@ fn a_blocking_direct_transfer_is_timed_on_the_gpu_and_reuses_its_events() {
         down.unwrap();
         assert_eq!(calls.of("cuMemcpyDtoHAsync_v2"), 3, "one copy a range");
         assert_eq!(calls.of("cuEventElapsedTime"), timed, "timed once");
+        assert_eq!(calls.of("cuEventRecord"), 1 + timed, "two records");
         assert_eq!(calls.of("cuEventCreate"), 0, "events reused");
         assert!(buffer[..whole] == expected[..], "the bytes differ");
     }

@@ -151,7 +151,8 @@ typedef struct hostcopy_stager hostcopy_stager;
 /* Stores for host-to-device copies into staging buffers: cached or
    streaming for every upload, or (the default) chosen per upload:
    streaming for a blocking one of up to 256 MiB staged, cached for the
-   rest. */
+   rest. hostcopy_stager_options_default() sets BY_UPLOAD; a structure
+   filled with zeros by hand asks for CACHED (0). */
 #define HOSTCOPY_STORES_CACHED 0
 #define HOSTCOPY_STORES_STREAMING 1
 #define HOSTCOPY_STORES_BY_UPLOAD 2

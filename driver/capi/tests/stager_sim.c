@@ -159,10 +159,21 @@ static void stagers(int device) {
     CHECK(read_back.chunk == MIB && read_back.buffers == 3 && read_back.workers == 1);
     CHECK(read_back.struct_size == sizeof read_back && read_back.driver_path_below == 0);
     CHECK(running == 1);
+    CHECK(read_back.h2d_stores == HOSTCOPY_STORES_BY_UPLOAD);
     OK(hostcopy_stager_get_options(stager, NULL, NULL));
     EXPECT(HOSTCOPY_ERROR_NULL_ARGUMENT, hostcopy_stager_get_options(NULL, &read_back, NULL));
     hostcopy_stager_free(stager);
     hostcopy_stager_free(NULL);
+    /* Stores set for every upload read back as set. */
+    for (size_t i = 0; i < 2; i++) {
+        const uint32_t set = i == 0 ? HOSTCOPY_STORES_CACHED : HOSTCOPY_STORES_STREAMING;
+        options.h2d_stores = set;
+        stager = NULL;
+        OK(hostcopy_stager_new(device, &options, &stager));
+        OK(hostcopy_stager_get_options(stager, &read_back, NULL));
+        CHECK(read_back.h2d_stores == set);
+        hostcopy_stager_free(stager);
+    }
 }
 
 static void device_buffers(hostcopy_stager *stager, hostcopy_stager *other_device_stager) {

@@ -504,7 +504,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1, help="sequences generated at once")
     parser.add_argument("--variants", choices=["all", "register", "stores", "default"], default="all",
                         help="HostOffloadedCache's variants in the generate rows: all (group 1 and 8, 4 and 2 "
-                             f"workers, streaming stores, '{GEN_STAGED}', '{GEN_REGISTERED}'), register "
+                             f"workers, streaming and cached stores, '{GEN_STAGED}', its staged rows with cached and "
+                             f"streaming stores, '{GEN_REGISTERED}'), register "
                              "(its defaults, staged and registered), stores (staged, with the stores chosen per "
                              "upload, cached and streaming for every upload), default (its defaults alone)")
     args = parser.parse_args()

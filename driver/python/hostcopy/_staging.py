@@ -71,7 +71,7 @@ subclasses) and ``ArgumentBufferError`` (a ``BufferError``) are
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Optional, TypedDict
 
 from . import _native
 
@@ -124,8 +124,10 @@ class StagerOptions(TypedDict):
     #: Copy threads of the stager's own pool as started (fewer than asked
     #: where the system refused a thread).
     workers: int
-    #: Whether host-to-device chunks are written with streaming stores.
-    h2d_streaming: bool
+    #: Whether host-to-device chunks are written with streaming stores;
+    #: None: chosen per upload (streaming for a blocking one of up to
+    #: 256 MiB, cached otherwise).
+    h2d_streaming: Optional[bool]
     #: Transfers below this many bytes take the driver's own path.
     driver_path_below: int
     #: Whether a never-touched destination's pages are made present ahead

@@ -62,8 +62,10 @@ struct InForce {
 ///
 /// Options left ``None`` take the Rust layer's defaults, measured on an
 /// H200 host: 16 MiB chunks, 4 staging buffers, workers = cores - 4 (on
-/// machines of more than 8 cores; cores - 1 on smaller ones), cached stores
-/// for host to device, the driver's own path below 2 MiB. ``chunk``,
+/// machines of more than 8 cores; cores - 1 on smaller ones), each upload's
+/// stores chosen for it (streaming for a blocking one staging up to
+/// 256 MiB, cached otherwise; ``h2d_streaming=`` sets one kind for all),
+/// the driver's own path below 2 MiB. ``chunk``,
 /// ``buffers``, ``workers`` and ``driver_path_below`` are integers
 /// (``int``, numpy integers) in the ranges ``InvalidOption`` names (chunk
 /// 4 KiB to 1 GiB, 1 to 64 buffers, 0 to 1024 workers); anything else

@@ -105,8 +105,10 @@ pub(super) enum DirectWait {
     /// Polled, or waited for beside other events: a transfer that returns
     /// at once.
     Plain,
-    /// Asleep in the driver: a blocking transfer with staged chunks too,
-    /// or of direct copies too small to be timed.
+    /// A blocking-sync event, which a wait may sleep on: a blocking
+    /// transfer with staged chunks too (waited for in the driver), or of
+    /// direct copies too small to be timed (polled first, then waited for
+    /// in the driver).
     Sleeping,
     /// Asleep until they are due, then polled ([`pace`](super::pace)): a
     /// blocking transfer of direct copies alone, timed on the GPU from a
@@ -847,7 +849,7 @@ impl Lanes {
     /// them: where `wait` sleeps, one that a wait sleeps on (no host side
     /// follows: a thread spinning on it would cost a core for the whole
     /// copy) and that times, from its own spare pool; else a plain one, as
-    /// the lanes'. Where `wait` is paced, a timing event is recorded just
+    /// the lanes'. Where `wait` is `Timed`, a timing event is recorded just
     /// before the copies too, and returned: from it to the completion
     /// event is their time on the GPU. Several pieces go in one batch call
     /// unless the stager copies in a loop or the driver has no batch copy.

@@ -121,7 +121,7 @@ pub(super) struct InFlight {
     events: Vec<Event>,
     /// Whether `events[0]` follows direct copies and is a sleeping wait's
     /// (its own spare pool), and when they are due if they are alone, with
-    /// the events that time them.
+    /// the timing event recorded before them.
     direct: Direct,
     /// The number of the next `wait_for` event when it started.
     order_upto: u64,

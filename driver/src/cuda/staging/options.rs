@@ -200,7 +200,8 @@ pub struct StagingOptions {
     pub(super) streams: usize,
     pub(super) workers: usize,
     pub(super) d2h_workers: usize,
-    /// `None`: the plan chooses per upload ([`plan::upload_stores`](super::plan)).
+    /// `None`: the plan chooses per upload
+    /// ([`upload_stores`](super::plan::upload_stores)).
     pub(super) h2d_stores: Option<Stores>,
     pub(super) driver_path_below: usize,
     pub(super) device_copies: DeviceCopies,
